@@ -1,0 +1,474 @@
+/*
+ * sparsek.h - SparseK: block-sparse attention and BSR GEMM for NVIDIA GPUs,
+ * with a CPU reference backend.
+ *
+ * This is the one installed header. It is C99, includes no CUDA header and
+ * can be used from C, C++ and ctypes.
+ *
+ * ---------------------------------------------------------------------------
+ * Conventions
+ * ---------------------------------------------------------------------------
+ * - Every call that can fail returns sk_status. On failure the call has
+ *   written nothing to its outputs, and sk_last_error() returns a text that
+ *   names the bad argument and says why. Every sk_status-returning call
+ *   clears that text on entry. The library never exits, aborts or prints.
+ * - Descriptors (sk_attention_desc, sk_bsr_gemm_desc) are plain structs that
+ *   must be filled by their *_init function, which takes sizeof the struct:
+ *   fields added in later versions go at the end, and an older caller's
+ *   smaller struct keeps working with the defaults for the new fields.
+ * - Streams are `struct CUstream_st *`, the same type as cudaStream_t; NULL
+ *   is the legacy default stream. The CPU backend ignores the stream.
+ * - Workspace, its size and the stream come last (the cuBLASLt order).
+ * - Sizes and strides are int64_t; block indices are int32_t.
+ * - "Ownership": unless a function says otherwise, every pointer argument is
+ *   borrowed for the duration of the call only. For the CUDA backend the
+ *   tensors, the layout arrays and the workspace are device memory that must
+ *   stay valid until the stream work that uses them has finished.
+ *
+ * ---------------------------------------------------------------------------
+ * Attention semantics
+ * ---------------------------------------------------------------------------
+ * Shapes (element strides for the three outer dimensions; D is contiguous):
+ *   Q   [B, Sq, Hq,  D]
+ *   K   [B, Sk, Hkv, D]      Hq is a multiple of Hkv (GQA / MQA);
+ *   V   [B, Sk, Hkv, D]      query head h reads KV head h / (Hq / Hkv)
+ *   O   [B, Sq, Hq,  D]
+ *   LSE [B, Hq, Sq]  fp32, contiguous, natural log; may be NULL
+ *
+ * For each (b, h) the layout slice (see sk_bsr) selects, for query block i
+ * (tokens i*bq .. i*bq+bq-1), the key blocks j (tokens j*bk .. j*bk+bk-1) it
+ * attends to. With s = scale (default 1/sqrt(D)), for query token q:
+ *
+ *   S[q, k] = s * dot(Q[b, q, h, :], K[b, k, h_kv, :])   for k in the
+ *             selected blocks of q's block, k < Sk, and, when causal,
+ *             k <= q + (Sk - Sq)  (bottom-right alignment, as FlashAttention)
+ *   O[b, q, h, :] = sum_k softmax_k(S[q, :]) * V[b, k, h_kv, :]
+ *   LSE[b, h, q]  = log(sum_k exp(S[q, k]))
+ *
+ * - Tails: Sq and Sk need not be multiples of the block sizes; tokens past
+ *   the end of the last block are masked, never read.
+ * - A query row with no admissible key (an empty layout row, or every key
+ *   masked by causality) gets O = 0 and LSE = -inf.
+ * - The computation is in fp32 with fp16/bf16 inputs; O is rounded to the
+ *   input dtype.
+ *
+ * ---------------------------------------------------------------------------
+ * Robustness of the GPU kernels
+ * ---------------------------------------------------------------------------
+ * The CUDA backend reads the layout from device memory and does not validate
+ * it (that would need a copy to the host). The kernels never read or write
+ * out of bounds for ANY layout content: row offsets are clamped to
+ * [0, nnz] and made non-decreasing, column indices outside
+ * [0, col_blocks) are skipped as if absent. Results for a layout that fails
+ * sk_layout_validate are otherwise unspecified (a duplicated index counts
+ * that block twice). Validate host layouts with sk_layout_validate before
+ * uploading them.
+ */
+#ifndef SPARSEK_H
+#define SPARSEK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define SK_API __attribute__((visibility("default")))
+#else
+#define SK_API
+#endif
+
+/* The CUDA stream type (cudaStream_t is `struct CUstream_st *`), declared
+ * here so that no CUDA header is needed. */
+struct CUstream_st;
+
+/* ---------------------------------------------------------------------------
+ * Version
+ * ------------------------------------------------------------------------- */
+
+#define SK_VERSION_MAJOR 0
+#define SK_VERSION_MINOR 1
+#define SK_VERSION_PATCH 0
+/* MAJOR*10000 + MINOR*100 + PATCH, as cudnn_version.h. */
+#define SK_VERSION (SK_VERSION_MAJOR * 10000 + SK_VERSION_MINOR * 100 + SK_VERSION_PATCH)
+
+/* The version of the library that is loaded (may differ from SK_VERSION of
+ * the header the caller was compiled with). */
+SK_API int sk_version(void);
+
+/* A static text describing the build: compiler, CUDA version and the GPU
+ * architectures compiled in (or "no CUDA"). Never NULL. */
+SK_API const char *sk_build_info(void);
+
+/* ---------------------------------------------------------------------------
+ * Status codes and errors
+ * ------------------------------------------------------------------------- */
+
+/* Codes are grouped by category, as cuDNN does: code / 1000 is the
+ * category (sk_status_category). */
+typedef enum sk_status {
+    SK_STATUS_SUCCESS = 0,
+
+    /* 1xxx: a bad argument. Nothing was written. */
+    SK_STATUS_BAD_PARAM = 1000,              /* an argument is invalid (generic) */
+    SK_STATUS_BAD_PARAM_NULL_POINTER = 1001, /* a required pointer is NULL */
+    SK_STATUS_BAD_PARAM_STRUCT_SIZE = 1002,  /* struct_size too small, or desc not initialised */
+    SK_STATUS_BAD_PARAM_SHAPE = 1003,        /* a size is zero/negative or sizes disagree */
+    SK_STATUS_BAD_PARAM_STRIDE = 1004,       /* a stride is negative or overlaps an output */
+    SK_STATUS_BAD_PARAM_DTYPE = 1005,        /* a dtype is unknown or not allowed there */
+    SK_STATUS_BAD_PARAM_ALIGNMENT = 1006,    /* a pointer or stride is misaligned */
+    SK_STATUS_BAD_PARAM_OVERFLOW = 1007,     /* a size product overflows int64 */
+    SK_STATUS_BAD_PARAM_VALUE = 1008,        /* a scalar is out of range (scale, k, enum) */
+    SK_STATUS_BAD_PARAM_WORKSPACE = 1009,    /* the workspace is NULL or too small */
+
+    /* 11xx: a bad layout (also bad arguments). Nothing was written. */
+    SK_STATUS_BAD_LAYOUT_UNSORTED = 1101,    /* column indices of a row not increasing */
+    SK_STATUS_BAD_LAYOUT_DUPLICATE = 1102,   /* a column index repeated within a row */
+    SK_STATUS_BAD_LAYOUT_INDEX_RANGE = 1103, /* a column index outside [0, col_blocks) */
+    SK_STATUS_BAD_LAYOUT_OFFSETS = 1104,     /* row offsets not starting at 0 or decreasing */
+    SK_STATUS_BAD_LAYOUT_COUNT = 1105,       /* the last row offset differs from nnz */
+    SK_STATUS_BAD_LAYOUT_OVERFLOW = 1106,    /* grid or block counts do not fit int32 */
+    SK_STATUS_BAD_LAYOUT_MISMATCH = 1107,    /* layout geometry disagrees with the tensors */
+
+    /* 2xxx: valid, but not supported by this build, device or backend. */
+    SK_STATUS_NOT_SUPPORTED = 2000,         /* a combination this backend lacks (e.g. D = 96) */
+    SK_STATUS_NOT_SUPPORTED_BACKEND = 2001, /* backend not built in, or no usable GPU */
+
+    /* 3xxx: a bug in SparseK. Please report it. */
+    SK_STATUS_INTERNAL_ERROR = 3000,
+    SK_STATUS_ALLOC_FAILED = 3001, /* a host allocation (layout builders only) failed */
+
+    /* 4xxx: the work was handed to the GPU and failed. */
+    SK_STATUS_EXECUTION_FAILED = 4000 /* a CUDA call failed; the text has cudaGetErrorName */
+} sk_status;
+
+typedef enum sk_status_category {
+    SK_STATUS_CATEGORY_SUCCESS = 0,
+    SK_STATUS_CATEGORY_BAD_PARAM = 1,
+    SK_STATUS_CATEGORY_NOT_SUPPORTED = 2,
+    SK_STATUS_CATEGORY_INTERNAL = 3,
+    SK_STATUS_CATEGORY_EXECUTION_FAILED = 4
+} sk_status_category;
+
+/* The enum name as text, e.g. "SK_STATUS_BAD_PARAM_SHAPE"; "SK_STATUS_UNKNOWN"
+ * for a value that is not a status. Never NULL; static storage. */
+SK_API const char *sk_status_name(sk_status status);
+
+/* The category of a status (code / 1000). */
+SK_API sk_status_category sk_status_get_category(sk_status status);
+
+/* The text of the last failure of an sk_status-returning call made by this
+ * thread, e.g. "sk_attention_run: q_strides[1] = 3 is not a multiple of 8
+ * (16-byte rows needed by the CUDA backend)". "" when the last call
+ * succeeded. Thread-local storage owned by the library, valid until this
+ * thread's next call into the library. */
+SK_API const char *sk_last_error(void);
+
+/* ---------------------------------------------------------------------------
+ * Common enums
+ * ------------------------------------------------------------------------- */
+
+/* Element types. 0 is left invalid so a zeroed field is caught. */
+typedef enum sk_dtype {
+    SK_DTYPE_F16 = 1,  /* IEEE half */
+    SK_DTYPE_BF16 = 2, /* bfloat16 */
+    SK_DTYPE_F32 = 3   /* float; attention inputs in F32 are for the CPU backend only */
+} sk_dtype;
+
+/* Where the data lives and which code runs. */
+typedef enum sk_backend {
+    SK_BACKEND_CPU = 1,        /* host memory; reference code, OpenMP threads */
+    SK_BACKEND_CUDA = 2,       /* device memory; the best kernel for the current device */
+    SK_BACKEND_CUDA_SM80 = 3,  /* device memory; force the portable sm_80+ kernel */
+    SK_BACKEND_CUDA_SM90 = 4   /* device memory; force the Hopper kernel (NOT_SUPPORTED elsewhere) */
+} sk_backend;
+
+/* Token-level masking applied inside the selected blocks. */
+typedef enum sk_mask {
+    SK_MASK_NONE = 0,
+    SK_MASK_CAUSAL = 1 /* key k visible to query q iff k <= q + (Sk - Sq) */
+} sk_mask;
+
+/* Storage order of a dense matrix. */
+typedef enum sk_order {
+    SK_ORDER_ROW_MAJOR = 1, /* element (r, c) at r * ld + c */
+    SK_ORDER_COL_MAJOR = 2  /* element (r, c) at c * ld + r */
+} sk_order;
+
+/* ---------------------------------------------------------------------------
+ * Block-sparse layouts (BSR)
+ * ------------------------------------------------------------------------- */
+
+/* The block grid a layout covers. A plain value type.
+ * For attention, rows are query tokens (Sq) and columns key tokens (Sk);
+ * for the BSR GEMM, rows are M and columns K of the sparse A.
+ * row_blocks = ceil(rows / block_rows), col_blocks = ceil(cols / block_cols). */
+typedef struct sk_grid {
+    int64_t rows;       /* tokens (or matrix rows), >= 1 */
+    int64_t cols;       /* tokens (or matrix columns), >= 1 */
+    int32_t block_rows; /* 64 or 128 */
+    int32_t block_cols; /* 64 or 128 */
+    int32_t batch;      /* slices over the batch: 1 broadcasts, or B */
+    int32_t heads;      /* slices over heads: 1 broadcasts, Hkv (per KV head) or Hq */
+} sk_grid;
+
+/* A view of a BSR layout: borrowed arrays, host or device memory.
+ * There are batch * heads slices; slice s = b * heads + h. Row r of slice s
+ * is global row g = s * row_blocks + r; its selected column blocks are
+ * col_indices[row_offsets[g] .. row_offsets[g + 1]), strictly increasing.
+ * For attention, batch index b uses slice batch b (or 0 when batch == 1) and
+ * query head h uses head slice h (heads == Hq), h / (Hq / Hkv) (heads == Hkv)
+ * or 0 (heads == 1). When Hq == Hkv the two readings agree. */
+typedef struct sk_bsr {
+    sk_grid grid;
+    int32_t nnz;          /* length of col_indices; a valid layout has row_offsets[last] == nnz */
+    int32_t *row_offsets; /* [batch * heads * row_blocks + 1], non-decreasing, first 0 */
+    int32_t *col_indices; /* [nnz], each row sorted and unique, in [0, col_blocks) */
+} sk_bsr;
+
+/* Derived sizes of a grid, with checks: 64 or 128 blocks, positive sizes,
+ * and every count (slices * row_blocks + 1, dense block count) fitting
+ * int32. Any output pointer may be NULL. */
+SK_API sk_status sk_grid_blocks(const sk_grid *grid, int32_t *row_blocks, int32_t *col_blocks,
+                                int32_t *slices);
+
+/* Check a host layout completely: the grid (as sk_grid_blocks), then offsets
+ * (first 0, non-decreasing), total count (last == nnz), and every row's
+ * indices (in range, strictly increasing). Each failure has its own status
+ * (SK_STATUS_BAD_LAYOUT_*) and a message naming the slice, row and entry. */
+SK_API sk_status sk_layout_validate(const sk_bsr *layout);
+
+/* An owned host layout made by the builders below. Opaque; free with
+ * sk_layout_destroy. */
+typedef struct sk_layout_s *sk_layout_t;
+
+/* Free a layout; NULL is a no-op. Views obtained from it become invalid. */
+SK_API void sk_layout_destroy(sk_layout_t layout);
+
+/* A view of an owned layout's host arrays (valid until it is destroyed).
+ * The view's arrays must not be written through. */
+SK_API sk_status sk_layout_view(sk_layout_t layout, sk_bsr *view);
+
+/* Builders. Each makes a validated host layout over `grid` and stores a new
+ * handle in *out (which is left untouched on failure). Positions use the
+ * bottom-right alignment of the semantics above: query token q sits at key
+ * position q + (Sk - Sq). A block is kept when at least one (query, key)
+ * token pair inside it, within the sequence ends, satisfies the pattern; the
+ * token-level mask inside selected blocks is the attention's `mask` alone.
+ * Every slice gets the same pattern, except for the random and score-based
+ * builders, which draw per slice. */
+
+/* Every block. */
+SK_API sk_status sk_layout_create_dense(sk_layout_t *out, const sk_grid *grid);
+
+/* Blocks holding at least one causal pair (k <= q + Sk - Sq). */
+SK_API sk_status sk_layout_create_causal(sk_layout_t *out, const sk_grid *grid);
+
+/* Sliding window: key k visible to q iff
+ * p - left <= k <= p + right, with p = q + Sk - Sq. left, right >= 0 tokens. */
+SK_API sk_status sk_layout_create_window(sk_layout_t *out, const sk_grid *grid, int64_t left,
+                                         int64_t right);
+
+/* StreamingLLM: causal, with the first `sink_tokens` keys plus the
+ * `window_tokens` most recent positions (p - window_tokens < k <= p).
+ * sink_tokens >= 0, window_tokens >= 1. */
+SK_API sk_status sk_layout_create_sinks_window(sk_layout_t *out, const sk_grid *grid,
+                                               int64_t sink_tokens, int64_t window_tokens);
+
+/* Strided / dilated, block-level (Sparse Transformer): for query block i
+ * with diagonal key block d (the block holding position p of i's last valid
+ * query), keep key blocks j with d - local_blocks < j <= d, and every j with
+ * (d - j) % stride == 0. causal != 0 drops every j > d and anything with no
+ * causal pair; causal == 0 also mirrors the pattern to j > d.
+ * stride >= 1, local_blocks >= 0. */
+SK_API sk_status sk_layout_create_strided(sk_layout_t *out, const sk_grid *grid, int32_t stride,
+                                          int32_t local_blocks, int causal);
+
+/* k distinct key blocks per row drawn uniformly at random (k clipped to the
+ * number of candidates), reproducible from `seed` on every platform.
+ * causal != 0 draws only among blocks holding a causal pair. k >= 0. */
+SK_API sk_status sk_layout_create_random(sk_layout_t *out, const sk_grid *grid, int32_t k,
+                                         uint64_t seed, int causal);
+
+/* Options of sk_layout_create_topk. Zero-initialise, then set. */
+typedef struct sk_topk_options {
+    int32_t k;              /* blocks picked by score per row, >= 0, beyond the forced ones */
+    int32_t sink_blocks;    /* always keep key blocks 0 .. sink_blocks-1, >= 0 */
+    int32_t local_blocks;   /* always keep the local_blocks blocks ending at the diagonal, >= 0 */
+    int32_t causal;         /* != 0: never select a block with no causal pair */
+} sk_topk_options;
+
+/* Top-k from a host block-score matrix `scores`, fp32,
+ * [batch * heads, row_blocks, col_blocks] contiguous. Forced blocks (sinks,
+ * local) are kept first; then the k highest-scoring of the remaining
+ * candidates. Ties go to the lower block index. NaN and -inf scores are
+ * never picked by score. */
+SK_API sk_status sk_layout_create_topk(sk_layout_t *out, const sk_grid *grid, const float *scores,
+                                       const sk_topk_options *options);
+
+/* From a dense 0/1 block mask, uint8 [batch * heads, row_blocks, col_blocks]
+ * contiguous; any non-zero byte selects the block. */
+SK_API sk_status sk_layout_create_from_mask(sk_layout_t *out, const sk_grid *grid,
+                                            const uint8_t *mask);
+
+/* To a dense 0/1 block mask (same shape as above). mask_bytes must be at
+ * least slices * row_blocks * col_blocks. */
+SK_API sk_status sk_layout_to_mask(const sk_bsr *layout, uint8_t *mask, size_t mask_bytes);
+
+/* From FlexAttention's padded form: counts int32 [batch * heads, row_blocks]
+ * and indices int32 [batch * heads, row_blocks, row_width], where row g
+ * selects indices[g * row_width .. + counts[g]) in any order (they are
+ * sorted here; a repeated index is SK_STATUS_BAD_LAYOUT_DUPLICATE). This is
+ * BlockMask's kv_num_blocks / kv_indices; merge full_kv_* beforehand. */
+SK_API sk_status sk_layout_create_from_flex(sk_layout_t *out, const sk_grid *grid,
+                                            const int32_t *counts, const int32_t *indices,
+                                            int32_t row_width);
+
+/* To FlexAttention's padded form with row_width = col_blocks: each row lists
+ * its selected blocks in increasing order, then the unselected ones (a
+ * permutation of the row, as BlockMask builds it). counts has slices *
+ * row_blocks entries, indices slices * row_blocks * col_blocks. */
+SK_API sk_status sk_layout_to_flex(const sk_bsr *layout, int32_t *counts, size_t counts_len,
+                                   int32_t *indices, size_t indices_len);
+
+/* A copy of a host layout view, validated. */
+SK_API sk_status sk_layout_create_from_bsr(sk_layout_t *out, const sk_bsr *layout);
+
+/* ---------------------------------------------------------------------------
+ * Attention forward
+ * ------------------------------------------------------------------------- */
+
+typedef struct sk_attention_desc {
+    size_t struct_size;   /* sizeof(sk_attention_desc); set by sk_attention_desc_init */
+    sk_backend backend;   /* default SK_BACKEND_CUDA */
+    sk_dtype dtype;       /* Q, K, V and O: F16 or BF16; F32 on the CPU only. Default F16 */
+    int64_t batch;        /* B >= 1 */
+    int64_t seq_q;        /* Sq >= 1 */
+    int64_t seq_k;        /* Sk >= 1 */
+    int64_t heads_q;      /* Hq >= 1, a multiple of heads_kv */
+    int64_t heads_kv;     /* Hkv >= 1 */
+    int64_t head_dim;     /* D; the CUDA backend supports 64 and 128 */
+    float scale;          /* softmax scale; 0 (default) means 1/sqrt(D); must be finite */
+    sk_mask mask;         /* default SK_MASK_NONE */
+    /* Element strides over [batch, seq, head]; the head_dim axis is
+     * contiguous. All three zero (the default) means packed [B, S, H, D].
+     * Inputs: strides >= 0. O: strides that make no two elements share
+     * memory. CUDA: pointers 16-byte aligned, strides multiples of 16 bytes. */
+    int64_t q_strides[3]; /* Q [B, Sq, Hq, D] */
+    int64_t k_strides[3]; /* K [B, Sk, Hkv, D] */
+    int64_t v_strides[3]; /* V [B, Sk, Hkv, D] */
+    int64_t o_strides[3]; /* O [B, Sq, Hq, D] */
+} sk_attention_desc;
+
+/* Fill *desc with the defaults above (all sizes 0, to be set). struct_size is
+ * sizeof(*desc) as the caller knows it. */
+SK_API sk_status sk_attention_desc_init(sk_attention_desc *desc, size_t struct_size);
+
+/* Bytes of device workspace the plan and run need for this descriptor and
+ * layout geometry (the layout arrays are not read). 0 for the CPU backend.
+ * Depends only on the shapes, so one workspace serves every layout of the
+ * same geometry. */
+SK_API sk_status sk_attention_workspace_size(const sk_attention_desc *desc, const sk_bsr *layout,
+                                             size_t *workspace_bytes);
+
+/* Enqueue the planning of a run on `stream`: the tile order (longest rows
+ * first) computed from the layout's row offsets, written into `workspace`.
+ * Allocates nothing and never synchronises with the host, so it can be
+ * captured in a CUDA graph; re-run it whenever the layout content changes.
+ * A no-op for the CPU backend (after the argument checks). */
+SK_API sk_status sk_attention_plan(const sk_attention_desc *desc, const sk_bsr *layout,
+                                   void *workspace, size_t workspace_size,
+                                   struct CUstream_st *stream);
+
+/* Enqueue the attention forward on `stream`, using the plan in `workspace`.
+ *   q   [B, Sq, Hq, D]   dtype, strides desc->q_strides
+ *   k   [B, Sk, Hkv, D]  dtype, strides desc->k_strides
+ *   v   [B, Sk, Hkv, D]  dtype, strides desc->v_strides
+ *   o   [B, Sq, Hq, D]   dtype, strides desc->o_strides; written
+ *   lse [B, Hq, Sq]      fp32 contiguous; written; may be NULL
+ * Allocates nothing and never synchronises (CUDA-graph safe). For the CPU
+ * backend the call is synchronous and the workspace is unused. */
+SK_API sk_status sk_attention_run(const sk_attention_desc *desc, const sk_bsr *layout,
+                                  const void *q, const void *k, const void *v, void *o, float *lse,
+                                  void *workspace, size_t workspace_size,
+                                  struct CUstream_st *stream);
+
+/* sk_attention_plan followed by sk_attention_run, same arguments. */
+SK_API sk_status sk_attention_forward(const sk_attention_desc *desc, const sk_bsr *layout,
+                                      const void *q, const void *k, const void *v, void *o,
+                                      float *lse, void *workspace, size_t workspace_size,
+                                      struct CUstream_st *stream);
+
+/* ---------------------------------------------------------------------------
+ * BSR sparse x dense GEMM:  C = alpha * A * B + beta * C
+ * ------------------------------------------------------------------------- */
+
+typedef struct sk_bsr_gemm_desc {
+    size_t struct_size; /* sizeof(sk_bsr_gemm_desc); set by sk_bsr_gemm_desc_init */
+    sk_backend backend; /* default SK_BACKEND_CUDA */
+    sk_dtype ab_dtype;  /* A values and B: F16 or BF16 (F32 on the CPU only). Default F16 */
+    sk_dtype c_dtype;   /* C: F16, BF16 or F32. Default F32 */
+    int64_t m;          /* rows of A and C, >= 1 */
+    int64_t n;          /* columns of B and C, >= 1 */
+    int64_t k;          /* columns of A, rows of B, >= 1 */
+    sk_order b_order;   /* default SK_ORDER_ROW_MAJOR */
+    int64_t ldb;        /* leading dimension of B in elements; 0 = packed (n, or k if col-major) */
+    int64_t ldc;        /* C is row-major [m, n]; leading dimension, 0 = packed (n) */
+    float alpha;        /* default 1 */
+    float beta;         /* default 0; when 0, C is not read (NaN in C does not propagate) */
+} sk_bsr_gemm_desc;
+
+SK_API sk_status sk_bsr_gemm_desc_init(sk_bsr_gemm_desc *desc, size_t struct_size);
+
+/* Workspace bytes for this descriptor and A's geometry (arrays not read). */
+SK_API sk_status sk_bsr_gemm_workspace_size(const sk_bsr_gemm_desc *desc, const sk_bsr *a_layout,
+                                            size_t *workspace_bytes);
+
+/* Enqueue planning (row order by block count) into the workspace; graph safe. */
+SK_API sk_status sk_bsr_gemm_plan(const sk_bsr_gemm_desc *desc, const sk_bsr *a_layout,
+                                  void *workspace, size_t workspace_size,
+                                  struct CUstream_st *stream);
+
+/* Enqueue C = alpha * A * B + beta * C.
+ *   a_layout  grid rows = m, cols = k, batch = heads = 1
+ *   a_values  [nnz, block_rows, block_cols] row-major blocks, in col_indices order
+ *   b         [k, n] in desc->b_order with desc->ldb
+ *   c         [m, n] row-major with desc->ldc; read when beta != 0, written
+ * Rows of A with no block get C = beta * C. Tails (m, k not multiples of the
+ * blocks) are masked: block elements past m or k are never read. */
+SK_API sk_status sk_bsr_gemm_run(const sk_bsr_gemm_desc *desc, const sk_bsr *a_layout,
+                                 const void *a_values, const void *b, void *c, void *workspace,
+                                 size_t workspace_size, struct CUstream_st *stream);
+
+/* sk_bsr_gemm_plan followed by sk_bsr_gemm_run. */
+SK_API sk_status sk_bsr_gemm(const sk_bsr_gemm_desc *desc, const sk_bsr *a_layout,
+                             const void *a_values, const void *b, void *c, void *workspace,
+                             size_t workspace_size, struct CUstream_st *stream);
+
+/* ---------------------------------------------------------------------------
+ * Devices
+ * ------------------------------------------------------------------------- */
+
+typedef struct sk_device_info {
+    char name[256];       /* as cudaDeviceProp::name */
+    int32_t cc_major;     /* compute capability */
+    int32_t cc_minor;
+    int32_t sm_count;     /* multiprocessors */
+    int64_t memory_bytes; /* global memory */
+    int64_t l2_bytes;     /* L2 cache */
+} sk_device_info;
+
+/* Number of CUDA devices usable by this build: 0 (and SUCCESS) when the
+ * library was built without CUDA or no driver/GPU is present. */
+SK_API sk_status sk_device_count(int32_t *count);
+
+/* Properties of device `device` (0 .. count-1). */
+SK_API sk_status sk_device_get_info(int32_t device, sk_device_info *info);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* SPARSEK_H */

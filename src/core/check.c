@@ -1,0 +1,123 @@
+/*
+ * check.c - argument checks shared by the entry points (see check.h).
+ */
+#include "core/check.h"
+
+#include "core/internal.h"
+
+size_t sk_dtype_size(sk_dtype dtype) {
+    switch (dtype) {
+    case SK_DTYPE_F16:
+    case SK_DTYPE_BF16:
+        return 2;
+    case SK_DTYPE_F32:
+        return 4;
+    }
+    return 0;
+}
+
+const char *sk_dtype_name(sk_dtype dtype) {
+    switch (dtype) {
+    case SK_DTYPE_F16:
+        return "F16";
+    case SK_DTYPE_BF16:
+        return "BF16";
+    case SK_DTYPE_F32:
+        return "F32";
+    }
+    return "unknown";
+}
+
+const char *sk_backend_name(sk_backend backend) {
+    switch (backend) {
+    case SK_BACKEND_CPU:
+        return "CPU";
+    case SK_BACKEND_CUDA:
+        return "CUDA";
+    case SK_BACKEND_CUDA_SM80:
+        return "CUDA_SM80";
+    case SK_BACKEND_CUDA_SM90:
+        return "CUDA_SM90";
+    }
+    return "unknown";
+}
+
+int sk_backend_is_cuda(sk_backend backend) {
+    return backend == SK_BACKEND_CUDA || backend == SK_BACKEND_CUDA_SM80 ||
+           backend == SK_BACKEND_CUDA_SM90;
+}
+
+sk_status sk_check_backend(sk_backend backend, const char *what) {
+    if (backend != SK_BACKEND_CPU && !sk_backend_is_cuda(backend))
+        return sk_error(SK_STATUS_BAD_PARAM_VALUE,
+                        "%s = %d is not an sk_backend (CPU=1, CUDA=2, CUDA_SM80=3, CUDA_SM90=4)",
+                        what, (int)backend);
+    return SK_STATUS_SUCCESS;
+}
+
+static const char *const axis_names[3] = {"batch", "seq", "head"};
+
+sk_status sk_check_tensor_extent(const sk_tensor_shape *t, const char *what, int64_t *span_elems) {
+    /* span = 1 + sum (extent - 1) * stride + (inner - 1), all overflow-checked. */
+    int64_t span = t->inner;
+    for (int a = 0; a < 3; ++a) {
+        if (t->stride[a] < 0)
+            return sk_error(SK_STATUS_BAD_PARAM_STRIDE, "%s stride over %s = %lld is negative", what,
+                            axis_names[a], (long long)t->stride[a]);
+        int64_t reach;
+        if (!sk_mul_i64(t->extent[a] - 1, t->stride[a], &reach) || !sk_add_i64(span, reach, &span))
+            return sk_error(SK_STATUS_BAD_PARAM_OVERFLOW,
+                            "%s: extent %lld x stride %lld over %s overflows int64", what,
+                            (long long)t->extent[a], (long long)t->stride[a], axis_names[a]);
+    }
+    *span_elems = span;
+    return SK_STATUS_SUCCESS;
+}
+
+sk_status sk_check_no_self_overlap(const sk_tensor_shape *t, const char *what) {
+    /* Sort the axes with extent > 1 by stride; each must step past the whole
+     * span of the axes below it, starting with the contiguous inner axis. */
+    int order[3], n = 0;
+    for (int a = 0; a < 3; ++a)
+        if (t->extent[a] > 1) order[n++] = a;
+    for (int i = 1; i < n; ++i)
+        for (int j = i; j > 0 && t->stride[order[j]] < t->stride[order[j - 1]]; --j) {
+            int tmp = order[j];
+            order[j] = order[j - 1];
+            order[j - 1] = tmp;
+        }
+    int64_t covered = t->inner; /* elements spanned by the axes handled so far */
+    for (int i = 0; i < n; ++i) {
+        int a = order[i];
+        if (t->stride[a] < covered)
+            return sk_error(SK_STATUS_BAD_PARAM_STRIDE,
+                            "%s stride over %s = %lld makes elements overlap (needs >= %lld)", what,
+                            axis_names[a], (long long)t->stride[a], (long long)covered);
+        covered = t->stride[a] * t->extent[a]; /* fits: checked by sk_check_tensor_extent */
+    }
+    return SK_STATUS_SUCCESS;
+}
+
+sk_status sk_check_alignment(const void *ptr, const sk_tensor_shape *t, size_t elem_size,
+                             size_t align, size_t stride_align, const char *what) {
+    if ((uintptr_t)ptr % align != 0)
+        return sk_error(SK_STATUS_BAD_PARAM_ALIGNMENT, "%s = %p is not %zu-byte aligned", what, ptr,
+                        align);
+    if (stride_align == 0 || t == NULL) return SK_STATUS_SUCCESS;
+    for (int a = 0; a < 3; ++a) {
+        if (t->extent[a] <= 1) continue; /* an axis of one element is never stepped */
+        if (((uint64_t)t->stride[a] * elem_size) % stride_align != 0)
+            return sk_error(SK_STATUS_BAD_PARAM_ALIGNMENT,
+                            "%s stride over %s = %lld elements is not a multiple of %zu bytes",
+                            what, axis_names[a], (long long)t->stride[a], stride_align);
+    }
+    return SK_STATUS_SUCCESS;
+}
+
+sk_status sk_check_disjoint(const void *a, int64_t a_bytes, const char *a_what, const void *b,
+                            int64_t b_bytes, const char *b_what) {
+    uintptr_t a0 = (uintptr_t)a, b0 = (uintptr_t)b;
+    if (a0 < b0 + (uintptr_t)b_bytes && b0 < a0 + (uintptr_t)a_bytes)
+        return sk_error(SK_STATUS_BAD_PARAM_STRIDE, "%s overlaps %s in memory", a_what, b_what);
+    return SK_STATUS_SUCCESS;
+}

@@ -1,0 +1,46 @@
+/*
+ * check.h - argument checks shared by the attention and GEMM entry points:
+ * enums, strided-tensor extents, alignment, output overlap, layout geometry.
+ * Each check records its own message (naming `what`) and returns a status.
+ */
+#ifndef SK_CORE_CHECK_H
+#define SK_CORE_CHECK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sparsek.h"
+
+/* Bytes per element of a valid dtype; 0 for an unknown one. */
+size_t sk_dtype_size(sk_dtype dtype);
+const char *sk_dtype_name(sk_dtype dtype);
+const char *sk_backend_name(sk_backend backend);
+int sk_backend_is_cuda(sk_backend backend);
+
+sk_status sk_check_backend(sk_backend backend, const char *what);
+
+/* A strided 4-D tensor [n0, n1, n2, inner] whose inner axis is contiguous.
+ * `stride` holds the element strides of the three outer axes. */
+typedef struct sk_tensor_shape {
+    int64_t extent[3];
+    int64_t stride[3];
+    int64_t inner;
+} sk_tensor_shape;
+
+/* Strides >= 0 and the largest element offset + 1 fits int64; the span (in
+ * elements) is stored in *span_elems. */
+sk_status sk_check_tensor_extent(const sk_tensor_shape *t, const char *what, int64_t *span_elems);
+
+/* No two elements of an output share memory. */
+sk_status sk_check_no_self_overlap(const sk_tensor_shape *t, const char *what);
+
+/* Pointer aligned to `align` bytes, and every outer stride * elem_size a
+ * multiple of `stride_align` bytes (skipped when stride_align is 0). */
+sk_status sk_check_alignment(const void *ptr, const sk_tensor_shape *t, size_t elem_size,
+                             size_t align, size_t stride_align, const char *what);
+
+/* The byte ranges [a, a + a_bytes) and [b, b + b_bytes) are disjoint. */
+sk_status sk_check_disjoint(const void *a, int64_t a_bytes, const char *a_what, const void *b,
+                            int64_t b_bytes, const char *b_what);
+
+#endif /* SK_CORE_CHECK_H */

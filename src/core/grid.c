@@ -1,0 +1,46 @@
+/*
+ * grid.c - checks of a layout's block grid (sizes, block sizes, int32 counts).
+ */
+#include "core/internal.h"
+#include "core/layout.h"
+
+sk_status sk_grid_check(const sk_grid *grid, int32_t *row_blocks, int32_t *col_blocks,
+                        int32_t *slices) {
+    SK_CHECK_NOT_NULL(grid);
+    if (grid->rows < 1 || grid->cols < 1)
+        return sk_error(SK_STATUS_BAD_PARAM_SHAPE, "grid rows = %lld and cols = %lld must be >= 1",
+                        (long long)grid->rows, (long long)grid->cols);
+    if (grid->block_rows != 64 && grid->block_rows != 128)
+        return sk_error(SK_STATUS_BAD_PARAM_VALUE, "grid block_rows = %d must be 64 or 128",
+                        (int)grid->block_rows);
+    if (grid->block_cols != 64 && grid->block_cols != 128)
+        return sk_error(SK_STATUS_BAD_PARAM_VALUE, "grid block_cols = %d must be 64 or 128",
+                        (int)grid->block_cols);
+    if (grid->batch < 1 || grid->heads < 1)
+        return sk_error(SK_STATUS_BAD_PARAM_SHAPE, "grid batch = %d and heads = %d must be >= 1",
+                        (int)grid->batch, (int)grid->heads);
+    int64_t rb = sk_ceil_div_i64(grid->rows, grid->block_rows);
+    int64_t cb = sk_ceil_div_i64(grid->cols, grid->block_cols);
+    int64_t ns = (int64_t)grid->batch * grid->heads; /* two int32: fits int64 */
+    int64_t rows_total, dense;
+    if (!sk_mul_i64(ns, rb, &rows_total) || rows_total + 1 > INT32_MAX)
+        return sk_error(SK_STATUS_BAD_LAYOUT_OVERFLOW,
+                        "grid has %lld slices x %lld row blocks: the row-offset array does not "
+                        "fit int32 indexing",
+                        (long long)ns, (long long)rb);
+    if (!sk_mul_i64(rows_total, cb, &dense) || dense > INT32_MAX)
+        return sk_error(SK_STATUS_BAD_LAYOUT_OVERFLOW,
+                        "grid has %lld x %lld blocks per slice over %lld slices: the block count "
+                        "does not fit int32",
+                        (long long)rb, (long long)cb, (long long)ns);
+    if (row_blocks != NULL) *row_blocks = (int32_t)rb;
+    if (col_blocks != NULL) *col_blocks = (int32_t)cb;
+    if (slices != NULL) *slices = (int32_t)ns;
+    return SK_STATUS_SUCCESS;
+}
+
+sk_status sk_grid_blocks(const sk_grid *grid, int32_t *row_blocks, int32_t *col_blocks,
+                         int32_t *slices) {
+    SK_ENTER("sk_grid_blocks");
+    return sk_grid_check(grid, row_blocks, col_blocks, slices);
+}

@@ -1,0 +1,65 @@
+/*
+ * no_cuda.c - the CUDA backend's stand-in for builds without nvcc (and for
+ * the sanitizer build): every GPU call reports that the backend is absent,
+ * and the device count is 0.
+ */
+#include "core/internal.h"
+#include "cuda/backend.h"
+
+#ifdef SK_NO_CUDA
+
+#define SK_NO_CUDA_TEXT "this SparseK was built without CUDA (no nvcc at build time)"
+
+sk_status sk_cuda_device_count(int32_t *count) {
+    *count = 0;
+    return SK_STATUS_SUCCESS;
+}
+
+sk_status sk_cuda_device_get_info(int32_t device, sk_device_info *info) {
+    (void)info;
+    return sk_error(SK_STATUS_BAD_PARAM_VALUE, "device = %d: there are no devices; %s", (int)device,
+                    SK_NO_CUDA_TEXT);
+}
+
+const char *sk_cuda_build_info(void) { return "no CUDA"; }
+
+sk_status sk_cuda_attention_workspace_size(const sk_attention_problem *p, size_t *bytes) {
+    (void)p;
+    (void)bytes;
+    return sk_error(SK_STATUS_NOT_SUPPORTED_BACKEND, SK_NO_CUDA_TEXT);
+}
+
+sk_status sk_cuda_attention_plan(const sk_attention_problem *p, void *workspace,
+                                 size_t workspace_size, struct CUstream_st *stream) {
+    (void)p, (void)workspace, (void)workspace_size, (void)stream;
+    return sk_error(SK_STATUS_NOT_SUPPORTED_BACKEND, SK_NO_CUDA_TEXT);
+}
+
+sk_status sk_cuda_attention_run(const sk_attention_problem *p, void *workspace,
+                                size_t workspace_size, struct CUstream_st *stream) {
+    (void)p, (void)workspace, (void)workspace_size, (void)stream;
+    return sk_error(SK_STATUS_NOT_SUPPORTED_BACKEND, SK_NO_CUDA_TEXT);
+}
+
+sk_status sk_cuda_bsr_gemm_workspace_size(const sk_bsr_gemm_problem *p, size_t *bytes) {
+    (void)p;
+    (void)bytes;
+    return sk_error(SK_STATUS_NOT_SUPPORTED_BACKEND, SK_NO_CUDA_TEXT);
+}
+
+sk_status sk_cuda_bsr_gemm_plan(const sk_bsr_gemm_problem *p, void *workspace,
+                                size_t workspace_size, struct CUstream_st *stream) {
+    (void)p, (void)workspace, (void)workspace_size, (void)stream;
+    return sk_error(SK_STATUS_NOT_SUPPORTED_BACKEND, SK_NO_CUDA_TEXT);
+}
+
+sk_status sk_cuda_bsr_gemm_run(const sk_bsr_gemm_problem *p, void *workspace,
+                               size_t workspace_size, struct CUstream_st *stream) {
+    (void)p, (void)workspace, (void)workspace_size, (void)stream;
+    return sk_error(SK_STATUS_NOT_SUPPORTED_BACKEND, SK_NO_CUDA_TEXT);
+}
+
+#else
+/* Built with CUDA: src/cuda/ provides these. ISO C wants a declaration. */
+typedef int sk_no_cuda_unused;
+#endif

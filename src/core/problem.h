@@ -1,0 +1,58 @@
+/*
+ * problem.h - the checked, normalised form of a call, handed to a backend.
+ *
+ * The core (src/core/attention.c, src/core/bsr_gemm.c) validates the public
+ * descriptor, layout and pointers, resolves defaults (packed strides, the
+ * 1/sqrt(D) scale, the layout's slice mapping) and fills one of these. A
+ * backend may then assume every field is consistent and every size product
+ * fits int64; it still must not trust the layout's array CONTENT when the
+ * layout lives on the device (see "Robustness" in sparsek.h).
+ */
+#ifndef SK_CORE_PROBLEM_H
+#define SK_CORE_PROBLEM_H
+
+#include <stdint.h>
+
+#include "sparsek.h"
+
+typedef struct sk_attention_problem {
+    sk_backend backend; /* CPU, or the CUDA variant asked for */
+    sk_dtype dtype;
+    int64_t batch, seq_q, seq_k, heads_q, heads_kv, head_dim;
+    float scale;      /* resolved: never 0 unless the caller... cannot; always finite */
+    int causal;       /* 1 for SK_MASK_CAUSAL */
+    int64_t q_stride[3], k_stride[3], v_stride[3], o_stride[3]; /* resolved, in elements */
+    int32_t group;    /* heads_q / heads_kv */
+
+    /* Layout, with the slice mapping resolved:
+     *   slice(b, h) = (layout_batch == 1 ? 0 : b) * layout_heads + h / head_div */
+    int32_t block_q, block_k;       /* 64 or 128 */
+    int32_t row_blocks, col_blocks; /* ceil(Sq / block_q), ceil(Sk / block_k) */
+    int32_t layout_batch, layout_heads, head_div;
+    int32_t nnz;
+    const int32_t *row_offsets; /* [layout_batch * layout_heads * row_blocks + 1] */
+    const int32_t *col_indices; /* [nnz] */
+
+    const void *q, *k, *v; /* may be NULL in workspace-size / plan calls */
+    void *o;
+    float *lse; /* may be NULL */
+} sk_attention_problem;
+
+typedef struct sk_bsr_gemm_problem {
+    sk_backend backend;
+    sk_dtype ab_dtype, c_dtype;
+    int64_t m, n, k;
+    sk_order b_order;
+    int64_t ldb, ldc; /* resolved */
+    float alpha, beta;
+    int32_t block_m, block_k;       /* A's block_rows, block_cols */
+    int32_t row_blocks, col_blocks; /* ceil(m / block_m), ceil(k / block_k) */
+    int32_t nnz;
+    const int32_t *row_offsets; /* [row_blocks + 1] */
+    const int32_t *col_indices; /* [nnz] */
+    const void *a_values;       /* [nnz, block_m, block_k] */
+    const void *b;
+    void *c;
+} sk_bsr_gemm_problem;
+
+#endif /* SK_CORE_PROBLEM_H */

@@ -1,0 +1,44 @@
+/*
+ * backend.h - the C interface between the core and the CUDA backend.
+ *
+ * Implemented by the .cu files of src/cuda when the library is built with nvcc, and by
+ * src/cuda/no_cuda.c (every call: SK_STATUS_NOT_SUPPORTED_BACKEND) when it
+ * is not. Problems arrive validated (src/core/problem.h); these functions
+ * check only what needs the device: that one is present, its compute
+ * capability, the kernel's supported combinations, the workspace size.
+ * Errors are recorded with sk_error (the entry point's name is already set).
+ * Nothing here allocates or synchronises except the sk_cuda_device_* calls.
+ */
+#ifndef SK_CUDA_BACKEND_H
+#define SK_CUDA_BACKEND_H
+
+#include <stddef.h>
+
+#include "core/problem.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+sk_status sk_cuda_device_count(int32_t *count);
+sk_status sk_cuda_device_get_info(int32_t device, sk_device_info *info);
+/* "CUDA 13.0, sm_80 sm_90a" or similar; static text. */
+const char *sk_cuda_build_info(void);
+
+sk_status sk_cuda_attention_workspace_size(const sk_attention_problem *p, size_t *bytes);
+sk_status sk_cuda_attention_plan(const sk_attention_problem *p, void *workspace,
+                                 size_t workspace_size, struct CUstream_st *stream);
+sk_status sk_cuda_attention_run(const sk_attention_problem *p, void *workspace,
+                                size_t workspace_size, struct CUstream_st *stream);
+
+sk_status sk_cuda_bsr_gemm_workspace_size(const sk_bsr_gemm_problem *p, size_t *bytes);
+sk_status sk_cuda_bsr_gemm_plan(const sk_bsr_gemm_problem *p, void *workspace,
+                                size_t workspace_size, struct CUstream_st *stream);
+sk_status sk_cuda_bsr_gemm_run(const sk_bsr_gemm_problem *p, void *workspace,
+                               size_t workspace_size, struct CUstream_st *stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SK_CUDA_BACKEND_H */

@@ -1,0 +1,40 @@
+/*
+ * cuda_check.cuh - turning CUDA runtime errors into SparseK statuses.
+ * A failed CUDA call becomes SK_STATUS_EXECUTION_FAILED with a text that
+ * keeps cudaGetErrorName, e.g. "sk_attention_run: kernel launch:
+ * cudaErrorInvalidValue (invalid argument)".
+ */
+#ifndef SK_CUDA_CHECK_CUH
+#define SK_CUDA_CHECK_CUH
+
+#include <cuda_runtime.h>
+
+#include "core/internal.h"
+
+static inline sk_status sk_cuda_status(cudaError_t err, const char *what) {
+    if (err == cudaSuccess) return SK_STATUS_SUCCESS;
+    return sk_error(SK_STATUS_EXECUTION_FAILED, "%s: %s (%s)", what, cudaGetErrorName(err),
+                    cudaGetErrorString(err));
+}
+
+#define SK_CUDA_TRY(call, what) SK_TRY(sk_cuda_status((call), (what)))
+
+/* The current device's compute capability, or a status when there is no
+ * usable device (SK_STATUS_NOT_SUPPORTED_BACKEND: nothing was enqueued). */
+static inline sk_status sk_cuda_current_cc(int *device, int *major, int *minor) {
+    int count = 0;
+    cudaError_t err = cudaGetDeviceCount(&count);
+    if (err != cudaSuccess || count == 0) {
+        (void)cudaGetLastError(); /* clear the sticky no-device error */
+        return sk_error(SK_STATUS_NOT_SUPPORTED_BACKEND, "no CUDA device is usable (%s)",
+                        err != cudaSuccess ? cudaGetErrorName(err) : "device count 0");
+    }
+    SK_CUDA_TRY(cudaGetDevice(device), "cudaGetDevice");
+    SK_CUDA_TRY(cudaDeviceGetAttribute(major, cudaDevAttrComputeCapabilityMajor, *device),
+                "cudaDeviceGetAttribute");
+    SK_CUDA_TRY(cudaDeviceGetAttribute(minor, cudaDevAttrComputeCapabilityMinor, *device),
+                "cudaDeviceGetAttribute");
+    return SK_STATUS_SUCCESS;
+}
+
+#endif /* SK_CUDA_CHECK_CUH */

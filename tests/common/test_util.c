@@ -1,0 +1,142 @@
+/*
+ * test_util.c - see test_util.h.
+ */
+#include "common/test_util.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void tu_rng_seed(tu_rng *rng, uint64_t seed) { rng->state = seed; }
+
+uint64_t tu_rng_next(tu_rng *rng) {
+    uint64_t z = (rng->state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+double tu_rng_uniform(tu_rng *rng) { return (double)(tu_rng_next(rng) >> 11) * 0x1.0p-53; }
+
+double tu_rng_normal(tu_rng *rng) {
+    /* Box-Muller; u1 in (0, 1] so the log is finite. */
+    double u1 = 1.0 - tu_rng_uniform(rng), u2 = tu_rng_uniform(rng);
+    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
+int64_t tu_rng_range(tu_rng *rng, int64_t lo, int64_t hi) {
+    return lo + (int64_t)(tu_rng_next(rng) % (uint64_t)(hi - lo + 1));
+}
+
+static uint32_t f32_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+static float bits_f32(uint32_t u) {
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+uint16_t tu_f32_to_bf16(float f) {
+    uint32_t u = f32_bits(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u); /* quiet NaN */
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+float tu_bf16_to_f32(uint16_t h) { return bits_f32((uint32_t)h << 16); }
+
+uint16_t tu_f32_to_f16(float f) {
+    /* Exact rounding through double: scale into the f16 grid and use rint. */
+    if (isnan(f)) return 0x7e00;
+    uint16_t sign = signbit(f) ? 0x8000 : 0;
+    double a = fabs((double)f);
+    if (a >= 65520.0) return sign | 0x7c00; /* rounds to inf */
+    if (a < 0x1.0p-14) {                     /* subnormal: multiples of 2^-24 */
+        double m = rint(a * 0x1.0p24);
+        return sign | (uint16_t)m; /* m == 1024 becomes the smallest normal */
+    }
+    int e;
+    double fr = frexp(a, &e);               /* a = fr * 2^e, fr in [0.5, 1) */
+    double m = rint(fr * 2048.0);           /* 11 significant bits */
+    if (m == 2048.0) {
+        m = 1024.0;
+        ++e;
+    }
+    int biased = e - 1 + 15;
+    if (biased >= 31) return sign | 0x7c00;
+    return sign | (uint16_t)(biased << 10) | (uint16_t)((int)m - 1024);
+}
+
+float tu_f16_to_f32(uint16_t h) {
+    int sign = h >> 15, exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
+    double v;
+    if (exp == 0)
+        v = ldexp((double)mant, -24);
+    else if (exp == 31)
+        v = mant ? NAN : INFINITY;
+    else
+        v = ldexp((double)(mant | 0x400), exp - 25);
+    return (float)(sign ? -v : v);
+}
+
+void tu_store(void *buf, sk_dtype dtype, int64_t i, float value) {
+    switch (dtype) {
+    case SK_DTYPE_F16:
+        ((uint16_t *)buf)[i] = tu_f32_to_f16(value);
+        break;
+    case SK_DTYPE_BF16:
+        ((uint16_t *)buf)[i] = tu_f32_to_bf16(value);
+        break;
+    case SK_DTYPE_F32:
+        ((float *)buf)[i] = value;
+        break;
+    }
+}
+
+float tu_load(const void *buf, sk_dtype dtype, int64_t i) {
+    switch (dtype) {
+    case SK_DTYPE_F16:
+        return tu_f16_to_f32(((const uint16_t *)buf)[i]);
+    case SK_DTYPE_BF16:
+        return tu_bf16_to_f32(((const uint16_t *)buf)[i]);
+    case SK_DTYPE_F32:
+        return ((const float *)buf)[i];
+    }
+    return NAN;
+}
+
+void tu_fill_nan(void *buf, sk_dtype dtype, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) tu_store(buf, dtype, i, NAN);
+}
+
+void tu_fill_normal(tu_rng *rng, void *buf, sk_dtype dtype, int64_t n, float scale) {
+    for (int64_t i = 0; i < n; ++i) tu_store(buf, dtype, i, (float)tu_rng_normal(rng) * scale);
+}
+
+double tu_unit_roundoff(sk_dtype dtype) {
+    switch (dtype) {
+    case SK_DTYPE_F16:
+        return 0x1.0p-11;
+    case SK_DTYPE_BF16:
+        return 0x1.0p-8;
+    case SK_DTYPE_F32:
+        return 0x1.0p-24;
+    }
+    return 1.0;
+}
+
+uint64_t tu_base_seed(void) {
+    static int printed;
+    const char *env = getenv("SPARSEK_TEST_SEED");
+    uint64_t seed = env != NULL ? strtoull(env, NULL, 0) : 20261122ull;
+    if (!printed) {
+        printf("test seed %llu (set SPARSEK_TEST_SEED to change)\n", (unsigned long long)seed);
+        printed = 1;
+    }
+    return seed;
+}

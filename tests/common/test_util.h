@@ -1,0 +1,45 @@
+/*
+ * test_util.h - helpers shared by the CPU and GPU tests: a seeded RNG, fp16
+ * and bf16 conversions written independently of the library's own, NaN
+ * poisoning, and the tolerance rule.
+ */
+#ifndef SK_TESTS_TEST_UTIL_H
+#define SK_TESTS_TEST_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sparsek.h"
+
+/* splitmix64: a seeded, platform-independent stream. */
+typedef struct tu_rng {
+    uint64_t state;
+} tu_rng;
+void tu_rng_seed(tu_rng *rng, uint64_t seed);
+uint64_t tu_rng_next(tu_rng *rng);
+double tu_rng_uniform(tu_rng *rng);                  /* [0, 1) */
+double tu_rng_normal(tu_rng *rng);                   /* N(0, 1) */
+int64_t tu_rng_range(tu_rng *rng, int64_t lo, int64_t hi); /* [lo, hi] */
+
+/* Round-to-nearest-even conversions (independent of src/cpu). */
+uint16_t tu_f32_to_f16(float f);
+float tu_f16_to_f32(uint16_t h);
+uint16_t tu_f32_to_bf16(float f);
+float tu_bf16_to_f32(uint16_t h);
+
+/* Store / load element i of a buffer of the given dtype as a float. */
+void tu_store(void *buf, sk_dtype dtype, int64_t i, float value);
+float tu_load(const void *buf, sk_dtype dtype, int64_t i);
+/* Fill n elements with quiet NaN. */
+void tu_fill_nan(void *buf, sk_dtype dtype, int64_t n);
+/* Fill n elements with N(0, 1) * scale, rounded to the dtype. */
+void tu_fill_normal(tu_rng *rng, void *buf, sk_dtype dtype, int64_t n, float scale);
+
+/* Unit roundoff of a dtype: 2^-11 for F16, 2^-8 for BF16, 2^-24 for F32. */
+double tu_unit_roundoff(sk_dtype dtype);
+
+/* The seed every randomised test uses: SPARSEK_TEST_SEED from the
+ * environment, else a fixed default; printed once by the runner. */
+uint64_t tu_base_seed(void);
+
+#endif /* SK_TESTS_TEST_UTIL_H */
