@@ -1,0 +1,46 @@
+/*
+ * attention_kernels.h - the interface between the CUDA attention dispatch
+ * (attention.cu: workspace, plan, kernel choice) and the kernel families
+ * (attention_sm80*.cu, attention_sm90*.cu).
+ *
+ * Tiles. A tile is one layout row for one query head: tile id
+ *     t = (b * heads_q + h) * row_blocks + i
+ * covers query tokens [i * block_q, min((i + 1) * block_q, Sq)) of batch b,
+ * query head h, and the key blocks of layout row
+ *     g = slice(b, h) * row_blocks + i,
+ *     slice(b, h) = (layout_batch == 1 ? 0 : b) * layout_heads + h / head_div.
+ *
+ * Schedule. sk_attention_plan writes into the workspace the tile order,
+ * longest rows (most selected blocks) first, ties in tile-id order, so that
+ * the query heads of one KV group and batch stay adjacent (their K/V is
+ * shared in L2). A kernel may walk tile_order with a persistent grid and an
+ * atomic counter (reset on the stream by the run, before the launch), or
+ * launch one CTA per tile and read tile_order[blockIdx.x].
+ */
+#ifndef SK_CUDA_ATTENTION_KERNELS_H
+#define SK_CUDA_ATTENTION_KERNELS_H
+
+#include <cuda_runtime.h>
+
+#include "core/problem.h"
+
+typedef struct sk_attention_schedule {
+    const int32_t *tile_order; /* [num_tiles] device; tile ids, longest rows first */
+    int32_t *tile_counter;     /* [1] device; zero at kernel start */
+    int32_t num_tiles;         /* batch * heads_q * row_blocks */
+} sk_attention_schedule;
+
+/* The portable kernel (mma.sync, cp.async), any compute capability >= 8.0.
+ * Returns SK_STATUS_NOT_SUPPORTED (with a message) for a combination it
+ * lacks, before enqueuing anything. */
+sk_status sk_attention_sm80_launch(const sk_attention_problem *p, const sk_attention_schedule *s,
+                                   cudaStream_t stream);
+
+/* The Hopper kernel (TMA, wgmma, warp specialisation), compute capability
+ * 9.0 only. supports() says whether it covers the problem; when it does
+ * not, the dispatch falls back to the portable kernel. */
+int sk_attention_sm90_supports(const sk_attention_problem *p);
+sk_status sk_attention_sm90_launch(const sk_attention_problem *p, const sk_attention_schedule *s,
+                                   cudaStream_t stream);
+
+#endif /* SK_CUDA_ATTENTION_KERNELS_H */
