@@ -402,6 +402,95 @@ SK_API sk_status sk_attention_forward(const sk_attention_desc *desc, const sk_bs
                                       struct CUstream_st *stream);
 
 /* ---------------------------------------------------------------------------
+ * Dynamic top-k block selection (SparseK / NSA / MoBA style)
+ * ---------------------------------------------------------------------------
+ * Block summaries: pooled Q [B, Hq, row_blocks, D] and pooled K
+ * [B, Hkv, col_blocks, D], fp32 contiguous, each the mean of the block's
+ * valid tokens (a tail block averages fewer tokens).
+ * Block scores: score(b, h, i, j) = scale * dot(pooled_q[b, h, i], pooled_k[b, h / group, j]);
+ * with per_kv_head, one score per KV head: the sum over its query heads.
+ * Selection per layout row, over candidate blocks (all blocks; with causal,
+ * only blocks holding a causal pair): the forced blocks first (sinks
+ * 0 .. sink_blocks-1, and the local_blocks blocks ending at the row's
+ * diagonal block d = the key block holding position p of the row's last
+ * valid query, p = q + Sk - Sq), then the k highest-scoring remaining
+ * candidates, ties to the lower block index; NaN and -inf scores are never
+ * picked by score. These are exactly the rules of sk_layout_create_topk, so
+ * the host builder is the reference of the device selection.
+ * Output: a BSR layout written on the device into caller buffers whose
+ * sizes come from sk_topk_layout_capacity, so nothing waits on the host
+ * and a CUDA graph can capture it. Its nnz field is set to the capacity;
+ * row_offsets[last] <= capacity is the real count (see "Robustness"). */
+
+typedef struct sk_topk_desc {
+    size_t struct_size;   /* sizeof(sk_topk_desc); set by sk_topk_desc_init */
+    sk_backend backend;   /* default SK_BACKEND_CUDA */
+    sk_dtype dtype;       /* Q and K: F16 or BF16 (F32 on the CPU only). Default F16 */
+    int64_t batch;        /* B */
+    int64_t seq_q;        /* Sq */
+    int64_t seq_k;        /* Sk */
+    int64_t heads_q;      /* Hq, a multiple of heads_kv */
+    int64_t heads_kv;     /* Hkv */
+    int64_t head_dim;     /* D */
+    int64_t q_strides[3]; /* Q [B, Sq, Hq, D] element strides, all 0 = packed */
+    int64_t k_strides[3]; /* K [B, Sk, Hkv, D] element strides, all 0 = packed */
+    int32_t block_q;      /* 64 or 128; default 128 */
+    int32_t block_k;      /* 64 or 128; default 128 */
+    float scale;          /* score scale; 0 (default) means 1/sqrt(D) */
+    int32_t k;            /* blocks picked by score per row, >= 0; default 16 */
+    int32_t sink_blocks;  /* forced leading blocks, >= 0; default 0 */
+    int32_t local_blocks; /* forced blocks ending at the diagonal, >= 0; default 0 */
+    sk_mask mask;         /* SK_MASK_CAUSAL: never select a block with no causal pair */
+    int32_t per_kv_head;  /* != 0: one layout per KV head (heads = Hkv), scores summed
+                             over its query heads; 0 (default): per query head (heads = Hq) */
+} sk_topk_desc;
+
+SK_API sk_status sk_topk_desc_init(sk_topk_desc *desc, size_t struct_size);
+
+/* The output layout's grid and the capacity its buffers need:
+ * row_offsets: slices * row_blocks + 1 entries; col_indices: *max_nnz. */
+SK_API sk_status sk_topk_layout_capacity(const sk_topk_desc *desc, sk_grid *grid,
+                                         int32_t *max_nnz);
+
+/* Workspace bytes of sk_select_topk / sk_layout_from_scores (0 on the CPU). */
+SK_API sk_status sk_topk_workspace_size(const sk_topk_desc *desc, size_t *workspace_bytes);
+
+/* Block means of Q and K.
+ *   q         [B, Sq, Hq, D]   desc->dtype, desc->q_strides
+ *   k         [B, Sk, Hkv, D]  desc->dtype, desc->k_strides
+ *   pooled_q  [B, Hq, row_blocks, D]  fp32 contiguous; written
+ *   pooled_k  [B, Hkv, col_blocks, D] fp32 contiguous; written */
+SK_API sk_status sk_block_pool(const sk_topk_desc *desc, const void *q, const void *k,
+                               float *pooled_q, float *pooled_k, struct CUstream_st *stream);
+
+/* Score the pooled blocks and select; writes layout->row_offsets and
+ * layout->col_indices (capacity from sk_topk_layout_capacity) and sets
+ * layout->grid and layout->nnz (= capacity). */
+SK_API sk_status sk_select_topk(const sk_topk_desc *desc, const float *pooled_q,
+                                const float *pooled_k, sk_bsr *layout, void *workspace,
+                                size_t workspace_size, struct CUstream_st *stream);
+
+/* The same selection from caller scores: fp32 [slices, row_blocks,
+ * col_blocks] contiguous (slices = B * (per_kv_head ? Hkv : Hq)), for
+ * example from a learned scorer. */
+SK_API sk_status sk_layout_from_scores(const sk_topk_desc *desc, const float *scores,
+                                       sk_bsr *layout, void *workspace, size_t workspace_size,
+                                       struct CUstream_st *stream);
+
+/* Selection followed by the attention forward, on one stream:
+ * pool, score, select into *layout (caller buffers as above, readable
+ * afterwards), plan, run. attn and topk must describe the same problem
+ * (sizes, dtype, Q/K strides, backend, block sizes). Workspace from
+ * sk_attention_topk_workspace_size. */
+SK_API sk_status sk_attention_topk_workspace_size(const sk_attention_desc *attn,
+                                                  const sk_topk_desc *topk,
+                                                  size_t *workspace_bytes);
+SK_API sk_status sk_attention_topk(const sk_attention_desc *attn, const sk_topk_desc *topk,
+                                   const void *q, const void *k, const void *v, void *o,
+                                   float *lse, sk_bsr *layout, void *workspace,
+                                   size_t workspace_size, struct CUstream_st *stream);
+
+/* ---------------------------------------------------------------------------
  * BSR sparse x dense GEMM:  C = alpha * A * B + beta * C
  * ------------------------------------------------------------------------- */
 
