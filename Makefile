@@ -45,7 +45,7 @@ CUDA_OBJ :=
 CUDA_LIBS :=
 else
 HAVE_CUDA := 1
-CFLAGS += -I$(CUDA_HOME)/include
+CFLAGS += -isystem $(CUDA_HOME)/include
 CUDA_OBJ := $(patsubst src/%.cu,$(BUILD)/obj/%.o,$(CUDA_SRC))
 CUDA_LIBS := -L$(CUDA_HOME)/lib64 -lcudart_static -lrt -lpthread -ldl -lstdc++
 endif

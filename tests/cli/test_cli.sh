@@ -1,3 +1,228 @@
 #!/bin/sh
-# STUB: replaced by the CLI work.
-echo "0 passed, 0 failed"
+# CLI tests for build/sparsek: info, run on the CPU backend (every pattern,
+# every dtype, GQA, tails), --json output, and every kind of bad flag.
+# Tiny shapes: the whole script takes seconds.
+#
+# Usage: sh tests/cli/test_cli.sh build/sparsek
+# Prints one line per test and a closing "N passed, M failed"; exits
+# non-zero when any test failed.
+
+BIN=${1:-build/sparsek}
+PYTHON=${PYTHON:-python3}
+pass=0
+fail=0
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/sk_cli.XXXXXX") || exit 1
+trap 'rm -rf "$tmp"' EXIT
+out=$tmp/out
+err=$tmp/err
+
+# A tiny CPU workload shared by most tests.
+TINY="--backend cpu --batch 1 --heads 2 --seq 256 --dim 32 --block 64"
+
+ok() {
+    pass=$((pass + 1))
+    echo "PASS $1"
+}
+
+bad() { # name, reason
+    fail=$((fail + 1))
+    echo "FAIL $1: $2"
+    sed 's/^/    stdout: /' "$out" | head -20
+    sed 's/^/    stderr: /' "$err" | head -20
+}
+
+# run_cmd args...: runs the CLI, stdout to $out, stderr to $err, status in $rc.
+run_cmd() {
+    "$BIN" "$@" >"$out" 2>"$err"
+    rc=$?
+}
+
+# expect_ok name args...: exit 0 and "result     PASS" in the text output.
+expect_ok() {
+    name=$1
+    shift
+    run_cmd "$@"
+    if [ "$rc" -ne 0 ]; then
+        bad "$name" "exit status $rc, expected 0"
+    elif ! grep -q "^result  *PASS" "$out"; then
+        bad "$name" "no PASS line"
+    else
+        ok "$name"
+    fi
+}
+
+# expect_usage name args...: exit 2 and "usage" on stderr, nothing on stdout.
+expect_usage() {
+    name=$1
+    shift
+    run_cmd "$@"
+    if [ "$rc" -ne 2 ]; then
+        bad "$name" "exit status $rc, expected 2"
+    elif ! grep -q "usage" "$err"; then
+        bad "$name" "no usage message on stderr"
+    elif [ -s "$out" ]; then
+        bad "$name" "unexpected output on stdout"
+    else
+        ok "$name"
+    fi
+}
+
+# json_check name python-expression-on-d args...: run with --json; stdout must
+# parse as one JSON object, and the expression must hold.
+json_check() {
+    name=$1
+    expr=$2
+    shift 2
+    run_cmd "$@" --json
+    if [ "$rc" -ne 0 ]; then
+        bad "$name" "exit status $rc, expected 0"
+        return
+    fi
+    if "$PYTHON" -c "
+import json, sys
+d = json.load(sys.stdin)
+sys.exit(0 if ($expr) else 1)
+" <"$out" 2>>"$err"; then
+        ok "$name"
+    else
+        bad "$name" "JSON did not parse or did not satisfy: $expr"
+    fi
+}
+
+if [ ! -x "$BIN" ]; then
+    echo "FAIL setup: $BIN is not an executable"
+    echo "0 passed, 1 failed"
+    exit 1
+fi
+
+# --- help and commands -------------------------------------------------------
+run_cmd --help
+if [ "$rc" -eq 0 ] && grep -q "usage" "$out" && grep -q -- "--check-rows" "$out"; then
+    ok "--help prints the usage, exit 0"
+else
+    bad "--help prints the usage, exit 0" "status $rc"
+fi
+
+run_cmd run --help
+if [ "$rc" -eq 0 ] && grep -q -- "--pattern" "$out"; then
+    ok "run --help, exit 0"
+else
+    bad "run --help, exit 0" "status $rc"
+fi
+
+expect_usage "no command: usage, exit 2"
+expect_usage "unknown command" frobnicate
+
+# --- info --------------------------------------------------------------------
+run_cmd info
+if [ "$rc" -eq 0 ] && grep -q "^sparsek [0-9]" "$out" && grep -q "^build" "$out" &&
+    grep -q -E "^GPU" "$out"; then
+    ok "info: version, build, GPUs"
+else
+    bad "info: version, build, GPUs" "status $rc"
+fi
+no_gpu=0
+grep -q "no GPU found" "$out" && no_gpu=1
+
+json_check "info --json parses" "'version' in d and 'build' in d and isinstance(d['gpus'], list)" info
+
+# --- run on the CPU ----------------------------------------------------------
+expect_ok "run, CPU backend, tiny shape" run $TINY
+expect_ok "run, default pattern at 10% density" run $TINY --density 0.1
+
+# Auto picks CUDA when there is a GPU; D=64 suits both backends.
+expect_ok "run --backend auto, small shape" run --batch 1 --heads 2 --seq 256 --dim 64
+if [ "$no_gpu" -eq 1 ]; then
+    run_cmd run --batch 1 --heads 2 --seq 256 --dim 64
+    if grep -q "CPU" "$out" && grep -q "no GPU found" "$out"; then
+        ok "auto without a GPU says it runs on the CPU backend"
+    else
+        bad "auto without a GPU says it runs on the CPU backend" "no note"
+    fi
+    run_cmd run --backend cuda --seq 256 --dim 64
+    if [ "$rc" -eq 1 ] && grep -q "^sparsek: " "$err"; then
+        ok "--backend cuda without a GPU: error, exit 1"
+    else
+        bad "--backend cuda without a GPU: error, exit 1" "status $rc"
+    fi
+fi
+
+for p in dense causal window sinks strided random topk; do
+    json_check "pattern $p" \
+        "d['pattern'] == '$p' and d['check_passed'] is True and 0 < d['density'] <= 1" \
+        run $TINY --pattern $p
+done
+expect_ok "pattern topk with sinks, local window and causal" \
+    run $TINY --pattern topk --sinks 64 --window 128 --causal
+expect_ok "pattern window without the causal mask" run $TINY --pattern window --window 100 --causal off
+expect_ok "pattern strided, causal, stride 2" run $TINY --pattern strided --stride 2 --causal=on
+expect_ok "random with the causal mask" run $TINY --causal
+
+json_check "dtype f32" "d['dtype'] == 'f32' and d['check_passed'] is True" run $TINY --dtype f32
+json_check "dtype bf16" "d['dtype'] == 'bf16' and d['check_passed'] is True" run $TINY --dtype bf16
+expect_ok "dtype bf16, text" run $TINY --dtype bf16
+expect_ok "GQA, batch 2, tails, Sq != Sk, 64 x 128 blocks" \
+    run --backend cpu --batch 2 --heads 4 --heads-kv 2 --seq-q 200 --seq-k 333 --dim 40 \
+    --block-q 64 --block-k 128 --pattern causal --check-rows 8
+expect_ok "several iterations and warm-up" run $TINY --iters 3 --warmup 1
+
+# The text report carries every figure.
+run_cmd run $TINY
+missing=""
+for key in "^backend" "^shape" "^dtype" "^blocks" "^pattern" "^density" "^time .* ms" \
+    "actual" "dense-equivalent" "^per head .* us" "^max error"; do
+    grep -q "$key" "$out" || missing="$missing '$key'"
+done
+if [ -z "$missing" ]; then ok "text report has every field"; else bad "text report has every field" "missing$missing"; fi
+
+# --- JSON --------------------------------------------------------------------
+KEYS="['version','backend','device','batch','heads_q','heads_kv','seq_q','seq_k','head_dim','dtype','block_q','block_k','pattern','density','causal','seed','iters','time_ms','tflops_actual','tflops_dense_equiv','us_per_head','max_abs_err','check_passed']"
+json_check "--json: one object with every key" "all(k in d for k in $KEYS)" run $TINY
+json_check "--json: values" \
+    "d['backend'] == 'cpu' and d['batch'] == 1 and d['heads_q'] == 2 and d['seq_q'] == 256 and d['head_dim'] == 32 and d['dtype'] == 'f16' and d['block_q'] == 64 and d['pattern'] == 'random' and d['check_passed'] is True and d['max_abs_err'] < 0.02 and d['time_ms'] > 0" \
+    run $TINY
+json_check "--json: density = selected / total, k = round(density * col blocks)" \
+    "abs(d['density'] - 0.5) < 1e-9 and d['blocks_selected'] * 2 == d['blocks_total']" \
+    run $TINY --density 0.5
+json_check "--json: dense pattern, density 1, dense TFLOPS = actual" \
+    "d['density'] == 1 and abs(d['tflops_actual'] - d['tflops_dense_equiv']) <= 1e-9 * d['tflops_actual']" \
+    run $TINY --pattern dense
+json_check "--json: causal default on for window, off for random" \
+    "d['causal'] is True" run $TINY --pattern window
+json_check "--json: --check-rows 0 skips the check" \
+    "d['check_passed'] is None and d['max_abs_err'] is None" run $TINY --check-rows 0
+json_check "--json: the seed is reported" "d['seed'] == 42" run $TINY --seed 42
+
+# --- bad flags: usage on stderr, exit 2 ----------------------------------------
+expect_usage "unknown flag" run --frobnicate
+expect_usage "non-numeric --dim abc" run --dim abc
+expect_usage "--dim 0" run --dim 0
+expect_usage "--density 2" run --density 2
+expect_usage "--density 0" run --density 0
+expect_usage "--density nan" run --density nan
+expect_usage "--pattern nope" run --pattern nope
+expect_usage "--dtype f8" run --dtype f8
+expect_usage "--backend tpu" run --backend tpu
+expect_usage "missing value at the end" run --dim
+expect_usage "missing value before a flag" run --seq --dim 64
+expect_usage "--block 96" run --block 96
+expect_usage "--block-k 256" run --block-k 256
+expect_usage "--heads-kv must divide --heads" run --backend cpu --heads 6 --heads-kv 4
+expect_usage "negative --seed" run --seed -1
+expect_usage "--iters 0" run --iters 0
+expect_usage "trailing garbage 12x" run --seq 12x
+expect_usage "stray argument" run extra
+expect_usage "--causal with a bad value" run --causal=maybe
+expect_usage "--json takes no value" run --json=1
+expect_usage "info: unknown argument" info --bogus
+
+# --- a library failure is reported with its status ---------------------------
+run_cmd run --backend cpu --seq 16777216 --block 64 --dim 8 --pattern dense
+if [ "$rc" -eq 1 ] && grep -q "^sparsek: sk_layout_create_dense: SK_STATUS_BAD_LAYOUT_OVERFLOW: " "$err"; then
+    ok "library error: 'sparsek: <call>: <status>: <text>', exit 1"
+else
+    bad "library error: 'sparsek: <call>: <status>: <text>', exit 1" "status $rc"
+fi
+
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
