@@ -40,12 +40,9 @@
 #include "sparsek.h"
 
 #ifndef SK_NO_CUDA
-/* The CUDA runtime API header is C-compatible but uses an anonymous union
- * that -Wpedantic rejects in C99. */
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wpedantic"
+/* C-compatible; found through -isystem, so its C11 constructs do not trip
+ * -Wpedantic. */
 #include <cuda_runtime_api.h>
-#pragma GCC diagnostic pop
 #endif
 
 /* ---------------------------------------------------------------------------
