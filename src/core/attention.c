@@ -47,7 +47,7 @@ static void resolve_strides(const int64_t in[3], int64_t seq, int64_t heads, int
 }
 
 static sk_status check_desc(const sk_attention_desc *d) {
-    SK_CHECK_NOT_NULL(d);
+    if (d == NULL) return sk_error(SK_STATUS_BAD_PARAM_NULL_POINTER, "desc must not be NULL");
     if (d->struct_size != sizeof(sk_attention_desc))
         return sk_error(SK_STATUS_BAD_PARAM_STRUCT_SIZE,
                         "desc->struct_size = %zu, expected %zu: initialise the descriptor with "

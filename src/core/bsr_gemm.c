@@ -33,7 +33,7 @@ sk_status sk_bsr_gemm_desc_init(sk_bsr_gemm_desc *desc, size_t struct_size) {
 
 static sk_status build_problem(const sk_bsr_gemm_desc *d, const sk_bsr *a,
                                sk_bsr_gemm_problem *p) {
-    SK_CHECK_NOT_NULL(d);
+    if (d == NULL) return sk_error(SK_STATUS_BAD_PARAM_NULL_POINTER, "desc must not be NULL");
     if (d->struct_size != sizeof(sk_bsr_gemm_desc))
         return sk_error(SK_STATUS_BAD_PARAM_STRUCT_SIZE,
                         "desc->struct_size = %zu, expected %zu: initialise the descriptor with "
@@ -87,7 +87,8 @@ static sk_status build_problem(const sk_bsr_gemm_desc *d, const sk_bsr *a,
         !sk_mul_i64(d->m, p->ldc, &span) || span > INT64_MAX / 4)
         return sk_error(SK_STATUS_BAD_PARAM_OVERFLOW, "the sizes of B or C overflow int64 bytes");
 
-    SK_CHECK_NOT_NULL(a);
+    if (a == NULL)
+        return sk_error(SK_STATUS_BAD_PARAM_NULL_POINTER, "a_layout must not be NULL");
     int32_t row_blocks, col_blocks;
     SK_TRY(sk_grid_check(&a->grid, &row_blocks, &col_blocks, NULL));
     if (a->grid.rows != d->m || a->grid.cols != d->k)
