@@ -138,7 +138,7 @@ typedef enum sk_status {
 
     /* 3xxx: a bug in SparseK. Please report it. */
     SK_STATUS_INTERNAL_ERROR = 3000,
-    SK_STATUS_ALLOC_FAILED = 3001, /* a host allocation (layout builders only) failed */
+    SK_STATUS_ALLOC_FAILED = 3001, /* a host allocation (layout builders, CPU scratch) failed */
 
     /* 4xxx: the work was handed to the GPU and failed. */
     SK_STATUS_EXECUTION_FAILED = 4000 /* a CUDA call failed; the text has cudaGetErrorName */
