@@ -1,0 +1,109 @@
+"""SparseK: block-sparse attention and BSR GEMM (ctypes binding of libsparsek.so).
+
+    import numpy as np, sparsek
+    layout = sparsek.Layout.causal(1024, block=128)
+    out = sparsek.attention(q, k, v, layout, causal=True)      # q [B, S, H, D]
+
+numpy arrays run on the CPU backend; torch CUDA tensors on the CUDA backend
+(torch CPU tensors on the CPU backend). Errors from the library raise
+SparseKError (.status, .status_name, .message). See python/README.md.
+"""
+
+from __future__ import annotations
+
+from ctypes import byref, c_int32
+from typing import NamedTuple
+
+from . import _lib
+from ._lib import (
+    LIBRARY_PATH,
+    Backend,
+    DType,
+    Mask,
+    Order,
+    SparseKError,
+    Status,
+    check,
+)
+from .attention import AttentionPlan, attention, bsr_gemm, plan_attention
+from .layout import Grid, Layout, grid_blocks, make_grid
+
+
+def version() -> str:
+    """The loaded library's version, "MAJOR.MINOR.PATCH" (from sk_version)."""
+    v = _lib.F.sk_version()
+    return f"{v // 10000}.{v // 100 % 100}.{v % 100}"
+
+
+def version_int() -> int:
+    """sk_version(): MAJOR*10000 + MINOR*100 + PATCH."""
+    return int(_lib.F.sk_version())
+
+
+def build_info() -> str:
+    """sk_build_info(): compiler, CUDA version and architectures, or "no CUDA"."""
+    return _lib.F.sk_build_info().decode("utf-8", "replace")
+
+
+class DeviceInfo(NamedTuple):
+    index: int
+    name: str
+    cc_major: int
+    cc_minor: int
+    sm_count: int
+    memory_bytes: int
+    l2_bytes: int
+
+
+def devices() -> list:
+    """The CUDA devices this library can use (empty without CUDA or GPU)."""
+    count = c_int32()
+    check(_lib.F.sk_device_count(byref(count)))
+    out = []
+    for i in range(count.value):
+        info = _lib.SkDeviceInfo()
+        check(_lib.F.sk_device_get_info(i, byref(info)))
+        out.append(
+            DeviceInfo(
+                i,
+                info.name.decode("utf-8", "replace"),
+                info.cc_major,
+                info.cc_minor,
+                info.sm_count,
+                info.memory_bytes,
+                info.l2_bytes,
+            )
+        )
+    return out
+
+
+def status_name(status: int) -> str:
+    """sk_status_name(status)."""
+    return _lib.status_name(status)
+
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AttentionPlan",
+    "Backend",
+    "DType",
+    "DeviceInfo",
+    "Grid",
+    "LIBRARY_PATH",
+    "Layout",
+    "Mask",
+    "Order",
+    "SparseKError",
+    "Status",
+    "attention",
+    "bsr_gemm",
+    "build_info",
+    "devices",
+    "grid_blocks",
+    "make_grid",
+    "plan_attention",
+    "status_name",
+    "version",
+    "version_int",
+]
