@@ -75,7 +75,7 @@ $(BUILD)/obj/tools/%.o: tools/%.c
 
 # Every CUDA object keeps its ptxas report (registers, spills, stack) in
 # build/ptxas/, the evidence for "no spills, no local memory".
-$(BUILD)/obj/cuda/%.o: src/cuda/%.cu $(wildcard src/cuda/*.cuh) include/sparsek.h
+$(BUILD)/obj/cuda/%.o: src/cuda/%.cu $(wildcard src/cuda/*.cuh src/cuda/*.h src/core/*.h) include/sparsek.h
 	@mkdir -p $(dir $@) $(BUILD)/ptxas
 	$(NVCC) $(NVCCFLAGS) $(if $(findstring _sm90,$*),$(GENCODE_HOPPER),$(GENCODE_PORTABLE)) \
 		-c $< -o $@ 2> $(BUILD)/ptxas/$*.log || { cat $(BUILD)/ptxas/$*.log; exit 1; }

@@ -14,6 +14,7 @@
 #include "core/check.h"
 #include "core/internal.h"
 #include "core/layout.h"
+#include "core/attention_internal.h"
 #include "core/problem.h"
 #include "cpu/cpu_backend.h"
 #include "cuda/backend.h"
@@ -32,18 +33,6 @@ sk_status sk_attention_desc_init(sk_attention_desc *desc, size_t struct_size) {
     desc->scale = 0.0f;
     desc->mask = SK_MASK_NONE;
     return SK_STATUS_SUCCESS;
-}
-
-/* Resolve a stride triple: all zero means packed [B, S, H, D]. */
-static void resolve_strides(const int64_t in[3], int64_t seq, int64_t heads, int64_t dim,
-                            int64_t out[3]) {
-    if (in[0] == 0 && in[1] == 0 && in[2] == 0) {
-        out[2] = dim;
-        out[1] = heads * dim;
-        out[0] = seq * heads * dim;
-    } else {
-        memcpy(out, in, 3 * sizeof(int64_t));
-    }
 }
 
 static sk_status check_desc(const sk_attention_desc *d) {
@@ -133,8 +122,8 @@ static sk_status check_layout_geometry(const sk_attention_desc *d, const sk_bsr 
 
 /* Everything that needs no tensor pointer: descriptor, shapes, strides,
  * layout geometry. Fills *p except the tensor pointers. */
-static sk_status build_problem(const sk_attention_desc *d, const sk_bsr *layout,
-                               sk_attention_problem *p) {
+sk_status sk_attention_check_geometry(const sk_attention_desc *d, const sk_bsr *layout,
+                                     sk_attention_problem *p) {
     SK_TRY(check_desc(d));
     memset(p, 0, sizeof *p);
     p->backend = d->backend;
@@ -158,35 +147,26 @@ static sk_status build_problem(const sk_attention_desc *d, const sk_bsr *layout,
         q_elems > INT64_MAX / 4 || kv_elems > INT64_MAX / 4)
         return sk_error(SK_STATUS_BAD_PARAM_OVERFLOW,
                         "the tensor sizes B x S x H x D overflow int64 bytes");
-    resolve_strides(d->q_strides, d->seq_q, d->heads_q, d->head_dim, p->q_stride);
-    resolve_strides(d->k_strides, d->seq_k, d->heads_kv, d->head_dim, p->k_stride);
-    resolve_strides(d->v_strides, d->seq_k, d->heads_kv, d->head_dim, p->v_stride);
-    resolve_strides(d->o_strides, d->seq_q, d->heads_q, d->head_dim, p->o_stride);
+    sk_resolve_strides(d->q_strides, d->seq_q, d->heads_q, d->head_dim, p->q_stride);
+    sk_resolve_strides(d->k_strides, d->seq_k, d->heads_kv, d->head_dim, p->k_stride);
+    sk_resolve_strides(d->v_strides, d->seq_k, d->heads_kv, d->head_dim, p->v_stride);
+    sk_resolve_strides(d->o_strides, d->seq_q, d->heads_q, d->head_dim, p->o_stride);
     return SK_STATUS_SUCCESS;
 }
 
-static void tensor_shape(sk_tensor_shape *t, int64_t b, int64_t s, int64_t h, int64_t dim,
-                         const int64_t stride[3]) {
-    t->extent[0] = b;
-    t->extent[1] = s;
-    t->extent[2] = h;
-    memcpy(t->stride, stride, 3 * sizeof(int64_t));
-    t->inner = dim;
-}
-
 /* Pointer, extent, overlap and alignment checks of the run call. */
-static sk_status check_tensors(sk_attention_problem *p, const void *q, const void *k,
-                               const void *v, void *o, float *lse) {
+sk_status sk_attention_check_tensors(sk_attention_problem *p, const void *q, const void *k,
+                                    const void *v, void *o, float *lse) {
     SK_CHECK_NOT_NULL(q);
     SK_CHECK_NOT_NULL(k);
     SK_CHECK_NOT_NULL(v);
     SK_CHECK_NOT_NULL(o);
     const size_t es = sk_dtype_size(p->dtype);
     sk_tensor_shape tq, tk, tv, to;
-    tensor_shape(&tq, p->batch, p->seq_q, p->heads_q, p->head_dim, p->q_stride);
-    tensor_shape(&tk, p->batch, p->seq_k, p->heads_kv, p->head_dim, p->k_stride);
-    tensor_shape(&tv, p->batch, p->seq_k, p->heads_kv, p->head_dim, p->v_stride);
-    tensor_shape(&to, p->batch, p->seq_q, p->heads_q, p->head_dim, p->o_stride);
+    sk_tensor_shape_init(&tq, p->batch, p->seq_q, p->heads_q, p->head_dim, p->q_stride);
+    sk_tensor_shape_init(&tk, p->batch, p->seq_k, p->heads_kv, p->head_dim, p->k_stride);
+    sk_tensor_shape_init(&tv, p->batch, p->seq_k, p->heads_kv, p->head_dim, p->v_stride);
+    sk_tensor_shape_init(&to, p->batch, p->seq_q, p->heads_q, p->head_dim, p->o_stride);
     int64_t span_q, span_k, span_v, span_o;
     SK_TRY(sk_check_tensor_extent(&tq, "q", &span_q));
     SK_TRY(sk_check_tensor_extent(&tk, "k", &span_k));
@@ -232,9 +212,19 @@ static sk_status check_tensors(sk_attention_problem *p, const void *q, const voi
 }
 
 /* Host layouts are checked in full; device ones cannot be read here. */
-static sk_status check_layout_content(const sk_attention_problem *p, const sk_bsr *layout) {
+sk_status sk_attention_check_layout_content(const sk_attention_problem *p,
+                                           const sk_bsr *layout) {
     if (p->backend == SK_BACKEND_CPU) return sk_layout_check(layout);
     return SK_STATUS_SUCCESS;
+}
+
+sk_status sk_attention_problem_workspace_size(const sk_attention_problem *p,
+                                               size_t *workspace_bytes) {
+    if (p->backend == SK_BACKEND_CPU) {
+        *workspace_bytes = 0;
+        return SK_STATUS_SUCCESS;
+    }
+    return sk_cuda_attention_workspace_size(p, workspace_bytes);
 }
 
 sk_status sk_attention_workspace_size(const sk_attention_desc *desc, const sk_bsr *layout,
@@ -242,12 +232,8 @@ sk_status sk_attention_workspace_size(const sk_attention_desc *desc, const sk_bs
     SK_ENTER("sk_attention_workspace_size");
     SK_CHECK_NOT_NULL(workspace_bytes);
     sk_attention_problem p;
-    SK_TRY(build_problem(desc, layout, &p));
-    if (p.backend == SK_BACKEND_CPU) {
-        *workspace_bytes = 0;
-        return SK_STATUS_SUCCESS;
-    }
-    return sk_cuda_attention_workspace_size(&p, workspace_bytes);
+    SK_TRY(sk_attention_check_geometry(desc, layout, &p));
+    return sk_attention_problem_workspace_size(&p, workspace_bytes);
 }
 
 static sk_status plan_checked(const sk_attention_problem *p, void *workspace,
@@ -260,8 +246,8 @@ sk_status sk_attention_plan(const sk_attention_desc *desc, const sk_bsr *layout,
                             size_t workspace_size, struct CUstream_st *stream) {
     SK_ENTER("sk_attention_plan");
     sk_attention_problem p;
-    SK_TRY(build_problem(desc, layout, &p));
-    SK_TRY(check_layout_content(&p, layout));
+    SK_TRY(sk_attention_check_geometry(desc, layout, &p));
+    SK_TRY(sk_attention_check_layout_content(&p, layout));
     return plan_checked(&p, workspace, workspace_size, stream);
 }
 
@@ -276,9 +262,9 @@ sk_status sk_attention_run(const sk_attention_desc *desc, const sk_bsr *layout, 
                            size_t workspace_size, struct CUstream_st *stream) {
     SK_ENTER("sk_attention_run");
     sk_attention_problem p;
-    SK_TRY(build_problem(desc, layout, &p));
-    SK_TRY(check_tensors(&p, q, k, v, o, lse));
-    SK_TRY(check_layout_content(&p, layout));
+    SK_TRY(sk_attention_check_geometry(desc, layout, &p));
+    SK_TRY(sk_attention_check_tensors(&p, q, k, v, o, lse));
+    SK_TRY(sk_attention_check_layout_content(&p, layout));
     return run_checked(&p, workspace, workspace_size, stream);
 }
 
@@ -288,9 +274,14 @@ sk_status sk_attention_forward(const sk_attention_desc *desc, const sk_bsr *layo
                                struct CUstream_st *stream) {
     SK_ENTER("sk_attention_forward");
     sk_attention_problem p;
-    SK_TRY(build_problem(desc, layout, &p));
-    SK_TRY(check_tensors(&p, q, k, v, o, lse));
-    SK_TRY(check_layout_content(&p, layout));
-    SK_TRY(plan_checked(&p, workspace, workspace_size, stream));
-    return run_checked(&p, workspace, workspace_size, stream);
+    SK_TRY(sk_attention_check_geometry(desc, layout, &p));
+    SK_TRY(sk_attention_check_tensors(&p, q, k, v, o, lse));
+    SK_TRY(sk_attention_check_layout_content(&p, layout));
+    return sk_attention_enqueue(&p, workspace, workspace_size, stream);
+}
+
+sk_status sk_attention_enqueue(const sk_attention_problem *p, void *workspace,
+                               size_t workspace_size, struct CUstream_st *stream) {
+    SK_TRY(plan_checked(p, workspace, workspace_size, stream));
+    return run_checked(p, workspace, workspace_size, stream);
 }

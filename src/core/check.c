@@ -3,6 +3,8 @@
  */
 #include "core/check.h"
 
+#include <string.h>
+
 #include "core/internal.h"
 
 size_t sk_dtype_size(sk_dtype dtype) {
@@ -53,6 +55,26 @@ sk_status sk_check_backend(sk_backend backend, const char *what) {
                         "%s = %d is not an sk_backend (CPU=1, CUDA=2, CUDA_SM80=3, CUDA_SM90=4)",
                         what, (int)backend);
     return SK_STATUS_SUCCESS;
+}
+
+void sk_resolve_strides(const int64_t in[3], int64_t seq, int64_t heads, int64_t dim,
+                        int64_t out[3]) {
+    if (in[0] == 0 && in[1] == 0 && in[2] == 0) {
+        out[2] = dim;
+        out[1] = heads * dim;
+        out[0] = seq * heads * dim;
+    } else {
+        memcpy(out, in, 3 * sizeof(int64_t));
+    }
+}
+
+void sk_tensor_shape_init(sk_tensor_shape *t, int64_t b, int64_t s, int64_t h, int64_t dim,
+                          const int64_t stride[3]) {
+    t->extent[0] = b;
+    t->extent[1] = s;
+    t->extent[2] = h;
+    memcpy(t->stride, stride, 3 * sizeof(int64_t));
+    t->inner = dim;
 }
 
 static const char *const axis_names[3] = {"batch", "seq", "head"};

@@ -27,6 +27,14 @@ typedef struct sk_tensor_shape {
     int64_t inner;
 } sk_tensor_shape;
 
+/* Element strides of a [B, S, H, D] tensor: all three zero means packed. */
+void sk_resolve_strides(const int64_t in[3], int64_t seq, int64_t heads, int64_t dim,
+                        int64_t out[3]);
+
+/* t = [b, s, h, dim] with the given outer strides. */
+void sk_tensor_shape_init(sk_tensor_shape *t, int64_t b, int64_t s, int64_t h, int64_t dim,
+                          const int64_t stride[3]);
+
 /* Strides >= 0 and the largest element offset + 1 fits int64; the span (in
  * elements) is stored in *span_elems. */
 sk_status sk_check_tensor_extent(const sk_tensor_shape *t, const char *what, int64_t *span_elems);

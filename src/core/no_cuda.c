@@ -59,6 +59,28 @@ sk_status sk_cuda_bsr_gemm_run(const sk_bsr_gemm_problem *p, void *workspace,
     return sk_error(SK_STATUS_NOT_SUPPORTED_BACKEND, SK_NO_CUDA_TEXT);
 }
 
+/* ---------------------------------------------------------------------------
+ * Top-k selection (src/cuda/topk.cu) stand-ins
+ * ------------------------------------------------------------------------- */
+#include "cuda/topk_backend.h"
+
+sk_status sk_cuda_topk_workspace_size(const sk_topk_problem *p, int with_scores, size_t *bytes) {
+    (void)p, (void)with_scores, (void)bytes;
+    return sk_error(SK_STATUS_NOT_SUPPORTED_BACKEND, SK_NO_CUDA_TEXT);
+}
+
+sk_status sk_cuda_topk_pool(const sk_topk_problem *p, struct CUstream_st *stream) {
+    (void)p, (void)stream;
+    return sk_error(SK_STATUS_NOT_SUPPORTED_BACKEND, SK_NO_CUDA_TEXT);
+}
+
+sk_status sk_cuda_topk_select(const sk_topk_problem *p, void *workspace, size_t workspace_size,
+                              struct CUstream_st *stream) {
+    (void)p, (void)workspace, (void)workspace_size, (void)stream;
+    return sk_error(SK_STATUS_NOT_SUPPORTED_BACKEND, SK_NO_CUDA_TEXT);
+}
+/* ------------------------------------------------------------ end top-k -- */
+
 #else
 /* Built with CUDA: src/cuda/ provides these. ISO C wants a declaration. */
 typedef int sk_no_cuda_unused;

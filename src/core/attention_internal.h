@@ -1,0 +1,35 @@
+/*
+ * attention_internal.h - the attention entry points' steps, for other
+ * entry points that run an attention inside them (sk_attention_topk). None
+ * calls SK_ENTER, so messages keep the caller's name. Order of use:
+ * check_geometry, check_tensors, (produce the layout), check_layout_content,
+ * enqueue.
+ */
+#ifndef SK_CORE_ATTENTION_INTERNAL_H
+#define SK_CORE_ATTENTION_INTERNAL_H
+
+#include <stddef.h>
+
+#include "core/problem.h"
+
+/* Descriptor, shapes, strides and layout geometry (not its content). */
+sk_status sk_attention_check_geometry(const sk_attention_desc *desc, const sk_bsr *layout,
+                                      sk_attention_problem *p);
+
+/* Tensor pointers, extents, overlap, alignment; stores the pointers in *p. */
+sk_status sk_attention_check_tensors(sk_attention_problem *p, const void *q, const void *k,
+                                     const void *v, void *o, float *lse);
+
+/* The full layout check for the CPU backend; nothing for device layouts. */
+sk_status sk_attention_check_layout_content(const sk_attention_problem *p,
+                                            const sk_bsr *layout);
+
+/* Workspace bytes of plan + run for a checked problem. */
+sk_status sk_attention_problem_workspace_size(const sk_attention_problem *p,
+                                              size_t *workspace_bytes);
+
+/* Plan, then run, a fully checked problem. */
+sk_status sk_attention_enqueue(const sk_attention_problem *p, void *workspace,
+                               size_t workspace_size, struct CUstream_st *stream);
+
+#endif /* SK_CORE_ATTENTION_INTERNAL_H */

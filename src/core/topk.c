@@ -1,0 +1,572 @@
+/*
+ * topk.c - the public top-k selection entry points (sk_topk_*, sk_block_pool,
+ * sk_select_topk, sk_layout_from_scores, sk_attention_topk*): descriptor
+ * defaults, every argument check, dispatch to the CPU or CUDA backend.
+ *
+ * As in attention.c, every check runs before a backend is called, so a
+ * failed call writes nothing: descriptor and shapes (with the layout grid
+ * and capacity), pointers, extents, alignment, overlap, workspace, then the
+ * backend's own device checks. Device buffers cannot be measured from the
+ * host: the caller's layout arrays must hold the sizes that
+ * sk_topk_layout_capacity gives (row_offsets: slices * row_blocks + 1,
+ * col_indices: max_nnz), which is documented, not checked.
+ *
+ * The selection rules are in src/cuda/topk_backend.h (sk_topk_row_rules);
+ * the CPU backend is src/cpu/topk_ref.c, the CUDA one src/cuda/topk.cu.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/check.h"
+#include "core/internal.h"
+#include "core/attention_internal.h"
+#include "core/layout.h"
+#include "cpu/topk_ref.h"
+#include "cuda/topk_backend.h"
+
+/* Sub-allocations of a workspace start at multiples of this (relative to
+ * its base); the base itself must be 16-byte aligned. */
+enum { WS_ALIGN = 256, WS_BASE_ALIGN = 16 };
+
+static size_t align_up(size_t x) { return (x + WS_ALIGN - 1) / WS_ALIGN * WS_ALIGN; }
+
+sk_status sk_topk_desc_init(sk_topk_desc *desc, size_t struct_size) {
+    SK_ENTER("sk_topk_desc_init");
+    SK_CHECK_NOT_NULL(desc);
+    if (struct_size != sizeof(sk_topk_desc))
+        return sk_error(SK_STATUS_BAD_PARAM_STRUCT_SIZE,
+                        "struct_size = %zu, but this library's sk_topk_desc has %zu bytes",
+                        struct_size, sizeof(sk_topk_desc));
+    memset(desc, 0, sizeof *desc);
+    desc->struct_size = sizeof *desc;
+    desc->backend = SK_BACKEND_CUDA;
+    desc->dtype = SK_DTYPE_F16;
+    desc->block_q = 128;
+    desc->block_k = 128;
+    desc->scale = 0.0f;
+    desc->k = 16;
+    desc->sink_blocks = 0;
+    desc->local_blocks = 0;
+    desc->mask = SK_MASK_NONE;
+    desc->per_kv_head = 0;
+    return SK_STATUS_SUCCESS;
+}
+
+static void make_grid(const sk_topk_desc *d, sk_grid *g) {
+    memset(g, 0, sizeof *g);
+    g->rows = d->seq_q;
+    g->cols = d->seq_k;
+    g->block_rows = d->block_q;
+    g->block_cols = d->block_k;
+    g->batch = (int32_t)d->batch;
+    g->heads = (int32_t)(d->per_kv_head ? d->heads_kv : d->heads_q);
+}
+
+/* The descriptor alone: every field, the grid, the capacity. Fills *p
+ * (pointers NULL). */
+static sk_status build_problem(const sk_topk_desc *d, sk_topk_problem *p) {
+    if (d == NULL) return sk_error(SK_STATUS_BAD_PARAM_NULL_POINTER, "desc must not be NULL");
+    if (d->struct_size != sizeof(sk_topk_desc))
+        return sk_error(SK_STATUS_BAD_PARAM_STRUCT_SIZE,
+                        "desc->struct_size = %zu, expected %zu: initialise the descriptor with "
+                        "sk_topk_desc_init",
+                        d->struct_size, sizeof(sk_topk_desc));
+    SK_TRY(sk_check_backend(d->backend, "desc->backend"));
+    if (sk_dtype_size(d->dtype) == 0)
+        return sk_error(SK_STATUS_BAD_PARAM_DTYPE, "desc->dtype = %d is not an sk_dtype",
+                        (int)d->dtype);
+    if (d->dtype == SK_DTYPE_F32 && d->backend != SK_BACKEND_CPU)
+        return sk_error(SK_STATUS_BAD_PARAM_DTYPE,
+                        "desc->dtype = F32 is for the CPU backend only; the %s backend takes F16 "
+                        "or BF16",
+                        sk_backend_name(d->backend));
+    const int64_t sizes[6] = {d->batch, d->seq_q, d->seq_k, d->heads_q, d->heads_kv, d->head_dim};
+    static const char *const names[6] = {"batch",   "seq_q",    "seq_k",
+                                         "heads_q", "heads_kv", "head_dim"};
+    for (int i = 0; i < 6; ++i)
+        if (sizes[i] < 1)
+            return sk_error(SK_STATUS_BAD_PARAM_SHAPE, "desc->%s = %lld must be >= 1", names[i],
+                            (long long)sizes[i]);
+    if (d->heads_q % d->heads_kv != 0)
+        return sk_error(SK_STATUS_BAD_PARAM_SHAPE,
+                        "desc->heads_q = %lld is not a multiple of desc->heads_kv = %lld",
+                        (long long)d->heads_q, (long long)d->heads_kv);
+    if (d->heads_q > INT32_MAX || d->batch > INT32_MAX)
+        return sk_error(SK_STATUS_BAD_PARAM_OVERFLOW,
+                        "desc->batch = %lld and desc->heads_q = %lld must fit int32",
+                        (long long)d->batch, (long long)d->heads_q);
+    if (d->block_q != 64 && d->block_q != 128)
+        return sk_error(SK_STATUS_BAD_PARAM_VALUE, "desc->block_q = %d must be 64 or 128",
+                        (int)d->block_q);
+    if (d->block_k != 64 && d->block_k != 128)
+        return sk_error(SK_STATUS_BAD_PARAM_VALUE, "desc->block_k = %d must be 64 or 128",
+                        (int)d->block_k);
+    if (!isfinite(d->scale))
+        return sk_error(SK_STATUS_BAD_PARAM_VALUE, "desc->scale = %g must be finite",
+                        (double)d->scale);
+    if (d->k < 0)
+        return sk_error(SK_STATUS_BAD_PARAM_VALUE, "desc->k = %d must be >= 0", (int)d->k);
+    if (d->sink_blocks < 0)
+        return sk_error(SK_STATUS_BAD_PARAM_VALUE, "desc->sink_blocks = %d must be >= 0",
+                        (int)d->sink_blocks);
+    if (d->local_blocks < 0)
+        return sk_error(SK_STATUS_BAD_PARAM_VALUE, "desc->local_blocks = %d must be >= 0",
+                        (int)d->local_blocks);
+    if (d->mask != SK_MASK_NONE && d->mask != SK_MASK_CAUSAL)
+        return sk_error(SK_STATUS_BAD_PARAM_VALUE,
+                        "desc->mask = %d is not an sk_mask (NONE=0, CAUSAL=1)", (int)d->mask);
+
+    sk_grid grid;
+    make_grid(d, &grid);
+    int32_t rb, cb, slices;
+    SK_TRY(sk_grid_check(&grid, &rb, &cb, &slices));
+
+    /* Tensor and pooled sizes in bytes must fit int64. */
+    int64_t t, q_elems, k_elems, pq_elems, pk_elems;
+    if (!sk_mul_i64(d->batch, d->seq_q, &t) || !sk_mul_i64(t, d->heads_q, &t) ||
+        !sk_mul_i64(t, d->head_dim, &q_elems) || !sk_mul_i64(d->batch, d->seq_k, &t) ||
+        !sk_mul_i64(t, d->heads_kv, &t) || !sk_mul_i64(t, d->head_dim, &k_elems) ||
+        !sk_mul_i64(d->batch * d->heads_q, rb, &t) || !sk_mul_i64(t, d->head_dim, &pq_elems) ||
+        !sk_mul_i64(d->batch * d->heads_kv, cb, &t) || !sk_mul_i64(t, d->head_dim, &pk_elems) ||
+        q_elems > INT64_MAX / 4 || k_elems > INT64_MAX / 4 || pq_elems > INT64_MAX / 4 ||
+        pk_elems > INT64_MAX / 4)
+        return sk_error(SK_STATUS_BAD_PARAM_OVERFLOW,
+                        "the tensor sizes B x S x H x D (or the pooled B x H x blocks x D) "
+                        "overflow int64 bytes");
+
+    memset(p, 0, sizeof *p);
+    p->backend = d->backend;
+    p->dtype = d->dtype;
+    p->batch = d->batch;
+    p->seq_q = d->seq_q;
+    p->seq_k = d->seq_k;
+    p->heads_q = d->heads_q;
+    p->heads_kv = d->heads_kv;
+    p->head_dim = d->head_dim;
+    sk_resolve_strides(d->q_strides, d->seq_q, d->heads_q, d->head_dim, p->q_stride);
+    sk_resolve_strides(d->k_strides, d->seq_k, d->heads_kv, d->head_dim, p->k_stride);
+    p->group = (int32_t)(d->heads_q / d->heads_kv);
+    p->block_q = d->block_q;
+    p->block_k = d->block_k;
+    p->row_blocks = rb;
+    p->col_blocks = cb;
+    p->heads = grid.heads;
+    p->slices = slices;
+    p->total_rows = slices * rb;
+    p->scale = d->scale != 0.0f ? d->scale : (float)(1.0 / sqrt((double)d->head_dim));
+    p->k = d->k;
+    p->sink_blocks = d->sink_blocks;
+    p->local_blocks = d->local_blocks;
+    p->causal = d->mask == SK_MASK_CAUSAL;
+    p->per_kv_head = d->per_kv_head != 0;
+
+    /* Each bound is at most col_blocks, so the sum is at most the dense
+     * block count, which sk_grid_check bounded by INT32_MAX. */
+    int64_t per_slice = 0;
+    int32_t row_cap = 0;
+    for (int32_t r = 0; r < rb; ++r) {
+        const sk_topk_row rule = sk_topk_row_rules(p, r);
+        per_slice += rule.bound;
+        if (rule.bound > row_cap) row_cap = rule.bound;
+    }
+    p->row_cap = row_cap;
+    p->capacity = (int32_t)(per_slice * slices);
+    return SK_STATUS_SUCCESS;
+}
+
+static void fill_grid(const sk_topk_problem *p, sk_grid *g) {
+    memset(g, 0, sizeof *g);
+    g->rows = p->seq_q;
+    g->cols = p->seq_k;
+    g->block_rows = p->block_q;
+    g->block_cols = p->block_k;
+    g->batch = (int32_t)p->batch;
+    g->heads = p->heads;
+}
+
+/* The CUDA kernels read and write 16-byte vectors of one row. */
+static sk_status check_cuda_head_dim(const sk_topk_problem *p) {
+    if (sk_backend_is_cuda(p->backend) && p->head_dim % 8 != 0)
+        return sk_error(SK_STATUS_BAD_PARAM_ALIGNMENT,
+                        "desc->head_dim = %lld is not a multiple of 8, as the CUDA backend needs "
+                        "(16-byte rows)",
+                        (long long)p->head_dim);
+    return SK_STATUS_SUCCESS;
+}
+
+/* Q and K of the pooling: extents and alignment; their byte spans out. */
+static sk_status check_qk(const sk_topk_problem *p, const void *q, const void *k,
+                          int64_t *q_bytes, int64_t *k_bytes) {
+    SK_CHECK_NOT_NULL(q);
+    SK_CHECK_NOT_NULL(k);
+    const size_t es = sk_dtype_size(p->dtype);
+    sk_tensor_shape tq, tk;
+    sk_tensor_shape_init(&tq, p->batch, p->seq_q, p->heads_q, p->head_dim, p->q_stride);
+    sk_tensor_shape_init(&tk, p->batch, p->seq_k, p->heads_kv, p->head_dim, p->k_stride);
+    int64_t span_q, span_k;
+    SK_TRY(sk_check_tensor_extent(&tq, "q", &span_q));
+    SK_TRY(sk_check_tensor_extent(&tk, "k", &span_k));
+    if (span_q > INT64_MAX / 4 || span_k > INT64_MAX / 4)
+        return sk_error(SK_STATUS_BAD_PARAM_OVERFLOW, "a tensor's byte span overflows int64");
+    SK_TRY(check_cuda_head_dim(p));
+    const int cuda = sk_backend_is_cuda(p->backend);
+    const size_t align = cuda ? 16 : es, stride_align = cuda ? 16 : 0;
+    SK_TRY(sk_check_alignment(q, &tq, es, align, stride_align, "q"));
+    SK_TRY(sk_check_alignment(k, &tk, es, align, stride_align, "k"));
+    *q_bytes = span_q * (int64_t)es;
+    *k_bytes = span_k * (int64_t)es;
+    return SK_STATUS_SUCCESS;
+}
+
+static int64_t pooled_q_bytes(const sk_topk_problem *p) {
+    return p->batch * p->heads_q * p->row_blocks * p->head_dim * 4;
+}
+static int64_t pooled_k_bytes(const sk_topk_problem *p) {
+    return p->batch * p->heads_kv * p->col_blocks * p->head_dim * 4;
+}
+
+/* Pooled fp32 buffers: non-NULL, aligned (16 bytes on CUDA, float4 access). */
+static sk_status check_pooled(const sk_topk_problem *p, const float *pooled_q,
+                              const float *pooled_k) {
+    SK_CHECK_NOT_NULL(pooled_q);
+    SK_CHECK_NOT_NULL(pooled_k);
+    const size_t align = sk_backend_is_cuda(p->backend) ? 16 : 4;
+    SK_TRY(sk_check_alignment(pooled_q, NULL, 4, align, 0, "pooled_q"));
+    SK_TRY(sk_check_alignment(pooled_k, NULL, 4, align, 0, "pooled_k"));
+    return SK_STATUS_SUCCESS;
+}
+
+/* The caller's output layout arrays. */
+static sk_status check_layout_out(const sk_topk_problem *p, const sk_bsr *layout) {
+    SK_CHECK_NOT_NULL(layout);
+    if (layout->row_offsets == NULL)
+        return sk_error(SK_STATUS_BAD_PARAM_NULL_POINTER, "layout->row_offsets must not be NULL");
+    if (layout->col_indices == NULL && p->capacity > 0)
+        return sk_error(SK_STATUS_BAD_PARAM_NULL_POINTER,
+                        "layout->col_indices must not be NULL: the layout capacity is %d",
+                        (int)p->capacity);
+    SK_TRY(sk_check_alignment(layout->row_offsets, NULL, 4, 4, 0, "layout->row_offsets"));
+    if (layout->col_indices != NULL)
+        SK_TRY(sk_check_alignment(layout->col_indices, NULL, 4, 4, 0, "layout->col_indices"));
+    SK_TRY(sk_check_disjoint(layout->row_offsets, ((int64_t)p->total_rows + 1) * 4,
+                             "layout->row_offsets", layout->col_indices, (int64_t)p->capacity * 4,
+                             "layout->col_indices"));
+    return SK_STATUS_SUCCESS;
+}
+
+/* Output layout arrays do not overlap an input of `bytes` bytes. */
+static sk_status check_layout_apart(const sk_topk_problem *p, const sk_bsr *layout,
+                                    const void *ptr, int64_t bytes, const char *what) {
+    SK_TRY(sk_check_disjoint(layout->row_offsets, ((int64_t)p->total_rows + 1) * 4,
+                             "layout->row_offsets", ptr, bytes, what));
+    SK_TRY(sk_check_disjoint(layout->col_indices, (int64_t)p->capacity * 4,
+                             "layout->col_indices", ptr, bytes, what));
+    return SK_STATUS_SUCCESS;
+}
+
+/* A CUDA workspace of at least `need` bytes, 16-byte aligned. */
+static sk_status check_workspace(const void *workspace, size_t workspace_size, size_t need) {
+    if (need == 0) return SK_STATUS_SUCCESS;
+    if (workspace == NULL)
+        return sk_error(SK_STATUS_BAD_PARAM_WORKSPACE,
+                        "workspace is NULL, but this call needs %zu bytes", need);
+    if (workspace_size < need)
+        return sk_error(SK_STATUS_BAD_PARAM_WORKSPACE,
+                        "workspace_size = %zu is less than the %zu bytes needed", workspace_size,
+                        need);
+    if ((uintptr_t)workspace % WS_BASE_ALIGN != 0)
+        return sk_error(SK_STATUS_BAD_PARAM_ALIGNMENT, "workspace = %p is not %d-byte aligned",
+                        workspace, (int)WS_BASE_ALIGN);
+    return SK_STATUS_SUCCESS;
+}
+
+static void set_layout(const sk_topk_problem *p, sk_bsr *layout) {
+    fill_grid(p, &layout->grid);
+    layout->nnz = p->capacity;
+}
+
+sk_status sk_topk_layout_capacity(const sk_topk_desc *desc, sk_grid *grid, int32_t *max_nnz) {
+    SK_ENTER("sk_topk_layout_capacity");
+    sk_topk_problem p;
+    SK_TRY(build_problem(desc, &p));
+    if (grid != NULL) fill_grid(&p, grid);
+    if (max_nnz != NULL) *max_nnz = p.capacity;
+    return SK_STATUS_SUCCESS;
+}
+
+sk_status sk_topk_workspace_size(const sk_topk_desc *desc, size_t *workspace_bytes) {
+    SK_ENTER("sk_topk_workspace_size");
+    SK_CHECK_NOT_NULL(workspace_bytes);
+    sk_topk_problem p;
+    SK_TRY(build_problem(desc, &p));
+    if (p.backend == SK_BACKEND_CPU) {
+        *workspace_bytes = 0;
+        return SK_STATUS_SUCCESS;
+    }
+    return sk_cuda_topk_workspace_size(&p, 1, workspace_bytes);
+}
+
+sk_status sk_block_pool(const sk_topk_desc *desc, const void *q, const void *k, float *pooled_q,
+                        float *pooled_k, struct CUstream_st *stream) {
+    SK_ENTER("sk_block_pool");
+    sk_topk_problem p;
+    SK_TRY(build_problem(desc, &p));
+    int64_t q_bytes, k_bytes;
+    SK_TRY(check_qk(&p, q, k, &q_bytes, &k_bytes));
+    SK_TRY(check_pooled(&p, pooled_q, pooled_k));
+    const int64_t pq = pooled_q_bytes(&p), pk = pooled_k_bytes(&p);
+    SK_TRY(sk_check_disjoint(pooled_q, pq, "pooled_q", pooled_k, pk, "pooled_k"));
+    SK_TRY(sk_check_disjoint(pooled_q, pq, "pooled_q", q, q_bytes, "q"));
+    SK_TRY(sk_check_disjoint(pooled_q, pq, "pooled_q", k, k_bytes, "k"));
+    SK_TRY(sk_check_disjoint(pooled_k, pk, "pooled_k", q, q_bytes, "q"));
+    SK_TRY(sk_check_disjoint(pooled_k, pk, "pooled_k", k, k_bytes, "k"));
+    p.q = q;
+    p.k_in = k;
+    p.pooled_q_out = pooled_q;
+    p.pooled_k_out = pooled_k;
+    if (p.backend == SK_BACKEND_CPU) return sk_cpu_topk_pool(&p);
+    return sk_cuda_topk_pool(&p, stream);
+}
+
+sk_status sk_select_topk(const sk_topk_desc *desc, const float *pooled_q, const float *pooled_k,
+                         sk_bsr *layout, void *workspace, size_t workspace_size,
+                         struct CUstream_st *stream) {
+    SK_ENTER("sk_select_topk");
+    sk_topk_problem p;
+    SK_TRY(build_problem(desc, &p));
+    SK_TRY(check_pooled(&p, pooled_q, pooled_k));
+    SK_TRY(check_cuda_head_dim(&p));
+    SK_TRY(check_layout_out(&p, layout));
+    const int64_t pq = pooled_q_bytes(&p), pk = pooled_k_bytes(&p);
+    SK_TRY(check_layout_apart(&p, layout, pooled_q, pq, "pooled_q"));
+    SK_TRY(check_layout_apart(&p, layout, pooled_k, pk, "pooled_k"));
+    if (p.backend != SK_BACKEND_CPU) {
+        size_t need;
+        SK_TRY(sk_cuda_topk_workspace_size(&p, 1, &need));
+        SK_TRY(check_workspace(workspace, workspace_size, need));
+        const int64_t ws = (int64_t)need;
+        SK_TRY(check_layout_apart(&p, layout, workspace, ws, "workspace"));
+        SK_TRY(sk_check_disjoint(workspace, ws, "workspace", pooled_q, pq, "pooled_q"));
+        SK_TRY(sk_check_disjoint(workspace, ws, "workspace", pooled_k, pk, "pooled_k"));
+    }
+    p.pooled_q = pooled_q;
+    p.pooled_k = pooled_k;
+    p.row_offsets = layout->row_offsets;
+    p.col_indices = layout->col_indices;
+    if (p.backend == SK_BACKEND_CPU)
+        SK_TRY(sk_cpu_topk_select(&p));
+    else
+        SK_TRY(sk_cuda_topk_select(&p, workspace, workspace_size, stream));
+    set_layout(&p, layout);
+    return SK_STATUS_SUCCESS;
+}
+
+sk_status sk_layout_from_scores(const sk_topk_desc *desc, const float *scores, sk_bsr *layout,
+                                void *workspace, size_t workspace_size,
+                                struct CUstream_st *stream) {
+    SK_ENTER("sk_layout_from_scores");
+    sk_topk_problem p;
+    SK_TRY(build_problem(desc, &p));
+    SK_CHECK_NOT_NULL(scores);
+    SK_TRY(sk_check_alignment(scores, NULL, 4, 4, 0, "scores"));
+    SK_TRY(check_layout_out(&p, layout));
+    const int64_t sb = (int64_t)p.total_rows * p.col_blocks * 4;
+    SK_TRY(check_layout_apart(&p, layout, scores, sb, "scores"));
+    if (p.backend != SK_BACKEND_CPU) {
+        size_t need;
+        SK_TRY(sk_cuda_topk_workspace_size(&p, 0, &need));
+        SK_TRY(check_workspace(workspace, workspace_size, need));
+        SK_TRY(check_layout_apart(&p, layout, workspace, (int64_t)need, "workspace"));
+        SK_TRY(sk_check_disjoint(workspace, (int64_t)need, "workspace", scores, sb, "scores"));
+    }
+    p.scores = scores;
+    p.row_offsets = layout->row_offsets;
+    p.col_indices = layout->col_indices;
+    if (p.backend == SK_BACKEND_CPU)
+        SK_TRY(sk_cpu_topk_select(&p));
+    else
+        SK_TRY(sk_cuda_topk_select(&p, workspace, workspace_size, stream));
+    set_layout(&p, layout);
+    return SK_STATUS_SUCCESS;
+}
+
+/* ---------------------------------------------------------------------------
+ * Selection + attention
+ * ------------------------------------------------------------------------- */
+
+/* The attention descriptor against the top-k one: present, initialised, and
+ * describing the same problem. Its other fields are checked by the attention
+ * entry points. */
+static sk_status check_same_problem(const sk_attention_desc *a, const sk_topk_problem *p) {
+    if (a == NULL) return sk_error(SK_STATUS_BAD_PARAM_NULL_POINTER, "attn must not be NULL");
+    if (a->struct_size != sizeof(sk_attention_desc))
+        return sk_error(SK_STATUS_BAD_PARAM_STRUCT_SIZE,
+                        "attn->struct_size = %zu, expected %zu: initialise the descriptor with "
+                        "sk_attention_desc_init",
+                        a->struct_size, sizeof(sk_attention_desc));
+    if (a->backend != p->backend)
+        return sk_error(SK_STATUS_BAD_PARAM_VALUE,
+                        "attn->backend = %d differs from topk->backend = %d", (int)a->backend,
+                        (int)p->backend);
+    if (a->dtype != p->dtype)
+        return sk_error(SK_STATUS_BAD_PARAM_DTYPE, "attn->dtype = %s differs from topk->dtype = %s",
+                        sk_dtype_name(a->dtype), sk_dtype_name(p->dtype));
+    const int64_t as[6] = {a->batch, a->seq_q, a->seq_k, a->heads_q, a->heads_kv, a->head_dim};
+    const int64_t ts[6] = {p->batch, p->seq_q, p->seq_k, p->heads_q, p->heads_kv, p->head_dim};
+    static const char *const names[6] = {"batch",   "seq_q",    "seq_k",
+                                         "heads_q", "heads_kv", "head_dim"};
+    for (int i = 0; i < 6; ++i)
+        if (as[i] != ts[i])
+            return sk_error(SK_STATUS_BAD_PARAM_SHAPE, "attn->%s = %lld differs from topk->%s = %lld",
+                            names[i], (long long)as[i], names[i], (long long)ts[i]);
+    int64_t aq[3], ak[3];
+    sk_resolve_strides(a->q_strides, a->seq_q, a->heads_q, a->head_dim, aq);
+    sk_resolve_strides(a->k_strides, a->seq_k, a->heads_kv, a->head_dim, ak);
+    for (int i = 0; i < 3; ++i) {
+        if (aq[i] != p->q_stride[i])
+            return sk_error(SK_STATUS_BAD_PARAM_STRIDE,
+                            "attn->q_strides[%d] = %lld differs from topk->q_strides[%d] = %lld "
+                            "(after resolving packed strides)",
+                            i, (long long)aq[i], i, (long long)p->q_stride[i]);
+        if (ak[i] != p->k_stride[i])
+            return sk_error(SK_STATUS_BAD_PARAM_STRIDE,
+                            "attn->k_strides[%d] = %lld differs from topk->k_strides[%d] = %lld "
+                            "(after resolving packed strides)",
+                            i, (long long)ak[i], i, (long long)p->k_stride[i]);
+    }
+    return SK_STATUS_SUCCESS;
+}
+
+/* Workspace of sk_attention_topk on CUDA:
+ * [selection (with scores)] [pooled_q] [pooled_k] [attention], each at a
+ * multiple of WS_ALIGN. */
+typedef struct topk_ws_plan {
+    size_t select_bytes, pooled_q_off, pooled_k_off, attn_off, attn_bytes, total;
+} topk_ws_plan;
+
+static int32_t geometry_dummy; /* a non-NULL array for geometry-only layout views */
+
+/* Byte span of a checked [b, s, h, dim] tensor (fits: checked already). */
+static int64_t tensor_bytes(int64_t b, int64_t s, int64_t h, int64_t dim, const int64_t st[3],
+                            int64_t elem_size) {
+    return ((b - 1) * st[0] + (s - 1) * st[1] + (h - 1) * st[2] + dim) * elem_size;
+}
+
+/* Checks the attention descriptor against the output layout's geometry
+ * (filling *ap) and sizes the workspace. `layout` may be NULL (workspace
+ * size call): a geometry-only view is checked then. */
+static sk_status plan_attention_topk(const sk_attention_desc *attn, const sk_topk_problem *p,
+                                     const sk_bsr *layout, sk_attention_problem *ap,
+                                     topk_ws_plan *w) {
+    sk_bsr geom;
+    memset(&geom, 0, sizeof geom);
+    fill_grid(p, &geom.grid);
+    geom.nnz = p->capacity;
+    geom.row_offsets = layout != NULL ? layout->row_offsets : &geometry_dummy;
+    geom.col_indices = layout != NULL && layout->col_indices != NULL ? layout->col_indices
+                                                                     : &geometry_dummy;
+    SK_TRY(sk_attention_check_geometry(attn, &geom, ap));
+    size_t attn_bytes = 0;
+    SK_TRY(sk_attention_problem_workspace_size(ap, &attn_bytes));
+    memset(w, 0, sizeof *w);
+    if (p->backend == SK_BACKEND_CPU) return SK_STATUS_SUCCESS;
+    SK_TRY(sk_cuda_topk_workspace_size(p, 1, &w->select_bytes));
+    w->pooled_q_off = align_up(w->select_bytes);
+    w->pooled_k_off = w->pooled_q_off + align_up((size_t)pooled_q_bytes(p));
+    w->attn_off = w->pooled_k_off + align_up((size_t)pooled_k_bytes(p));
+    w->attn_bytes = attn_bytes;
+    w->total = w->attn_off + attn_bytes;
+    return SK_STATUS_SUCCESS;
+}
+
+sk_status sk_attention_topk_workspace_size(const sk_attention_desc *attn, const sk_topk_desc *topk,
+                                           size_t *workspace_bytes) {
+    SK_ENTER("sk_attention_topk_workspace_size");
+    SK_CHECK_NOT_NULL(workspace_bytes);
+    sk_topk_problem p;
+    SK_TRY(build_problem(topk, &p));
+    SK_TRY(check_same_problem(attn, &p));
+    SK_TRY(check_cuda_head_dim(&p));
+    topk_ws_plan w;
+    sk_attention_problem ap;
+    SK_TRY(plan_attention_topk(attn, &p, NULL, &ap, &w));
+    *workspace_bytes = w.total;
+    return SK_STATUS_SUCCESS;
+}
+
+sk_status sk_attention_topk(const sk_attention_desc *attn, const sk_topk_desc *topk, const void *q,
+                            const void *k, const void *v, void *o, float *lse, sk_bsr *layout,
+                            void *workspace, size_t workspace_size, struct CUstream_st *stream) {
+    SK_ENTER("sk_attention_topk");
+    sk_topk_problem p;
+    SK_TRY(build_problem(topk, &p));
+    SK_TRY(check_same_problem(attn, &p));
+
+    /* Q and K as the pooling checks them; then the attention's own checks
+     * of its descriptor against the output layout's geometry, and of all
+     * five tensors. */
+    int64_t q_bytes, k_bytes;
+    SK_TRY(check_qk(&p, q, k, &q_bytes, &k_bytes));
+    SK_TRY(check_layout_out(&p, layout));
+    topk_ws_plan w;
+    sk_attention_problem ap;
+    SK_TRY(plan_attention_topk(attn, &p, layout, &ap, &w));
+    SK_TRY(sk_attention_check_tensors(&ap, q, k, v, o, lse));
+
+    /* The output layout lies apart from every tensor (and the workspace). */
+    const int64_t es = (int64_t)sk_dtype_size(p.dtype);
+    SK_TRY(check_layout_apart(&p, layout, q, q_bytes, "q"));
+    SK_TRY(check_layout_apart(&p, layout, k, k_bytes, "k"));
+    SK_TRY(check_layout_apart(&p, layout, v, tensor_bytes(ap.batch, ap.seq_k, ap.heads_kv, ap.head_dim, ap.v_stride, es), "v"));
+    SK_TRY(check_layout_apart(&p, layout, o, tensor_bytes(ap.batch, ap.seq_q, ap.heads_q, ap.head_dim, ap.o_stride, es), "o"));
+    const int64_t lse_bytes = lse != NULL ? p.batch * p.heads_q * p.seq_q * 4 : 0;
+    if (lse != NULL) SK_TRY(check_layout_apart(&p, layout, lse, lse_bytes, "lse"));
+    const int cuda = sk_backend_is_cuda(p.backend);
+    if (cuda) {
+        SK_TRY(check_workspace(workspace, workspace_size, w.total));
+        const int64_t ws = (int64_t)w.total;
+        SK_TRY(check_layout_apart(&p, layout, workspace, ws, "workspace"));
+        const void *tensors[5] = {q, k, v, o, lse};
+        const int64_t bytes[5] = {
+            q_bytes, k_bytes,
+            tensor_bytes(ap.batch, ap.seq_k, ap.heads_kv, ap.head_dim, ap.v_stride, es),
+            tensor_bytes(ap.batch, ap.seq_q, ap.heads_q, ap.head_dim, ap.o_stride, es), lse_bytes};
+        static const char *const names[5] = {"q", "k", "v", "o", "lse"};
+        for (int i = 0; i < 5; ++i)
+            if (tensors[i] != NULL)
+                SK_TRY(sk_check_disjoint(workspace, ws, "workspace", tensors[i], bytes[i], names[i]));
+    }
+
+    /* Selection, then the attention over the layout it wrote. */
+    p.q = q;
+    p.k_in = k;
+    p.row_offsets = layout->row_offsets;
+    p.col_indices = layout->col_indices;
+    if (!cuda) {
+        SK_TRY(sk_cpu_topk_pool_select(&p));
+        /* A host layout is checked in full: give it the real count (below
+         * the capacity when NaN / -inf scores left rows short). */
+        sk_bsr view;
+        memset(&view, 0, sizeof view);
+        fill_grid(&p, &view.grid);
+        view.row_offsets = layout->row_offsets;
+        view.col_indices = layout->col_indices;
+        view.nnz = layout->row_offsets[p.total_rows];
+        ap.nnz = view.nnz;
+        SK_TRY(sk_attention_check_layout_content(&ap, &view));
+        SK_TRY(sk_attention_enqueue(&ap, NULL, 0, stream));
+    } else {
+        char *base = (char *)workspace;
+        p.pooled_q_out = (float *)(base + w.pooled_q_off);
+        p.pooled_k_out = (float *)(base + w.pooled_k_off);
+        SK_TRY(sk_cuda_topk_pool(&p, stream));
+        p.pooled_q = p.pooled_q_out;
+        p.pooled_k = p.pooled_k_out;
+        SK_TRY(sk_cuda_topk_select(&p, workspace, w.select_bytes, stream));
+        SK_TRY(sk_attention_enqueue(&ap, w.attn_bytes > 0 ? base + w.attn_off : NULL, w.attn_bytes,
+                                    stream));
+    }
+    set_layout(&p, layout);
+    return SK_STATUS_SUCCESS;
+}

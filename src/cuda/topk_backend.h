@@ -1,0 +1,142 @@
+/*
+ * topk_backend.h - the validated top-k selection call (sk_topk_problem), the
+ * per-row selection rules shared by the host and the device, and the C
+ * interface of the CUDA top-k backend (src/cuda/topk.cu; stand-ins in
+ * src/core/no_cuda.c when built without nvcc).
+ *
+ * Row rules (one layout row = query row block `row`, identical for every
+ * slice). With q_last the row's last valid query token and
+ * p = q_last + Sk - Sq its key position (bottom-right alignment):
+ *   candidates  blocks 0 .. n_cand - 1: all col_blocks, or with causal the
+ *               blocks holding a causal pair, n_cand = p < 0 ? 0 : p / bk + 1
+ *   diagonal    d = clamp(p / bk, 0, col_blocks - 1)
+ *   forced      sinks 0 .. min(sink_blocks, n_cand) - 1 and the local
+ *               blocks max(0, d - local_blocks + 1) .. d (none when
+ *               n_cand == 0 or local_blocks == 0)
+ *   by score    the k best remaining candidates: score descending, ties to
+ *               the lower block index; NaN and -inf never picked.
+ *   bound       forced + min(k, n_cand - forced): the row's count when no
+ *               remaining candidate has a NaN or -inf score, and its most.
+ * The layout capacity is the sum of the bounds; the real count can be lower
+ * only when NaN / -inf scores leave fewer than k pickable candidates.
+ *
+ * CUDA workspace of sk_select_topk (sk_cuda_topk_workspace_size):
+ *   [0, scores)          fp32 block scores [slices, row_blocks, col_blocks]
+ *                        (with causal, blocks past a row's candidates may
+ *                        be left unwritten); left there after the call,
+ *                        which the GPU tests read
+ *   then, 256-aligned    per_kv_head with a group > 1 only: fp32 group sums
+ *                        of the pooled Q [slices, row_blocks, D]
+ *   then, 256-aligned    int32 counts [total_rows]
+ *   then, 256-aligned    int32 scratch [total_rows, row_cap]
+ * sk_layout_from_scores needs only the counts and scratch, from offset 0.
+ */
+#ifndef SK_CUDA_TOPK_BACKEND_H
+#define SK_CUDA_TOPK_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sparsek.h"
+
+#if defined(__CUDACC__)
+#define SK_TOPK_HD __host__ __device__
+#else
+#define SK_TOPK_HD
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct sk_topk_problem {
+    sk_backend backend;
+    sk_dtype dtype;
+    int64_t batch, seq_q, seq_k, heads_q, heads_kv, head_dim;
+    int64_t q_stride[3], k_stride[3]; /* resolved element strides over [batch, seq, head] */
+    int32_t group;                    /* heads_q / heads_kv */
+    int32_t block_q, block_k;         /* 64 or 128 */
+    int32_t row_blocks, col_blocks;   /* ceil(Sq / block_q), ceil(Sk / block_k) */
+    int32_t heads;                    /* layout heads: heads_kv (per_kv_head) or heads_q */
+    int32_t slices;                   /* batch * heads */
+    int32_t total_rows;               /* slices * row_blocks */
+    int32_t row_cap;                  /* the largest row bound */
+    int32_t capacity;                 /* sum of the row bounds over all slices (max nnz) */
+    float scale;                      /* resolved: 1/sqrt(D) when the desc says 0 */
+    int32_t k, sink_blocks, local_blocks;
+    int32_t causal, per_kv_head;
+
+    /* Set per call; NULL where the call has none. */
+    const void *q, *k_in;        /* [B, Sq, Hq, D], [B, Sk, Hkv, D] */
+    float *pooled_q_out;         /* [B, Hq, row_blocks, D] (sk_block_pool) */
+    float *pooled_k_out;         /* [B, Hkv, col_blocks, D] */
+    const float *pooled_q;       /* inputs of the scoring (sk_select_topk) */
+    const float *pooled_k;
+    const float *scores;         /* [slices, row_blocks, col_blocks] (sk_layout_from_scores) */
+    int32_t *row_offsets;        /* [total_rows + 1] */
+    int32_t *col_indices;        /* [capacity] */
+} sk_topk_problem;
+
+/* The rules of one row (see the file header). */
+typedef struct sk_topk_row {
+    int32_t n_cand;              /* candidates: blocks 0 .. n_cand - 1 */
+    int32_t sink_end;            /* forced sinks: 0 .. sink_end - 1 */
+    int32_t local_lo, local_hi;  /* forced local blocks: local_lo .. local_hi (empty if lo > hi) */
+    int32_t forced;              /* number of forced blocks */
+    int32_t bound;               /* forced + min(k, n_cand - forced) */
+} sk_topk_row;
+
+SK_TOPK_HD static inline sk_topk_row sk_topk_row_rules(const sk_topk_problem *p, int32_t row) {
+    sk_topk_row r;
+    int64_t q_end = (int64_t)(row + 1) * p->block_q;
+    if (q_end > p->seq_q) q_end = p->seq_q;
+    const int64_t pos = q_end - 1 + p->seq_k - p->seq_q; /* key position of the last query */
+    const int64_t cb = p->col_blocks;
+    int64_t d = pos < 0 ? 0 : pos / p->block_k;
+    if (d > cb - 1) d = cb - 1;
+    int64_t n = cb;
+    if (p->causal) n = pos < 0 ? 0 : (pos / p->block_k + 1 < cb ? pos / p->block_k + 1 : cb);
+    r.n_cand = (int32_t)n;
+    r.sink_end = (int32_t)(p->sink_blocks < n ? p->sink_blocks : n);
+    if (n > 0 && p->local_blocks > 0) {
+        int64_t lo = d - (int64_t)p->local_blocks + 1;
+        r.local_lo = (int32_t)(lo < 0 ? 0 : lo);
+        r.local_hi = (int32_t)d; /* d < n: with causal d = n - 1 */
+    } else {
+        r.local_lo = 0;
+        r.local_hi = -1;
+    }
+    int32_t forced = r.sink_end;
+    if (r.local_lo <= r.local_hi) {
+        forced += r.local_hi - r.local_lo + 1;
+        int32_t ov_hi = r.sink_end - 1 < r.local_hi ? r.sink_end - 1 : r.local_hi;
+        if (ov_hi >= r.local_lo) forced -= ov_hi - r.local_lo + 1;
+    }
+    r.forced = forced;
+    const int32_t rest = r.n_cand - forced;
+    r.bound = forced + (p->k < rest ? p->k : rest);
+    return r;
+}
+
+SK_TOPK_HD static inline int sk_topk_is_forced(const sk_topk_row *r, int32_t j) {
+    return j < r->sink_end || (j >= r->local_lo && j <= r->local_hi);
+}
+
+/* CUDA backend. Problems arrive validated; these check the device and the
+ * workspace, and enqueue on `stream` without allocating or synchronising. */
+
+/* with_scores != 0: the size for sk_select_topk (scores + selection);
+ * 0: for sk_layout_from_scores (selection only). */
+sk_status sk_cuda_topk_workspace_size(const sk_topk_problem *p, int with_scores, size_t *bytes);
+/* p->q, p->k_in -> p->pooled_q_out, p->pooled_k_out. */
+sk_status sk_cuda_topk_pool(const sk_topk_problem *p, struct CUstream_st *stream);
+/* From p->pooled_q / p->pooled_k (scored into the workspace) or, when those
+ * are NULL, from p->scores: writes p->row_offsets and p->col_indices. */
+sk_status sk_cuda_topk_select(const sk_topk_problem *p, void *workspace, size_t workspace_size,
+                              struct CUstream_st *stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SK_CUDA_TOPK_BACKEND_H */

@@ -1,0 +1,589 @@
+/*
+ * test_topk_gpu.c - the CUDA top-k selection against the CPU backend.
+ *
+ *   pooling   GPU block means vs the naive fp64 loop and the CPU backend,
+ *             under the tolerance rule (2 x a naive fp32 sum + atol);
+ *   scores    the GPU scores (left at the start of the workspace by
+ *             sk_select_topk, see src/cuda/topk_backend.h) vs the naive fp64
+ *             scores, under the tolerance rule;
+ *   layouts   EXACT: the CPU selection run on the very scores the GPU
+ *             computed must give the same row_offsets and col_indices, so
+ *             rounding differences in the scores cannot matter; random
+ *             inputs, quantised so that many scores tie, both block sizes,
+ *             causal, tails, GQA per KV head, NaN / inf / signed zeros
+ *             (sk_layout_from_scores), rows wider than the key cache;
+ *   graphs    pool + select captured in a CUDA graph and replayed on new
+ *             inputs equals the eager calls;
+ *   end to end  sk_attention_topk on the GPU vs its own steps (bitwise) and
+ *             vs the CPU backend.
+ * Every output (pooled buffers, layout arrays, workspace, O, LSE) is
+ * poisoned before each run; each GPU result is computed twice and must be
+ * bitwise identical.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/test_util.h"
+#include "cpu/test_topk_lib.h"
+#include "gpu/cuda_api.h"
+#include "gpu/gpu_util.h"
+#include "harness.h"
+#include "sparsek.h"
+
+/* A device copy of n bytes of host memory (NULL on failure). */
+static void *to_device(const void *host, size_t n) {
+    void *d = gt_device_alloc(n);
+    if (d != NULL && gt_upload(d, host, n) != 0) {
+        gt_device_free(d);
+        return NULL;
+    }
+    return d;
+}
+
+static void poison(void *dev, size_t n) { cudaMemset(dev, 0xff, n < 16 ? 16 : n); }
+
+/* ---------------------------------------------------------------------------
+ * Pooling
+ * ------------------------------------------------------------------------- */
+
+static int gpu_pool_case(sk_dtype dtype, int padded, int64_t b, int64_t sq, int64_t sk,
+                         int64_t hq, int64_t hkv, int64_t d, int32_t bq, int32_t bk, uint64_t seed) {
+    tk_problem t;
+    tk_problem_init(&t, gt_opt.backend, dtype, b, sq, sk, hq, hkv, d, bq, bk);
+    if (padded) tk_problem_pad_strides(&t);
+    char name[160];
+    tk_describe(&t, name, sizeof name);
+    tu_rng rng;
+    tu_rng_seed(&rng, seed);
+    if (!tk_problem_alloc_host(&t, &rng, 0)) return 0;
+    const int64_t nq = tk_pooled_q_len(&t), nk = tk_pooled_k_len(&t);
+    float *pq = (float *)malloc((size_t)nq * 4), *pk = (float *)malloc((size_t)nk * 4);
+    float *cq = (float *)malloc((size_t)nq * 4), *ck = (float *)malloc((size_t)nk * 4);
+    void *dq = to_device(t.q, (size_t)t.q_span * 2), *dk = to_device(t.k, (size_t)t.k_span * 2);
+    float *dpq = (float *)gt_device_alloc((size_t)nq * 4);
+    float *dpk = (float *)gt_device_alloc((size_t)nk * 4);
+    int ok = pq != NULL && pk != NULL && cq != NULL && ck != NULL && dq != NULL && dk != NULL &&
+             dpq != NULL && dpk != NULL;
+    for (int rep = 0; ok && rep < 2; ++rep) {
+        poison(dpq, (size_t)nq * 4);
+        poison(dpk, (size_t)nk * 4);
+        sk_status st = sk_block_pool(&t.desc, dq, dk, dpq, dpk, NULL);
+        CHECK(st == SK_STATUS_SUCCESS, "%s: %s", name, sk_last_error());
+        ok = st == SK_STATUS_SUCCESS && gt_sync() == 0;
+        float *hq_ = rep == 0 ? pq : cq, *hk_ = rep == 0 ? pk : ck;
+        ok = ok && gt_download(hq_, dpq, (size_t)nq * 4) == 0 &&
+             gt_download(hk_, dpk, (size_t)nk * 4) == 0;
+    }
+    if (ok) {
+        CHECK(memcmp(pq, cq, (size_t)nq * 4) == 0 && memcmp(pk, ck, (size_t)nk * 4) == 0,
+              "%s: two runs differ", name);
+        int bad = tk_check_pooled(&t, 1, pq, "pooled_q") + tk_check_pooled(&t, 0, pk, "pooled_k");
+        CHECK(bad == 0, "%s: %d pooled values off the naive mean", name, bad);
+        /* The CPU backend on the same host tensors. */
+        sk_topk_desc cpu = t.desc;
+        cpu.backend = SK_BACKEND_CPU;
+        sk_status st = sk_block_pool(&cpu, t.q, t.k, cq, ck, NULL);
+        CHECK(st == SK_STATUS_SUCCESS, "%s: CPU: %s", name, sk_last_error());
+        int far = 0;
+        for (int64_t i = 0; i < nq; ++i)
+            far += !(fabsf(pq[i] - cq[i]) <= 2.0f * (float)bq * 0x1.0p-24f * 4.0f + 1e-7f);
+        for (int64_t i = 0; i < nk; ++i)
+            far += !(fabsf(pk[i] - ck[i]) <= 2.0f * (float)bk * 0x1.0p-24f * 4.0f + 1e-7f);
+        CHECK(far == 0, "%s: %d pooled values off the CPU backend", name, far);
+    }
+    free(pq), free(pk), free(cq), free(ck);
+    gt_device_free(dq), gt_device_free(dk), gt_device_free(dpq), gt_device_free(dpk);
+    tk_problem_free(&t);
+    return ok;
+}
+
+SK_TEST(topk_gpu_pool_matches_cpu) {
+    const uint64_t s = tu_base_seed() ^ 0x1000;
+    int ran = 0;
+    ran += gpu_pool_case(SK_DTYPE_F16, 0, 1, 300, 200, 4, 2, 64, 128, 64, s + 1);
+    ran += gpu_pool_case(SK_DTYPE_BF16, 1, 2, 129, 65, 4, 1, 128, 64, 128, s + 2);
+    ran += gpu_pool_case(SK_DTYPE_BF16, 1, 1, 1, 1, 2, 2, 8, 64, 64, s + 3);
+    if (!gt_opt.quick) {
+        ran += gpu_pool_case(SK_DTYPE_F16, 1, 2, 1000, 777, 8, 2, 128, 128, 128, s + 4);
+        ran += gpu_pool_case(SK_DTYPE_BF16, 0, 1, 4096, 4096, 32, 8, 64, 64, 64, s + 5);
+    }
+    CHECK(ran == (gt_opt.quick ? 3 : 5), "%d cases ran", ran);
+}
+
+/* ---------------------------------------------------------------------------
+ * Scores and exact layouts (sk_select_topk)
+ * ------------------------------------------------------------------------- */
+
+typedef struct sel_cfg {
+    int64_t b, sq, sk, hq, hkv, d;
+    int32_t bq, bk, k, sinks, local;
+    int causal, per_kv, quant;
+} sel_cfg;
+
+/* GPU selection output, downloaded. */
+typedef struct gpu_layout {
+    int32_t rows, cap, nnz;
+    int32_t *off, *idx;
+} gpu_layout;
+
+static void gpu_layout_free(gpu_layout *g) {
+    free(g->off);
+    free(g->idx);
+    g->off = g->idx = NULL;
+}
+
+/* Device layout buffers (poisoned) -> call -> host copy. Exactly one of
+ * (pq, pk) and scores is used. scores_out (host, may be NULL) receives the
+ * GPU's scores from the workspace. */
+static int run_gpu_select(const tk_problem *t, const float *dpq, const float *dpk,
+                          const float *dscores, gpu_layout *out, float *scores_out,
+                          const char *name) {
+    memset(out, 0, sizeof *out);
+    int32_t cap = 0;
+    size_t ws_bytes = 0;
+    if (sk_topk_layout_capacity(&t->desc, NULL, &cap) != SK_STATUS_SUCCESS ||
+        sk_topk_workspace_size(&t->desc, &ws_bytes) != SK_STATUS_SUCCESS) {
+        printf("    %s: %s\n", name, sk_last_error());
+        return 0;
+    }
+    out->rows = tk_total_rows(t);
+    out->cap = cap;
+    const size_t off_bytes = ((size_t)out->rows + 1) * 4, idx_bytes = (size_t)cap * 4 + 64;
+    int32_t *doff = (int32_t *)gt_device_alloc(off_bytes);
+    int32_t *didx = (int32_t *)gt_device_alloc(idx_bytes);
+    void *ws = gt_device_alloc(ws_bytes);
+    out->off = (int32_t *)malloc(off_bytes);
+    out->idx = (int32_t *)malloc(idx_bytes);
+    int ok = doff != NULL && didx != NULL && ws != NULL && out->off != NULL && out->idx != NULL;
+    int32_t *first_off = (int32_t *)malloc(off_bytes), *first_idx = (int32_t *)malloc(idx_bytes);
+    ok = ok && first_off != NULL && first_idx != NULL;
+    for (int rep = 0; ok && rep < 2; ++rep) {
+        poison(doff, off_bytes);
+        poison(didx, idx_bytes);
+        poison(ws, ws_bytes);
+        sk_bsr l;
+        memset(&l, 0x5c, sizeof l);
+        l.row_offsets = doff;
+        l.col_indices = didx;
+        const sk_status st = dscores != NULL
+                                 ? sk_layout_from_scores(&t->desc, dscores, &l, ws, ws_bytes, NULL)
+                                 : sk_select_topk(&t->desc, dpq, dpk, &l, ws, ws_bytes, NULL);
+        if (st != SK_STATUS_SUCCESS) {
+            printf("    %s: %s\n", name, sk_last_error());
+            ok = 0;
+            break;
+        }
+        out->nnz = l.nnz;
+        sk_grid g;
+        tk_grid(t, &g);
+        if (memcmp(&g, &l.grid, sizeof g) != 0 || l.nnz != cap) {
+            printf("    %s: layout grid or nnz (%d, capacity %d) wrong\n", name, (int)l.nnz,
+                   (int)cap);
+            ok = 0;
+        }
+        ok = ok && gt_sync() == 0 && gt_download(out->off, doff, off_bytes) == 0 &&
+             gt_download(out->idx, didx, idx_bytes) == 0;
+        if (ok && rep == 0) {
+            memcpy(first_off, out->off, off_bytes);
+            memcpy(first_idx, out->idx, idx_bytes);
+        }
+        if (ok && rep == 1 && (memcmp(first_off, out->off, off_bytes) != 0 ||
+                               memcmp(first_idx, out->idx, idx_bytes) != 0)) {
+            printf("    %s: two runs differ\n", name);
+            ok = 0;
+        }
+    }
+    if (ok && scores_out != NULL)
+        ok = gt_download(scores_out, ws, (size_t)out->rows * tk_col_blocks(t) * 4) == 0;
+    if (ok) {
+        /* Past the real count: untouched (all bytes 0xff). */
+        const int32_t n = out->off[out->rows];
+        if (n < 0 || n > cap) {
+            printf("    %s: last offset %d outside [0, %d]\n", name, (int)n, (int)cap);
+            ok = 0;
+        }
+        for (int32_t e = n; ok && e < cap + 16; ++e)
+            if (out->idx[e] != -1) {
+                printf("    %s: col_indices[%d] = %d written past the count %d\n", name, (int)e,
+                       (int)out->idx[e], (int)n);
+                ok = 0;
+            }
+    }
+    free(first_off);
+    free(first_idx);
+    gt_device_free(doff), gt_device_free(didx), gt_device_free(ws);
+    return ok;
+}
+
+/* The CPU selection from `scores` (host) equals the GPU layout. */
+static int same_as_cpu_selection(const tk_problem *t, const float *scores, const gpu_layout *g,
+                                 const char *name) {
+    tk_problem c = *t;
+    c.desc.backend = SK_BACKEND_CPU;
+    tk_layout_buf l;
+    if (!tk_layout_buf_alloc(&c, &l)) return 0;
+    int ok = sk_layout_from_scores(&c.desc, scores, &l.bsr, NULL, 0, NULL) == SK_STATUS_SUCCESS;
+    if (!ok) printf("    %s: CPU: %s\n", name, sk_last_error());
+    for (int32_t r = 0; ok && r <= g->rows; ++r)
+        if (l.off[r] != g->off[r]) {
+            printf("    %s: row_offsets[%d]: GPU %d, CPU %d\n", name, (int)r, (int)g->off[r],
+                   (int)l.off[r]);
+            ok = 0;
+        }
+    for (int32_t e = 0; ok && e < l.off[l.rows]; ++e)
+        if (l.idx[e] != g->idx[e]) {
+            printf("    %s: col_indices[%d]: GPU %d, CPU %d\n", name, (int)e, (int)g->idx[e],
+                   (int)l.idx[e]);
+            ok = 0;
+        }
+    tk_layout_buf_free(&l);
+    return ok;
+}
+
+static int gpu_select_case(const sel_cfg *c, uint64_t seed) {
+    tk_problem t;
+    tk_problem_init(&t, gt_opt.backend, SK_DTYPE_BF16, c->b, c->sq, c->sk, c->hq, c->hkv, c->d,
+                    c->bq, c->bk);
+    t.desc.k = c->k;
+    t.desc.sink_blocks = c->sinks;
+    t.desc.local_blocks = c->local;
+    t.desc.mask = c->causal ? SK_MASK_CAUSAL : SK_MASK_NONE;
+    t.desc.per_kv_head = c->per_kv;
+    if (c->quant) t.desc.scale = 0.5f;
+    char name[200];
+    tk_describe(&t, name, sizeof name);
+    tu_rng rng;
+    tu_rng_seed(&rng, seed);
+    float *pq = NULL, *pk = NULL;
+    if (!tk_random_pooled(&t, &rng, c->quant, &pq, &pk)) return 0;
+    const size_t nq = (size_t)tk_pooled_q_len(&t) * 4, nk = (size_t)tk_pooled_k_len(&t) * 4;
+    float *dpq = (float *)to_device(pq, nq), *dpk = (float *)to_device(pk, nk);
+    const size_t ns = (size_t)tk_total_rows(&t) * tk_col_blocks(&t);
+    float *scores = (float *)malloc(ns * 4);
+    gpu_layout g;
+    memset(&g, 0, sizeof g);
+    int ok = dpq != NULL && dpk != NULL && scores != NULL &&
+             run_gpu_select(&t, dpq, dpk, NULL, &g, scores, name);
+    if (ok) {
+        const int bad = tk_check_scores_ex(&t, pq, pk, scores, 1.0, c->causal);
+        CHECK(bad == 0, "%s: %d GPU scores off the naive ones", name, bad);
+        CHECK(same_as_cpu_selection(&t, scores, &g, name), "%s: GPU layout != CPU selection on "
+              "the GPU's scores", name);
+        tk_problem cpu = t;
+        cpu.desc.backend = SK_BACKEND_CPU;
+        CHECK(tk_layout_equals_naive(&cpu, scores, g.off, g.idx, name), "%s: != naive", name);
+        if (c->quant) { /* exact scores: the CPU backend end to end gives the same layout */
+            tk_layout_buf l;
+            ok = tk_layout_buf_alloc(&cpu, &l) &&
+                 sk_select_topk(&cpu.desc, pq, pk, &l.bsr, NULL, 0, NULL) == SK_STATUS_SUCCESS;
+            CHECK(ok && memcmp(l.off, g.off, ((size_t)g.rows + 1) * 4) == 0 &&
+                      memcmp(l.idx, g.idx, (size_t)l.off[l.rows] * 4) == 0,
+                  "%s: GPU and CPU sk_select_topk differ on exact scores", name);
+            tk_layout_buf_free(&l);
+        }
+    }
+    gpu_layout_free(&g);
+    free(scores), free(pq), free(pk);
+    gt_device_free(dpq), gt_device_free(dpk);
+    tk_problem_free(&t);
+    return ok;
+}
+
+SK_TEST(topk_gpu_select_layouts_exact) {
+    /* b sq sk hq hkv d | bq bk k sinks local | causal per_kv quant */
+    static const sel_cfg cfgs[] = {
+        {1, 1024, 1024, 4, 4, 64, 128, 128, 4, 1, 2, 1, 0, 1},
+        {2, 1000, 1300, 4, 2, 64, 64, 64, 5, 2, 3, 1, 0, 1},
+        {1, 700, 900, 6, 2, 128, 128, 64, 3, 0, 0, 0, 1, 0},
+        {2, 4096, 4096, 8, 2, 128, 64, 64, 16, 2, 8, 1, 1, 1},
+        {1, 300, 5000, 2, 1, 64, 64, 128, 7, 1, 1, 1, 0, 0},
+        {1, 5000, 300, 2, 2, 8, 128, 64, 2, 1, 1, 1, 0, 1},   /* Sq > Sk: empty rows */
+        {1, 2048, 2048, 2, 2, 64, 128, 128, 100, 0, 0, 0, 0, 1}, /* k > candidates */
+        {1, 2048, 2048, 2, 2, 64, 64, 64, 0, 3, 2, 1, 0, 0},     /* forced only */
+        {1, 64, 2100 * 64, 1, 1, 16, 64, 64, 9, 1, 2, 0, 0, 1},  /* 2100 keys: no key cache */
+        {1, 200, 2100 * 64, 2, 1, 16, 64, 64, 30, 0, 0, 1, 1, 0},
+        {1, 8192, 8192, 2, 2, 64, 64, 64, 16, 2, 8, 1, 0, 0},    /* filter path, cached keys */
+        {1, 256, 1500 * 64, 1, 1, 16, 64, 64, 16, 1, 2, 1, 0, 0}, /* filter path, uncached */
+        {1, 2048, 2048, 4, 4, 64, 64, 64, 40, 1, 1, 0, 0, 0},     /* k > 32: radix path */
+    };
+    const int n = gt_opt.quick ? 3 : (int)(sizeof cfgs / sizeof cfgs[0]);
+    int ran = 0;
+    for (int i = 0; i < n; ++i) ran += gpu_select_case(&cfgs[i], tu_base_seed() ^ (0x2000u + (unsigned)i));
+    CHECK(ran == n, "%d of %d cases ran", ran, n);
+}
+
+/* sk_layout_from_scores with NaN, +-inf, +-0 and ties, GPU vs CPU. */
+SK_TEST(topk_gpu_from_scores_exact_with_specials) {
+    tu_rng rng;
+    tu_rng_seed(&rng, tu_base_seed() ^ 0x3000);
+    const int n = gt_opt.quick ? 4 : 24;
+    int ran = 0;
+    for (int c = 0; c < n; ++c) {
+        tk_problem t;
+        const int wide = c % 6 == 5;
+        tk_problem_init(&t, gt_opt.backend, SK_DTYPE_F16, tu_rng_range(&rng, 1, 2),
+                        tu_rng_range(&rng, 1, wide ? 300 : 3000),
+                        wide ? tu_rng_range(&rng, 2049 * 64, 2600 * 64) : tu_rng_range(&rng, 1, 3000),
+                        2, 1, 8, (c & 1) ? 64 : 128, (c & 2) ? 64 : 128);
+        t.desc.k = (int32_t)tu_rng_range(&rng, 0, c % 4 == 0 ? 200 : 20);
+        t.desc.sink_blocks = (int32_t)tu_rng_range(&rng, 0, 3);
+        t.desc.local_blocks = (int32_t)tu_rng_range(&rng, 0, 4);
+        t.desc.mask = (c & 4) ? SK_MASK_CAUSAL : SK_MASK_NONE;
+        t.desc.per_kv_head = (c & 8) != 0;
+        char name[200];
+        tk_describe(&t, name, sizeof name);
+        const double special = (c % 3 == 0) ? 0.9 : 0.1; /* some rows nearly all NaN / inf */
+        float *scores = tk_random_scores(&t, &rng, special);
+        const size_t ns = (size_t)tk_total_rows(&t) * tk_col_blocks(&t) * 4;
+        float *ds = scores != NULL ? (float *)to_device(scores, ns) : NULL;
+        gpu_layout g;
+        memset(&g, 0, sizeof g);
+        if (ds != NULL && run_gpu_select(&t, NULL, NULL, ds, &g, NULL, name)) {
+            CHECK(same_as_cpu_selection(&t, scores, &g, name), "%s: GPU != CPU", name);
+            ++ran;
+        }
+        gpu_layout_free(&g);
+        gt_device_free(ds);
+        free(scores);
+    }
+    CHECK(ran == n, "%d of %d cases ran", ran, n);
+}
+
+/* ---------------------------------------------------------------------------
+ * CUDA graph capture
+ * ------------------------------------------------------------------------- */
+
+SK_TEST(topk_gpu_graph_capture_replays_on_new_inputs) {
+    tk_problem t;
+    tk_problem_init(&t, gt_opt.backend, SK_DTYPE_BF16, 1, 2000, 2000, 4, 2, 64, 128, 64);
+    t.desc.k = 4;
+    t.desc.sink_blocks = 1;
+    t.desc.local_blocks = 2;
+    t.desc.mask = SK_MASK_CAUSAL;
+    tu_rng rng;
+    tu_rng_seed(&rng, tu_base_seed() ^ 0x4000);
+    REQUIRE(tk_problem_alloc_host(&t, &rng, 0), "no memory");
+    int32_t cap = 0;
+    size_t ws_bytes = 0;
+    REQUIRE(sk_topk_layout_capacity(&t.desc, NULL, &cap) == SK_STATUS_SUCCESS &&
+                sk_topk_workspace_size(&t.desc, &ws_bytes) == SK_STATUS_SUCCESS,
+            "%s", sk_last_error());
+    const int32_t rows = tk_total_rows(&t);
+    const size_t nq = (size_t)tk_pooled_q_len(&t) * 4, nk = (size_t)tk_pooled_k_len(&t) * 4;
+    const size_t off_bytes = ((size_t)rows + 1) * 4, idx_bytes = (size_t)cap * 4;
+    void *dq = to_device(t.q, (size_t)t.q_span * 2), *dk = to_device(t.k, (size_t)t.k_span * 2);
+    float *dpq = (float *)gt_device_alloc(nq), *dpk = (float *)gt_device_alloc(nk);
+    int32_t *doff = (int32_t *)gt_device_alloc(off_bytes), *didx = (int32_t *)gt_device_alloc(idx_bytes);
+    void *ws = gt_device_alloc(ws_bytes);
+    int32_t *eager_off = (int32_t *)malloc(off_bytes), *eager_idx = (int32_t *)malloc(idx_bytes);
+    int32_t *graph_off = (int32_t *)malloc(off_bytes), *graph_idx = (int32_t *)malloc(idx_bytes);
+    REQUIRE(dq && dk && dpq && dpk && doff && didx && ws && eager_off && eager_idx && graph_off &&
+                graph_idx,
+            "no memory");
+    cudaStream_t stream;
+    REQUIRE(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) == cudaSuccess, "stream");
+    sk_bsr l;
+    memset(&l, 0, sizeof l);
+    l.row_offsets = doff;
+    l.col_indices = didx;
+
+    /* Capture with the first inputs. */
+    cudaGraph_t graph = NULL;
+    cudaGraphExec_t exec = NULL;
+    REQUIRE(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) == cudaSuccess,
+            "begin capture");
+    sk_status s1 = sk_block_pool(&t.desc, dq, dk, dpq, dpk, stream);
+    sk_status s2 = sk_select_topk(&t.desc, dpq, dpk, &l, ws, ws_bytes, stream);
+    cudaError_t e = cudaStreamEndCapture(stream, &graph);
+    REQUIRE(s1 == SK_STATUS_SUCCESS && s2 == SK_STATUS_SUCCESS, "captured calls: %s",
+            sk_last_error());
+    REQUIRE(e == cudaSuccess, "end capture: %s", cudaGetErrorName(e));
+    REQUIRE(cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess, "instantiate");
+
+    for (int round = 0; round < 2; ++round) {
+        /* New Q and K each round: the replay must read them. */
+        if (round == 1) {
+            tk_problem_free(&t);
+            REQUIRE(tk_problem_alloc_host(&t, &rng, TK_QUANT), "no memory");
+            REQUIRE(gt_upload(dq, t.q, (size_t)t.q_span * 2) == 0 &&
+                        gt_upload(dk, t.k, (size_t)t.k_span * 2) == 0,
+                    "upload");
+        }
+        poison(doff, off_bytes);
+        poison(didx, idx_bytes);
+        poison(ws, ws_bytes);
+        REQUIRE(cudaGraphLaunch(exec, stream) == cudaSuccess, "graph launch");
+        REQUIRE(cudaStreamSynchronize(stream) == cudaSuccess, "sync");
+        REQUIRE(gt_download(graph_off, doff, off_bytes) == 0 &&
+                    gt_download(graph_idx, didx, idx_bytes) == 0,
+                "download");
+        poison(doff, off_bytes);
+        poison(didx, idx_bytes);
+        REQUIRE(sk_block_pool(&t.desc, dq, dk, dpq, dpk, stream) == SK_STATUS_SUCCESS &&
+                    sk_select_topk(&t.desc, dpq, dpk, &l, ws, ws_bytes, stream) ==
+                        SK_STATUS_SUCCESS,
+                "eager: %s", sk_last_error());
+        REQUIRE(cudaStreamSynchronize(stream) == cudaSuccess, "sync");
+        REQUIRE(gt_download(eager_off, doff, off_bytes) == 0 &&
+                    gt_download(eager_idx, didx, idx_bytes) == 0,
+                "download");
+        CHECK(memcmp(graph_off, eager_off, off_bytes) == 0 &&
+                  memcmp(graph_idx, eager_idx, (size_t)eager_off[rows] * 4) == 0,
+              "round %d: graph replay differs from the eager calls", round);
+        CHECK(eager_off[rows] == cap, "round %d: count %d, capacity %d (finite scores)", round,
+              (int)eager_off[rows], (int)cap);
+    }
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    cudaStreamDestroy(stream);
+    free(eager_off), free(eager_idx), free(graph_off), free(graph_idx);
+    gt_device_free(dq), gt_device_free(dk), gt_device_free(dpq), gt_device_free(dpk);
+    gt_device_free(doff), gt_device_free(didx), gt_device_free(ws);
+    tk_problem_free(&t);
+}
+
+/* ---------------------------------------------------------------------------
+ * sk_attention_topk end to end
+ * ------------------------------------------------------------------------- */
+
+static int gpu_attention_case(int64_t b, int64_t s_q, int64_t s_k, int64_t hq, int64_t hkv,
+                              int64_t d, int32_t bs, int per_kv, int quant, uint64_t seed) {
+    tk_problem t;
+    tk_problem_init(&t, gt_opt.backend, SK_DTYPE_BF16, b, s_q, s_k, hq, hkv, d, bs, bs);
+    t.desc.k = 3;
+    t.desc.sink_blocks = 1;
+    t.desc.local_blocks = 2;
+    t.desc.mask = SK_MASK_CAUSAL;
+    t.desc.per_kv_head = per_kv;
+    t.desc.scale = 0.125f; /* exact: with quantised inputs, exact scores */
+    char name[200];
+    tk_describe(&t, name, sizeof name);
+    tu_rng rng;
+    tu_rng_seed(&rng, seed);
+    if (!tk_problem_alloc_host(&t, &rng, TK_WITH_V | (quant ? TK_QUANT : 0))) return 0;
+    sk_attention_desc a;
+    tk_attention_desc(&t, &a);
+    size_t ws_bytes = 0;
+    int32_t cap = 0;
+    sk_status st = sk_attention_topk_workspace_size(&a, &t.desc, &ws_bytes);
+    if (st != SK_STATUS_SUCCESS || sk_topk_layout_capacity(&t.desc, NULL, &cap) != SK_STATUS_SUCCESS) {
+        printf("    %s: %s\n", name, sk_last_error());
+        tk_problem_free(&t);
+        return 0;
+    }
+    const int32_t rows = tk_total_rows(&t);
+    const int64_t no = b * s_q * hq * d, nl = b * hq * s_q;
+    const size_t off_bytes = ((size_t)rows + 1) * 4, idx_bytes = (size_t)cap * 4;
+    const size_t ns = (size_t)rows * tk_col_blocks(&t);
+    void *dq = to_device(t.q, (size_t)t.q_span * 2), *dk = to_device(t.k, (size_t)t.k_span * 2);
+    void *dv = to_device(t.v, (size_t)t.k_span * 2);
+    void *d_o = gt_device_alloc((size_t)no * 2), *d_o2 = gt_device_alloc((size_t)no * 2);
+    float *dl = (float *)gt_device_alloc((size_t)nl * 4), *dl2 = (float *)gt_device_alloc((size_t)nl * 4);
+    int32_t *doff = (int32_t *)gt_device_alloc(off_bytes), *didx = (int32_t *)gt_device_alloc(idx_bytes);
+    void *ws = gt_device_alloc(ws_bytes);
+    uint16_t *o = (uint16_t *)malloc((size_t)no * 2), *o2 = (uint16_t *)malloc((size_t)no * 2);
+    uint16_t *oc = (uint16_t *)malloc((size_t)no * 2);
+    float *lse = (float *)malloc((size_t)nl * 4), *lse2 = (float *)malloc((size_t)nl * 4);
+    float *lsec = (float *)malloc((size_t)nl * 4), *scores = (float *)malloc(ns * 4);
+    gpu_layout g;
+    memset(&g, 0, sizeof g);
+    g.rows = rows;
+    g.off = (int32_t *)malloc(off_bytes);
+    g.idx = (int32_t *)malloc(idx_bytes + 4);
+    int ok = dq && dk && dv && d_o && d_o2 && dl && dl2 && doff && didx && ws && o && o2 && oc &&
+             lse && lse2 && lsec && scores && g.off && g.idx;
+    if (ok) {
+        poison(d_o, (size_t)no * 2);
+        poison(dl, (size_t)nl * 4);
+        poison(doff, off_bytes);
+        poison(didx, idx_bytes);
+        poison(ws, ws_bytes);
+        sk_bsr l;
+        memset(&l, 0, sizeof l);
+        l.row_offsets = doff;
+        l.col_indices = didx;
+        st = sk_attention_topk(&a, &t.desc, dq, dk, dv, d_o, dl, &l, ws, ws_bytes, NULL);
+        CHECK(st == SK_STATUS_SUCCESS, "%s: %s", name, sk_last_error());
+        ok = st == SK_STATUS_SUCCESS && gt_sync() == 0 && l.nnz == cap &&
+             gt_download(o, d_o, (size_t)no * 2) == 0 && gt_download(lse, dl, (size_t)nl * 4) == 0 &&
+             gt_download(g.off, doff, off_bytes) == 0 && gt_download(g.idx, didx, idx_bytes) == 0 &&
+             gt_download(scores, ws, ns * 4) == 0; /* the selection's scores lead the workspace */
+        /* The layout is the CPU selection on the GPU's scores. */
+        CHECK(ok && same_as_cpu_selection(&t, scores, &g, name), "%s: layout", name);
+        /* The attention step alone on that layout: bitwise the same. */
+        if (ok) {
+            poison(d_o2, (size_t)no * 2);
+            poison(dl2, (size_t)nl * 4);
+            size_t aws = 0;
+            st = sk_attention_workspace_size(&a, &l, &aws);
+            void *ws2 = st == SK_STATUS_SUCCESS ? gt_device_alloc(aws) : NULL;
+            st = st == SK_STATUS_SUCCESS
+                     ? sk_attention_forward(&a, &l, dq, dk, dv, d_o2, dl2, ws2, aws, NULL)
+                     : st;
+            CHECK(st == SK_STATUS_SUCCESS, "%s: attention alone: %s", name, sk_last_error());
+            ok = st == SK_STATUS_SUCCESS && gt_sync() == 0 &&
+                 gt_download(o2, d_o2, (size_t)no * 2) == 0 &&
+                 gt_download(lse2, dl2, (size_t)nl * 4) == 0;
+            gt_device_free(ws2);
+            CHECK(ok && memcmp(o, o2, (size_t)no * 2) == 0 && memcmp(lse, lse2, (size_t)nl * 4) == 0,
+                  "%s: sk_attention_topk differs from sk_attention_forward on its layout", name);
+        }
+        /* The CPU backend end to end (same layout when the scores are exact). */
+        if (ok) {
+            tk_problem c = t;
+            c.desc.backend = SK_BACKEND_CPU;
+            sk_attention_desc ac = a;
+            ac.backend = SK_BACKEND_CPU;
+            tk_layout_buf lc;
+            ok = tk_layout_buf_alloc(&c, &lc);
+            st = ok ? sk_attention_topk(&ac, &c.desc, t.q, t.k, t.v, oc, lsec, &lc.bsr, NULL, 0, NULL)
+                    : SK_STATUS_ALLOC_FAILED;
+            CHECK(st == SK_STATUS_SUCCESS, "%s: CPU: %s", name, sk_last_error());
+            if (st == SK_STATUS_SUCCESS && quant)
+                CHECK(memcmp(lc.off, g.off, off_bytes) == 0 &&
+                          memcmp(lc.idx, g.idx, (size_t)lc.off[rows] * 4) == 0,
+                      "%s: GPU and CPU layouts differ on exact scores", name);
+            if (st == SK_STATUS_SUCCESS && quant) {
+                /* Loose sanity bound (the attention suite checks the kernel under the
+                 * tolerance rule): a few bf16 ulps of the largest |V|. */
+                double vmax = 0;
+                for (int64_t e = 0; e < t.k_span; ++e) {
+                    const double x = fabs((double)tu_load(t.v, SK_DTYPE_BF16, e));
+                    if (x == x && x > vmax) vmax = x;
+                }
+                int64_t bad = 0;
+                for (int64_t e = 0; e < no; ++e) {
+                    const double x = tu_load(o, SK_DTYPE_BF16, e), y = tu_load(oc, SK_DTYPE_BF16, e);
+                    bad += !(fabs(x - y) <= 8.0 * 0x1.0p-8 * vmax + 1e-3);
+                }
+                for (int64_t e = 0; e < nl; ++e)
+                    bad += !(fabs((double)lse[e] - (double)lsec[e]) <= 1e-3 * (1.0 + fabs((double)lsec[e])) ||
+                             (isinf(lse[e]) && isinf(lsec[e])));
+                CHECK(bad == 0, "%s: %lld O/LSE values far from the CPU backend", name,
+                      (long long)bad);
+            }
+            tk_layout_buf_free(&lc);
+        }
+    }
+    gpu_layout_free(&g);
+    free(o), free(o2), free(oc), free(lse), free(lse2), free(lsec), free(scores);
+    gt_device_free(dq), gt_device_free(dk), gt_device_free(dv), gt_device_free(d_o);
+    gt_device_free(d_o2), gt_device_free(dl), gt_device_free(dl2), gt_device_free(doff);
+    gt_device_free(didx), gt_device_free(ws);
+    tk_problem_free(&t);
+    return ok;
+}
+
+SK_TEST(topk_gpu_attention_topk_end_to_end) {
+    const uint64_t s = tu_base_seed() ^ 0x5000;
+    int ran = 0, n = 0;
+    ran += gpu_attention_case(1, 1024, 1024, 4, 2, 64, 64, 0, 1, s + 1), ++n;
+    ran += gpu_attention_case(2, 768, 1024, 4, 2, 128, 128, 1, 1, s + 2), ++n;
+    if (!gt_opt.quick) {
+        ran += gpu_attention_case(1, 1000, 1333, 4, 4, 128, 128, 0, 0, s + 3), ++n;
+        ran += gpu_attention_case(1, 2048, 2048, 8, 2, 128, 64, 1, 1, s + 4), ++n;
+    }
+    CHECK(ran == n, "%d of %d cases ran", ran, n);
+}
