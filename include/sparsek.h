@@ -57,12 +57,18 @@
  * ---------------------------------------------------------------------------
  * The CUDA backend reads the layout from device memory and does not validate
  * it (that would need a copy to the host). The kernels never read or write
- * out of bounds for ANY layout content: row offsets are clamped to
- * [0, nnz] and made non-decreasing, column indices outside
- * [0, col_blocks) are skipped as if absent. Results for a layout that fails
- * sk_layout_validate are otherwise unspecified (a duplicated index counts
- * that block twice). Validate host layouts with sk_layout_validate before
- * uploading them.
+ * out of bounds for ANY layout content: each row's start and end offsets
+ * are clamped to [0, nnz] and its end raised to its start (so the rows of
+ * a corrupt layout may overlap, but each stays inside col_indices), and
+ * column indices outside [0, col_blocks) are skipped as if absent. Results
+ * for a layout that fails sk_layout_validate are otherwise unspecified (a
+ * duplicated index counts that block twice). Validate host layouts with
+ * sk_layout_validate before uploading them.
+ *
+ * Limits of the CUDA backend (SK_STATUS_NOT_SUPPORTED beyond them, before
+ * anything is enqueued): head_dim 64 or 128; a sequence stride below
+ * 2^24 bytes; Sq and Sk below 2^31 - 256; at most 2^31 - 1 tiles
+ * (B * Hq * ceil(Sq / block_q)).
  */
 #ifndef SPARSEK_H
 #define SPARSEK_H

@@ -308,6 +308,7 @@ extern "C" sk_status sk_cuda_attention_run(const sk_attention_problem *p, void *
     s.tile_order = (const int32_t *)(base + w.order);
     s.tile_counter = (int32_t *)(base + w.counter);
     s.num_tiles = w.tiles;
+    s.tile_info = (const int4 *)(base + w.info);
     SK_CUDA_TRY(cudaMemsetAsync(s.tile_counter, 0, sizeof(int32_t), stream),
                 "cudaMemsetAsync (tile counter)");
     if (choice == SK_KERNEL_SM90) return sk_attention_sm90_launch(p, &s, stream);

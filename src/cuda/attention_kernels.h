@@ -28,6 +28,8 @@ typedef struct sk_attention_schedule {
     const int32_t *tile_order; /* [num_tiles] device; tile ids, longest rows first */
     int32_t *tile_counter;     /* [1] device; zero at kernel start */
     int32_t num_tiles;         /* batch * heads_q * row_blocks */
+    const int4 *tile_info;     /* [num_tiles] device; per slot {tile, first position, end,
+                                  first column}, written by the plan (sm80 kernel) */
 } sk_attention_schedule;
 
 /* The portable kernel (mma.sync, cp.async), any compute capability >= 8.0.

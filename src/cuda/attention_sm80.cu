@@ -805,7 +805,7 @@ sk_status sk_attention_sm80_launch(const sk_attention_problem *p, const sk_atten
     k.causal = p->causal;
     k.row_offsets = p->row_offsets;
     k.col_indices = p->col_indices;
-    k.tile_info = sk_sched_tile_info(s);
+    k.tile_info = s->tile_info;
     k.tile_counter = s->tile_counter;
     k.scale_abs = fabsf(p->scale);
     k.scale_log2 = fabsf(p->scale) * SK_LOG2E;

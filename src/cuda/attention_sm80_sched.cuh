@@ -44,12 +44,6 @@ static inline size_t sk_sched_align(size_t bytes) {
     return (bytes + SK_SCHED_ALIGN - 1) / SK_SCHED_ALIGN * SK_SCHED_ALIGN;
 }
 
-/* tile_info follows tile_order directly (both written by the plan). */
-static inline const int4 *sk_sched_tile_info(const sk_attention_schedule *s) {
-    return (const int4 *)((const char *)s->tile_order +
-                          sk_sched_align((size_t)s->num_tiles * sizeof(int32_t)));
-}
-
 /* The layout row of tile t and its clamped entry range [*start, *end). */
 __device__ __forceinline__ void sk_sched_tile_row(int32_t t, int32_t row_blocks, int32_t heads_q,
                                                   int32_t layout_batch, int32_t layout_heads,
