@@ -56,7 +56,7 @@ if str(REPO / "python") not in sys.path:
     sys.path.insert(0, str(REPO / "python"))
 
 SCHEMA = "sparsek-bench/1"
-ALL_PEERS = ["sparsek", "sdpa_cudnn", "sdpa_flash", "flex", "flex_flash", "flashinfer", "fa4"]
+ALL_PEERS = ["sparsek", "sparsek_sm80", "sdpa_cudnn", "sdpa_flash", "flex", "flex_flash", "flashinfer", "fa4"]
 GROUPS = ["seed", "long", "long64", "mixed", "gemm"]
 
 # ---------------------------------------------------------------------------
@@ -585,41 +585,53 @@ def run_case(case: Case, args, timer: Timer, ctx_global: dict) -> dict:
               f"{out['tflops_dense_equiv']:7.1f} dense-equiv", flush=True)
 
     # --- SparseK (the reference for the peers) ---------------------------
+    # "sparsek" is the library's own kernel choice (the Hopper kernel where
+    # it covers the case); "sparsek_sm80" forces the portable kernel, so the
+    # two are recorded side by side in the same run.
     ref_out = None
-    try:
-        outs = [torch.empty_like(x) for x in inp.q]
-        t0 = time.perf_counter()
-        plan = sparsek.plan_attention(inp.q[0], inp.k[0], inp.v[0], layout, causal=case.causal)
-        if args.device == "cuda":
-            torch.cuda.synchronize()
-        setup_s = time.perf_counter() - t0
+    sk_variants = [("sparsek", None)]
+    if args.device == "cuda" and "sparsek_sm80" in args.peers:
+        sk_variants.append(("sparsek_sm80", "cuda_sm80"))
+    for sk_name, sk_backend in sk_variants:
+        try:
+            outs = [torch.empty_like(x) for x in inp.q]
+            t0 = time.perf_counter()
+            plan = sparsek.plan_attention(inp.q[0], inp.k[0], inp.v[0], layout, causal=case.causal,
+                                          backend=sk_backend)
+            if args.device == "cuda":
+                torch.cuda.synchronize()
+            setup_s = time.perf_counter() - t0
 
-        def sk_fn(i):
-            return plan.run(inp.q[i], inp.k[i], inp.v[i], out=outs[i])
+            def sk_fn(i, plan=plan, outs=outs):
+                return plan.run(inp.q[i], inp.k[i], inp.v[i], out=outs[i])
 
-        outs[0].fill_(float("nan"))
-        sk_fn(0)
-        if args.device == "cuda":
-            torch.cuda.synchronize()
-        ref_out = outs[0].clone()
-        extra = {"setup_s": setup_s, "workspace_bytes": getattr(plan, "workspace_size", 0),
-                 "nan_in_output": bool(torch.isnan(ref_out).any().item())}
-        extra["reference_check"] = reference_check(case, inp, ref_out)
-        meas = timer.measure(sk_fn, n_rot)
-        # Planning alone (sk_attention_plan), for the record.
-        if args.device == "cuda":
-            pm = timer.measure(lambda i: plan.replan(), 1)
-            extra["plan_ms"] = pm["time_ms"]
-        finish("sparsek", meas, sparse_flops, extra)
-        del plan, outs
-    except Exception as e:
-        rec["systems"]["sparsek"] = {"status": "error", "error": f"{type(e).__name__}: {e}",
-                                     "traceback": traceback.format_exc(limit=4)}
-        print(f"    sparsek     ERROR {type(e).__name__}: {e}", flush=True)
+            outs[0].fill_(float("nan"))
+            sk_fn(0)
+            if args.device == "cuda":
+                torch.cuda.synchronize()
+            this_out = outs[0].clone()
+            extra = {"setup_s": setup_s, "workspace_bytes": getattr(plan, "workspace_size", 0),
+                     "nan_in_output": bool(torch.isnan(this_out).any().item())}
+            extra["reference_check"] = reference_check(case, inp, this_out)
+            if ref_out is None:
+                ref_out = this_out
+            else:
+                extra["max_abs_diff_vs_sparsek"] = (this_out.float() - ref_out.float()).abs().max().item()
+            meas = timer.measure(sk_fn, n_rot)
+            # Planning alone (sk_attention_plan), for the record.
+            if args.device == "cuda":
+                pm = timer.measure(lambda i, plan=plan: plan.replan(), 1)
+                extra["plan_ms"] = pm["time_ms"]
+            finish(sk_name, meas, sparse_flops, extra)
+            del plan, outs
+        except Exception as e:
+            rec["systems"][sk_name] = {"status": "error", "error": f"{type(e).__name__}: {e}",
+                                       "traceback": traceback.format_exc(limit=4)}
+            print(f"    {sk_name:<11} ERROR {type(e).__name__}: {e}", flush=True)
 
     # --- peers -------------------------------------------------------------
     for name in args.peers:
-        if name == "sparsek":
+        if name in ("sparsek", "sparsek_sm80"):
             continue
         try:
             t0 = time.perf_counter()
