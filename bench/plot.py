@@ -25,6 +25,7 @@ from pathlib import Path
 
 SYSTEM_LABELS = {
     "sparsek": "SparseK",
+    "sparsek_sm80": "SparseK portable (sm80)",
     "sdpa_cudnn": "SDPA cuDNN (dense)",
     "sdpa_flash": "SDPA flash (dense)",
     "flex": "FlexAttention",
