@@ -325,6 +325,7 @@ __device__ void sk90_producer(const sk90_params &p, uint32_t base, int32_t *tile
                               volatile int32_t *block_info, const volatile int32_t *sched) {
     using L = sk90_smem<HD>;
     const bool lead = sk_elect_one(); /* the one thread that issues TMA */
+    const int lead_lane = __ffs(__ballot_sync(0xffffffffu, lead)) - 1;
     if (lead) {
         sk_prefetch_tensormap(&p.tm_q);
         sk_prefetch_tensormap(&p.tm_k);
@@ -336,10 +337,19 @@ __device__ void sk90_producer(const sk90_params &p, uint32_t base, int32_t *tile
     for (uint32_t n = 0;; ++n) {
         const uint32_t sslot = n % kSchedSlots, sphase = (n / kSchedSlots) & 1;
         sk90_wait(base + L::kBarSchedFull + 8 * sslot, sphase); /* every lane: acquire */
-        const int tile = sched[4 * sslot + 0];
+        /* The lane that releases the slot reads it and shares it, so the
+         * read is ordered before the scheduler's next write by that lane's
+         * own arrival (which racecheck can follow). */
+        int v0 = 0, v1 = 0, v2 = 0;
+        if (lead) {
+            v0 = sched[4 * sslot + 0];
+            v1 = sched[4 * sslot + 1];
+            v2 = sched[4 * sslot + 2];
+        }
+        const int tile = __shfl_sync(0xffffffffu, v0, lead_lane);
         sk90_tile t = sk90_tile_coords(p, tile >= 0 ? tile : 0);
-        t.start = sched[4 * sslot + 1];
-        t.end = sched[4 * sslot + 2];
+        t.start = __shfl_sync(0xffffffffu, v1, lead_lane);
+        t.end = __shfl_sync(0xffffffffu, v2, lead_lane);
         t.key_limit = min((t.i + 1) * kBlockM, p.seq_q) - 1 + (p.seq_k - p.seq_q);
         __syncwarp();
         if (lead) sk_mbar_arrive(base + L::kBarSchedEmpty + 8 * sslot);
@@ -570,6 +580,27 @@ __device__ __forceinline__ void sk90_fence_operands(float o[HD / 2], uint32_t pf
     for (int i = 0; i < 32; ++i) sk_reg_fence_u32(pf[i]);
 }
 
+/* K stage release: lane 0 of every consumer warp arrives, after the warp
+ * has converged (one thread per warpgroup after a named barrier is correct
+ * too, but compute-sanitizer racecheck does not follow that chain). */
+static constexpr int kKEmptyArrivals = 8; /* 2 consumer warpgroups x 4 warps */
+
+__device__ __forceinline__ void sk90_release_k(uint32_t bar, int lane) {
+    __syncwarp();
+    if (lane == 0) sk_mbar_arrive(bar);
+}
+
+/* A K stage's block info, read by lane 0 of each consumer warp (the lane
+ * that releases the stage) and shared with the warp: the one thread that
+ * reads is the one whose arrival orders the read before the producer's
+ * next write, which racecheck can follow. */
+__device__ __forceinline__ int sk90_read_info(const volatile int32_t *block_info, int stage,
+                                              int lane) {
+    int v = 0;
+    if (lane == 0) v = block_info[stage];
+    return __shfl_sync(0xffffffffu, v, 0);
+}
+
 /* A consumer warpgroup (wg 0 or 1: query rows 64 wg .. 64 wg + 63 of each
  * tile): per tile, the first S alone, the steady steps (S_j with
  * P_{j-1} V_{j-1}), the last P V alone, then the epilogue. */
@@ -625,7 +656,7 @@ __device__ void sk90_consumer(const sk90_params &p, uint32_t base, const int32_t
              * serializes wgmma issued under run-time conditions.) The block
              * index and whether another block follows come with the K stage. */
             sk90_wait(base + L::kBarKFull + 8 * kp.stage, kp.phase);
-            int info = block_info[kp.stage];
+            int info = sk90_read_info(block_info, kp.stage, lane);
             sk_bar_sync(bar_mine, 256);
             sk_wgmma_fence();
             sk90_gemm_qk<DT, HD>(s, q_base, base + L::kK + kp.stage * L::kBlockBytes);
@@ -633,10 +664,8 @@ __device__ void sk90_consumer(const sk90_params &p, uint32_t base, const int32_t
             sk_wgmma_wait<0>();
 #pragma unroll
             for (int i = 0; i < 64; ++i) sk_reg_fence(s[i]);
-            if (leader) {
-                sk_mbar_arrive(base + L::kBarKEmpty + 8 * kp.stage);
-                if (!(info & kInfoMore)) sk_mbar_arrive(q_empty); /* last use of Q */
-            }
+            sk90_release_k(base + L::kBarKEmpty + 8 * kp.stage, lane);
+            if (leader && !(info & kInfoMore)) sk_mbar_arrive(q_empty); /* last use of Q */
             kp.advance();
             sk90_mask_block(s, p, info & ~kInfoMore, wg_first_row, row0, t4);
             sk90_softmax(s, m, l, corr, scale_log2); /* O = 0: nothing to rescale */
@@ -648,7 +677,7 @@ __device__ void sk90_consumer(const sk90_params &p, uint32_t base, const int32_t
                  * the issue keeps the two GEMMs in one fenced sequence. */
                 sk90_wait(base + L::kBarKFull + 8 * kp.stage, kp.phase);
                 sk90_wait(base + L::kBarVFull + 8 * vp.stage, vp.phase);
-                info = block_info[kp.stage];
+                info = sk90_read_info(block_info, kp.stage, lane);
                 sk_bar_sync(bar_mine, 256);
                 sk90_fence_operands<HD>(o, pf);
                 sk_wgmma_fence();
@@ -666,10 +695,8 @@ __device__ void sk90_consumer(const sk90_params &p, uint32_t base, const int32_t
                 sk_wgmma_wait<1>(); /* S_j done; P V still running */
 #pragma unroll
                 for (int i = 0; i < 64; ++i) sk_reg_fence(s[i]);
-                if (leader) {
-                    sk_mbar_arrive(base + L::kBarKEmpty + 8 * kp.stage);
-                    if (!(info & kInfoMore)) sk_mbar_arrive(q_empty);
-                }
+                sk90_release_k(base + L::kBarKEmpty + 8 * kp.stage, lane);
+                if (leader && !(info & kInfoMore)) sk_mbar_arrive(q_empty);
                 kp.advance();
                 sk90_mask_block(s, p, info & ~kInfoMore, wg_first_row, row0, t4);
                 sk90_softmax(s, m, l, corr, scale_log2);
@@ -764,7 +791,7 @@ __global__ void __launch_bounds__(kThreads, 1) sk_attention_sm90_kernel(const __
         }
         for (int s = 0; s < L::kStages; ++s) {
             sk_mbar_init(base + L::kBarKFull + 8 * s, 1);
-            sk_mbar_init(base + L::kBarKEmpty + 8 * s, 2);
+            sk_mbar_init(base + L::kBarKEmpty + 8 * s, kKEmptyArrivals);
             sk_mbar_init(base + L::kBarVFull + 8 * s, 1);
             sk_mbar_init(base + L::kBarVEmpty + 8 * s, 2);
         }

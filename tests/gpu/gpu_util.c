@@ -13,7 +13,11 @@
 #include "harness.h"
 
 gt_options gt_opt = {SK_BACKEND_CUDA, 0, 0, 0};
-int gt_cases_run, gt_cases_failed;
+int gt_cases_run, gt_cases_failed, gt_cases_declined;
+
+int gt_backend_covers(const gt_case *c) {
+    return gt_opt.backend != SK_BACKEND_CUDA_SM90 || (c->block_q == 128 && c->block_k == 128);
+}
 
 /* Rows of stride padding past each sequence end: more than any block, so a
  * read past Sq or Sk lands on NaN. */
@@ -581,6 +585,21 @@ int gt_run_case(const gt_case *c) {
     l2 = malloc((size_t)x.lse_elems * sizeof(float));
     if (!o1 || !o2 || !l1 || !l2) {
         CHECK(0, "out of host memory [%s]", desc);
+        goto done;
+    }
+    if (!gt_backend_covers(c)) {
+        /* The forced kernel must decline, say why, and write nothing. */
+        if (gt_inst_poison_outputs(&x) != 0) {
+            CHECK(0, "upload failed [%s]", desc);
+            goto done;
+        }
+        const sk_status st = gt_inst_forward(&x, gt_opt.backend, NULL);
+        CHECK(st == SK_STATUS_NOT_SUPPORTED, "expected NOT_SUPPORTED, got %s: %s [%s]",
+              sk_status_name(st), sk_last_error(), desc);
+        CHECK(gt_sync() == 0 && gt_inst_outputs_untouched(&x), "outputs written on decline [%s]",
+              desc);
+        failed = st != SK_STATUS_NOT_SUPPORTED;
+        ++gt_cases_declined;
         goto done;
     }
     for (int run = 0; run < 2; ++run) {

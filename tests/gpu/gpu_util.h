@@ -60,8 +60,14 @@ void gt_case_describe(const gt_case *c, char *buf, size_t len);
 /* Run a case against the reference; records failures with CHECK and
  * returns 0 when it passed. */
 int gt_run_case(const gt_case *c);
-/* Cases run and failed by gt_run_case so far. */
-extern int gt_cases_run, gt_cases_failed;
+/* Cases run and failed by gt_run_case so far; cases the forced backend
+ * declined (SK_STATUS_NOT_SUPPORTED checked, nothing written). */
+extern int gt_cases_run, gt_cases_failed, gt_cases_declined;
+
+/* Whether the backend under test covers the case: every CUDA backend does,
+ * except SK_BACKEND_CUDA_SM90, which covers 128 x 128 blocks only (the
+ * dispatch of SK_BACKEND_CUDA falls back to the portable kernel there). */
+int gt_backend_covers(const gt_case *c);
 
 /* The softmax scale a case resolves to (as the library does). */
 double gt_case_scale(const gt_case *c);

@@ -1,0 +1,35 @@
+#!/bin/bash
+# The GPU evidence run, on the lent GPU machine, from binaries built on the
+# CPU machine (carry build/sk_gpu_tests, build/sparsek, build/obj/cuda).
+# Runs the GPU suite for each CUDA backend, compute-sanitizer (memcheck,
+# racecheck, synccheck) on the quick cases, and collects the SASS facts of
+# the Hopper kernel. Logs go to $OUT; a summary is printed last.
+set -u
+OUT=${OUT:-/tmp/sk_out}
+mkdir -p "$OUT"
+{
+    date -u
+    git rev-parse HEAD 2>/dev/null
+    nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit --format=csv
+} > "$OUT/gpu.txt" 2>&1
+
+for b in cuda sm80 sm90; do
+    timeout 200 build/sk_gpu_tests --backend $b > "$OUT/suite_$b.log" 2>&1
+    echo "suite $b: rc=$? $(grep -E '^[0-9]+ passed' "$OUT/suite_$b.log") $(grep -E '^cases:' "$OUT/suite_$b.log")"
+done
+
+{
+    for b in sm80 sm90; do
+        for tool in memcheck racecheck synccheck; do
+            echo "== $tool $b"
+            timeout 150 compute-sanitizer --tool $tool --print-limit 20 \
+                build/sk_gpu_tests --backend $b --quick 2>&1 | grep -E "ERROR SUMMARY|RACECHECK SUMMARY|hazard|passed" | tail -4
+        done
+    done
+} > "$OUT/sanitizer.log" 2>&1
+cat "$OUT/sanitizer.log"
+
+if [ -f build/obj/cuda/attention_sm90.o ]; then
+    cuobjdump --dump-sass build/obj/cuda/attention_sm90.o > /tmp/sass90.txt 2>&1
+    echo "sm90 SASS: HGMMA $(grep -c HGMMA /tmp/sass90.txt), LDL/STL $(grep -c -E '\bLDL|\bSTL' /tmp/sass90.txt), $(grep -o -E 'USETMAXREG[^;]*' /tmp/sass90.txt | sort | uniq -c | tr '\n' ' ')" | tee -a "$OUT/gpu.txt"
+fi
