@@ -6,7 +6,9 @@
  *   sparsek --help           usage
  *
  * `run` makes seeded N(0, 1) Q, K and V and a block layout from a named
- * pattern, runs sk_attention_run on the chosen backend (the CUDA backend when
+ * pattern (for `--pattern topk`, sk_attention_topk selects the layout from
+ * Q and K itself, timed as one call with the attention; see cmd_run_topk),
+ * runs sk_attention_run on the chosen backend (the CUDA backend when
  * a GPU is present, else the CPU reference on a smaller default workload),
  * takes the median time of the timed iterations, then checks a sample of
  * (batch, head) pairs against the CPU reference run on a one-head
@@ -219,11 +221,6 @@ static void gen_fill(void *buf, sk_dtype dtype, int64_t n, uint64_t seed, unsign
     }
 }
 
-/* Uniform in [0, 1) with 24 bits. */
-static float gen_uniform(uint64_t seed, unsigned tensor, uint64_t idx) {
-    return (float)(gen_word(seed, tensor, idx) >> 40) * (1.0f / 16777216.0f);
-}
-
 /* ---------------------------------------------------------------------------
  * Options
  * ------------------------------------------------------------------------- */
@@ -264,6 +261,9 @@ typedef enum int_flag_id {
     OPT_ITERS,
     OPT_WARMUP,
     OPT_CHECK_ROWS,
+    OPT_TOPK_K,
+    OPT_SINK_BLOCKS,
+    OPT_LOCAL_BLOCKS,
     OPT_INT_COUNT
 } int_flag_id;
 
@@ -289,6 +289,9 @@ static const int_flag int_flags[OPT_INT_COUNT] = {
     [OPT_ITERS] = {"--iters", 1, 1000000},
     [OPT_WARMUP] = {"--warmup", 0, 1000000},
     [OPT_CHECK_ROWS] = {"--check-rows", 0, 4096},
+    [OPT_TOPK_K] = {"--topk-k", 0, 1 << 24},
+    [OPT_SINK_BLOCKS] = {"--sinks-blocks", 0, 1 << 24},
+    [OPT_LOCAL_BLOCKS] = {"--local-blocks", 0, 1 << 24},
 };
 
 typedef struct run_opts {
@@ -301,6 +304,7 @@ typedef struct run_opts {
     pattern_id pattern;
     backend_choice backend;
     int causal, causal_set;
+    int per_kv_head;
     int json;
 } run_opts;
 
@@ -331,30 +335,43 @@ static const char usage_text[] =
     "  --dtype T        f16 | bf16 | f32 (default f16; f32 on the CPU backend only)\n"
     "  --block N        bq = bk, 64 or 128 (default 128);  --block-q N, --block-k N\n"
     "  --pattern P      dense | causal | window | sinks | strided | random | topk\n"
-    "                   (default random)\n"
+    "                   (default random). topk selects the blocks from the workload's\n"
+    "                   own Q and K (block means, scores pooled Q . pooled K, top k\n"
+    "                   per row) with sk_attention_topk on the chosen backend, and\n"
+    "                   times selection + attention as one call\n"
     "  --density X      target fraction in (0, 1] (default 0.25): random and topk\n"
     "                   pick k = round(X * key blocks) blocks per row (at least 1);\n"
     "                   it also sets the default --window (round(X * Sk) tokens) of\n"
     "                   window and sinks, and the default --stride (round(1/X)) of\n"
     "                   strided\n"
     "  --window N       tokens: window's left extent (right 0); sinks' recent window;\n"
-    "                   strided's and topk's local blocks (ceil(N / bk); strided\n"
-    "                   default one block, topk default 0)\n"
-    "  --sinks N        tokens: sinks' sink keys (default bk); topk's forced sink\n"
-    "                   blocks (ceil(N / bk), default 0)\n"
+    "                   strided's local blocks (ceil(N / bk), default one block);\n"
+    "                   topk: the same as --local-blocks ceil(N / bk)\n"
+    "  --sinks N        tokens: sinks' sink keys (default bk); topk: the same as\n"
+    "                   --sinks-blocks ceil(N / bk)\n"
+    "  --topk-k N       topk: blocks picked by score per row, beyond the forced ones\n"
+    "                   (default round(density * key blocks), at least 1)\n"
+    "  --sinks-blocks N topk: forced leading key blocks 0 .. N-1 (default 0)\n"
+    "  --local-blocks N topk: forced blocks ending at the row's diagonal block\n"
+    "                   (default 0)\n"
+    "  --per-kv-head    topk: one selection per KV head (scores summed over its\n"
+    "                   query heads), shared by the group\n"
     "  --stride N       strided: keep every N-th key block back from the diagonal\n"
     "  --causal [on|off]  token-level causal mask (bottom-right aligned); default on\n"
     "                   for causal, window and sinks, off otherwise. --no-causal = off.\n"
     "                   With random, strided and topk it also limits the selection to\n"
     "                   blocks holding a causal pair.\n"
-    "  --seed N         seed of Q, K, V, the random layout and the topk scores (default 1)\n"
+    "  --seed N         seed of Q, K, V and the random layout (default 1)\n"
     "  --iters N        timed iterations, median reported (GPU default 20, CPU 1)\n"
     "  --warmup N       untimed iterations first (GPU default 3, CPU 0)\n"
     "  --check-rows N   number of (batch, head) pairs checked against the CPU\n"
     "                   reference: (0, 0) and N-1 drawn at random (default 2; 0 skips\n"
     "                   the check). Each covers the last min(Sq, 4096) query rows of\n"
     "                   the head (rounded up to whole blocks).\n"
-    "  --json           print one JSON object instead of text\n"
+    "  --json           print one JSON object instead of text\n";
+
+/* The rest of the help (one string would pass C99's 4095-character limit). */
+static const char usage_more[] =
     "\n"
     "The check runs the CPU reference (fp32 math, fp64 sums) on a one-head\n"
     "sub-problem cut from the same inputs and layout, and passes when every output\n"
@@ -364,7 +381,14 @@ static const char usage_text[] =
     "element fails. Exit status: 0 pass, 1 a failed call or check, 2 bad usage.\n"
     "\n"
     "TFLOPS: actual = 4 * D * (selected blocks over all (b, h)) * bq * bk / time;\n"
-    "dense-equivalent = 4 * B * Hq * Sq * Sk * D / time.\n";
+    "dense-equivalent = 4 * B * Hq * Sq * Sk * D / time.\n"
+    "\n"
+    "topk: `time` is the whole sk_attention_topk (pooling, scoring, selection,\n"
+    "planning, attention), and the TFLOPS use it; `attention` is sk_attention_run\n"
+    "alone on the layout the selection produced, `selection` the difference. The\n"
+    "density is the layout's real count (its last row offset, copied back after\n"
+    "the timing). The check runs on the output of one more sk_attention_topk call,\n"
+    "against the CPU reference on the layout that call selected (copied back).\n";
 
 static void usage_error(const char *fmt, ...) {
     va_list args;
@@ -435,6 +459,7 @@ static void parse_run_opts(int argc, char **argv, run_opts *o) {
         const char *arg = argv[i];
         if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
             fputs(usage_text, stdout);
+            fputs(usage_more, stdout);
             exit(0);
         }
         if (strncmp(arg, "--", 2) != 0) usage_error("run: unexpected argument '%s'", arg);
@@ -449,10 +474,13 @@ static void parse_run_opts(int argc, char **argv, run_opts *o) {
         if (eq != NULL) value = eq + 1;
 
         /* Switches. */
-        if (strcmp(name, "--json") == 0 || strcmp(name, "--no-causal") == 0) {
+        if (strcmp(name, "--json") == 0 || strcmp(name, "--no-causal") == 0 ||
+            strcmp(name, "--per-kv-head") == 0) {
             if (value != NULL) usage_error("%s takes no value", name);
             if (name[2] == 'j') {
                 o->json = 1;
+            } else if (name[2] == 'p') {
+                o->per_kv_head = 1;
             } else {
                 o->causal = 0;
                 o->causal_set = 1;
@@ -559,8 +587,10 @@ typedef struct workload {
     int causal;
     double density_target;
     uint64_t seed;
-    int64_t window, sinks, stride; /* pattern parameters as used */
-    int32_t k_per_row;             /* random, topk */
+    int64_t window, sinks, stride;     /* pattern parameters as used */
+    int32_t k_per_row;                 /* random, topk (blocks picked by score) */
+    int32_t sink_blocks, local_blocks; /* topk: forced blocks */
+    int per_kv_head;                   /* topk: one selection per KV head */
     int iters, warmup, check_heads;
 } workload;
 
@@ -652,13 +682,35 @@ static void resolve_workload(const run_opts *o, int32_t gpu_count, workload *w) 
         if (k > w->col_blocks) k = w->col_blocks;
         w->k_per_row = (int32_t)k;
         if (w->pattern == PAT_TOPK) {
-            w->window = opt_or(o, OPT_WINDOW, 0);
-            w->sinks = opt_or(o, OPT_SINKS, 0);
+            /* --sinks / --window (tokens) are the older spellings of the
+             * forced blocks; one of each pair. */
+            if (o->iset[OPT_SINK_BLOCKS] && o->iset[OPT_SINKS])
+                usage_error("--sinks-blocks and --sinks both set topk's sink blocks: give one");
+            if (o->iset[OPT_LOCAL_BLOCKS] && o->iset[OPT_WINDOW])
+                usage_error("--local-blocks and --window both set topk's local blocks: give one");
+            w->k_per_row = (int32_t)opt_or(o, OPT_TOPK_K, k);
+            w->sink_blocks =
+                (int32_t)(o->iset[OPT_SINK_BLOCKS] ? o->ival[OPT_SINK_BLOCKS]
+                                                   : ceil_div(opt_or(o, OPT_SINKS, 0), w->block_k));
+            w->local_blocks = (int32_t)(o->iset[OPT_LOCAL_BLOCKS]
+                                            ? o->ival[OPT_LOCAL_BLOCKS]
+                                            : ceil_div(opt_or(o, OPT_WINDOW, 0), w->block_k));
+            w->per_kv_head = o->per_kv_head;
+            if (w->k_per_row == 0 && w->sink_blocks == 0 && w->local_blocks == 0)
+                usage_error("--pattern topk with --topk-k 0 and no sink or local blocks selects "
+                            "nothing");
         }
         break;
     }
     default:
         break;
+    }
+    if (w->pattern != PAT_TOPK) {
+        static const int_flag_id topk_only[] = {OPT_TOPK_K, OPT_SINK_BLOCKS, OPT_LOCAL_BLOCKS};
+        for (int i = 0; i < 3; ++i)
+            if (o->iset[topk_only[i]])
+                usage_error("%s is for --pattern topk", int_flags[topk_only[i]].name);
+        if (o->per_kv_head) usage_error("--per-kv-head is for --pattern topk");
     }
 
     snprintf(w->device, sizeof w->device, "cpu");
@@ -687,8 +739,9 @@ static sk_layout_t build_layout(const workload *w) {
     grid.cols = w->seq_k;
     grid.block_rows = w->block_q;
     grid.block_cols = w->block_k;
-    /* Fixed patterns broadcast one slice; random and topk draw per (b, hq). */
-    const int per_head = w->pattern == PAT_RANDOM || w->pattern == PAT_TOPK;
+    /* Fixed patterns broadcast one slice; random draws per (b, hq). The topk
+     * layout is selected on the backend (run_topk). */
+    const int per_head = w->pattern == PAT_RANDOM;
     grid.batch = per_head ? (int32_t)w->batch : 1;
     grid.heads = per_head ? (int32_t)w->heads_q : 1;
 
@@ -716,25 +769,6 @@ static sk_layout_t build_layout(const workload *w) {
         check_sk(sk_layout_create_random(&layout, &grid, w->k_per_row, w->seed, w->causal),
                  "sk_layout_create_random");
         break;
-    case PAT_TOPK: {
-        /* Random block scores stand in for a selection model (GPU top-k
-         * selection from Q and K comes later). */
-        int32_t rb, cb, slices;
-        check_sk(sk_grid_blocks(&grid, &rb, &cb, &slices), "sk_grid_blocks");
-        const int64_t n = (int64_t)slices * rb * cb;
-        float *scores = xmalloc((size_t)n * sizeof(float), "the topk block scores");
-#pragma omp parallel for schedule(static)
-        for (int64_t i = 0; i < n; ++i) scores[i] = gen_uniform(w->seed, GEN_SCORES, (uint64_t)i);
-        sk_topk_options opt;
-        memset(&opt, 0, sizeof opt);
-        opt.k = w->k_per_row;
-        opt.sink_blocks = (int32_t)ceil_div(w->sinks, w->block_k);
-        opt.local_blocks = (int32_t)ceil_div(w->window, w->block_k);
-        opt.causal = w->causal;
-        check_sk(sk_layout_create_topk(&layout, &grid, scores, &opt), "sk_layout_create_topk");
-        free(scores);
-        break;
-    }
     default:
         fail("internal error: pattern %d", (int)w->pattern);
     }
@@ -789,6 +823,7 @@ static size_t checked_bytes(int64_t a, int64_t b, int64_t c, int64_t d, size_t e
     return (size_t)(*elems) * es;
 }
 
+/* host_layout NULL (topk): no layout is uploaded; t->layout is set later. */
 static void setup_tensors(const workload *w, const sk_bsr *host_layout, tensors *t) {
     memset(t, 0, sizeof *t);
     t->on_gpu = w->on_gpu;
@@ -797,7 +832,7 @@ static void setup_tensors(const workload *w, const sk_bsr *host_layout, tensors 
     const size_t kv_bytes =
         checked_bytes(w->batch, w->seq_k, w->heads_kv, w->dim, es, &t->kv_elems);
     const size_t lse_bytes = checked_bytes(w->batch, w->heads_q, w->seq_q, 1, 4, &t->lse_elems);
-    t->layout = *host_layout;
+    if (host_layout != NULL) t->layout = *host_layout;
 
     if (!w->on_gpu) {
         t->q = xmalloc(q_bytes, "Q");
@@ -829,6 +864,10 @@ static void setup_tensors(const workload *w, const sk_bsr *host_layout, tensors 
     free(stage);
     check_cuda(cudaMemset(t->o, 0xff, q_bytes), "cudaMemset");
     check_cuda(cudaMemset(t->lse, 0xff, lse_bytes), "cudaMemset");
+    if (host_layout == NULL) {
+        check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+        return;
+    }
 
     /* The layout arrays on the device. */
     int32_t rb, cb, slices;
@@ -932,27 +971,53 @@ static double now_ms(void) {
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
 }
 
-/* Median milliseconds of w->iters runs after w->warmup untimed ones. */
-static double run_timed(const workload *w, tensors *t) {
+/* The top-k selection of a `--pattern topk` run: its descriptor and the
+ * output layout, whose arrays (host or device memory, as the backend's)
+ * are allocated at the capacity that sk_topk_layout_capacity gives. */
+typedef struct topk_state {
+    sk_topk_desc desc;
+    sk_bsr out; /* grid, nnz = capacity, the capacity-sized arrays */
+    int32_t capacity;
+    int64_t offsets_len; /* slices * row_blocks + 1 */
+} topk_state;
+
+/* One call on `stream`: sk_attention_topk when tk != NULL (selection and
+ * attention), else sk_attention_run on t->layout. */
+static void run_once(const sk_attention_desc *desc, tensors *t, topk_state *tk, void *ws,
+                     size_t ws_bytes, struct CUstream_st *stream) {
+    if (tk != NULL)
+        check_sk(sk_attention_topk(desc, &tk->desc, t->q, t->k, t->v, t->o, t->lse, &tk->out, ws,
+                                   ws_bytes, stream),
+                 "sk_attention_topk");
+    else
+        check_sk(sk_attention_run(desc, &t->layout, t->q, t->k, t->v, t->o, t->lse, ws, ws_bytes,
+                                  stream),
+                 "sk_attention_run");
+}
+
+/* Median milliseconds of w->iters runs after w->warmup untimed ones: of
+ * sk_attention_run on t->layout (planned once, outside the timing), or with
+ * tk of the whole sk_attention_topk (which plans inside). */
+static double run_timed(const workload *w, tensors *t, topk_state *tk) {
     sk_attention_desc desc;
     make_desc(w, &desc);
     size_t ws_bytes = 0;
-    check_sk(sk_attention_workspace_size(&desc, &t->layout, &ws_bytes),
-             "sk_attention_workspace_size");
+    if (tk != NULL)
+        check_sk(sk_attention_topk_workspace_size(&desc, &tk->desc, &ws_bytes),
+                 "sk_attention_topk_workspace_size");
+    else
+        check_sk(sk_attention_workspace_size(&desc, &t->layout, &ws_bytes),
+                 "sk_attention_workspace_size");
     double *times = xmalloc((size_t)w->iters * sizeof(double), "the timings");
     double result = 0.0;
 
     if (!t->on_gpu) {
-        check_sk(sk_attention_plan(&desc, &t->layout, NULL, 0, NULL), "sk_attention_plan");
-        for (int i = 0; i < w->warmup; ++i)
-            check_sk(
-                sk_attention_run(&desc, &t->layout, t->q, t->k, t->v, t->o, t->lse, NULL, 0, NULL),
-                "sk_attention_run");
+        if (tk == NULL)
+            check_sk(sk_attention_plan(&desc, &t->layout, NULL, 0, NULL), "sk_attention_plan");
+        for (int i = 0; i < w->warmup; ++i) run_once(&desc, t, tk, NULL, 0, NULL);
         for (int i = 0; i < w->iters; ++i) {
             const double t0 = now_ms();
-            check_sk(
-                sk_attention_run(&desc, &t->layout, t->q, t->k, t->v, t->o, t->lse, NULL, 0, NULL),
-                "sk_attention_run");
+            run_once(&desc, t, tk, NULL, 0, NULL);
             times[i] = now_ms() - t0;
         }
         result = median(times, w->iters);
@@ -964,11 +1029,9 @@ static double run_timed(const workload *w, tensors *t) {
     check_cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
     void *ws = NULL;
     if (ws_bytes > 0) check_cuda(cudaMalloc(&ws, ws_bytes), "cudaMalloc");
-    check_sk(sk_attention_plan(&desc, &t->layout, ws, ws_bytes, stream), "sk_attention_plan");
-    for (int i = 0; i < w->warmup; ++i)
-        check_sk(sk_attention_run(&desc, &t->layout, t->q, t->k, t->v, t->o, t->lse, ws, ws_bytes,
-                                  stream),
-                 "sk_attention_run");
+    if (tk == NULL)
+        check_sk(sk_attention_plan(&desc, &t->layout, ws, ws_bytes, stream), "sk_attention_plan");
+    for (int i = 0; i < w->warmup; ++i) run_once(&desc, t, tk, ws, ws_bytes, stream);
     check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize (warm-up)");
 
     /* iters + 1 events: run i lies between events i and i + 1; no host
@@ -977,9 +1040,7 @@ static double run_timed(const workload *w, tensors *t) {
     for (int i = 0; i <= w->iters; ++i) check_cuda(cudaEventCreate(&ev[i]), "cudaEventCreate");
     check_cuda(cudaEventRecord(ev[0], stream), "cudaEventRecord");
     for (int i = 0; i < w->iters; ++i) {
-        check_sk(sk_attention_run(&desc, &t->layout, t->q, t->k, t->v, t->o, t->lse, ws, ws_bytes,
-                                  stream),
-                 "sk_attention_run");
+        run_once(&desc, t, tk, ws, ws_bytes, stream);
         check_cuda(cudaEventRecord(ev[i + 1], stream), "cudaEventRecord");
     }
     check_cuda(cudaEventSynchronize(ev[w->iters]), "cudaEventSynchronize (timed runs)");
@@ -997,6 +1058,120 @@ static double run_timed(const workload *w, tensors *t) {
 #endif
     free(times);
     return result;
+}
+
+/* ---------------------------------------------------------------------------
+ * Top-k selection (--pattern topk)
+ * ------------------------------------------------------------------------- */
+
+static void setup_topk(const workload *w, topk_state *tk) {
+    memset(tk, 0, sizeof *tk);
+    sk_topk_desc *d = &tk->desc;
+    check_sk(sk_topk_desc_init(d, sizeof *d), "sk_topk_desc_init");
+    d->backend = w->backend;
+    d->dtype = w->dtype;
+    d->batch = w->batch;
+    d->seq_q = w->seq_q;
+    d->seq_k = w->seq_k;
+    d->heads_q = w->heads_q;
+    d->heads_kv = w->heads_kv;
+    d->head_dim = w->dim;
+    d->block_q = w->block_q;
+    d->block_k = w->block_k;
+    d->k = w->k_per_row;
+    d->sink_blocks = w->sink_blocks;
+    d->local_blocks = w->local_blocks;
+    d->mask = w->causal ? SK_MASK_CAUSAL : SK_MASK_NONE;
+    d->per_kv_head = w->per_kv_head;
+    sk_grid grid;
+    check_sk(sk_topk_layout_capacity(d, &grid, &tk->capacity), "sk_topk_layout_capacity");
+    int32_t rb, cb, slices;
+    check_sk(sk_grid_blocks(&grid, &rb, &cb, &slices), "sk_grid_blocks");
+    tk->offsets_len = (int64_t)slices * rb + 1;
+    tk->out.grid = grid;
+    tk->out.nnz = tk->capacity;
+    const size_t off_bytes = (size_t)tk->offsets_len * sizeof(int32_t);
+    const size_t idx_bytes = (size_t)(tk->capacity > 0 ? tk->capacity : 1) * sizeof(int32_t);
+    if (!w->on_gpu) {
+        tk->out.row_offsets = xmalloc(off_bytes, "the topk layout");
+        tk->out.col_indices = xmalloc(idx_bytes, "the topk layout");
+        return;
+    }
+#ifndef SK_NO_CUDA
+    check_cuda(cudaMalloc((void **)&tk->out.row_offsets, off_bytes), "cudaMalloc");
+    check_cuda(cudaMalloc((void **)&tk->out.col_indices, idx_bytes), "cudaMalloc");
+#endif
+}
+
+static void free_topk(const workload *w, topk_state *tk) {
+    if (!w->on_gpu) {
+        free(tk->out.row_offsets);
+        free(tk->out.col_indices);
+        return;
+    }
+#ifndef SK_NO_CUDA
+    cudaFree(tk->out.row_offsets);
+    cudaFree(tk->out.col_indices);
+#endif
+}
+
+/* The selected layout copied into new host arrays (the caller frees them),
+ * nnz = its real count row_offsets[last], validated. The selection's
+ * stream work has finished (run_timed waits for its last event). */
+static void fetch_topk_layout(const workload *w, const topk_state *tk, sk_bsr *host) {
+    *host = tk->out;
+    const size_t off_bytes = (size_t)tk->offsets_len * sizeof(int32_t);
+    host->row_offsets = xmalloc(off_bytes, "the selected layout");
+    if (!w->on_gpu) {
+        memcpy(host->row_offsets, tk->out.row_offsets, off_bytes);
+    } else {
+#ifndef SK_NO_CUDA
+        check_cuda(
+            cudaMemcpy(host->row_offsets, tk->out.row_offsets, off_bytes, cudaMemcpyDeviceToHost),
+            "cudaMemcpy (the selected layout)");
+#endif
+    }
+    const int32_t nnz = host->row_offsets[tk->offsets_len - 1];
+    if (nnz < 0 || nnz > tk->capacity)
+        fail("the selected layout's count %d is outside [0, %d]", (int)nnz, (int)tk->capacity);
+    host->nnz = nnz;
+    host->col_indices =
+        xmalloc((size_t)(nnz > 0 ? nnz : 1) * sizeof(int32_t), "the selected layout");
+    if (nnz > 0) {
+        if (!w->on_gpu) {
+            memcpy(host->col_indices, tk->out.col_indices, (size_t)nnz * sizeof(int32_t));
+        } else {
+#ifndef SK_NO_CUDA
+            check_cuda(cudaMemcpy(host->col_indices, tk->out.col_indices,
+                                  (size_t)nnz * sizeof(int32_t), cudaMemcpyDeviceToHost),
+                       "cudaMemcpy (the selected layout)");
+#endif
+        }
+    }
+    check_sk(sk_layout_validate(host), "sk_layout_validate (the selected layout)");
+}
+
+static int same_layout(const sk_bsr *a, const sk_bsr *b, int64_t offsets_len) {
+    return a->nnz == b->nnz &&
+           memcmp(a->row_offsets, b->row_offsets, (size_t)offsets_len * sizeof(int32_t)) == 0 &&
+           memcmp(a->col_indices, b->col_indices, (size_t)a->nnz * sizeof(int32_t)) == 0;
+}
+
+/* NaN into O and LSE again, so that an element the next call does not
+ * write fails the check. */
+static void poison_outputs(const workload *w, tensors *t) {
+    const size_t q_bytes = (size_t)t->q_elems * dtype_size(w->dtype);
+    const size_t lse_bytes = (size_t)t->lse_elems * sizeof(float);
+    if (!t->on_gpu) {
+        memset(t->o, 0xff, q_bytes);
+        memset(t->lse, 0xff, lse_bytes);
+        return;
+    }
+#ifndef SK_NO_CUDA
+    check_cuda(cudaMemset(t->o, 0xff, q_bytes), "cudaMemset");
+    check_cuda(cudaMemset(t->lse, 0xff, lse_bytes), "cudaMemset");
+    check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+#endif
 }
 
 /* ---------------------------------------------------------------------------
@@ -1210,10 +1385,10 @@ static void pattern_detail(const workload *w, char *buf, size_t size) {
         break;
     case PAT_TOPK:
         snprintf(buf, size,
-                 "topk of random block scores, k = %d of %d per row, + %lld sink and %lld local "
-                 "blocks, per (b, h)",
-                 (int)w->k_per_row, (int)w->col_blocks, (long long)ceil_div(w->sinks, w->block_k),
-                 (long long)ceil_div(w->window, w->block_k));
+                 "topk selected from Q and K (block means, sk_attention_topk), k = %d of %d per "
+                 "row, + %d sink and %d local blocks, per %s",
+                 (int)w->k_per_row, (int)w->col_blocks, (int)w->sink_blocks, (int)w->local_blocks,
+                 w->per_kv_head ? "(b, KV head)" : "(b, h)");
         break;
     default:
         snprintf(buf, size, "%s", pattern_names[w->pattern]);
@@ -1224,6 +1399,10 @@ static void pattern_detail(const workload *w, char *buf, size_t size) {
 typedef struct run_stats {
     int64_t blocks_selected, blocks_total;
     double density, time_ms, tflops_actual, tflops_dense, us_per_head;
+    /* topk only: time_ms is the whole sk_attention_topk */
+    int topk;
+    int32_t layout_nnz, layout_capacity; /* the selected layout's real count, its capacity */
+    double attention_ms, selection_ms;   /* sk_attention_run alone on that layout; the rest */
 } run_stats;
 
 static void report_text(const workload *w, const run_stats *s, const check_result *c) {
@@ -1243,8 +1422,18 @@ static void report_text(const workload *w, const run_stats *s, const check_resul
            (unsigned long long)w->seed);
     printf("density    %.2f%% (%lld of %lld blocks)\n", 100.0 * s->density,
            (long long)s->blocks_selected, (long long)s->blocks_total);
-    printf("time       %.3f ms (median of %d, after %d warm-up)\n", s->time_ms, w->iters,
-           w->warmup);
+    printf("time       %.3f ms (median of %d, after %d warm-up)%s\n", s->time_ms, w->iters,
+           w->warmup, s->topk ? ": sk_attention_topk, selection + attention" : "");
+    if (s->topk) {
+        printf("attention  %.3f ms alone on the selected layout (sk_attention_run, median)\n",
+               s->attention_ms);
+        printf("selection  %.3f ms (the difference: pooling, scoring, selection, planning), "
+               "%.1f%% of the attention\n",
+               s->selection_ms,
+               s->attention_ms > 0 ? 100.0 * s->selection_ms / s->attention_ms : 0.0);
+        printf("layout     %d blocks selected of a capacity of %d (its last row offset)\n",
+               (int)s->layout_nnz, (int)s->layout_capacity);
+    }
     printf("TFLOPS     %.4g actual, %.4g dense-equivalent\n", s->tflops_actual, s->tflops_dense);
     printf("per head   %.1f us\n", s->us_per_head);
     if (c->heads == 0) {
@@ -1299,6 +1488,17 @@ static void report_json(const workload *w, const run_stats *s, const check_resul
     json_number(f, s->tflops_dense);
     fputs(", \"us_per_head\": ", f);
     json_number(f, s->us_per_head);
+    if (s->topk) {
+        fprintf(f,
+                ", \"topk_k\": %d, \"sink_blocks\": %d, \"local_blocks\": %d, \"per_kv_head\": %s, "
+                "\"layout_nnz\": %d, \"layout_capacity\": %d",
+                (int)w->k_per_row, (int)w->sink_blocks, (int)w->local_blocks,
+                w->per_kv_head ? "true" : "false", (int)s->layout_nnz, (int)s->layout_capacity);
+        fputs(", \"attention_only_ms\": ", f);
+        json_number(f, s->attention_ms);
+        fputs(", \"selection_ms\": ", f);
+        json_number(f, s->selection_ms);
+    }
     fprintf(f, ", \"checked_heads\": %d, \"checked_rows_per_head\": %lld", c->heads,
             (long long)c->rows);
     fputs(", \"max_abs_err\": ", f);
@@ -1320,6 +1520,73 @@ static void report_json(const workload *w, const run_stats *s, const check_resul
  * Commands
  * ------------------------------------------------------------------------- */
 
+/* Density and TFLOPS from the layout the attention read and s->time_ms. */
+static void fill_stats(const workload *w, const sk_bsr *layout, run_stats *s) {
+    s->blocks_selected = selected_blocks(layout, w);
+    s->blocks_total = w->batch * w->heads_q * (int64_t)w->row_blocks * w->col_blocks;
+    s->density = (double)s->blocks_selected / (double)s->blocks_total;
+    const double secs = s->time_ms * 1e-3;
+    const double flop_actual =
+        4.0 * (double)w->dim * (double)s->blocks_selected * w->block_q * (double)w->block_k;
+    const double flop_dense = 4.0 * (double)w->batch * (double)w->heads_q * (double)w->seq_q *
+                              (double)w->seq_k * (double)w->dim;
+    s->tflops_actual = secs > 0 ? flop_actual / secs * 1e-12 : INFINITY;
+    s->tflops_dense = secs > 0 ? flop_dense / secs * 1e-12 : INFINITY;
+    s->us_per_head = s->time_ms * 1e3 / ((double)w->batch * (double)w->heads_q);
+}
+
+/* --pattern topk: time sk_attention_topk (the selection from the workload's
+ * own Q and K, then the attention), copy the selected layout back, time the
+ * attention alone on it, then check one more sk_attention_topk call against
+ * the CPU reference on the layout that call selected. */
+static int cmd_run_topk(const run_opts *opts, workload *w) {
+    tensors t;
+    setup_tensors(w, NULL, &t);
+    topk_state tk;
+    setup_topk(w, &tk);
+    run_stats s;
+    memset(&s, 0, sizeof s);
+    s.topk = 1;
+    s.layout_capacity = tk.capacity;
+    s.time_ms = run_timed(w, &t, &tk);
+
+    sk_bsr sel;
+    fetch_topk_layout(w, &tk, &sel);
+    t.layout = tk.out; /* the backend's arrays, with the real count */
+    t.layout.nnz = sel.nnz;
+    s.attention_ms = run_timed(w, &t, NULL);
+    s.selection_ms = s.time_ms - s.attention_ms;
+    s.layout_nnz = sel.nnz;
+    fill_stats(w, &sel, &s);
+
+    check_result c;
+    if (w->check_heads > 0) {
+        poison_outputs(w, &t);
+        workload once = *w;
+        once.iters = 1;
+        once.warmup = 0;
+        (void)run_timed(&once, &t, &tk);
+        sk_bsr again;
+        fetch_topk_layout(w, &tk, &again);
+        if (!same_layout(&sel, &again, tk.offsets_len))
+            fail("two sk_attention_topk calls on the same Q and K selected different layouts");
+        free(again.row_offsets);
+        free(again.col_indices);
+    }
+    check_heads(w, &sel, &t, &c);
+    if (opts->json)
+        report_json(w, &s, &c);
+    else
+        report_text(w, &s, &c);
+    t.layout.row_offsets = NULL; /* tk's arrays: freed by free_topk */
+    t.layout.col_indices = NULL;
+    free_tensors(&t);
+    free_topk(w, &tk);
+    free(sel.row_offsets);
+    free(sel.col_indices);
+    return c.passed ? 0 : 1;
+}
+
 static int cmd_run(int argc, char **argv) {
     run_opts opts;
     parse_run_opts(argc, argv, &opts);
@@ -1327,6 +1594,7 @@ static int cmd_run(int argc, char **argv) {
     check_sk(sk_device_count(&gpu_count), "sk_device_count");
     workload w;
     resolve_workload(&opts, gpu_count, &w);
+    if (w.pattern == PAT_TOPK) return cmd_run_topk(&opts, &w);
 
     sk_layout_t layout = build_layout(&w);
     sk_bsr host_layout;
@@ -1335,21 +1603,10 @@ static int cmd_run(int argc, char **argv) {
 
     run_stats s;
     memset(&s, 0, sizeof s);
-    s.blocks_selected = selected_blocks(&host_layout, &w);
-    s.blocks_total = w.batch * w.heads_q * (int64_t)w.row_blocks * w.col_blocks;
-    s.density = (double)s.blocks_selected / (double)s.blocks_total;
-
     tensors t;
     setup_tensors(&w, &host_layout, &t);
-    s.time_ms = run_timed(&w, &t);
-    const double secs = s.time_ms * 1e-3;
-    const double flop_actual =
-        4.0 * (double)w.dim * (double)s.blocks_selected * w.block_q * (double)w.block_k;
-    const double flop_dense = 4.0 * (double)w.batch * (double)w.heads_q * (double)w.seq_q *
-                              (double)w.seq_k * (double)w.dim;
-    s.tflops_actual = secs > 0 ? flop_actual / secs * 1e-12 : INFINITY;
-    s.tflops_dense = secs > 0 ? flop_dense / secs * 1e-12 : INFINITY;
-    s.us_per_head = s.time_ms * 1e3 / ((double)w.batch * (double)w.heads_q);
+    s.time_ms = run_timed(&w, &t, NULL);
+    fill_stats(&w, &host_layout, &s);
 
     check_result c;
     check_heads(&w, &host_layout, &t, &c);
@@ -1369,6 +1626,7 @@ static int cmd_info(int argc, char **argv) {
             json = 1;
         else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             fputs(usage_text, stdout);
+            fputs(usage_more, stdout);
             exit(0);
         } else
             usage_error("info: unknown argument '%s'", argv[i]);
@@ -1418,6 +1676,7 @@ int main(int argc, char **argv) {
     const char *cmd = argv[1];
     if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "help") == 0) {
         fputs(usage_text, stdout);
+        fputs(usage_more, stdout);
         return 0;
     }
     if (strcmp(cmd, "--version") == 0) {

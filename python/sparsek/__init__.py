@@ -26,7 +26,8 @@ from ._lib import (
     check,
 )
 from .attention import AttentionPlan, attention, bsr_gemm, plan_attention
-from .layout import Grid, Layout, grid_blocks, make_grid
+from .layout import DeviceLayout, Grid, Layout, grid_blocks, make_grid
+from .topk import attention_topk, block_pool, layout_from_scores, select_topk, topk_capacity
 
 
 def version() -> str:
@@ -89,6 +90,7 @@ __all__ = [
     "Backend",
     "DType",
     "DeviceInfo",
+    "DeviceLayout",
     "Grid",
     "LIBRARY_PATH",
     "Layout",
@@ -97,13 +99,18 @@ __all__ = [
     "SparseKError",
     "Status",
     "attention",
+    "attention_topk",
+    "block_pool",
     "bsr_gemm",
     "build_info",
     "devices",
     "grid_blocks",
+    "layout_from_scores",
     "make_grid",
     "plan_attention",
+    "select_topk",
     "status_name",
+    "topk_capacity",
     "version",
     "version_int",
 ]

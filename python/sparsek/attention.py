@@ -22,7 +22,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ._lib import Backend, DType, F, Mask, Order, SkAttentionDesc, SkBsrGemmDesc, check
-from .layout import Layout
+from .layout import DeviceLayout, Layout
 
 # ---------------------------------------------------------------------------
 # Array adaptation
@@ -187,8 +187,8 @@ class AttentionPlan:
 
     def __init__(self, q, k, v, layout, *, causal=False, scale=None, backend=None):
         aq, ak, av = _check_qkv(q, k, v)
-        if not isinstance(layout, Layout):
-            raise TypeError(f"layout must be a sparsek.Layout, got {type(layout).__name__}")
+        if not isinstance(layout, (Layout, DeviceLayout)):
+            raise TypeError(f"layout must be a sparsek.Layout (or DeviceLayout), got {type(layout).__name__}")
         self.backend = _parse_backend(backend, aq.device)
         if self.backend != Backend.CPU and aq.dtype == DType.F32:
             raise TypeError("float32 inputs are for the CPU backend only; use float16 or bfloat16 on CUDA")

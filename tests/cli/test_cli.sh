@@ -154,6 +154,34 @@ for p in dense causal window sinks strided random topk; do
 done
 expect_ok "pattern topk with sinks, local window and causal" \
     run $TINY --pattern topk --sinks 64 --window 128 --causal
+
+# topk: the selection from the workload's own Q and K (sk_attention_topk).
+json_check "topk: default k = round(density * col blocks), real count, timings" \
+    "d['pattern'] == 'topk' and d['check_passed'] is True and d['topk_k'] == 1 and d['layout_nnz'] == 8 and d['layout_capacity'] == 8 and d['blocks_selected'] == 8 and abs(d['density'] - 0.25) < 1e-9 and d['attention_only_ms'] > 0 and abs(d['selection_ms'] - (d['time_ms'] - d['attention_only_ms'])) < 1e-3" \
+    run $TINY --pattern topk
+json_check "topk: --topk-k, --sinks-blocks, --local-blocks, causal" \
+    "d['check_passed'] is True and (d['topk_k'], d['sink_blocks'], d['local_blocks']) == (1, 1, 1) and d['causal'] is True and d['layout_nnz'] == 18 and d['blocks_selected'] == 18" \
+    run $TINY --pattern topk --topk-k 1 --sinks-blocks 1 --local-blocks 1 --causal
+json_check "topk: --sinks / --window still set the forced blocks (tokens)" \
+    "d['sink_blocks'] == 1 and d['local_blocks'] == 2 and d['check_passed'] is True" \
+    run $TINY --pattern topk --sinks 10 --window 100 --causal
+json_check "topk: per KV head with GQA, the group shares the layout" \
+    "d['per_kv_head'] is True and d['check_passed'] is True and d['blocks_selected'] == 2 * d['layout_nnz'] and d['layout_nnz'] == 2 * 4 * 2" \
+    run --backend cpu --batch 1 --heads 4 --heads-kv 2 --seq 256 --dim 32 --block 64 --pattern topk --topk-k 2 --per-kv-head --check-rows 4
+json_check "topk: k above the key blocks takes every block (density 1)" \
+    "d['density'] == 1 and d['check_passed'] is True" run $TINY --pattern topk --topk-k 9
+expect_ok "topk: tails, Sq != Sk, 64 x 128 blocks, batch 2, bf16" \
+    run --backend cpu --batch 2 --heads 2 --seq-q 200 --seq-k 333 --dim 40 --block-q 64 \
+    --block-k 128 --pattern topk --topk-k 1 --local-blocks 1 --causal --dtype bf16 --check-rows 4
+json_check "topk: f32, several iterations" "d['dtype'] == 'f32' and d['iters'] == 2 and d['check_passed'] is True" \
+    run $TINY --pattern topk --dtype f32 --iters 2 --warmup 1
+run_cmd run $TINY --pattern topk --topk-k 2
+if [ "$rc" -eq 0 ] && grep -q "^attention .* ms alone" "$out" && grep -q "^selection .* ms" "$out" &&
+    grep -q "^layout .* capacity" "$out" && grep -q "sk_attention_topk" "$out"; then
+    ok "topk: text report has the attention, selection and layout lines"
+else
+    bad "topk: text report has the attention, selection and layout lines" "status $rc"
+fi
 expect_ok "pattern window without the causal mask" run $TINY --pattern window --window 100 --causal off
 expect_ok "pattern strided, causal, stride 2" run $TINY --pattern strided --stride 2 --causal=on
 expect_ok "random with the causal mask" run $TINY --causal
@@ -215,6 +243,16 @@ expect_usage "stray argument" run extra
 expect_usage "--causal with a bad value" run --causal=maybe
 expect_usage "--json takes no value" run --json=1
 expect_usage "info: unknown argument" info --bogus
+expect_usage "--topk-k -1" run --pattern topk --topk-k -1
+expect_usage "--topk-k abc" run --pattern topk --topk-k abc
+expect_usage "--local-blocks -2" run --pattern topk --local-blocks -2
+expect_usage "--topk-k is for the topk pattern" run --backend cpu --pattern random --topk-k 2
+expect_usage "--sinks-blocks is for the topk pattern" run --backend cpu --pattern causal --sinks-blocks 1
+expect_usage "--per-kv-head is for the topk pattern" run --backend cpu --per-kv-head
+expect_usage "--per-kv-head takes no value" run --backend cpu --pattern topk --per-kv-head=1
+expect_usage "topk: --sinks-blocks and --sinks together" run --backend cpu --pattern topk --sinks-blocks 1 --sinks 64
+expect_usage "topk: --local-blocks and --window together" run --backend cpu --pattern topk --local-blocks 1 --window 64
+expect_usage "topk: nothing to select" run --backend cpu --pattern topk --topk-k 0
 
 # --- a library failure is reported with its status ---------------------------
 run_cmd run --backend cpu --seq 16777216 --block 64 --dim 8 --pattern dense

@@ -1,0 +1,506 @@
+"""Dynamic top-k block selection (sparsek.h, "Dynamic top-k block selection").
+
+    pooled_q, pooled_k = sparsek.block_pool(q, k, block_q=128, block_k=128)
+    layout = sparsek.select_topk(pooled_q, pooled_k, 16, sink_blocks=2,
+                                 local_blocks=8, causal=True, seq_q=S, seq_k=S)
+    layout = sparsek.layout_from_scores(scores, 16, causal=True)
+    out, layout = sparsek.attention_topk(q, k, v, 16, causal=True)
+
+- numpy arrays (and torch CPU tensors) run on the CPU backend and give a
+  host sparsek.Layout with the real block count.
+- torch CUDA tensors run on the CUDA backend, on torch's current stream of
+  their device: the workspace, the pooled arrays and the layout buffers are
+  allocated with torch on that device, and nothing waits for the host. The
+  result is a sparsek.DeviceLayout over the device buffers (allocated at the
+  capacity, sk_topk_layout_capacity); its real count row_offsets[-1] is
+  copied back only when asked (.nnz, .density, .to_host(), conversions).
+  It can be passed to sparsek.attention on the same device as it is.
+
+Arguments are checked here first (TypeError / ValueError, as
+sparsek.attention does); what the library finds (k < 0, a head_dim the CUDA
+backend cannot take, ...) raises SparseKError.
+"""
+
+from __future__ import annotations
+
+import math
+from ctypes import byref, c_int32, c_size_t, sizeof
+
+import numpy as np
+
+from ._lib import Backend, DType, F, Mask, SkAttentionDesc, SkBsr, SkGrid, SkTopkDesc, check
+from .attention import _adapt, _check_family, _check_qkv, _empty_like, _empty_lse, _outer_strides, _parse_backend
+from .layout import DeviceLayout, Grid, Layout, _int
+
+__all__ = ["block_pool", "select_topk", "layout_from_scores", "attention_topk", "topk_capacity"]
+
+
+# ---------------------------------------------------------------------------
+# Checks shared by the entry points
+# ---------------------------------------------------------------------------
+
+
+def _block(value, name: str) -> int:
+    b = _int(value, name)
+    if b not in (64, 128):
+        raise ValueError(f"{name} = {b} must be 64 or 128")
+    return b
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _scale(scale) -> float:
+    """0.0 (the library's 1/sqrt(D)) for None; else a finite non-zero float."""
+    if scale is None:
+        return 0.0
+    if isinstance(scale, bool):
+        raise TypeError("scale must be a number or None")
+    s = float(scale)
+    if s == 0.0 or not math.isfinite(s):
+        raise ValueError(f"scale = {s} must be finite and non-zero (None means 1/sqrt(D))")
+    return s
+
+
+def _options(k, sink_blocks, local_blocks):
+    """ints; their ranges are the library's to check (SparseKError)."""
+    return _int(k, "k"), _int(sink_blocks, "sink_blocks"), _int(local_blocks, "local_blocks")
+
+
+def _check_qk(q, k):
+    aq, ak = _adapt(q, "q"), _adapt(k, "k")
+    _check_family((aq, ak))
+    for a, name in ((aq, "q"), (ak, "k")):
+        if len(a.shape) != 4:
+            what = "[B, Sq, Hq, D]" if name == "q" else "[B, Sk, Hkv, D]"
+            raise ValueError(f"{name} must have 4 dimensions {what}; got shape {a.shape}")
+    if aq.dtype != ak.dtype:
+        raise TypeError(f"q and k dtypes differ: {aq.dtype_name}, {ak.dtype_name}")
+    if aq.device != ak.device:
+        raise ValueError(f"q and k are on different devices: {aq.device}, {ak.device}")
+    if min(aq.shape) < 1 or min(ak.shape) < 1:
+        raise ValueError(f"every dimension must be >= 1: q {aq.shape}, k {ak.shape}")
+    if ak.shape[0] != aq.shape[0]:
+        raise ValueError(f"batch differs: q has {aq.shape[0]}, k has {ak.shape[0]}")
+    if ak.shape[3] != aq.shape[3]:
+        raise ValueError(f"head_dim differs: q has {aq.shape[3]}, k has {ak.shape[3]}")
+    if aq.shape[2] % ak.shape[2]:
+        raise ValueError(f"q heads ({aq.shape[2]}) must be a multiple of k heads ({ak.shape[2]})")
+    return aq, ak
+
+
+def _backend_for(a, backend) -> Backend:
+    be = _parse_backend(backend, a.device)
+    if a.kind == "numpy" and be != Backend.CPU:
+        raise ValueError("numpy arrays run on the CPU backend only")
+    return be
+
+
+def _desc(be, dtype, B, Sq, Sk, Hq, Hkv, D, block_q, block_k, scale, k, sinks, local, causal, per_kv_head,
+          q_strides=None, k_strides=None) -> SkTopkDesc:
+    d = SkTopkDesc()
+    check(F.sk_topk_desc_init(byref(d), sizeof(d)))
+    d.backend = int(be)
+    d.dtype = int(dtype)
+    d.batch, d.seq_q, d.seq_k = B, Sq, Sk
+    d.heads_q, d.heads_kv, d.head_dim = Hq, Hkv, D
+    if q_strides is not None:
+        d.q_strides[0], d.q_strides[1], d.q_strides[2] = q_strides
+    if k_strides is not None:
+        d.k_strides[0], d.k_strides[1], d.k_strides[2] = k_strides
+    d.block_q, d.block_k = block_q, block_k
+    d.scale = scale
+    d.k, d.sink_blocks, d.local_blocks = k, sinks, local
+    d.mask = int(Mask.CAUSAL if causal else Mask.NONE)
+    d.per_kv_head = 1 if per_kv_head else 0
+    return d
+
+
+def _capacity(desc: SkTopkDesc):
+    """(Grid, capacity) from sk_topk_layout_capacity (checks the descriptor)."""
+    g = SkGrid()
+    cap = c_int32()
+    check(F.sk_topk_layout_capacity(byref(desc), byref(g), byref(cap)))
+    return Grid(g.rows, g.cols, g.block_rows, g.block_cols, g.batch, g.heads), cap.value
+
+
+class _Out:
+    """Layout buffers at the capacity, on the host (numpy) or a torch device."""
+
+    def __init__(self, grid: Grid, capacity: int, torch_device=None):
+        n = grid.slices * grid.row_blocks + 1
+        self.grid, self.capacity, self.torch_device = grid, capacity, torch_device
+        if torch_device is None:
+            self.ro = np.empty(n, np.int32)
+            self.ci = np.empty(max(capacity, 1), np.int32)
+            ro_ptr, ci_ptr = self.ro.ctypes.data, self.ci.ctypes.data
+        else:
+            import torch
+
+            self.ro = torch.empty(n, dtype=torch.int32, device=torch_device)
+            self.ci = torch.empty(max(capacity, 1), dtype=torch.int32, device=torch_device)
+            ro_ptr, ci_ptr = self.ro.data_ptr(), self.ci.data_ptr()
+        import ctypes
+
+        self.bsr = SkBsr()
+        self.bsr.grid = grid.to_c()
+        self.bsr.nnz = capacity
+        self.bsr.row_offsets = ctypes.cast(ctypes.c_void_p(ro_ptr), ctypes.POINTER(c_int32))
+        self.bsr.col_indices = ctypes.cast(ctypes.c_void_p(ci_ptr), ctypes.POINTER(c_int32))
+
+    def result(self, stream=None):
+        """The Layout (host: validated copy with the real count) or
+        DeviceLayout (device buffers, nothing copied)."""
+        if self.torch_device is not None:
+            return DeviceLayout(self.grid, self.capacity, self.ro, self.ci, stream)
+        nnz = int(self.ro[-1])
+        if not 0 <= nnz <= self.capacity:  # the library guarantees it; never trust blindly
+            raise RuntimeError(f"row_offsets[-1] = {nnz} is outside [0, capacity = {self.capacity}]")
+        g = self.grid
+        return Layout.from_bsr(
+            self.ro, self.ci[:nnz], g.rows, g.cols, block=(g.block_rows, g.block_cols), batch=g.batch, heads=g.heads
+        )
+
+
+def _torch_stream(device):
+    import torch
+
+    return torch.cuda.current_stream(device)
+
+
+# ---------------------------------------------------------------------------
+# Entry points
+# ---------------------------------------------------------------------------
+
+
+def block_pool(q, k, block_q=128, block_k=128, *, backend=None):
+    """Block means of Q and K (sk_block_pool).
+
+    q [B, Sq, Hq, D], k [B, Sk, Hkv, D] (any strides, last dimension
+    contiguous), float16 / bfloat16 (float32 on the CPU backend).
+    Returns (pooled_q float32 [B, Hq, ceil(Sq / block_q), D],
+    pooled_k float32 [B, Hkv, ceil(Sk / block_k), D]): each the mean of the
+    block's valid tokens (a tail block averages fewer). numpy in, numpy out;
+    torch in, torch out on the same device.
+    """
+    aq, ak = _check_qk(q, k)
+    be = _backend_for(aq, backend)
+    if be != Backend.CPU and aq.dtype == DType.F32:
+        raise TypeError("float32 inputs are for the CPU backend only; use float16 or bfloat16 on CUDA")
+    bq, bk = _block(block_q, "block_q"), _block(block_k, "block_k")
+    B, Sq, Hq, D = aq.shape
+    _, Sk, Hkv, _ = ak.shape
+    desc = _desc(be, aq.dtype, B, Sq, Sk, Hq, Hkv, D, bq, bk, 0.0, 0, 0, 0, False, False,
+                 _outer_strides(aq, "q"), _outer_strides(ak, "k"))
+    pq_shape = (B, Hq, _ceil_div(Sq, bq), D)
+    pk_shape = (B, Hkv, _ceil_div(Sk, bk), D)
+    if aq.kind == "numpy":
+        pq, pk = np.empty(pq_shape, np.float32), np.empty(pk_shape, np.float32)
+        check(F.sk_block_pool(byref(desc), aq.ptr, ak.ptr, pq.ctypes.data, pk.ctypes.data, None))
+        return pq, pk
+    import torch
+
+    pq = torch.empty(pq_shape, dtype=torch.float32, device=q.device)
+    pk = torch.empty(pk_shape, dtype=torch.float32, device=q.device)
+    if be == Backend.CPU:
+        check(F.sk_block_pool(byref(desc), aq.ptr, ak.ptr, pq.data_ptr(), pk.data_ptr(), None))
+        return pq, pk
+    with torch.cuda.device(q.device):
+        stream = _torch_stream(q.device).cuda_stream
+        check(F.sk_block_pool(byref(desc), aq.ptr, ak.ptr, pq.data_ptr(), pk.data_ptr(), stream))
+    return pq, pk
+
+
+def _pooled_pair(pooled_q, pooled_k):
+    apq, apk = _adapt(pooled_q, "pooled_q"), _adapt(pooled_k, "pooled_k")
+    _check_family((apq, apk))
+    for a, name, what in ((apq, "pooled_q", "[B, Hq, row_blocks, D]"), (apk, "pooled_k", "[B, Hkv, col_blocks, D]")):
+        if len(a.shape) != 4:
+            raise ValueError(f"{name} must have 4 dimensions {what}; got shape {a.shape}")
+        if a.dtype != DType.F32:
+            raise TypeError(f"{name}.dtype = {a.dtype_name}; pooled blocks are float32 (as block_pool returns them)")
+        if min(a.shape) < 1:
+            raise ValueError(f"every dimension of {name} must be >= 1, got shape {a.shape}")
+        packed = (a.shape[1] * a.shape[2] * a.shape[3], a.shape[2] * a.shape[3], a.shape[3], 1)
+        if any(s != p for s, p, n in zip(a.strides, packed, a.shape) if n > 1):
+            raise ValueError(f"{name} must be contiguous {what} (its element strides are {a.strides})")
+    if apq.device != apk.device:
+        raise ValueError(f"pooled_q and pooled_k are on different devices: {apq.device}, {apk.device}")
+    if apq.shape[0] != apk.shape[0]:
+        raise ValueError(f"batch differs: pooled_q has {apq.shape[0]}, pooled_k has {apk.shape[0]}")
+    if apq.shape[3] != apk.shape[3]:
+        raise ValueError(f"head_dim differs: pooled_q has {apq.shape[3]}, pooled_k has {apk.shape[3]}")
+    if apq.shape[1] % apk.shape[1]:
+        raise ValueError(f"pooled_q heads ({apq.shape[1]}) must be a multiple of pooled_k heads ({apk.shape[1]})")
+    return apq, apk
+
+
+def _seq(seq, blocks: int, block: int, name: str, what: str) -> int:
+    if seq is None:
+        return blocks * block
+    s = _int(seq, name)
+    if s < 1 or _ceil_div(s, block) != blocks:
+        raise ValueError(
+            f"{name} = {s} does not fit {what}'s {blocks} blocks of {block} tokens "
+            f"(needs ceil({name} / {block}) = {blocks})"
+        )
+    return s
+
+
+def select_topk(
+    pooled_q,
+    pooled_k,
+    k,
+    sink_blocks=0,
+    local_blocks=0,
+    causal=False,
+    per_kv_head=False,
+    scale=None,
+    seq_q=None,
+    seq_k=None,
+    *,
+    block_q=128,
+    block_k=128,
+    backend=None,
+):
+    """Score pooled blocks and pick the top k per layout row (sk_select_topk).
+
+    pooled_q float32 [B, Hq, row_blocks, D], pooled_k float32
+    [B, Hkv, col_blocks, D], contiguous (as block_pool returns them).
+    score(b, h, i, j) = scale * dot(pooled_q[b, h, i], pooled_k[b, h // group, j]),
+    scale None = 1/sqrt(D); per_kv_head sums the scores over each KV head's
+    query heads and gives one layout slice per KV head (heads = Hkv), else
+    one per query head (heads = Hq). Per row: sinks 0 .. sink_blocks-1 and
+    the local_blocks blocks ending at the diagonal are forced, then the k
+    best remaining candidates (ties to the lower index; NaN / -inf never
+    picked); causal drops blocks with no causal pair. seq_q / seq_k: the
+    token counts (default row_blocks * block_q, col_blocks * block_k; they
+    set the diagonal and the causal candidates). Returns a Layout (CPU) or
+    a DeviceLayout (CUDA tensors).
+    """
+    apq, apk = _pooled_pair(pooled_q, pooled_k)
+    be = _backend_for(apq, backend)
+    bq, bk = _block(block_q, "block_q"), _block(block_k, "block_k")
+    kk, sinks, local = _options(k, sink_blocks, local_blocks)
+    B, Hq, rb, D = apq.shape
+    _, Hkv, cb, _ = apk.shape
+    Sq = _seq(seq_q, rb, bq, "seq_q", "pooled_q")
+    Sk = _seq(seq_k, cb, bk, "seq_k", "pooled_k")
+    # Q and K's dtype plays no part in the selection; F16 satisfies the
+    # CUDA backend's dtype rule.
+    dtype = DType.F32 if be == Backend.CPU else DType.F16
+    desc = _desc(be, dtype, B, Sq, Sk, Hq, Hkv, D, bq, bk, _scale(scale), kk, sinks, local, causal, per_kv_head)
+    grid, cap = _capacity(desc)
+    if be == Backend.CPU:
+        out = _Out(grid, cap)
+        check(F.sk_select_topk(byref(desc), apq.ptr, apk.ptr, byref(out.bsr), None, 0, None))
+        return out.result()
+    import torch
+
+    dev = pooled_q.device
+    with torch.cuda.device(dev):
+        size = c_size_t()
+        check(F.sk_topk_workspace_size(byref(desc), byref(size)))
+        out = _Out(grid, cap, dev)
+        ws = torch.empty(max(size.value, 1), dtype=torch.uint8, device=dev)
+        stream = _torch_stream(dev)
+        check(F.sk_select_topk(byref(desc), apq.ptr, apk.ptr, byref(out.bsr), ws.data_ptr(), size.value, stream.cuda_stream))
+    return out.result(stream)
+
+
+def layout_from_scores(
+    scores,
+    k,
+    sink_blocks=0,
+    local_blocks=0,
+    causal=False,
+    seq_q=None,
+    seq_k=None,
+    *,
+    block_q=128,
+    block_k=128,
+    batch=None,
+    heads=None,
+    backend=None,
+):
+    """The same selection from caller scores (sk_layout_from_scores).
+
+    scores float32 [batch, heads, row_blocks, col_blocks], [slices,
+    row_blocks, col_blocks] (batch 1 and heads = slices unless given) or
+    [row_blocks, col_blocks]; numpy (any float dtype, converted to float32
+    as Layout.topk does) or a torch float32 tensor (CUDA: CUDA backend).
+    Same rules as Layout.topk / select_topk. Returns a Layout or a
+    DeviceLayout.
+    """
+    if isinstance(scores, np.ndarray) or not hasattr(scores, "data_ptr"):
+        arr = np.asarray(scores)
+        if arr.dtype.kind != "f":
+            raise TypeError(f"scores.dtype = {arr.dtype} must be a floating type")
+        scores = np.ascontiguousarray(arr, dtype=np.float32)
+    a = _adapt(scores, "scores")
+    if a.dtype != DType.F32:
+        raise TypeError(f"scores.dtype = {a.dtype_name} must be float32")
+    if a.kind == "torch" and not scores.is_contiguous():
+        scores = scores.contiguous()
+        a = _adapt(scores, "scores")
+    shape = a.shape
+    if len(shape) == 4:
+        B, H = shape[0], shape[1]
+        if (batch is not None and _int(batch, "batch") != B) or (heads is not None and _int(heads, "heads") != H):
+            raise ValueError(f"batch / heads ({batch}, {heads}) disagree with scores' shape {shape}")
+    elif len(shape) == 3:
+        ns = shape[0]
+        if batch is None and heads is None:
+            B, H = 1, ns
+        elif heads is None:
+            B = _int(batch, "batch")
+            H = ns // B if B > 0 and ns % B == 0 else 0
+        elif batch is None:
+            H = _int(heads, "heads")
+            B = ns // H if H > 0 and ns % H == 0 else 0
+        else:
+            B, H = _int(batch, "batch"), _int(heads, "heads")
+        if B < 1 or H < 1 or B * H != ns:
+            raise ValueError(f"scores has {ns} slices; batch x heads = {batch} x {heads} does not match")
+    elif len(shape) == 2:
+        B, H = _int(batch if batch is not None else 1, "batch"), _int(heads if heads is not None else 1, "heads")
+        if B * H != 1:
+            raise ValueError(f"2-D scores are one slice; got batch = {B}, heads = {H}")
+    else:
+        raise ValueError(f"scores must have 2 to 4 dimensions, got shape {shape}")
+    if min(shape) < 1:
+        raise ValueError(f"every dimension of scores must be >= 1, got shape {shape}")
+    be = _backend_for(a, backend)
+    bq, bk = _block(block_q, "block_q"), _block(block_k, "block_k")
+    kk, sinks, local = _options(k, sink_blocks, local_blocks)
+    rb, cb = shape[-2], shape[-1]
+    Sq = _seq(seq_q, rb, bq, "seq_q", "scores")
+    Sk = _seq(seq_k, cb, bk, "seq_k", "scores")
+    dtype = DType.F32 if be == Backend.CPU else DType.F16
+    # One layout slice per score slice: heads_q = heads_kv = H. head_dim is
+    # not used by this call (8 satisfies the CUDA backend's rule).
+    desc = _desc(be, dtype, B, Sq, Sk, H, H, 8, bq, bk, 0.0, kk, sinks, local, causal, False)
+    grid, cap = _capacity(desc)
+    if be == Backend.CPU:
+        out = _Out(grid, cap)
+        check(F.sk_layout_from_scores(byref(desc), a.ptr, byref(out.bsr), None, 0, None))
+        return out.result()
+    import torch
+
+    dev = scores.device
+    with torch.cuda.device(dev):
+        size = c_size_t()
+        check(F.sk_topk_workspace_size(byref(desc), byref(size)))
+        out = _Out(grid, cap, dev)
+        ws = torch.empty(max(size.value, 1), dtype=torch.uint8, device=dev)
+        stream = _torch_stream(dev)
+        check(F.sk_layout_from_scores(byref(desc), a.ptr, byref(out.bsr), ws.data_ptr(), size.value, stream.cuda_stream))
+    return out.result(stream)
+
+
+def topk_capacity(batch, seq_q, seq_k, heads_q, heads_kv, k, sink_blocks=0, local_blocks=0, causal=False,
+                  per_kv_head=False, *, block_q=128, block_k=128):
+    """(Grid, capacity) of the layout a selection of these sizes writes
+    (sk_topk_layout_capacity): the most blocks it can select."""
+    kk, sinks, local = _options(k, sink_blocks, local_blocks)
+    desc = _desc(Backend.CPU, DType.F32, _int(batch, "batch"), _int(seq_q, "seq_q"), _int(seq_k, "seq_k"),
+                 _int(heads_q, "heads_q"), _int(heads_kv, "heads_kv"), 8, _int(block_q, "block_q"),
+                 _int(block_k, "block_k"), 0.0, kk, sinks, local, causal, per_kv_head)
+    return _capacity(desc)
+
+
+def attention_topk(
+    q,
+    k,
+    v,
+    k_blocks,
+    *,
+    sink_blocks=0,
+    local_blocks=0,
+    causal=False,
+    per_kv_head=False,
+    scale=None,
+    block_q=128,
+    block_k=128,
+    return_layout=True,
+    return_lse=False,
+    out=None,
+    backend=None,
+):
+    """Selection followed by the attention forward (sk_attention_topk).
+
+    q [B, Sq, Hq, D], k and v [B, Sk, Hkv, D] as for sparsek.attention.
+    The layout is selected from q and k themselves: block means, scores
+    scale * pooled_q . pooled_k, k_blocks best blocks per row plus the
+    forced sinks / local blocks (see select_topk); causal is both the
+    selection rule and the token mask; scale (None = 1/sqrt(D)) is both the
+    score and the softmax scale.
+
+    Returns (out, layout) or (out, layout, lse) with return_lse; without
+    return_layout, out or (out, lse). layout is a Layout (CPU) or a
+    DeviceLayout (CUDA: nothing copied back). lse float32 [B, Hq, Sq].
+    """
+    aq, ak, av = _check_qkv(q, k, v)
+    be = _backend_for(aq, backend)
+    if be != Backend.CPU and aq.dtype == DType.F32:
+        raise TypeError("float32 inputs are for the CPU backend only; use float16 or bfloat16 on CUDA")
+    bq, bk = _block(block_q, "block_q"), _block(block_k, "block_k")
+    kk, sinks, local = _options(k_blocks, sink_blocks, local_blocks)
+    sc = _scale(scale)
+    B, Sq, Hq, D = aq.shape
+    _, Sk, Hkv, _ = ak.shape
+    if out is None:
+        out = _empty_like(q, aq)
+    ao = _adapt(out, "out")
+    if ao.kind != aq.kind:
+        raise TypeError(f"out is a {ao.kind} array but q is a {aq.kind} array")
+    if ao.shape != aq.shape:
+        raise ValueError(f"out has shape {ao.shape}; it must be q's shape {aq.shape}")
+    if ao.dtype != aq.dtype:
+        raise TypeError(f"out.dtype = {ao.dtype_name} must be q's dtype {aq.dtype_name}")
+    if ao.device != aq.device:
+        raise ValueError(f"out is on {ao.device} but q is on {aq.device}")
+    if ao.kind == "numpy" and not out.flags.writeable:
+        raise ValueError("out is read-only")
+
+    qs, ks, vs, os_ = (_outer_strides(a, n) for a, n in ((aq, "q"), (ak, "k"), (av, "v"), (ao, "out")))
+    attn = SkAttentionDesc()
+    check(F.sk_attention_desc_init(byref(attn), sizeof(attn)))
+    attn.backend = int(be)
+    attn.dtype = int(aq.dtype)
+    attn.batch, attn.seq_q, attn.seq_k = B, Sq, Sk
+    attn.heads_q, attn.heads_kv, attn.head_dim = Hq, Hkv, D
+    attn.scale = sc
+    attn.mask = int(Mask.CAUSAL if causal else Mask.NONE)
+    for field, st in ((attn.q_strides, qs), (attn.k_strides, ks), (attn.v_strides, vs), (attn.o_strides, os_)):
+        field[0], field[1], field[2] = st
+    topk = _desc(be, aq.dtype, B, Sq, Sk, Hq, Hkv, D, bq, bk, sc, kk, sinks, local, causal, per_kv_head, qs, ks)
+    grid, cap = _capacity(topk)
+
+    lse = _empty_lse(q, aq, (B, Hq, Sq)) if return_lse else None
+    lse_ptr = None if lse is None else (lse.ctypes.data if aq.kind == "numpy" else lse.data_ptr())
+    if be == Backend.CPU:
+        res = _Out(grid, cap)
+        check(F.sk_attention_topk(byref(attn), byref(topk), aq.ptr, ak.ptr, av.ptr, ao.ptr, lse_ptr, byref(res.bsr), None, 0, None))
+        layout = res.result()
+    else:
+        import torch
+
+        dev = q.device
+        with torch.cuda.device(dev):
+            size = c_size_t()
+            check(F.sk_attention_topk_workspace_size(byref(attn), byref(topk), byref(size)))
+            res = _Out(grid, cap, dev)
+            ws = torch.empty(max(size.value, 1), dtype=torch.uint8, device=dev)
+            stream = _torch_stream(dev)
+            check(
+                F.sk_attention_topk(
+                    byref(attn), byref(topk), aq.ptr, ak.ptr, av.ptr, ao.ptr, lse_ptr, byref(res.bsr),
+                    ws.data_ptr(), size.value, stream.cuda_stream,
+                )
+            )
+        layout = res.result(stream)
+    if return_layout:
+        return (out, layout, lse) if return_lse else (out, layout)
+    return (out, lse) if return_lse else out
