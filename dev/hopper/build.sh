@@ -16,7 +16,7 @@ grep -i -E "warning|error|C75" $OUT/ptxas.log || true
 
 # name | source | defines
 VARIANTS="${SK90_VARIANTS:-lib|src/cuda/attention_sm90.cu|
-step1|dev/hopper/versions/attention_sm90_step1.cu|}"
+step8|dev/hopper/versions/attention_sm90_step8.cu|}"
 objs=""
 list=""
 i=0

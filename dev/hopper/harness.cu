@@ -70,10 +70,22 @@ static __host__ __device__ inline float val_at(uint32_t seed, uint64_t off) {
     return (float)((hash32(off * 0x9E3779B97F4A7C15ull + seed) >> 9) & 255) / 128.0f - 1.0f;
 }
 
-__global__ void fill_kernel(uint16_t *p, size_t n, uint32_t seed, int bf16) {
+/* SK_BENCH_RANDN=1 (bench only): N(0, 1) inputs, as in the benchmark suite
+ * (Box-Muller on two hashes of the offset); the reference rounds the same
+ * value to the dtype on the host. */
+static int g_randn = 0;
+static __host__ __device__ inline float normal_at(uint32_t seed, uint64_t off) {
+    const uint32_t a = hash32(off * 0x9E3779B97F4A7C15ull + seed);
+    const uint32_t b = hash32((off ^ 0x5BD1E995ull) * 0xC2B2AE3D27D4EB4Full + seed * 7919ull + 1);
+    const float u1 = (float)((a >> 8) + 1) * (1.0f / 16777216.0f); /* (0, 1] */
+    const float u2 = (float)(b >> 8) * (1.0f / 16777216.0f);
+    return sqrtf(-2.0f * logf(u1)) * cosf(6.28318530718f * u2);
+}
+
+__global__ void fill_kernel(uint16_t *p, size_t n, uint32_t seed, int bf16, int randn) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
-        float v = val_at(seed, i);
+        float v = randn ? normal_at(seed, i) : val_at(seed, i);
         if (bf16) {
             __nv_bfloat16 h = __float2bfloat16_rn(v);
             p[i] = *(uint16_t *)&h;
@@ -282,10 +294,12 @@ struct Inputs {
     const uint16_t *q, *k, *v; /* NULL: use the hash */
     uint32_t sq, sk, sv;
     int bf16;
+    int randn;
     float get(int which, size_t off) const {
         const uint16_t *p = which == 0 ? q : which == 1 ? k : v;
         uint32_t s = which == 0 ? sq : which == 1 ? sk : sv;
         if (p) return h2f(p[off], bf16);
+        if (randn) return h2f(f2h(normal_at(s, off), bf16), bf16);
         return val_at(s, off); /* exact in both dtypes */
     }
 };
@@ -473,7 +487,7 @@ static int run_check(const Case &c, int verbose) {
         return 1;
     }
     /* The reference, once for all variants. */
-    Inputs in = {hq.data(), hk.data(), hv.data(), 11, 22, 33, c.bf16};
+    Inputs in = {hq.data(), hk.data(), hv.data(), 11, 22, 33, c.bf16, 0};
     struct Row {
         int b, h;
         int64_t q;
@@ -674,9 +688,9 @@ static int run_bench(const Bench &bc, int reps, FILE *json) {
     CK(cudaMalloc(&d.idx, std::max<size_t>(L.idx.size(), 1) * 4));
     CK(cudaMalloc(&d.order, nt * 4));
     CK(cudaMalloc(&d.counter, 4));
-    fill_kernel<<<1024, 256>>>(d.q, T.qn, 11, c.bf16);
-    fill_kernel<<<1024, 256>>>(d.k, T.kn, 22, c.bf16);
-    fill_kernel<<<1024, 256>>>(d.v, T.vn, 33, c.bf16);
+    fill_kernel<<<1024, 256>>>(d.q, T.qn, 11, c.bf16, g_randn);
+    fill_kernel<<<1024, 256>>>(d.k, T.kn, 22, c.bf16, g_randn);
+    fill_kernel<<<1024, 256>>>(d.v, T.vn, 33, c.bf16, g_randn);
     CK(cudaGetLastError());
     CK(cudaMemcpy(d.off, L.off.data(), L.off.size() * 4, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(d.idx, L.idx.data(), L.idx.size() * 4, cudaMemcpyHostToDevice));
@@ -685,10 +699,27 @@ static int run_bench(const Bench &bc, int reps, FILE *json) {
     sk_attention_problem p;
     fill_problem(p, c, T, L, d, nnz);
 
-    Inputs in = {NULL, NULL, NULL, 11, 22, 33, c.bf16};
+    Inputs in = {NULL, NULL, NULL, 11, 22, 33, c.bf16, g_randn};
     const double flops = 4.0 * c.D * 128.0 * 128.0 * (double)blocks;
     const double dense_blocks = (double)c.B * c.Hq * L.rb * L.cb;
     int bad = 0;
+    /* The 48 spot-check rows and their fp64 reference, once for all variants. */
+    const int kSpot = 48;
+    int spot_b[kSpot], spot_h[kSpot];
+    int64_t spot_q[kSpot];
+    std::vector<double> spot_o((size_t)kSpot * c.D), spot_l(kSpot);
+    {
+        uint64_t saved = g_rng;
+        g_rng = 12345;
+        for (int a = 0; a < kSpot; ++a) {
+            spot_b[a] = (int)(rnd() % c.B);
+            spot_h[a] = (int)(rnd() % c.Hq);
+            spot_q[a] = (int64_t)(rnd() % c.Sq);
+            ref_row(c, T, L, in, nnz, spot_b[a], spot_h[a], spot_q[a], &spot_o[(size_t)a * c.D],
+                    &spot_l[a]);
+        }
+        g_rng = saved;
+    }
     for (int var = 0; var < kNumVariants; ++var) {
         if (!variant_enabled(var)) continue;
         /* Warm-up (and the run that is checked), per variant. */
@@ -698,14 +729,11 @@ static int run_bench(const Bench &bc, int reps, FILE *json) {
         double max_err = 0;
         int vbad = 0;
         std::vector<uint16_t> orow(c.D);
-        std::vector<double> ro(c.D);
-        uint64_t saved = g_rng;
-        g_rng = 12345;
-        for (int a = 0; a < 48; ++a) {
-            const int b = (int)(rnd() % c.B), h = (int)(rnd() % c.Hq);
-            const int64_t q = (int64_t)(rnd() % c.Sq);
-            double rl;
-            ref_row(c, T, L, in, nnz, b, h, q, ro.data(), &rl);
+        for (int a = 0; a < kSpot; ++a) {
+            const int b = spot_b[a], h = spot_h[a];
+            const int64_t q = spot_q[a];
+            const double *ro = &spot_o[(size_t)a * c.D];
+            const double rl = spot_l[a];
             CK(cudaMemcpy(orow.data(), d.o + b * T.os[0] + q * T.os[1] + h * T.os[2], c.D * 2,
                           cudaMemcpyDeviceToHost));
             float gl;
@@ -718,7 +746,6 @@ static int run_bench(const Bench &bc, int reps, FILE *json) {
             }
             if (!(fabs(gl - rl) <= 2e-3 + 1e-4 * fabs(rl))) ++vbad;
         }
-        g_rng = saved;
         if (vbad) printf("  %s %s: spot check FAILED (%d, max err %.1e)\n", bc.name,
                          kVariants[var].name, vbad, max_err);
         bad += vbad;
@@ -818,8 +845,21 @@ int main(int argc, char **argv) {
         const char *jp = getenv("SK_BENCH_JSON");
         if (jp) json = fopen(jp, "w");
         const int reps = getenv("SK_BENCH_REPS") ? atoi(getenv("SK_BENCH_REPS")) : 20;
-        for (const Bench &b : kBenches)
-            if (argc <= 2 || strstr(b.name, argv[2])) fails += run_bench(b, reps, json);
+        g_randn = getenv("SK_BENCH_RANDN") && atoi(getenv("SK_BENCH_RANDN")) != 0;
+        printf("inputs: %s\n", g_randn ? "N(0,1) (SK_BENCH_RANDN)" : "k/128 - 1");
+        /* The filter: substrings separated by commas, any of which selects a case. */
+        for (const Bench &b : kBenches) {
+            int sel = argc <= 2;
+            for (const char *f = argc > 2 ? argv[2] : ""; !sel && *f;) {
+                const char *e = strchr(f, ',');
+                const size_t len = e ? (size_t)(e - f) : strlen(f);
+                char part[128];
+                snprintf(part, sizeof part, "%.*s", (int)len, f);
+                sel = len > 0 && strstr(b.name, part) != NULL;
+                f += e ? len + 1 : len;
+            }
+            if (sel) fails += run_bench(b, reps, json);
+        }
         if (json) fclose(json);
         printf("bench: %d failed checks\n", fails);
     }

@@ -10,10 +10,12 @@
  *     Its warp 1 (the scheduler) takes tiles from the schedule and decodes
  *     them (clamped block range) up to kSchedSlots ahead. Its warp 0 reads
  *     each row's column indices 32 at a time and one elected thread issues
- *     every TMA load: Q (two buffers, so the next tile's Q loads while this
- *     tile runs), then K_0, K_1, V_0, K_2, V_1, ... into two pipelines (K and
- *     V) of kStages stages, each with a "full" mbarrier (expect_tx = block
- *     bytes) and an "empty" one (one arrival per consumer warpgroup). The TMA
+ *     every TMA load: Q (one buffer at D = 128, loaded once both consumers'
+ *     last S GEMMs of the previous tile are done; two at D = 64, so the
+ *     next tile's Q loads while this tile runs), then K_0, K_1, V_0, K_2,
+ *     V_1, ... into two pipelines (K and V: 2 stages each at D = 128, 3 at
+ *     D = 64), each stage with a "full" mbarrier (expect_tx = block bytes)
+ *     and an "empty" one (arrivals from both consumer warpgroups). The TMA
  *     row coordinate of block c is c * 128; rows past Sq or Sk are
  *     zero-filled. Each K stage carries its block index and whether another
  *     block follows, so the consumers read no layout memory.
@@ -54,9 +56,11 @@
  *   - wgmma sequences are never issued under run-time conditions (ptxas
  *     would serialize them): the first S, the steady steps and the last P V
  *     of a tile are written out.
- *   - Shared memory: 2 Q tiles 128 x D, kStages x (K, V) 128 x D, O 128 x D,
- *     all in 128B-swizzled 64-column slabs (the TMA box layout), 1024-B
- *     aligned; 225 KB at D = 128 (static_assert below).
+ *   - Shared memory: kQBufs Q tiles 128 x D, kKStages K and kVStages V
+ *     blocks 128 x D, O 128 x D, all in 128B-swizzled 64-column slabs (the
+ *     TMA box layout), 1024-B aligned; at D = 128, 1 + 2 + 2 + 1 tiles of
+ *     32 KB: 193 KB with the barriers and the alignment slack (227 KB
+ *     allowed, static_assert below).
  */
 #include <cuda.h>
 #include <cudaTypedefs.h>
@@ -75,9 +79,18 @@
  * ------------------------------------------------------------------------- */
 
 /* Tuning knobs (compile-time; dev/hopper builds variants with other values):
- * K/V pipeline stages per head dim. */
-#ifndef SK90_STAGES_D128
-#define SK90_STAGES_D128 2
+ * K and V pipeline stages and Q buffers at D = 128 (up to 7 tiles of 32 KB
+ * fit, O's included; docs/perf/hopper.md, step 9: one Q buffer measured
+ * +1.5..2.6 % over two, a third V or K stage +-0), K/V stages at D = 64 (with
+ * 2 Q buffers). */
+#ifndef SK90_KSTAGES_D128
+#define SK90_KSTAGES_D128 2
+#endif
+#ifndef SK90_VSTAGES_D128
+#define SK90_VSTAGES_D128 2
+#endif
+#ifndef SK90_QBUFS_D128
+#define SK90_QBUFS_D128 1
 #endif
 #ifndef SK90_STAGES_D64
 #define SK90_STAGES_D64 3
@@ -95,7 +108,6 @@ enum {
     kConsumerRegs = 232,
     kTileSlots = 2,        /* tile ids in flight between producer and consumers */
     kSchedSlots = 4,       /* decoded tiles in flight between scheduler and producer warps */
-    kQBuffers = 2,         /* the next tile's Q loads while this tile runs */
     kBarTurn0 = 1,         /* named barriers; 0 is __syncthreads */
     kBarTurn1 = 2,
     kBarEpilogue0 = 3,
@@ -112,38 +124,44 @@ static_assert(kBlockM == 2 * kWgRows, "two consumer warpgroups of 64 rows");
 template <int HD>
 struct sk90_smem {
     static constexpr int kSlabs = HD / kSlabCols;
-    static constexpr int kStages = HD == 128 ? SK90_STAGES_D128 : SK90_STAGES_D64;
+    static constexpr int kKStages = HD == 128 ? SK90_KSTAGES_D128 : SK90_STAGES_D64;
+    static constexpr int kVStages = HD == 128 ? SK90_VSTAGES_D128 : SK90_STAGES_D64;
+    /* With 2, the next tile's Q loads while this tile runs; with 1, once
+     * both consumers' last S GEMMs of this tile are done. */
+    static constexpr int kQBufs = HD == 128 ? SK90_QBUFS_D128 : 2;
     /* Rescale O for the previous block's max while the next S GEMM runs
      * (measured: +1-2.5% at D = 128, -2% at D = 64, docs/perf/hopper.md). */
     static constexpr bool kRescaleEarly = HD == 128;
     static constexpr uint32_t kBlockBytes = kBlockN * HD * 2; /* one K or V block */
-    static constexpr uint32_t kQBytes = kBlockM * HD * 2;     /* one of kQBuffers Q tiles */
+    static constexpr uint32_t kQBytes = kBlockM * HD * 2;     /* one of kQBufs Q tiles */
     static constexpr uint32_t kSlab128 = 128 * kSlabRowBytes;  /* a slab of 128 rows */
     static constexpr uint32_t kOWgBytes = kWgRows * HD * 2;    /* one warpgroup's O */
     static constexpr uint32_t kOSlabBytes = kWgRows * kSlabRowBytes;
     static constexpr uint32_t kQ = 0;
-    static constexpr uint32_t kK = kQ + kQBuffers * kQBytes;
-    static constexpr uint32_t kV = kK + kStages * kBlockBytes;
-    static constexpr uint32_t kO = kV + kStages * kBlockBytes;
+    static constexpr uint32_t kK = kQ + kQBufs * kQBytes;
+    static constexpr uint32_t kV = kK + kKStages * kBlockBytes;
+    static constexpr uint32_t kO = kV + kVStages * kBlockBytes;
     /* mbarriers (8 B each), then the tile-id slots. */
     static constexpr uint32_t kBarQFull = kO + 2 * kOWgBytes;
-    static constexpr uint32_t kBarQEmpty = kBarQFull + 8 * kQBuffers;
-    static constexpr uint32_t kBarKFull = kBarQEmpty + 8 * kQBuffers;
-    static constexpr uint32_t kBarKEmpty = kBarKFull + 8 * kStages;
-    static constexpr uint32_t kBarVFull = kBarKEmpty + 8 * kStages;
-    static constexpr uint32_t kBarVEmpty = kBarVFull + 8 * kStages;
-    static constexpr uint32_t kBarTileFull = kBarVEmpty + 8 * kStages;
+    static constexpr uint32_t kBarQEmpty = kBarQFull + 8 * kQBufs;
+    static constexpr uint32_t kBarKFull = kBarQEmpty + 8 * kQBufs;
+    static constexpr uint32_t kBarKEmpty = kBarKFull + 8 * kKStages;
+    static constexpr uint32_t kBarVFull = kBarKEmpty + 8 * kKStages;
+    static constexpr uint32_t kBarVEmpty = kBarVFull + 8 * kVStages;
+    static constexpr uint32_t kBarTileFull = kBarVEmpty + 8 * kVStages;
     static constexpr uint32_t kBarTileEmpty = kBarTileFull + 8 * kTileSlots;
     static constexpr uint32_t kBarSchedFull = kBarTileEmpty + 8 * kTileSlots;
     static constexpr uint32_t kBarSchedEmpty = kBarSchedFull + 8 * kSchedSlots;
     static constexpr uint32_t kTileIds = kBarSchedEmpty + 8 * kSchedSlots;
     static constexpr uint32_t kBlockInfo = kTileIds + 4 * kTileSlots; /* per K stage */
-    static constexpr uint32_t kSched = kBlockInfo + 4 * kStages; /* {tile, start, end, -} */
+    static constexpr uint32_t kSched = kBlockInfo + 4 * kKStages; /* {tile, start, end, -} */
     static constexpr uint32_t kUsed = kSched + 16 * kSchedSlots;
     /* + slack to align the dynamic base up to 1024 B. */
     static constexpr uint32_t kDynamicBytes = kUsed + kSwizzleAtom;
 
     static_assert(HD == 64 || HD == 128, "head dim 64 or 128");
+    static_assert(kKStages >= 2 && kVStages >= 2 && (kQBufs == 1 || kQBufs == 2),
+                  "pipeline depths");
     static_assert(kK % kSwizzleAtom == 0 && kV % kSwizzleAtom == 0 && kO % kSwizzleAtom == 0,
                   "swizzled tiles must be 1024-B aligned");
     static_assert(kBlockBytes % kSwizzleAtom == 0 && kOSlabBytes % kSwizzleAtom == 0,
@@ -332,8 +350,9 @@ __device__ void sk90_producer(const sk90_params &p, uint32_t base, int32_t *tile
         sk_prefetch_tensormap(&p.tm_v);
         sk_prefetch_tensormap(&p.tm_o);
     }
-    sk90_pipe<L::kStages> kp = {0, 0}, vp = {0, 0};
-    sk90_pipe<kQBuffers> qp = {0, 0};
+    sk90_pipe<L::kKStages> kp = {0, 0};
+    sk90_pipe<L::kVStages> vp = {0, 0};
+    sk90_pipe<L::kQBufs> qp = {0, 0};
     for (uint32_t n = 0;; ++n) {
         const uint32_t sslot = n % kSchedSlots, sphase = (n / kSchedSlots) & 1;
         sk90_wait(base + L::kBarSchedFull + 8 * sslot, sphase); /* every lane: acquire */
@@ -371,8 +390,9 @@ __device__ void sk90_producer(const sk90_params &p, uint32_t base, int32_t *tile
         if (slot_value < 0) continue; /* skipped, or nothing to load (O = 0) */
         const int hk = t.h / p.group;
 
-        /* Q first: with two buffers, its buffer was freed by the tile before
-         * the previous one, so this load runs while that tile finishes. */
+        /* Q first. With two buffers, its buffer was freed by the tile before
+         * the previous one, so this load runs while that tile finishes; with
+         * one, it waits for the previous tile's last S GEMMs. */
         if (lead) {
             sk90_wait(base + L::kBarQEmpty + 8 * qp.stage, qp.phase ^ 1);
             sk_mbar_arrive_expect_tx(base + L::kBarQFull + 8 * qp.stage, L::kQBytes);
@@ -620,8 +640,9 @@ __device__ void sk90_consumer(const sk90_params &p, uint32_t base, const int32_t
     const uint32_t o_base = base + L::kO + wg * L::kOWgBytes;
     const float scale_log2 = p.scale_log2;
 
-    sk90_pipe<L::kStages> kp = {0, 0}, vp = {0, 0};
-    sk90_pipe<kQBuffers> qp = {0, 0};
+    sk90_pipe<L::kKStages> kp = {0, 0};
+    sk90_pipe<L::kVStages> vp = {0, 0};
+    sk90_pipe<L::kQBufs> qp = {0, 0};
     if (wg == 1) sk_bar_arrive(kBarTurn0, 256); /* consumer 0 issues first */
 
     for (uint32_t n = 0;; ++n) {
@@ -785,13 +806,15 @@ __global__ void __launch_bounds__(kThreads, 1) sk_attention_sm90_kernel(const __
     volatile int32_t *sched = (volatile int32_t *)(sk90_smem_raw + (base - raw) + L::kSched);
 
     if (threadIdx.x == 0) {
-        for (int s = 0; s < kQBuffers; ++s) {
+        for (int s = 0; s < L::kQBufs; ++s) {
             sk_mbar_init(base + L::kBarQFull + 8 * s, 1);
             sk_mbar_init(base + L::kBarQEmpty + 8 * s, 2);
         }
-        for (int s = 0; s < L::kStages; ++s) {
+        for (int s = 0; s < L::kKStages; ++s) {
             sk_mbar_init(base + L::kBarKFull + 8 * s, 1);
             sk_mbar_init(base + L::kBarKEmpty + 8 * s, kKEmptyArrivals);
+        }
+        for (int s = 0; s < L::kVStages; ++s) {
             sk_mbar_init(base + L::kBarVFull + 8 * s, 1);
             sk_mbar_init(base + L::kBarVEmpty + 8 * s, 2);
         }
