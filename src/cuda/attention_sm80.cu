@@ -9,9 +9,11 @@
  * plan's order (longest first) through an atomic counter. The plan stores
  * per slot the tile's first visited entry (attention_sm80_sched.cuh), and
  * thread 0 keeps one grabbed slot and one tile_info copy (cp.async) ahead,
- * so a tile switch waits on no global load. The next tile's first K/V chunk
- * loads during the current tile's last chunk, its Q right after the last
- * chunk's softmax (warmed in L2 when the tile enters its last block).
+ * so a tile switch waits on no global load; the look-ahead entry is visible
+ * to all threads since the tile start, so a non-empty next tile is taken
+ * without a barrier. The next tile's first K/V chunk loads during the
+ * current tile's last chunk, its Q right after the last chunk's softmax
+ * (warmed in L2 when the tile enters its last block).
  *
  * CTA: 4 warps; warp w owns block_q / 4 query rows (kMT = block_q / 64 m16
  * tiles) and their O accumulators (fp32, registers). The Q tile stays
@@ -28,7 +30,8 @@
  *                        reference max ms of a row moves (rescaling O and l)
  *                        only when a score exceeds it by more than 8, decided
  *                        per warp by a vote on per-thread maxima; otherwise
- *                        p <= 2^8, no shuffles and no rescale
+ *                        p <= 2^8, no shuffles and no rescale (and none in
+ *                        a tile's first chunk, where O and l are 0)
  *   O += P V             P repacked from the S accumulators as the A operand
  *                        (no shared memory), V fragments by ldmatrix.trans
  * The mask (tails k >= Sk; causal k > q + Sk - Sq) is applied only in the
@@ -37,16 +40,19 @@
  * are never loaded.
  *
  * Pipeline. Shared memory: two stages of one chunk of K and V, and the Q
- * tile (96 KB at D = 128, block_q = 128: two CTAs per SM). One barrier per
- * chunk: at its top, chunk c's K and V have landed (wait_group 1) and every
- * warp is done with the other stage, into which chunk c+1 is then issued
- * (one cp.async group); a second group [Q of the next tile, usually empty]
- * follows after the softmax. A tile's last chunk adds a barrier before the
- * Q reload and one before the epilogue, which stages O through that
- * chunk's stage and writes it as 16-byte row chunks. Rows past Sk (or Sq)
- * are zero-filled by cp.async with src-size 0: never read, and 0 * V never
- * makes NaN. Shared rows are 16-byte chunks XOR-swizzled by row % 8:
- * ldmatrix, cp.async and the O staging are free of bank conflicts.
+ * tile (96 KB at D = 128, block_q = 128: two CTAs per SM). Each warp loads
+ * its own rows: 16 rows of K and of V per chunk, and its own Q rows, which
+ * only it reads. One barrier per chunk: at its top, chunk c's K and V have
+ * landed (wait_group 1) and every warp is done with the other stage, into
+ * which chunk c+1 is then issued (one cp.async group); a second group [Q of
+ * the next tile, usually empty] follows after the softmax: a warp reloads
+ * its Q rows after its own softmax and a __syncwarp, no CTA barrier. A
+ * tile's epilogue computes O / l (and LSE) in registers, then, after one
+ * barrier, stages O through the last chunk's stage and writes it as 16-byte
+ * row chunks; a tile switch costs that barrier and the tile start's. Rows
+ * past Sk (or Sq) are zero-filled by cp.async with src-size 0: never read,
+ * and 0 * V never makes NaN. Shared rows are 16-byte chunks XOR-swizzled by
+ * row % 8: ldmatrix, cp.async and the O staging are free of bank conflicts.
  *
  * Invariants: nothing outside [0, Sq) x [0, Sk) of Q/K/V is read and
  * nothing outside the tile's O rows < Sq and LSE entries is written; layout
@@ -95,6 +101,7 @@ typedef struct sk_sm80_params {
     int32_t seq_q, seq_k, diag;                             /* diag = Sk - Sq */
     int32_t heads_q, group;
     uint32_t rb_mul, rb_shift, hq_mul, hq_shift; /* n / row_blocks, n / heads_q by multiply */
+    uint32_t gq_mul, gq_shift;                   /* n / group (query head -> K/V head) */
     int32_t block_q, block_k, row_blocks, col_blocks;
     int32_t layout_batch, layout_heads, head_div, nnz;
     int32_t num_tiles;
@@ -112,7 +119,8 @@ typedef struct sk_sm80_params {
 typedef struct sk_sm80_cursor {
     int32_t b, h, i;
     int32_t pos, end, col; /* current entry, end of the row, its column */
-    int32_t sub, pad;
+    int32_t sub, tile; /* 64-key chunk of the block; tile id */
+    int64_t koff, voff; /* byte offsets of the (b, h / group) slices of K and V */
 } sk_sm80_cursor;
 
 /* The CTA's scheduling state in shared memory. Uniform values live here
@@ -122,13 +130,11 @@ typedef struct sk_sm80_shared {
     int4 info[2];              /* published tile_info entries, by parity */
     int4 pending[2];           /* thread 0's look-ahead copies, by parity */
     sk_sm80_cursor cur[2];     /* the chunk in each stage */
+    /* Per warp, written by its lane 0 at a tile's last chunk and read by its
+     * lanes after a __syncwarp: {b, h, i, first key} of the next tile's
+     * first chunk (b = -1: none), for the warp's own load of that tile's Q. */
+    int4 wnext[SK_SM80_WARPS];
 } sk_sm80_shared;
-
-/* Byte offset of 16-byte chunk `chunk` of row `row` in a swizzled tile. */
-template <int kD>
-__device__ __forceinline__ uint32_t sk_sm80_swz(int row, int chunk) {
-    return (uint32_t)(row * (kD * 2) + ((chunk ^ (row & 7)) << 4));
-}
 
 template <int kDtype>
 __device__ __forceinline__ void sk_sm80_mma(float d[4], const uint32_t a[4], const uint32_t b0,
@@ -149,43 +155,57 @@ __device__ __forceinline__ uint32_t sk_sm80_pack(float lo, float hi) {
         return sk_cvt_bf16x2(hi, lo);
 }
 
-/* cp.async kRows rows of a [kRows, D] tile into swizzled shared memory
- * (all SK_SM80_THREADS threads); rows at or past valid_rows are zero-filled
- * and not read. Each thread copies one 16-byte column of rows r0, r0 + step,
- * ...: step is a multiple of 8, so the swizzle is the same for all of them. */
+/* cp.async one warp's kRows rows of a tile into swizzled shared memory:
+ * dst and src address the warp's first row, a multiple of 8 in the tile
+ * (so its swizzle is that of row 0); rows at or past valid_rows (which may
+ * be <= 0) are zero-filled from `safe` (an in-bounds address; src-size 0
+ * reads nothing). Lane l copies 16-byte column l % (D / 8) of rows
+ * l / (D / 8), + 32 / (D / 8), ...: 2 or 4 whole rows per instruction, as
+ * coalesced as one CTA-wide row set. Only this warp touches these rows
+ * until the next CTA barrier, so a warp may refill rows it alone has read
+ * after a __syncwarp. */
 template <int kD, int kRows>
-__device__ __forceinline__ void sk_sm80_load_rows(uint32_t dst, const char *src, int32_t stride,
-                                                  int valid_rows) {
-    constexpr int kChunks = kD / 8, kStep = SK_SM80_THREADS / kChunks;
-    static_assert(kStep % 8 == 0 && kRows % kStep == 0, "loader rows must keep the swizzle");
-    const int chunk = threadIdx.x % kChunks, r0 = threadIdx.x / kChunks;
-    const uint32_t d0 = dst + sk_sm80_swz<kD>(r0, chunk);
-    const char *s0 = src + ((uint32_t)r0 * (uint32_t)stride + (uint32_t)chunk * 16u);
+__device__ __forceinline__ void sk_sm80_load_rows_warp(uint32_t dst, const char *src,
+                                                       int32_t stride, int valid_rows,
+                                                       const char *safe) {
+    constexpr int kChunks = kD / 8, kStep = 32 / kChunks;
+    static_assert(8 % kStep == 0 && kRows % kStep == 0, "loader rows must keep the swizzle");
+    const int lane = threadIdx.x & 31;
+    const int c = lane % kChunks, r0 = lane / kChunks;
+    /* Row r0 + k kStep has swizzle (r0 + k kStep) & 7 = r0 ^ ((k kStep) & 7)
+     * (r0 < kStep, both powers of two). */
+    const uint32_t d0 = dst + (uint32_t)(r0 * kD * 2), cx = (uint32_t)(c ^ r0);
+    const char *s0 = src + ((uint32_t)r0 * (uint32_t)stride + (uint32_t)c * 16u);
     const uint32_t step = (uint32_t)kStep * (uint32_t)stride;
     if (valid_rows >= kRows) { /* the common case: every row exists */
 #pragma unroll
         for (int k = 0; k < kRows / kStep; ++k)
-            sk_cp_async_16(d0 + (uint32_t)(k * kStep * kD * 2), s0 + k * step, 16u);
+            sk_cp_async_16(d0 + (uint32_t)(k * kStep * kD * 2) +
+                               ((cx ^ (uint32_t)((k * kStep) & 7)) << 4),
+                           s0 + k * step, 16u);
         return;
     }
 #pragma unroll
     for (int k = 0; k < kRows / kStep; ++k) {
         const bool ok = r0 + k * kStep < valid_rows;
-        sk_cp_async_16(d0 + (uint32_t)(k * kStep * kD * 2), ok ? s0 + k * step : src,
-                       ok ? 16u : 0u);
+        sk_cp_async_16(d0 + (uint32_t)(k * kStep * kD * 2) +
+                           ((cx ^ (uint32_t)((k * kStep) & 7)) << 4),
+                       ok ? s0 + k * step : safe, ok ? 16u : 0u);
     }
 }
 
 /* Flip the sign bits of the Q chunks this thread loaded (same mapping as
- * sk_sm80_load_rows), once its copies have completed. */
+ * sk_sm80_load_rows_warp from `tile`), once its copies have completed. */
 template <int kD, int kRows>
-__device__ __forceinline__ void sk_sm80_negate_rows(unsigned char *tile) {
-    constexpr int kChunks = kD / 8, kStep = SK_SM80_THREADS / kChunks;
-    const int chunk = threadIdx.x % kChunks, r0 = threadIdx.x / kChunks;
-    uint4 *q0 = (uint4 *)(tile + sk_sm80_swz<kD>(r0, chunk));
+__device__ __forceinline__ void sk_sm80_negate_rows_warp(unsigned char *tile) {
+    constexpr int kChunks = kD / 8, kStep = 32 / kChunks;
+    const int lane = threadIdx.x & 31;
+    const int c = lane % kChunks, r0 = lane / kChunks;
+    unsigned char *q0 = tile + r0 * kD * 2;
+    const uint32_t cx = (uint32_t)(c ^ r0);
 #pragma unroll
     for (int k = 0; k < kRows / kStep; ++k) {
-        uint4 *q = (uint4 *)((unsigned char *)q0 + k * kStep * kD * 2);
+        uint4 *q = (uint4 *)(q0 + k * kStep * kD * 2 + ((cx ^ (uint32_t)((k * kStep) & 7)) << 4));
         uint4 v = *q;
         v.x ^= 0x80008000u;
         v.y ^= 0x80008000u;
@@ -215,7 +235,10 @@ __device__ __forceinline__ bool sk_sm80_cursor_of(const sk_sm80_params &p, int4 
     c->pos = info.y;
     c->col = info.w;
     c->sub = 0;
-    c->pad = 0;
+    c->tile = info.x;
+    const int32_t hk = sk_sm80_div(c->h, p.gq_mul, p.gq_shift);
+    c->koff = c->b * p.k_sb + hk * p.k_sh;
+    c->voff = c->b * p.v_sb + hk * p.v_sh;
     if (c->pos < 0 || c->pos >= c->end || (uint32_t)c->col >= (uint32_t)p.col_blocks)
         c->pos = c->end; /* nothing to visit */
     return true;
@@ -238,21 +261,45 @@ __device__ void sk_sm80_write_empty(const sk_sm80_params &p, const sk_sm80_curso
     }
 }
 
-/* The CTA's next non-empty tile: returns the s_info entry that describes it
- * (decode it with sk_sm80_decode; it stays there until the next call), or
- * -1 when no tile is left. Writes the outputs of the empty tiles it passes.
- * Called by all threads alike (one barrier per tile taken).
+/* The CTA's next non-empty tile: true with its tile_info entry in *info
+ * (decode it with sk_sm80_cursor_of), false when no tile is left. Writes
+ * the outputs of the empty tiles it passes. Called by all threads alike.
  *
- * Thread 0 runs two steps ahead, so that nothing here waits on memory: it
- * publishes the tile_info that it copied into s_pending[parity] on the
- * previous call (cp.async, complete by now: every later chunk waits for the
- * group it joined), starts the copy for the slot it grabbed on the previous
- * call into s_pending[parity ^ 1], and grabs a new slot. Only when it skips
- * empty tiles within one call does it wait for its copy (an extra group of
- * thread 0 alone only makes its later waits stricter). */
+ * Thread 0 runs two steps ahead, so that nothing here waits on memory: the
+ * tile_info that it copied into pending[parity] on the previous call
+ * (cp.async) is complete and visible to every thread since the current tile
+ * started (wait_group 0, then a barrier); it starts the copy for the slot
+ * it grabbed on the previous call into pending[parity ^ 1] (read by the
+ * others on the previous call, before that barrier) and grabs a new slot.
+ * `fast`: pending[parity] is known to be visible. Then a non-empty tile or
+ * the end costs no barrier. Otherwise (the first call, empty tiles, entries
+ * that name no tile) thread 0 publishes the entry in info[parity] for a
+ * barrier each; only when it skips empty tiles within one call does it wait
+ * for its copy (an extra group of thread 0 alone only makes its later waits
+ * stricter). */
 template <int kD>
-__device__ int sk_sm80_acquire(const sk_sm80_params &p, sk_sm80_shared *sh, int &parity,
-                               int &slot_reg) {
+__device__ bool sk_sm80_acquire(const sk_sm80_params &p, sk_sm80_shared *sh, int &parity,
+                                int &slot_reg, bool fast, int4 *info_out) {
+    if (fast) {
+        const int4 info = sh->pending[parity];
+        if (info.x == -1) return false; /* the counter ran past the last tile */
+        const int32_t end = min(max(info.z, 0), p.nnz);
+        if (info.x >= 0 && info.x < p.num_tiles && info.y >= 0 && info.y < end &&
+            (uint32_t)info.w < (uint32_t)p.col_blocks) {
+            if (threadIdx.x == 0) {
+                if (slot_reg < p.num_tiles) {
+                    sk_cp_async_16((uint32_t)__cvta_generic_to_shared(&sh->pending[parity ^ 1]),
+                                   p.tile_info + slot_reg, 16u);
+                    slot_reg = atomicAdd(p.tile_counter, 1);
+                } else {
+                    sh->pending[parity ^ 1] = make_int4(-1, 0, 0, -1);
+                }
+            }
+            parity ^= 1;
+            *info_out = info;
+            return true;
+        }
+    }
     for (int pass = 0;; ++pass) {
         if (threadIdx.x == 0) {
             if (pass > 0) {
@@ -272,39 +319,55 @@ __device__ int sk_sm80_acquire(const sk_sm80_params &p, sk_sm80_shared *sh, int 
         const int at = parity;
         parity ^= 1;
         const int4 info = sh->info[at];
-        if (info.x == -1) return -1; /* the counter ran past the last tile */
+        if (info.x == -1) return false; /* the counter ran past the last tile */
         if (info.x < 0 || info.x >= p.num_tiles) continue; /* not a tile */
         /* Non-empty exactly when sk_sm80_cursor_of finds an entry to visit. */
         const int32_t end = min(max(info.z, 0), p.nnz);
-        if (info.y >= 0 && info.y < end && (uint32_t)info.w < (uint32_t)p.col_blocks) return at;
+        if (info.y >= 0 && info.y < end && (uint32_t)info.w < (uint32_t)p.col_blocks) {
+            *info_out = info;
+            return true;
+        }
         sk_sm80_cursor t;
         sk_sm80_cursor_of(p, info, &t);
         sk_sm80_write_empty<kD>(p, t);
     }
 }
 
-/* cp.async the Q tile of the cursor's tile (rows past Sq zero-filled). */
+/* cp.async this warp's rows of the Q tile of tile (b, h, row block i)
+ * (rows past Sq zero-filled). */
 template <int kD, int kBq>
-__device__ __forceinline__ void sk_sm80_load_q(const sk_sm80_params &p, const sk_sm80_cursor &c,
-                                               uint32_t dst) {
-    const int q0 = c.i * kBq;
-    sk_sm80_load_rows<kD, kBq>(dst, p.q + c.b * p.q_sb + c.h * p.q_sh + (int64_t)q0 * p.q_ss,
-                               p.q_ss, min(kBq, p.seq_q - q0));
+__device__ __forceinline__ void sk_sm80_load_q_warp(const sk_sm80_params &p, int b, int h, int i,
+                                                    uint32_t q_smem) {
+    constexpr int kWarpRows = kBq / SK_SM80_WARPS;
+    const int warp = threadIdx.x >> 5;
+    const int q0 = i * kBq, r0 = kWarpRows * warp;
+    const char *tile = p.q + b * p.q_sb + h * p.q_sh + (int64_t)q0 * p.q_ss;
+    sk_sm80_load_rows_warp<kD, kWarpRows>(q_smem + (uint32_t)(r0 * kD * 2),
+                                          tile + (uint32_t)r0 * (uint32_t)p.q_ss, p.q_ss,
+                                          p.seq_q - q0 - r0, tile);
 }
 
-/* cp.async the cursor's 64-key chunk of K and V into one stage (keys past Sk
- * zero-filled). */
+/* cp.async this warp's 16 rows of the cursor's 64-key chunk of K and V
+ * (first key key0) into one stage (keys past Sk zero-filled). */
 template <int kD>
-__device__ __forceinline__ void sk_sm80_load_chunk(const sk_sm80_params &p,
-                                                   const sk_sm80_cursor &c, uint32_t dst) {
-    const int hk = c.h / p.group;
-    const int key0 = c.col * p.block_k + c.sub * SK_SM80_CHUNK_KEYS;
-    const int valid = min(SK_SM80_CHUNK_KEYS, p.seq_k - key0);
-    sk_sm80_load_rows<kD, SK_SM80_CHUNK_KEYS>(
-        dst, p.k + c.b * p.k_sb + hk * p.k_sh + (int64_t)key0 * p.k_ss, p.k_ss, valid);
-    sk_sm80_load_rows<kD, SK_SM80_CHUNK_KEYS>(
-        dst + SK_SM80_CHUNK_KEYS * kD * 2,
-        p.v + c.b * p.v_sb + hk * p.v_sh + (int64_t)key0 * p.v_ss, p.v_ss, valid);
+__device__ __forceinline__ void sk_sm80_load_chunk_warp(const sk_sm80_params &p,
+                                                        const sk_sm80_cursor &c, int key0,
+                                                        uint32_t dst) {
+    constexpr int kRows = SK_SM80_CHUNK_KEYS / SK_SM80_WARPS;
+    const int warp = threadIdx.x >> 5;
+    const int r0 = kRows * warp;
+    const int valid = min(SK_SM80_CHUNK_KEYS, p.seq_k - key0) - r0;
+    const char *k = p.k + c.koff + (int64_t)key0 * p.k_ss;
+    const char *v = p.v + c.voff + (int64_t)key0 * p.v_ss;
+    dst += (uint32_t)(r0 * kD * 2);
+    sk_sm80_load_rows_warp<kD, kRows>(dst, k + (uint32_t)r0 * (uint32_t)p.k_ss, p.k_ss, valid, k);
+    sk_sm80_load_rows_warp<kD, kRows>(dst + SK_SM80_CHUNK_KEYS * kD * 2,
+                                      v + (uint32_t)r0 * (uint32_t)p.v_ss, p.v_ss, valid, v);
+}
+
+/* The first key of the cursor's chunk. */
+__device__ __forceinline__ int sk_sm80_key0(const sk_sm80_params &p, const sk_sm80_cursor &c) {
+    return c.col * p.block_k + c.sub * SK_SM80_CHUNK_KEYS;
 }
 
 /* Warm L2 with the Q tile of the tile this CTA most likely takes next:
@@ -330,6 +393,112 @@ __device__ __forceinline__ bool sk_sm80_chunk_ok(const sk_sm80_params &p, int co
                                                  int kmax) {
     const int kb = col * p.block_k + sub * SK_SM80_CHUNK_KEYS;
     return kb < p.seq_k && (!p.causal || kb <= kmax);
+}
+
+/* A tile's epilogue, in two parts, for this warp's rows. Part 1: O / l in
+ * the dtype, into registers (op[mt][ii][dt]: rows g + 8 ii of m-tile mt,
+ * columns 8 dt + 2 t4, + 1), and LSE = ms ln 2 + ln l. */
+template <int kDtype, int kD, int kMT>
+__device__ __forceinline__ void sk_sm80_epilogue_pack(const sk_sm80_params &p, int32_t tile,
+                                                      const float (&o)[kMT][kD / 8][4],
+                                                      const float (&ms)[kMT][2],
+                                                      const float (&l)[kMT][2],
+                                                      uint32_t (&op)[kMT][2][kD / 8]) {
+    constexpr int kDTiles = kD / 8, kWarpRows = SK_SM80_MTILE * kMT;
+    constexpr int kBq = kWarpRows * SK_SM80_WARPS;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t4 = lane & 3;
+    float *lse = NULL;
+    int rows = 0;
+    if (p.lse != NULL) {
+        const int32_t bh = sk_sm80_div(tile, p.rb_mul, p.rb_shift);
+        const int32_t i = tile - bh * p.row_blocks;
+        const int32_t b = sk_sm80_div(bh, p.hq_mul, p.hq_shift), h = bh - b * p.heads_q;
+        const int q0 = i * kBq + kWarpRows * warp; /* this warp's first query row */
+        rows = p.seq_q - q0;                       /* of its rows, this many exist */
+        lse = p.lse + ((int64_t)b * p.heads_q + h) * p.seq_q + q0;
+    }
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+        for (int ii = 0; ii < 2; ++ii) {
+            float sum = l[mt][ii];
+            sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+            sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+            /* sum >= 1 when a key was visible: the fast reciprocal and log
+             * (a few ulp) are far below the output rounding. */
+            const float inv = sum > 0.f ? __fdividef(1.f, sum) : 0.f;
+#pragma unroll
+            for (int dt = 0; dt < kDTiles; ++dt)
+                op[mt][ii][dt] =
+                    sk_sm80_pack<kDtype>(o[mt][dt][2 * ii] * inv, o[mt][dt][2 * ii + 1] * inv);
+            const int r = SK_SM80_MTILE * mt + g + 8 * ii; /* the warp's row */
+            if (lse != NULL && t4 == 0 && r < rows)
+                lse[r] = sum > 0.f ? ms[mt][ii] * SK_LN2 + __logf(sum) : -INFINITY;
+        }
+}
+
+/* Part 2: the packed rows through `staged`, a stage that no warp reads now
+ * (the tile's last one, after a barrier; refilled only after the next tile
+ * start's barrier), to global memory as whole 16-byte chunks, coalesced
+ * along rows. m-tile mt of warp w uses rows 16 w .. 16 w + 15 of the
+ * stage's K (mt = 0) or V (mt = 1) half, the rows that warp w loads
+ * (sk_sm80_load_chunk_warp), swizzled like them (no bank conflicts). */
+template <int kD, int kMT>
+__device__ __forceinline__ void sk_sm80_epilogue_store(const sk_sm80_params &p, int32_t tile,
+                                                       const uint32_t (&op)[kMT][2][kD / 8],
+                                                       unsigned char *staged) {
+    constexpr int kRowBytes = kD * 2, kDTiles = kD / 8, kWarpRows = SK_SM80_MTILE * kMT;
+    constexpr int kBq = kWarpRows * SK_SM80_WARPS;
+    constexpr int kKRows = SK_SM80_CHUNK_KEYS / SK_SM80_WARPS; /* a warp's rows of K or V */
+    static_assert(kKRows == SK_SM80_MTILE, "an m-tile of O fills a warp's rows of K or V");
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t4 = lane & 3;
+    unsigned char *st = staged + (kKRows * warp + g) * kRowBytes + 4 * t4;
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+        for (int ii = 0; ii < 2; ++ii) {
+            /* staged row 64 mt + 16 warp + g + 8 ii: its swizzle is g */
+            unsigned char *row = st + (mt * SK_SM80_CHUNK_KEYS + 8 * ii) * kRowBytes;
+#pragma unroll
+            for (int dt = 0; dt < kDTiles; ++dt)
+                *(uint32_t *)(row + ((dt & 8) << 4) + ((((uint32_t)dt & 7u) ^ (uint32_t)g) << 4)) =
+                    op[mt][ii][dt];
+        }
+    __syncwarp();
+    const int32_t bh = sk_sm80_div(tile, p.rb_mul, p.rb_shift);
+    const int32_t i = tile - bh * p.row_blocks;
+    const int32_t b = sk_sm80_div(bh, p.hq_mul, p.hq_shift), h = bh - b * p.heads_q;
+    const int q0 = i * kBq + kWarpRows * warp; /* this warp's first query row */
+    const int rows = p.seq_q - q0;             /* of its rows, this many exist (may be <= 0) */
+    constexpr int kChunks = kD / 8, kRowsPerPass = 32 / kChunks;
+    static_assert(kKRows % kRowsPerPass == 0, "a pass stays within one m-tile");
+    const int c = lane % kChunks, r0 = lane / kChunks;
+    char *out = p.o + b * p.o_sb + h * p.o_sh + (int64_t)(q0 + r0) * p.o_ss + c * 16;
+    const unsigned char *src = staged + (kKRows * warp + r0) * kRowBytes;
+    const uint32_t cx = (uint32_t)(c ^ r0); /* row rl + r0 has swizzle (rl & 7) ^ r0 */
+    const uint32_t step = (uint32_t)kRowsPerPass * (uint32_t)p.o_ss;
+    if (rows >= kWarpRows) { /* the common case: every row exists, no branches */
+#pragma unroll
+        for (int k = 0; k < kWarpRows / kRowsPerPass; ++k) {
+            const int rl = k * kRowsPerPass; /* the warp's row rl + r0 */
+            const uint4 v = *(const uint4 *)(src +
+                                             ((rl / kKRows) * SK_SM80_CHUNK_KEYS + rl % kKRows) *
+                                                 kRowBytes +
+                                             ((cx ^ (uint32_t)(rl & 7)) << 4));
+            *(uint4 *)(out + k * step) = v;
+        }
+    } else {
+#pragma unroll
+        for (int k = 0; k < kWarpRows / kRowsPerPass; ++k) {
+            const int rl = k * kRowsPerPass;
+            const uint4 v = *(const uint4 *)(src +
+                                             ((rl / kKRows) * SK_SM80_CHUNK_KEYS + rl % kKRows) *
+                                                 kRowBytes +
+                                             ((cx ^ (uint32_t)(rl & 7)) << 4));
+            if (rl + r0 < rows) *(uint4 *)(out + k * step) = v;
+        }
+    }
+    __syncwarp();
 }
 
 /* The kernel body for kMT m-tiles (16 query rows each) per warp:
@@ -375,18 +544,19 @@ __device__ __forceinline__ void sk_sm80_body(const sk_sm80_params &p, unsigned c
      * chunk ahead so that finding the next visited block never waits. */
     int cand;
     {
-        const int at = sk_sm80_acquire<kD>(p, sh, parity, slot_reg);
-        if (at < 0) { /* no work: drain thread 0's look-ahead copy first */
+        int4 info;
+        if (!sk_sm80_acquire<kD>(p, sh, parity, slot_reg, false, &info)) {
+            /* no work: drain thread 0's look-ahead copy first */
             sk_cp_async_commit();
             sk_cp_async_wait<0>();
             return;
         }
         sk_sm80_cursor c;
-        sk_sm80_cursor_of(p, sh->info[at], &c);
-        /* Prologue: Q and the first chunk of the first tile. */
-        sk_sm80_load_q<kD, kBq>(p, c, q_smem);
+        sk_sm80_cursor_of(p, info, &c);
+        /* Prologue: Q and the first chunk of the first tile (each warp its rows). */
+        sk_sm80_load_q_warp<kD, kBq>(p, c.b, c.h, c.i, q_smem);
         sk_cp_async_commit();
-        sk_sm80_load_chunk<kD>(p, c, smem0);
+        sk_sm80_load_chunk_warp<kD>(p, c, sk_sm80_key0(p, c), smem0);
         sk_cp_async_commit();
         cand = c.pos + 1 < c.end ? __ldg(p.col_indices + c.pos + 1) : -1;
         if (tid == 0) sh->cur[0] = c;
@@ -397,7 +567,9 @@ __device__ __forceinline__ void sk_sm80_body(const sk_sm80_params &p, unsigned c
         /* The tile's Q and first chunk have landed (all groups), and the
          * cursor written by thread 0 is visible. */
         sk_cp_async_wait<0>();
-        if (p.q_sign != 0u) sk_sm80_negate_rows<kD, kBq>(smem + 2u * kStageBytes);
+        if (p.q_sign != 0u)
+            sk_sm80_negate_rows_warp<kD, kWarpRows>(smem + 2u * kStageBytes +
+                                                    kWarpRows * warp * kRowBytes);
         __syncthreads();
         /* A tile of one visited block: warm L2 with the next Q right away
          * (longer rows do it when they enter their last block). */
@@ -408,7 +580,6 @@ __device__ __forceinline__ void sk_sm80_body(const sk_sm80_params &p, unsigned c
         const int kmax = sk_sched_kmax(ti, kBq, p.seq_q, p.seq_k);
         const int qw = q0 + kWarpRows * warp; /* first query row of this warp */
         const bool warp_rows = qw < p.seq_q;  /* this warp has a real query row */
-
         float o[kMT][kDTiles][4];
         float ms[kMT][2], l[kMT][2]; /* reference max (scaled by c), sum of p */
 #pragma unroll
@@ -437,7 +608,7 @@ __device__ __forceinline__ void sk_sm80_body(const sk_sm80_params &p, unsigned c
             bool same_tile = true;
             {
                 const sk_sm80_cursor c = sh->cur[stage];
-                kb = c.col * bk + c.sub * SK_SM80_CHUNK_KEYS;
+                kb = sk_sm80_key0(p, c);
                 sk_sm80_cursor n = c;
                 if (c.sub + 1 < subs && sk_sm80_chunk_ok(p, c.col, c.sub + 1, kmax)) {
                     n.sub = c.sub + 1;
@@ -456,18 +627,22 @@ __device__ __forceinline__ void sk_sm80_body(const sk_sm80_params &p, unsigned c
                         if (np + 1 >= c.end) sk_sm80_prefetch_q<kD, kBq>(p, sh->pending[parity]);
                     } else {
                         same_tile = false;
-                        const int at = sk_sm80_acquire<kD>(p, sh, parity, slot_reg);
-                        if (at >= 0) {
-                            sk_sm80_cursor_of(p, sh->info[at], &n);
+                        int4 info;
+                        if (sk_sm80_acquire<kD>(p, sh, parity, slot_reg, true, &info)) {
+                            sk_sm80_cursor_of(p, info, &n);
                             cand = n.pos + 1 < n.end ? __ldg(p.col_indices + n.pos + 1) : -1;
                         } else {
                             n.b = -1; /* no chunk left */
                         }
                     }
                 }
-                if (n.b >= 0) sk_sm80_load_chunk<kD>(p, n, smem0 + (stage ^ 1u) * kStageBytes);
+                const int nkey0 = sk_sm80_key0(p, n);
+                if (n.b >= 0)
+                    sk_sm80_load_chunk_warp<kD>(p, n, nkey0,
+                                                smem0 + (stage ^ 1u) * kStageBytes);
                 sk_cp_async_commit(); /* [K, V of the next chunk], possibly empty */
                 if (tid == 0) sh->cur[stage ^ 1u] = n;
+                if (!same_tile && lane == 0) sh->wnext[warp] = make_int4(n.b, n.h, n.i, nkey0);
             }
 
             const uint32_t ks = smem0 + stage * kStageBytes, vs = ks + SK_SM80_CHUNK_KEYS * kRowBytes;
@@ -528,7 +703,8 @@ __device__ __forceinline__ void sk_sm80_body(const sk_sm80_params &p, unsigned c
                  * <= 2^8: fine in fp32, and P rounds to f16/bf16 with the same
                  * relative error. The common case costs one max per thread
                  * and a warp vote; the rare update redoes the row maxima over
-                 * the quad, one row at a time (few live registers). */
+                 * the quad, one row at a time (few live registers). In the
+                 * tile's first chunk O and l are still zero: no rescale. */
                 bool need = false;
 #pragma unroll
                 for (int mt = 0; mt < kMT; ++mt)
@@ -553,14 +729,16 @@ __device__ __forceinline__ void sk_sm80_body(const sk_sm80_params &p, unsigned c
                             x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
                             const float xs = x * p.scale_log2; /* -inf: nothing visible */
                             if (xs > ms[mt][i] + SK_SM80_RESCALE_LOG2) { /* same in the quad */
-                                const float alpha = sk_ex2(ms[mt][i] - xs); /* 0 if ms = -inf */
-                                ms[mt][i] = xs;
-                                l[mt][i] *= alpha;
+                                if (!first) {
+                                    const float alpha = sk_ex2(ms[mt][i] - xs); /* 0 if ms = -inf */
+                                    l[mt][i] *= alpha;
 #pragma unroll
-                                for (int dt = 0; dt < kDTiles; ++dt) {
-                                    o[mt][dt][2 * i] *= alpha;
-                                    o[mt][dt][2 * i + 1] *= alpha;
+                                    for (int dt = 0; dt < kDTiles; ++dt) {
+                                        o[mt][dt][2 * i] *= alpha;
+                                        o[mt][dt][2 * i + 1] *= alpha;
+                                    }
                                 }
+                                ms[mt][i] = xs;
                             }
                         }
                 }
@@ -596,13 +774,12 @@ __device__ __forceinline__ void sk_sm80_body(const sk_sm80_params &p, unsigned c
                     }
             }
 
-
-            /* The tile's last chunk: once every warp is done reading Q, load
-             * the next tile's (its cursor is in the other slot). */
+            /* The tile's last chunk: this warp is done reading its Q rows,
+             * which no other warp reads; it loads the next tile's. */
             if (!same_tile) {
-                __syncthreads();
-                const sk_sm80_cursor n = sh->cur[stage ^ 1u];
-                if (n.b >= 0) sk_sm80_load_q<kD, kBq>(p, n, q_smem);
+                __syncwarp();
+                const int4 w = sh->wnext[warp];
+                if (w.x >= 0) sk_sm80_load_q_warp<kD, kBq>(p, w.x, w.y, w.z, q_smem);
             }
             sk_cp_async_commit(); /* [Q of the next tile], usually empty */
 
@@ -626,47 +803,21 @@ __device__ __forceinline__ void sk_sm80_body(const sk_sm80_params &p, unsigned c
             stage ^= 1u;
         }
 
-        /* Epilogue: O = acc / l in the dtype, LSE = ms ln 2 + ln l. O goes
-         * through this chunk's stage, free once every warp is done with its
-         * V: each warp stages its own rows (swizzled: no bank conflicts), then
-         * writes them back as whole 16-byte chunks, coalesced along rows. */
+        /* The tile is done: its last chunk used `stage`; whether a next tile
+         * follows is in wnext (written at that chunk's top, read after the
+         * __syncwarp before the Q load). The epilogue's arithmetic (and
+         * LSE) needs no barrier; its stores go through this stage once every
+         * warp is done with its V. */
         {
-            const int cb = sh->cur[stage].b, chh = sh->cur[stage].h;
-            float *lse_row =
-                p.lse != NULL ? p.lse + ((int64_t)cb * p.heads_q + chh) * p.seq_q : NULL;
-            unsigned char *staged = smem + stage * kStageBytes;
+            const int32_t tile = sh->cur[stage].tile;
+            const bool more = sh->wnext[warp].x >= 0;
+            uint32_t op[kMT][2][kDTiles];
+            sk_sm80_epilogue_pack<kDtype, kD, kMT>(p, tile, o, ms, l, op);
             __syncthreads();
-#pragma unroll
-            for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-                for (int i = 0; i < 2; ++i) {
-                    float sum = l[mt][i];
-                    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-                    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-                    /* sum >= 1 when a key was visible: the fast reciprocal and
-                     * log (a few ulp) are far below the output rounding. */
-                    const float inv = sum > 0.f ? __fdividef(1.f, sum) : 0.f;
-                    const int r = kWarpRows * warp + SK_SM80_MTILE * mt + g + 8 * i; /* tile row */
-#pragma unroll
-                    for (int dt = 0; dt < kDTiles; ++dt)
-                        *(uint32_t *)(staged + sk_sm80_swz<kD>(r, dt) + 4 * t4) =
-                            sk_sm80_pack<kDtype>(o[mt][dt][2 * i] * inv, o[mt][dt][2 * i + 1] * inv);
-                    if (lse_row != NULL && t4 == 0 && q0 + r < p.seq_q)
-                        lse_row[q0 + r] = sum > 0.f ? ms[mt][i] * SK_LN2 + __logf(sum) : -INFINITY;
-                }
-            __syncwarp();
-            constexpr int kChunks = kD / 8, kRowsPerPass = 32 / kChunks;
-            char *o_tile = p.o + cb * p.o_sb + chh * p.o_sh + (int64_t)q0 * p.o_ss;
-            const int c = lane % kChunks;
-#pragma unroll
-            for (int k = 0; k < kWarpRows / kRowsPerPass; ++k) {
-                const int r = kWarpRows * warp + k * kRowsPerPass + lane / kChunks;
-                const uint4 v = *(const uint4 *)(staged + sk_sm80_swz<kD>(r, c));
-                if (q0 + r < p.seq_q) *(uint4 *)(o_tile + (uint32_t)r * (uint32_t)p.o_ss + c * 16) = v;
-            }
+            sk_sm80_epilogue_store<kD, kMT>(p, tile, op, smem + stage * kStageBytes);
+            if (!more) break;
         }
         stage ^= 1u;
-        if (sh->cur[stage].b < 0) break;
     }
     sk_cp_async_wait<0>(); /* nothing is left in flight (only empty groups) */
 }
@@ -793,6 +944,7 @@ sk_status sk_attention_sm80_launch(const sk_attention_problem *p, const sk_atten
     k.group = p->group;
     sk_sm80_magic((uint32_t)p->row_blocks, &k.rb_mul, &k.rb_shift);
     sk_sm80_magic((uint32_t)p->heads_q, &k.hq_mul, &k.hq_shift);
+    sk_sm80_magic((uint32_t)p->group, &k.gq_mul, &k.gq_shift);
     k.block_q = p->block_q;
     k.block_k = p->block_k;
     k.row_blocks = p->row_blocks;
