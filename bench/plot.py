@@ -5,7 +5,10 @@
                           [--md bench/results/latest.md] [--prefix NAME]
 
 Several files (a suite run in several calls) are merged: their cases are
-concatenated, a later file's case replacing an earlier one of the same name.
+concatenated; where two files hold the same case, their systems are merged
+(the later file's entry for a system wins). Each cell says which run it
+came from when there are several ([1], [2], ...: listed in the header), as
+figures from different runs were taken under different clock conditions.
 Writes:
   <outdir>/<prefix>seed_tflops.png   actual TFLOPS against density, per system
                                      (seed shape; dense baselines as lines)
@@ -44,17 +47,21 @@ GROUP_TITLES = {
 
 def load(paths):
     merged = None
-    for p in paths:
+    for run, p in enumerate(paths, start=1):
         data = json.loads(Path(p).read_text())
+        for c in data["cases"]:
+            for rec in c.get("systems", {}).values():
+                rec["run"] = run
+        source = {"path": str(p), "commit": data.get("commit"), "env": data.get("env", {})}
         if merged is None:
             merged = data
-            merged["sources"] = [str(p)]
+            merged["sources"] = [source]
             continue
-        merged["sources"].append(str(p))
+        merged["sources"].append(source)
         names = {c["name"]: i for i, c in enumerate(merged["cases"])}
         for c in data["cases"]:
             if c["name"] in names:
-                merged["cases"][names[c["name"]]] = c
+                merged["cases"][names[c["name"]]].setdefault("systems", {}).update(c.get("systems", {}))
             else:
                 merged["cases"].append(c)
     return merged
@@ -78,9 +85,14 @@ def _fmt_time(ms):
     return f"{ms:.3g}" if ms < 10 else f"{ms:.1f}"
 
 
-def cell(rec):
+def cell(rec, several_runs=False):
     if rec is None:
         return ""
+    text = _cell_text(rec)
+    return f"{text} [{rec['run']}]" if several_runs and "run" in rec and text else text
+
+
+def _cell_text(rec):
     st = rec.get("status")
     if st == "ok":
         tf = rec["tflops_actual"]
@@ -103,7 +115,23 @@ def markdown(data) -> str:
         f"- GPU: {env.get('gpu')} (driver {env.get('driver')}), CUDA {env.get('torch_cuda')}, torch {env.get('torch')}, "
         f"Triton {env.get('triton')}",
         f"- SparseK {env.get('sparsek_version')} ({env.get('sparsek_build')}), commit `{data.get('commit')}`",
-        f"- date {env.get('date')}; flashinfer: {env.get('flashinfer')}; FA4 (flash_attn.cute): {env.get('flash_attn_cute')}",
+    ]
+    sources = data.get("sources", [])
+    several_runs = len(sources) > 1
+    if not several_runs:
+        lines.append(
+            f"- date {env.get('date')}; flashinfer: {env.get('flashinfer')}; "
+            f"FA4 (flash_attn.cute): {env.get('flash_attn_cute')}"
+        )
+    else:
+        lines.append("- Runs merged here (compare systems within one run; clocks differ between runs):")
+        for i, src in enumerate(sources, start=1):
+            e = src.get("env", {})
+            lines.append(
+                f"  [{i}] `{src['path']}`: {e.get('date')}, commit `{src.get('commit')}`, "
+                f"flashinfer: {e.get('flashinfer')}, FA4: {e.get('flash_attn_cute')}"
+            )
+    lines += [
         "- Cells: median time of >= 20 CUDA-event-timed runs (inputs rotated beyond L2), and actual TFLOPS "
         "(selected blocks only for block-sparse systems; a dense peer's own dense/causal work). "
         "Dense SDPA rows compute the full (causal) attention, not the sparse layout.",
@@ -138,7 +166,7 @@ def markdown(data) -> str:
             row = [c["name"], dens, de]
             for s in systems:
                 rec = c.get("systems", {}).get(s)
-                row.append(cell(rec))
+                row.append(cell(rec, several_runs))
                 if rec and rec.get("status") in ("skipped", "error"):
                     why = rec.get("reason") or rec.get("error", "")
                     notes.setdefault((label(s), rec["status"], why.splitlines()[0][:200] if why else ""), []).append(c["name"])
