@@ -426,7 +426,14 @@ SK_API sk_status sk_attention_forward(const sk_attention_desc *desc, const sk_bs
  * Output: a BSR layout written on the device into caller buffers whose
  * sizes come from sk_topk_layout_capacity, so nothing waits on the host
  * and a CUDA graph can capture it. Its nnz field is set to the capacity;
- * row_offsets[last] <= capacity is the real count (see "Robustness"). */
+ * row_offsets[last] <= capacity is the real count (see "Robustness"): rows
+ * can come out shorter than k when scores are NaN or -inf, so before
+ * sk_layout_validate on a host copy, set nnz = row_offsets[last].
+ * The CUDA path needs head_dim a multiple of 8 and 16-byte aligned pooled
+ * buffers and workspace; the CPU path may return SK_STATUS_ALLOC_FAILED for
+ * its scratch. In sk_attention_topk, topk->mask decides which blocks may be
+ * selected and attn->mask the token-level mask inside them: they are
+ * independent (set both for causal attention). */
 
 typedef struct sk_topk_desc {
     size_t struct_size;   /* sizeof(sk_topk_desc); set by sk_topk_desc_init */
@@ -454,7 +461,8 @@ typedef struct sk_topk_desc {
 SK_API sk_status sk_topk_desc_init(sk_topk_desc *desc, size_t struct_size);
 
 /* The output layout's grid and the capacity its buffers need:
- * row_offsets: slices * row_blocks + 1 entries; col_indices: *max_nnz. */
+ * row_offsets: slices * row_blocks + 1 entries; col_indices: *max_nnz.
+ * Either output may be NULL. */
 SK_API sk_status sk_topk_layout_capacity(const sk_topk_desc *desc, sk_grid *grid,
                                          int32_t *max_nnz);
 
