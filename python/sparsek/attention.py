@@ -177,6 +177,22 @@ def _check_qkv(q, k, v):
     return aq, ak, av
 
 
+def _check_out(out, aq: _Arr) -> _Arr:
+    """`out` must match q: kind, shape, dtype, device, and be writable."""
+    ao = _adapt(out, "out")
+    if ao.kind != aq.kind:
+        raise TypeError(f"out is a {ao.kind} array but q is a {aq.kind} array")
+    if ao.shape != aq.shape:
+        raise ValueError(f"out has shape {ao.shape}; it must be q's shape {aq.shape}")
+    if ao.dtype != aq.dtype:
+        raise TypeError(f"out.dtype = {ao.dtype_name} must be q's dtype {aq.dtype_name}")
+    if ao.device != aq.device:
+        raise ValueError(f"out is on {ao.device} but q is on {aq.device}")
+    if ao.kind == "numpy" and not out.flags.writeable:
+        raise ValueError("out is read-only")
+    return ao
+
+
 class AttentionPlan:
     """A planned attention: descriptor, layout on the data's device, workspace
     and the plan (sk_attention_plan), made once; run() then only calls
@@ -249,20 +265,6 @@ class AttentionPlan:
                 )
             )
 
-    def _check_out(self, out, aq: _Arr) -> _Arr:
-        ao = _adapt(out, "out")
-        if ao.kind != aq.kind:
-            raise TypeError(f"out is a {ao.kind} array but q is a {aq.kind} array")
-        if ao.shape != aq.shape:
-            raise ValueError(f"out has shape {ao.shape}; it must be q's shape {aq.shape}")
-        if ao.dtype != aq.dtype:
-            raise TypeError(f"out.dtype = {ao.dtype_name} must be q's dtype {aq.dtype_name}")
-        if ao.device != aq.device:
-            raise ValueError(f"out is on {ao.device} but q is on {aq.device}")
-        if ao.kind == "numpy" and not out.flags.writeable:
-            raise ValueError("out is read-only")
-        return ao
-
     def run(self, q, k, v, *, out=None, return_lse=False):
         """Enqueue sk_attention_run. Returns out, or (out, lse) with lse
         float32 [B, Hq, Sq] when return_lse."""
@@ -276,7 +278,7 @@ class AttentionPlan:
         B, Sq, Hq, D = aq.shape
         if out is None:
             out = _empty_like(q, aq)
-        ao = self._check_out(out, aq)
+        ao = _check_out(out, aq)
         desc = self.desc
         for field, a, name in ((desc.q_strides, aq, "q"), (desc.k_strides, ak, "k"), (desc.v_strides, av, "v"), (desc.o_strides, ao, "out")):
             field[0], field[1], field[2] = _outer_strides(a, name)

@@ -29,7 +29,7 @@ from ctypes import byref, c_int32, c_size_t, sizeof
 import numpy as np
 
 from ._lib import Backend, DType, F, Mask, SkAttentionDesc, SkBsr, SkGrid, SkTopkDesc, check
-from .attention import _adapt, _check_family, _check_qkv, _empty_like, _empty_lse, _outer_strides, _parse_backend
+from .attention import _adapt, _check_family, _check_out, _check_qkv, _empty_like, _empty_lse, _outer_strides, _parse_backend
 from .layout import DeviceLayout, Grid, Layout, _int
 
 __all__ = ["block_pool", "select_topk", "layout_from_scores", "attention_topk", "topk_capacity"]
@@ -452,17 +452,7 @@ def attention_topk(
     _, Sk, Hkv, _ = ak.shape
     if out is None:
         out = _empty_like(q, aq)
-    ao = _adapt(out, "out")
-    if ao.kind != aq.kind:
-        raise TypeError(f"out is a {ao.kind} array but q is a {aq.kind} array")
-    if ao.shape != aq.shape:
-        raise ValueError(f"out has shape {ao.shape}; it must be q's shape {aq.shape}")
-    if ao.dtype != aq.dtype:
-        raise TypeError(f"out.dtype = {ao.dtype_name} must be q's dtype {aq.dtype_name}")
-    if ao.device != aq.device:
-        raise ValueError(f"out is on {ao.device} but q is on {aq.device}")
-    if ao.kind == "numpy" and not out.flags.writeable:
-        raise ValueError("out is read-only")
+    ao = _check_out(out, aq)
 
     qs, ks, vs, os_ = (_outer_strides(a, n) for a, n in ((aq, "q"), (ak, "k"), (av, "v"), (ao, "out")))
     attn = SkAttentionDesc()

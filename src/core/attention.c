@@ -42,29 +42,9 @@ static sk_status check_desc(const sk_attention_desc *d) {
                         "desc->struct_size = %zu, expected %zu: initialise the descriptor with "
                         "sk_attention_desc_init",
                         d->struct_size, sizeof(sk_attention_desc));
-    SK_TRY(sk_check_backend(d->backend, "desc->backend"));
-    if (sk_dtype_size(d->dtype) == 0)
-        return sk_error(SK_STATUS_BAD_PARAM_DTYPE, "desc->dtype = %d is not an sk_dtype",
-                        (int)d->dtype);
-    if (d->dtype == SK_DTYPE_F32 && d->backend != SK_BACKEND_CPU)
-        return sk_error(SK_STATUS_BAD_PARAM_DTYPE,
-                        "desc->dtype = F32 is for the CPU backend only; the %s backend takes F16 "
-                        "or BF16",
-                        sk_backend_name(d->backend));
     const int64_t sizes[6] = {d->batch,   d->seq_q,    d->seq_k,
                               d->heads_q, d->heads_kv, d->head_dim};
-    static const char *const names[6] = {"batch",   "seq_q",    "seq_k",
-                                         "heads_q", "heads_kv", "head_dim"};
-    for (int i = 0; i < 6; ++i)
-        if (sizes[i] < 1)
-            return sk_error(SK_STATUS_BAD_PARAM_SHAPE, "desc->%s = %lld must be >= 1", names[i],
-                            (long long)sizes[i]);
-    if (d->heads_q % d->heads_kv != 0)
-        return sk_error(SK_STATUS_BAD_PARAM_SHAPE,
-                        "desc->heads_q = %lld is not a multiple of desc->heads_kv = %lld",
-                        (long long)d->heads_q, (long long)d->heads_kv);
-    if (d->heads_q > INT32_MAX || d->batch > INT32_MAX)
-        return sk_error(SK_STATUS_BAD_PARAM_OVERFLOW, "desc->batch and desc->heads_q must fit int32");
+    SK_TRY(sk_check_attention_shape(d->backend, d->dtype, sizes));
     if (!isfinite(d->scale))
         return sk_error(SK_STATUS_BAD_PARAM_VALUE, "desc->scale = %g must be finite",
                         (double)d->scale);

@@ -57,6 +57,34 @@ sk_status sk_check_backend(sk_backend backend, const char *what) {
     return SK_STATUS_SUCCESS;
 }
 
+sk_status sk_check_attention_shape(sk_backend backend, sk_dtype dtype, const int64_t sizes[6]) {
+    static const char *const names[6] = {"batch",   "seq_q",    "seq_k",
+                                         "heads_q", "heads_kv", "head_dim"};
+    SK_TRY(sk_check_backend(backend, "desc->backend"));
+    if (sk_dtype_size(dtype) == 0)
+        return sk_error(SK_STATUS_BAD_PARAM_DTYPE, "desc->dtype = %d is not an sk_dtype",
+                        (int)dtype);
+    if (dtype == SK_DTYPE_F32 && backend != SK_BACKEND_CPU)
+        return sk_error(SK_STATUS_BAD_PARAM_DTYPE,
+                        "desc->dtype = F32 is for the CPU backend only; the %s backend takes F16 "
+                        "or BF16",
+                        sk_backend_name(backend));
+    for (int i = 0; i < 6; ++i)
+        if (sizes[i] < 1)
+            return sk_error(SK_STATUS_BAD_PARAM_SHAPE, "desc->%s = %lld must be >= 1", names[i],
+                            (long long)sizes[i]);
+    const int64_t batch = sizes[0], heads_q = sizes[3], heads_kv = sizes[4];
+    if (heads_q % heads_kv != 0)
+        return sk_error(SK_STATUS_BAD_PARAM_SHAPE,
+                        "desc->heads_q = %lld is not a multiple of desc->heads_kv = %lld",
+                        (long long)heads_q, (long long)heads_kv);
+    if (heads_q > INT32_MAX || batch > INT32_MAX)
+        return sk_error(SK_STATUS_BAD_PARAM_OVERFLOW,
+                        "desc->batch = %lld and desc->heads_q = %lld must fit int32",
+                        (long long)batch, (long long)heads_q);
+    return SK_STATUS_SUCCESS;
+}
+
 void sk_resolve_strides(const int64_t in[3], int64_t seq, int64_t heads, int64_t dim,
                         int64_t out[3]) {
     if (in[0] == 0 && in[1] == 0 && in[2] == 0) {

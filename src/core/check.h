@@ -19,6 +19,12 @@ int sk_backend_is_cuda(sk_backend backend);
 
 sk_status sk_check_backend(sk_backend backend, const char *what);
 
+/* The shape fields shared by the attention and top-k descriptors
+ * ("desc->..." in messages): the backend, the dtype (F32 on the CPU only),
+ * sizes[6] = {batch, seq_q, seq_k, heads_q, heads_kv, head_dim} each >= 1,
+ * heads_q a multiple of heads_kv, batch and heads_q fitting int32. */
+sk_status sk_check_attention_shape(sk_backend backend, sk_dtype dtype, const int64_t sizes[6]);
+
 /* A strided 4-D tensor [n0, n1, n2, inner] whose inner axis is contiguous.
  * `stride` holds the element strides of the three outer axes. */
 typedef struct sk_tensor_shape {
