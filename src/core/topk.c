@@ -130,6 +130,7 @@ static sk_status build_problem(const sk_topk_desc *d, sk_topk_problem *p) {
     p->row_blocks = rb;
     p->col_blocks = cb;
     p->heads = grid.heads;
+    p->grid = grid;
     p->slices = slices;
     p->total_rows = slices * rb;
     p->scale = d->scale != 0.0f ? d->scale : (float)(1.0 / sqrt((double)d->head_dim));
@@ -151,16 +152,6 @@ static sk_status build_problem(const sk_topk_desc *d, sk_topk_problem *p) {
     p->row_cap = row_cap;
     p->capacity = (int32_t)(per_slice * slices);
     return SK_STATUS_SUCCESS;
-}
-
-static void fill_grid(const sk_topk_problem *p, sk_grid *g) {
-    memset(g, 0, sizeof *g);
-    g->rows = p->seq_q;
-    g->cols = p->seq_k;
-    g->block_rows = p->block_q;
-    g->block_cols = p->block_k;
-    g->batch = (int32_t)p->batch;
-    g->heads = p->heads;
 }
 
 /* The CUDA kernels read and write 16-byte vectors of one row. */
@@ -260,7 +251,7 @@ static sk_status check_workspace(const void *workspace, size_t workspace_size, s
 }
 
 static void set_layout(const sk_topk_problem *p, sk_bsr *layout) {
-    fill_grid(p, &layout->grid);
+    layout->grid = p->grid;
     layout->nnz = p->capacity;
 }
 
@@ -268,7 +259,7 @@ sk_status sk_topk_layout_capacity(const sk_topk_desc *desc, sk_grid *grid, int32
     SK_ENTER("sk_topk_layout_capacity");
     sk_topk_problem p;
     SK_TRY(build_problem(desc, &p));
-    if (grid != NULL) fill_grid(&p, grid);
+    if (grid != NULL) *grid = p.grid;
     if (max_nnz != NULL) *max_nnz = p.capacity;
     return SK_STATUS_SUCCESS;
 }
@@ -439,7 +430,7 @@ static sk_status plan_attention_topk(const sk_attention_desc *attn, const sk_top
                                      topk_ws_plan *w) {
     sk_bsr geom;
     memset(&geom, 0, sizeof geom);
-    fill_grid(p, &geom.grid);
+    geom.grid = p->grid;
     geom.nnz = p->capacity;
     geom.row_offsets = layout != NULL ? layout->row_offsets : &geometry_dummy;
     geom.col_indices = layout != NULL && layout->col_indices != NULL ? layout->col_indices
@@ -527,7 +518,7 @@ sk_status sk_attention_topk(const sk_attention_desc *attn, const sk_topk_desc *t
          * the capacity when NaN / -inf scores left rows short). */
         sk_bsr view;
         memset(&view, 0, sizeof view);
-        fill_grid(&p, &view.grid);
+        view.grid = p.grid;
         view.row_offsets = layout->row_offsets;
         view.col_indices = layout->col_indices;
         view.nnz = layout->row_offsets[p.total_rows];

@@ -58,6 +58,7 @@ typedef struct sk_topk_problem {
     int32_t block_q, block_k;         /* 64 or 128 */
     int32_t row_blocks, col_blocks;   /* ceil(Sq / block_q), ceil(Sk / block_k) */
     int32_t heads;                    /* layout heads: heads_kv (per_kv_head) or heads_q */
+    sk_grid grid;                     /* the output layout's grid (checked) */
     int32_t slices;                   /* batch * heads */
     int32_t total_rows;               /* slices * row_blocks */
     int32_t row_cap;                  /* the largest row bound */
