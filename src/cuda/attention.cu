@@ -254,15 +254,24 @@ extern "C" sk_status sk_cuda_attention_workspace_size(const sk_attention_problem
     return SK_STATUS_SUCCESS;
 }
 
+/* The checks the plan and the run both make before enqueuing anything
+ * (workspace parts, kernel choice, workspace size), and the aligned base. */
+static sk_status sk_prepare_enqueue(const sk_attention_problem *p, void *workspace,
+                                    size_t workspace_size, sk_plan_layout *w,
+                                    sk_kernel_choice *choice, char **base) {
+    SK_TRY(sk_plan_layout_of(p, w));
+    SK_TRY(sk_choose_kernel(p, choice));
+    SK_TRY(sk_check_workspace(w, workspace, workspace_size));
+    *base = sk_plan_base(workspace);
+    return SK_STATUS_SUCCESS;
+}
+
 extern "C" sk_status sk_cuda_attention_plan(const sk_attention_problem *p, void *workspace,
                                             size_t workspace_size, cudaStream_t stream) {
     sk_plan_layout w;
-    SK_TRY(sk_plan_layout_of(p, &w));
     sk_kernel_choice choice;
-    SK_TRY(sk_choose_kernel(p, &choice));
-    SK_TRY(sk_check_workspace(&w, workspace, workspace_size));
-
-    char *base = sk_plan_base(workspace);
+    char *base;
+    SK_TRY(sk_prepare_enqueue(p, workspace, workspace_size, &w, &choice, &base));
     sk_plan_params k;
     k.row_offsets = p->row_offsets;
     k.col_indices = p->col_indices;
@@ -298,12 +307,9 @@ extern "C" sk_status sk_cuda_attention_plan(const sk_attention_problem *p, void 
 extern "C" sk_status sk_cuda_attention_run(const sk_attention_problem *p, void *workspace,
                                            size_t workspace_size, cudaStream_t stream) {
     sk_plan_layout w;
-    SK_TRY(sk_plan_layout_of(p, &w));
     sk_kernel_choice choice;
-    SK_TRY(sk_choose_kernel(p, &choice));
-    SK_TRY(sk_check_workspace(&w, workspace, workspace_size));
-
-    char *base = sk_plan_base(workspace);
+    char *base;
+    SK_TRY(sk_prepare_enqueue(p, workspace, workspace_size, &w, &choice, &base));
     sk_attention_schedule s;
     s.tile_order = (const int32_t *)(base + w.order);
     s.tile_counter = (int32_t *)(base + w.counter);
