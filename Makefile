@@ -108,6 +108,14 @@ $(BUILD)/sk_tests_asan: $(ASAN_TEST_OBJ) $(ASAN_OBJ)
 $(BUILD)/sk_gpu_tests: $(patsubst %.c,$(BUILD)/obj/%.o,$(GPU_TEST_SRC)) $(BUILD)/libsparsek.a
 	$(CC) -o $@ $^ $(CUDA_LIBS) $(LDLIBS)
 
+# Benchmark programs (bench/*.c): GPU timing, built on demand.
+$(BUILD)/obj/bench/%.o: bench/%.c include/sparsek.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/gemm_speed: $(BUILD)/obj/bench/gemm_speed.o $(BUILD)/libsparsek.a
+	$(CC) -o $@ $^ $(CUDA_LIBS) $(LDLIBS)
+
 run: $(BUILD)/sparsek
 	$(BUILD)/sparsek run
 

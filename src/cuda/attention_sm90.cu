@@ -73,6 +73,7 @@
 #include "cuda/attention_kernels.h"
 #include "cuda/cuda_check.cuh"
 #include "cuda/ptx.cuh"
+#include "cuda/tensor_map.h"
 
 /* ---------------------------------------------------------------------------
  * Tile shapes and shared-memory layout
@@ -846,24 +847,6 @@ __global__ void __launch_bounds__(kThreads, 1) sk_attention_sm90_kernel(const __
  * Host side
  * ------------------------------------------------------------------------- */
 
-static PFN_cuTensorMapEncodeTiled_v12000 sk90_load_encode(void) {
-    void *fn = NULL;
-    cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault,
-                                         &q) != cudaSuccess ||
-        q != cudaDriverEntryPointSuccess) {
-        (void)cudaGetLastError();
-        return NULL;
-    }
-    return (PFN_cuTensorMapEncodeTiled_v12000)fn;
-}
-
-/* The driver's encoder, looked up once (a thread-safe function-local static). */
-static PFN_cuTensorMapEncodeTiled_v12000 sk90_encode_fn(void) {
-    static const PFN_cuTensorMapEncodeTiled_v12000 fn = sk90_load_encode();
-    return fn;
-}
-
 /* Largest extent, coordinate and byte stride the kernel and TMA handle. */
 static const int64_t kSk90MaxSeq = (int64_t)1 << 30;
 static const int64_t kSk90MaxCount = INT32_MAX;
@@ -874,7 +857,7 @@ static const int64_t kSk90MaxStrideBytes = (int64_t)1 << 40;
  * it is replaced by a valid one. */
 static CUresult sk90_encode(CUtensorMap *map, const sk_attention_problem *p, const void *ptr,
                             int64_t seq, int64_t heads, const int64_t stride[3], int box_rows) {
-    PFN_cuTensorMapEncodeTiled_v12000 encode = sk90_encode_fn();
+    PFN_cuTensorMapEncodeTiled_v12000 encode = sk_tensor_map_encoder();
     if (encode == NULL) return CUDA_ERROR_NOT_FOUND;
     const int64_t es = 2, row_bytes = p->head_dim * es;
     const cuuint64_t dims[4] = {(cuuint64_t)p->head_dim, (cuuint64_t)heads, (cuuint64_t)seq,

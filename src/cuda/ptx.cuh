@@ -18,7 +18,7 @@
  * ========================================================================= */
 
 /* cp.async.cg.shared.global [dst], [src], 16, src_size: copy 16 bytes to shared
- * memory, bypassing L1; bytes past src_bytes (0 or 16) are zero-filled and
+ * memory, bypassing L1; bytes past src_bytes (0..16) are zero-filled and
  * not read. */
 __device__ __forceinline__ void sk_cp_async_16(uint32_t dst, const void *src, uint32_t src_bytes) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
@@ -225,6 +225,62 @@ __device__ __forceinline__ void sk_wgmma_m64n64k16_rs_bf16(float d[32], const ui
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
+/* The 128 accumulator operands %0..%127 of an m64n256 wgmma (the BSR GEMM). */
+#define SK_WGMMA_D128_STR                                                                          \
+    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, "  \
+    "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, "  \
+    "%36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, "  \
+    "%53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, "  \
+    "%70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, "  \
+    "%87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, "  \
+    "%103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, "  \
+    "%117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}"
+#define SK_WGMMA_D128_OPS(d)                                                                       \
+    "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), \
+        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), \
+        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), \
+        "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), \
+        "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), \
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), \
+        "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), \
+        "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), \
+        "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), \
+        "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), \
+        "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), \
+        "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), \
+        "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), \
+        "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), \
+        "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), \
+        "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), \
+        "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), \
+        "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), \
+        "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), \
+        "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+
+/* wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16, A and B from shared memory; A K-major,
+ * B K-major (TRANS_B = 0) or N-major (TRANS_B = 1): d = a * b + d. */
+template <int TRANS_B>
+__device__ __forceinline__ void sk_wgmma_m64n256k16_ss_f16(float d[128], uint64_t desc_a,
+                                                           uint64_t desc_b) {
+    static_assert(TRANS_B == 0 || TRANS_B == 1, "imm-trans-b is 0 or 1");
+    asm volatile("wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 " SK_WGMMA_D128_STR
+                 ", %128, %129, 1, 1, 1, 0, %130;\n"
+                 : SK_WGMMA_D128_OPS(d)
+                 : "l"(desc_a), "l"(desc_b), "n"(TRANS_B));
+}
+
+/* wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16, as above for bf16. */
+template <int TRANS_B>
+__device__ __forceinline__ void sk_wgmma_m64n256k16_ss_bf16(float d[128], uint64_t desc_a,
+                                                            uint64_t desc_b) {
+    static_assert(TRANS_B == 0 || TRANS_B == 1, "imm-trans-b is 0 or 1");
+    asm volatile("wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 " SK_WGMMA_D128_STR
+                 ", %128, %129, 1, 1, 1, 0, %130;\n"
+                 : SK_WGMMA_D128_OPS(d)
+                 : "l"(desc_a), "l"(desc_b), "n"(TRANS_B));
+}
+
 /* wgmma.fence.sync.aligned: order earlier register writes before the next wgmma reads them. */
 __device__ __forceinline__ void sk_wgmma_fence(void) {
     asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
@@ -348,6 +404,34 @@ __device__ __forceinline__ void sk_tma_load_4d(uint32_t dst, const void *tmap, i
     asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
                  ".L2::cache_hint [%0], [%1, {%2, %3, %4, %5}], [%6], %7;\n" ::"r"(dst),
                  "l"(tmap), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar), "l"(policy)
+                 : "memory");
+}
+
+/* cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint:
+ * TMA load of one box at (c0, c1). */
+__device__ __forceinline__ void sk_tma_load_2d(uint32_t dst, const void *tmap, int c0, int c1,
+                                               uint32_t bar, uint64_t policy) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+                 ".L2::cache_hint [%0], [%1, {%2, %3}], [%4], %5;\n" ::"r"(dst),
+                 "l"(tmap), "r"(c0), "r"(c1), "r"(bar), "l"(policy)
+                 : "memory");
+}
+
+/* cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint:
+ * TMA load of one box at (c0, c1, c2). */
+__device__ __forceinline__ void sk_tma_load_3d(uint32_t dst, const void *tmap, int c0, int c1,
+                                               int c2, uint32_t bar, uint64_t policy) {
+    asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+                 ".L2::cache_hint [%0], [%1, {%2, %3, %4}], [%5], %6;\n" ::"r"(dst),
+                 "l"(tmap), "r"(c0), "r"(c1), "r"(c2), "r"(bar), "l"(policy)
+                 : "memory");
+}
+
+/* cp.async.bulk.tensor.2d.global.shared::cta.bulk_group: TMA store of one box at (c0, c1);
+ * elements outside the tensor are not written. */
+__device__ __forceinline__ void sk_tma_store_2d(const void *tmap, uint32_t src, int c0, int c1) {
+    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];\n" ::"l"(tmap),
+                 "r"(src), "r"(c0), "r"(c1)
                  : "memory");
 }
 

@@ -63,6 +63,8 @@ int gt_run_case(const gt_case *c);
 /* Cases run and failed by gt_run_case so far; cases the forced backend
  * declined (SK_STATUS_NOT_SUPPORTED checked, nothing written). */
 extern int gt_cases_run, gt_cases_failed, gt_cases_declined;
+/* Of those, the BSR GEMM cases (test_gemm_gpu.c). */
+extern int gt_gemm_cases_run, gt_gemm_cases_failed, gt_gemm_cases_declined;
 
 /* Whether the backend under test covers the case: every CUDA backend does,
  * except SK_BACKEND_CUDA_SM90, which covers 128 x 128 blocks only (the

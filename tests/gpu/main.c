@@ -76,5 +76,7 @@ int main(int argc, char **argv) {
     const int failed = sk_test_run_all(filter);
     printf("cases: %d run, %d failed, %d declined as documented by the forced backend\n",
            gt_cases_run, gt_cases_failed, gt_cases_declined);
+    printf("gemm cases: %d run, %d failed, %d declined\n", gt_gemm_cases_run,
+           gt_gemm_cases_failed, gt_gemm_cases_declined);
     return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }
