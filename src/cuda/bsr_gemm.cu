@@ -58,9 +58,10 @@ static sk_status sk_gemm_choose(const sk_bsr_gemm_problem *p, sk_gemm_kernel *ch
         if (!sk_bsr_gemm_sm90_supports(p))
             return sk_error(SK_STATUS_NOT_SUPPORTED,
                             "backend SK_BACKEND_CUDA_SM90: the Hopper GEMM kernel does not cover "
-                            "this problem (blocks %d x %d; it takes block_rows 128 and "
-                            "block_cols 64 or 128); use SK_BACKEND_CUDA",
-                            (int)p->block_m, (int)p->block_k);
+                            "this problem (blocks %d x %d, n = %lld; it takes block_rows 128, "
+                            "block_cols 64 or 128, and n * sizeof(C) a multiple of 16 bytes); "
+                            "use SK_BACKEND_CUDA",
+                            (int)p->block_m, (int)p->block_k, (long long)p->n);
         *choice = SK_GEMM_SM90;
         return SK_STATUS_SUCCESS;
     }

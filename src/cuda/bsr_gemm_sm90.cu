@@ -582,6 +582,11 @@ int sk_bsr_gemm_sm90_supports(const sk_bsr_gemm_problem *p) {
         return 0;
     if (p->block_m != kTileM || (p->block_k != 64 && p->block_k != 128)) return 0;
     if (p->m > kG90MaxExtent || p->n > kG90MaxExtent || p->k > kG90MaxExtent) return 0;
+    /* TMA stores a row's last partial 16-byte chunk whole (measured on H200:
+     * with n * sizeof(C) not a multiple of 16, the columns up to the next
+     * 16 bytes, C's padding, were written): such n go to the portable kernel. */
+    const int64_t cs = p->c_dtype == SK_DTYPE_F32 ? 4 : 2;
+    if ((p->n * cs) % 16 != 0) return 0;
     const int64_t n_tiles = (p->n + kTileN - 1) / kTileN;
     if (n_tiles * p->row_blocks > INT32_MAX / 2) return 0;
     g90_params prm;

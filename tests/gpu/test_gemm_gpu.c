@@ -138,9 +138,11 @@ static gg_case gg_base(sk_dtype ab, sk_dtype c, int64_t m, int64_t n, int64_t k,
  * Which problems the forced Hopper backend must decline
  * ------------------------------------------------------------------------- */
 
-/* The Hopper GEMM kernel's coverage (bsr_gemm.cu's message): block_rows 128. */
+/* The Hopper GEMM kernel's coverage (bsr_gemm.cu's message): block_rows 128
+ * and rows of C that end on a 16-byte boundary (n * sizeof(C) % 16 == 0). */
 static int gg_sm90_covers(const gg_case *c) {
-    return c->bm == 128;
+    const int64_t c_size = c->c == SK_DTYPE_F32 ? 4 : 2;
+    return c->bm == 128 && (c->n * c_size) % 16 == 0;
 }
 
 static int gg_create(gg_inst *x, const gg_case *c, int with_ref);
