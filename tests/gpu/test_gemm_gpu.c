@@ -57,6 +57,7 @@ enum {
     GG_SLACK = 64,      /* NaN elements after the end of B and C */
     GG_MAX_REPORTS = 8, /* errors printed per comparison */
     GG_RANDOM_CASES = 120,
+    GG_HOPPER_CASES = 110,
     GG_QUICK_CASES = 4
 };
 #define GG_ACC_U  0x1.0p-22 /* per accumulated product (fp32 sums) */
@@ -547,6 +548,28 @@ SK_TEST(gemm_gpu_random_cases) {
     }
     gg_print_counts("random", run0, failed0, declined0);
     CHECK(gt_gemm_cases_run - run0 == cases, "%d of %d cases ran", gt_gemm_cases_run - run0, cases);
+}
+
+/* The same draw restricted to what the Hopper kernel covers (block_rows
+ * 128, n a multiple of 8: 16-byte rows of C), so that it too sees more than
+ * 100 random cases; every other backend runs them as well. */
+SK_TEST(gemm_gpu_random_hopper_shapes) {
+    const int run0 = gt_gemm_cases_run, failed0 = gt_gemm_cases_failed;
+    const int declined0 = gt_gemm_cases_declined;
+    const int cases = gt_opt.quick ? GG_QUICK_CASES : GG_HOPPER_CASES;
+    const uint64_t base = tu_base_seed() ^ 0x6839300000000000ull; /* "h90" */
+    for (int i = 0; i < cases; ++i) {
+        gg_case c;
+        gg_random_case(&c, i, gt_opt.quick, base + (uint64_t)i);
+        c.bm = 128;
+        c.n = (c.n + 7) / 8 * 8;
+        gg_run_case(&c);
+    }
+    gg_print_counts("random (Hopper shapes)", run0, failed0, declined0);
+    CHECK(gt_gemm_cases_run - run0 == cases, "%d of %d cases ran", gt_gemm_cases_run - run0, cases);
+    if (gt_opt.backend == SK_BACKEND_CUDA_SM90 && gg_sm90_present())
+        CHECK(gt_gemm_cases_declined == declined0, "the Hopper kernel declined %d of its own cases",
+              gt_gemm_cases_declined - declined0);
 }
 
 /* ---------------------------------------------------------------------------
