@@ -13,13 +13,25 @@
  *            Q rows (ascending head order), the scoring's A operand.
  *   score    scores[slice, i, j] = scale * sum_d A[i, d] * pooled_k[j, d]: a
  *            plain fp32 SIMT GEMM (FMA), 128 x 128 tiles, 8 x 8 outputs per
- *            thread, D in steps of 8 through shared memory with a register
- *            prefetch, two CTAs per SM. With causal, tiles wholly past the
- *            candidates of their last row are skipped (those scores are
- *            never read). Streaming stores keep the operands in L2.
+ *            thread, D in steps of 8 through double-buffered shared memory
+ *            with a register prefetch, two CTAs per SM. With causal, tiles
+ *            wholly past the candidates of their last row are skipped (those
+ *            scores are never read). Streaming stores keep the operands in
+ *            L2. One extra CTA fills the row table (below).
+ *   row table  (sk_layout_from_scores: its own one-CTA kernel) the rules of
+ *            every row of a slice, each row's place in its slice when every
+ *            row fills its bound, and the short-row flag cleared.
  *   select   one warp per layout row. Scores become order-preserving 32-bit
  *            keys (NaN, -inf, forced and non-candidate blocks -> key 0,
- *            -0 -> +0), kept in shared memory when the row has at most
+ *            -0 -> +0). With k <= 32 and at most 1024 key blocks, the
+ *            register selection (sk_topk_select_reg_kernel, two launches:
+ *            rows of at most 512 candidates with 16 scores per lane, the
+ *            rest with 32): the filter path below on register-resident
+ *            scores, after which the take largest gathered composites and
+ *            the forced blocks are written straight to their places (a
+ *            count of selected and forced blocks before each), and a row
+ *            shorter than its bound raises the flag. Otherwise the general
+ *            kernel, keys kept in shared memory when the row has at most
  *            SEL_CACHE candidates. If at most k keys are non-zero all are
  *            taken. Else, for k <= 32 (the filter path): t = the k-th
  *            largest of the 32 lanes' maxima is at most the k-th largest
@@ -32,15 +44,19 @@
  *            pass in index order then keeps forced blocks, keys > T and the
  *            lowest-index ties (the documented tie rule), writing them in
  *            increasing order into a fixed-stride scratch row, and the count.
- *   compact  up to CMP_MAX_CTAS CTAs: each sums the counts of the rows before
- *            its range itself, scans its rows (row_offsets) and copies their
- *            scratch entries into col_indices.
+ *   place    unless the flag is set (or the general kernel ran), each row's
+ *            scratch entries are copied to the place the row table gives, a
+ *            warp per row; else the compaction: up to CMP_MAX_CTAS CTAs,
+ *            each sums the counts of the rows before its range itself, scans
+ *            its rows (row_offsets) and copies their scratch entries into
+ *            col_indices.
  * The counts depend on the scores only through NaN / -inf (see
  * topk_backend.h), so the layout equals the host rules' bit for bit for the
  * same scores, and two runs are identical.
  */
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+#include <float.h>
 #include <stdint.h>
 
 #include "cuda/cuda_check.cuh"
@@ -60,6 +76,10 @@ enum {
     SEL_CACHE = 1024,  /* keys of a row kept in shared memory (4 KB per warp) */
     SEL_FILTER = 128,  /* filter-path candidates (uint64, in the warp's 1 KB histogram) */
     SEL_UNROLL = 8,    /* score loads in flight per lane in the first pass */
+    SEL_REG_KEYS = 32, /* register selection: keys per lane */
+    SEL_REG_MAX = 32 * SEL_REG_KEYS, /* ... for rows of at most 1024 key blocks */
+    SEL_REG_K = 32,    /* ... and k <= 32 */
+    TBL_THREADS = 256, /* the row table: one CTA */
     CMP_THREADS = 256, /* compaction: one row per thread in the scan, a warp per row in the copy */
     CMP_MAX_CTAS = 128
 };
@@ -68,7 +88,7 @@ static size_t align_up(size_t x) { return (x + WS_ALIGN - 1) / WS_ALIGN * WS_ALI
 
 /* Byte offsets of the workspace regions (see topk_backend.h). */
 typedef struct ws_layout {
-    size_t scores_off, qsum_off, counts_off, scratch_off, total;
+    size_t scores_off, qsum_off, counts_off, scratch_off, rule_off, place_off, flag_off, total;
 } ws_layout;
 
 /* With per_kv_head and a group of more than one head, the group sums of the
@@ -86,7 +106,10 @@ static ws_layout workspace_layout(const sk_topk_problem *p, int with_scores) {
         needs_qsum(p, with_scores) ? align_up((size_t)p->total_rows * (size_t)p->head_dim * 4) : 0;
     w.counts_off = w.qsum_off + qsum;
     w.scratch_off = w.counts_off + align_up((size_t)p->total_rows * 4);
-    w.total = w.scratch_off + (size_t)p->total_rows * (size_t)p->row_cap * 4;
+    w.rule_off = w.scratch_off + align_up((size_t)p->total_rows * (size_t)p->row_cap * 4);
+    w.place_off = w.rule_off + align_up((size_t)p->row_blocks * 16);
+    w.flag_off = w.place_off + align_up((size_t)p->row_blocks * 8);
+    w.total = w.flag_off + 4;
     return w;
 }
 
@@ -196,6 +219,66 @@ static sk_status launch_pool(const sk_topk_problem *p, cudaStream_t stream) {
 }
 
 /* ---------------------------------------------------------------------------
+ * Row table
+ * ------------------------------------------------------------------------- */
+
+/* Workspace pointers of the per-call row table (see topk_backend.h). */
+typedef struct row_table {
+    int4 *rule;    /* [row_blocks] {n_cand, sink_end, local_lo, local_hi} */
+    int2 *place;   /* [row_blocks] {first entry of the row within its slice, bound} */
+    int32_t *flag; /* != 0: some row came out shorter than its bound */
+} row_table;
+
+static __device__ __forceinline__ int32_t warp_inclusive_sum(int32_t v, int lane) {
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        const int32_t n = __shfl_up_sync(0xffffffffu, v, o);
+        if (lane >= o) v += n;
+    }
+    return v;
+}
+
+/* Every slice has the same row rules, so one CTA of TBL_THREADS threads
+ * tabulates them once per call (sk_topk_row_rules, the host's function):
+ * the rules, and each row's place in its slice's part of col_indices when
+ * every row reaches its bound (the sum of the earlier rows' bounds). It also
+ * clears the short-row flag. The selection then needs no 64-bit division
+ * per row, and the placement no scan. */
+static __device__ void fill_row_table(const sk_topk_problem *p, const row_table *t) {
+    __shared__ int32_t warp_total[TBL_THREADS / 32];
+    const int tid = (int)threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    int32_t base = 0;
+    for (int32_t r0 = 0; r0 < p->row_blocks; r0 += TBL_THREADS) {
+        const int32_t r = r0 + tid;
+        sk_topk_row rule = {0, 0, 0, -1, 0, 0};
+        if (r < p->row_blocks) rule = sk_topk_row_rules(p, r);
+        const int32_t incl = warp_inclusive_sum(rule.bound, lane);
+        if (lane == 31) warp_total[warp] = incl;
+        __syncthreads();
+        int32_t before = 0, total = 0;
+#pragma unroll
+        for (int w = 0; w < TBL_THREADS / 32; ++w) {
+            before += w < warp ? warp_total[w] : 0;
+            total += warp_total[w];
+        }
+        if (r < p->row_blocks) {
+            t->rule[r] = make_int4(rule.n_cand, rule.sink_end, rule.local_lo, rule.local_hi);
+            t->place[r] = make_int2(base + before + incl - rule.bound, rule.bound);
+        }
+        base += total;
+        __syncthreads(); /* warp_total is rewritten next */
+    }
+    if (tid == 0) *t->flag = 0;
+}
+
+/* The row table alone (sk_layout_from_scores; with scoring, the scoring
+ * kernel's last CTA fills it). */
+__global__ void __launch_bounds__(TBL_THREADS) sk_topk_row_table_kernel(const __grid_constant__ sk_topk_problem p,
+                                                                     const __grid_constant__ row_table t) {
+    fill_row_table(&p, &t);
+}
+
+/* ---------------------------------------------------------------------------
  * Scoring
  * ------------------------------------------------------------------------- */
 
@@ -206,6 +289,8 @@ typedef struct score_params {
     sk_topk_problem p;     /* geometry and rules */
     int64_t a_slice_stride; /* elements between slices of a */
     int32_t tiles_i, tiles_j;
+    int32_t tiles;         /* slices * tiles_i * tiles_j; CTA `tiles` fills the row table */
+    row_table table;
 } score_params;
 
 /* Group sums for per_kv_head: qsum[b, hk, i, :] = sum over the group's query
@@ -232,17 +317,25 @@ __global__ void __launch_bounds__(SUM_THREADS) sk_topk_group_sum_kernel(const fl
 
 /* scores = scale * A B^T per slice, fp32 FMA. 128 x 128 tile, 256 threads,
  * 8 x 8 outputs per thread (rows ty*4 + r and 64 + ty*4 + r, columns tx*4 + c
- * and 64 + tx*4 + c); D in steps of SC_KC through shared memory (transposed,
- * so each step reads float4 rows), the next step prefetched into registers.
+ * and 64 + tx*4 + c); D in steps of SC_KC through double-buffered shared
+ * memory (transposed, so each step reads float4 rows; one barrier per step),
+ * the next step prefetched into registers. Each output is one fmaf chain
+ * over d = 0 .. D-1 in order, then times the scale.
  * Rows and columns past the end read the last valid row (never stored).
  * Scores are written with streaming stores: the selection reads them once,
- * while the pooled operands should stay in L2. */
+ * while the pooled operands should stay in L2. The extra last CTA fills the
+ * row table instead. */
 __global__ void __launch_bounds__(SC_THREADS, 2) sk_topk_score_kernel(const __grid_constant__ score_params sp) {
     static_assert(SC_TM == 128 && SC_TN == 128 && SC_THREADS == 256 && SC_KC == 8,
                   "thread layout: 16 x 16 threads of 8 x 8 outputs, 2 loads of 4 per step");
-    static_assert(2 * SC_KC * (SC_TM + SC_PAD) * 4 <= 48 * 1024, "static shared memory budget");
+    static_assert(2 * 2 * SC_KC * (SC_TM + SC_PAD) * 4 <= 48 * 1024, "static shared memory budget");
+    static_assert(SC_THREADS == TBL_THREADS, "the last CTA fills the row table");
     const sk_topk_problem *p = &sp.p;
     const int32_t tile = (int32_t)blockIdx.x;
+    if (tile == sp.tiles) {
+        fill_row_table(p, &sp.table);
+        return;
+    }
     const int32_t tj = tile % sp.tiles_j;
     const int32_t ti = (tile / sp.tiles_j) % sp.tiles_i;
     const int32_t slice = tile / sp.tiles_j / sp.tiles_i;
@@ -256,8 +349,8 @@ __global__ void __launch_bounds__(SC_THREADS, 2) sk_topk_score_kernel(const __gr
     const int32_t b = slice / p->heads, hs = slice % p->heads;
     const int32_t hk = p->per_kv_head ? hs : hs / p->group;
 
-    __shared__ __align__(16) float As[SC_KC][SC_TM + SC_PAD];
-    __shared__ __align__(16) float Bs[SC_KC][SC_TN + SC_PAD];
+    __shared__ __align__(16) float As[2][SC_KC][SC_TM + SC_PAD];
+    __shared__ __align__(16) float Bs[2][SC_KC][SC_TN + SC_PAD];
     const int32_t tid = (int32_t)threadIdx.x;
     const int32_t lr = tid >> 1, lc = (tid & 1) * 4; /* loader: tile row, 4 of the 8 d's */
     const int32_t tx = tid % 16, ty = tid / 16;
@@ -272,26 +365,28 @@ __global__ void __launch_bounds__(SC_THREADS, 2) sk_topk_score_kernel(const __gr
         for (int c = 0; c < 8; ++c) acc[r][c] = 0.f;
 
     float4 ra = __ldg((const float4 *)a_src), rk = __ldg((const float4 *)b_src);
+    As[0][lc + 0][lr] = ra.x;
+    As[0][lc + 1][lr] = ra.y;
+    As[0][lc + 2][lr] = ra.z;
+    As[0][lc + 3][lr] = ra.w;
+    Bs[0][lc + 0][lr] = rk.x;
+    Bs[0][lc + 1][lr] = rk.y;
+    Bs[0][lc + 2][lr] = rk.z;
+    Bs[0][lc + 3][lr] = rk.w;
+    __syncthreads();
+    int buf = 0;
     for (int32_t k0 = 0; k0 < dim; k0 += SC_KC) {
-        As[lc + 0][lr] = ra.x;
-        As[lc + 1][lr] = ra.y;
-        As[lc + 2][lr] = ra.z;
-        As[lc + 3][lr] = ra.w;
-        Bs[lc + 0][lr] = rk.x;
-        Bs[lc + 1][lr] = rk.y;
-        Bs[lc + 2][lr] = rk.z;
-        Bs[lc + 3][lr] = rk.w;
-        __syncthreads();
-        if (k0 + SC_KC < dim) {
+        const int more = k0 + SC_KC < dim;
+        if (more) {
             ra = __ldg((const float4 *)(a_src + k0 + SC_KC));
             rk = __ldg((const float4 *)(b_src + k0 + SC_KC));
         }
 #pragma unroll
         for (int kk = 0; kk < SC_KC; ++kk) {
-            const float4 a0 = *(const float4 *)&As[kk][ty * 4];
-            const float4 a1 = *(const float4 *)&As[kk][64 + ty * 4];
-            const float4 b0 = *(const float4 *)&Bs[kk][tx * 4];
-            const float4 b1 = *(const float4 *)&Bs[kk][64 + tx * 4];
+            const float4 a0 = *(const float4 *)&As[buf][kk][ty * 4];
+            const float4 a1 = *(const float4 *)&As[buf][kk][64 + ty * 4];
+            const float4 b0 = *(const float4 *)&Bs[buf][kk][tx * 4];
+            const float4 b1 = *(const float4 *)&Bs[buf][kk][64 + tx * 4];
             const float av[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
             const float bv[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
 #pragma unroll
@@ -299,7 +394,20 @@ __global__ void __launch_bounds__(SC_THREADS, 2) sk_topk_score_kernel(const __gr
 #pragma unroll
                 for (int c = 0; c < 8; ++c) acc[r][c] = fmaf(av[r], bv[c], acc[r][c]);
         }
+        /* The other buffer was last read in the previous step, before the
+         * barrier that ended it. */
+        if (more) {
+            As[buf ^ 1][lc + 0][lr] = ra.x;
+            As[buf ^ 1][lc + 1][lr] = ra.y;
+            As[buf ^ 1][lc + 2][lr] = ra.z;
+            As[buf ^ 1][lc + 3][lr] = ra.w;
+            Bs[buf ^ 1][lc + 0][lr] = rk.x;
+            Bs[buf ^ 1][lc + 1][lr] = rk.y;
+            Bs[buf ^ 1][lc + 2][lr] = rk.z;
+            Bs[buf ^ 1][lc + 3][lr] = rk.w;
+        }
         __syncthreads();
+        buf ^= 1;
     }
 
     const float scale = p->scale;
@@ -335,29 +443,21 @@ typedef struct select_params {
     const float *scores; /* [total_rows, col_blocks] */
     int32_t *counts;     /* [total_rows] */
     int32_t *scratch;    /* [total_rows, row_cap] */
+    row_table table;     /* filled (register selection only) */
 } select_params;
 
 /* Larger score -> larger key; 0 for scores never picked (NaN, -inf). -0 and
  * +0 share a key, so they tie. Every other key is >= 0x00800000. */
 static __device__ __forceinline__ uint32_t score_key(float s) {
     uint32_t u = __float_as_uint(s);
-    if (isnan(s) || u == 0xff800000u) return 0u;
-    if (u == 0x80000000u) u = 0u;
-    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+    u = u == 0x80000000u ? 0u : u;                                   /* -0 -> +0 */
+    const uint32_t key = u ^ ((uint32_t)((int32_t)u >> 31) | 0x80000000u); /* negative: ~u */
+    return s > __int_as_float((int)0xff800000u) ? key : 0u;          /* false for NaN, -inf */
 }
 
 static __device__ __forceinline__ uint32_t row_key(const float *row, const sk_topk_row *rule,
                                                    int32_t j) {
     return sk_topk_is_forced(rule, j) ? 0u : score_key(row[j]);
-}
-
-static __device__ __forceinline__ int32_t warp_inclusive_sum(int32_t v, int lane) {
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-        const int32_t n = __shfl_up_sync(0xffffffffu, v, o);
-        if (lane >= o) v += n;
-    }
-    return v;
 }
 
 /* The take-th largest (1-based, take <= 32) of the 32 lanes' values: a
@@ -372,6 +472,58 @@ static __device__ __forceinline__ uint32_t warp_kth_largest(uint32_t v, int lane
             v = lower == asc ? max(v, o) : min(v, o);
         }
     return __shfl_sync(0xffffffffu, v, take - 1);
+}
+
+/* One radix pass's choice from a warp's 256-bin histogram of the keys still
+ * in play: the digit of the kk-th largest of them, and *kk becomes its rank
+ * among the keys with that digit. Lane l owns digits 255 - 8l .. 248 - 8l,
+ * largest first. */
+static __device__ __forceinline__ uint32_t radix_pick(const uint32_t *hist, int lane, int32_t *kk) {
+    int32_t c[8], own = 0;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+        c[e] = (int32_t)hist[255 - 8 * lane - e];
+        own += c[e];
+    }
+    const int32_t incl = warp_inclusive_sum(own, lane);
+    const uint32_t hit = __ballot_sync(0xffffffffu, incl >= *kk);
+    const int src = __ffs((int)hit) - 1; /* exists: the keys in play number >= kk */
+    int32_t digit = 0, rest = 0, cum = incl - own;
+    bool found = false;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+        if (!found && cum + c[e] >= *kk) {
+            found = true;
+            digit = 255 - 8 * lane - e;
+            rest = *kk - cum;
+        }
+        cum += c[e];
+    }
+    *kk = __shfl_sync(0xffffffffu, rest, src);
+    return (uint32_t)__shfl_sync(0xffffffffu, digit, src);
+}
+
+/* The same over floats without NaN (a -0 / +0 tie may come out as either). */
+static __device__ __forceinline__ float warp_kth_largest_f(float v, int lane, int32_t take) {
+#pragma unroll
+    for (int size = 2; size <= 32; size <<= 1)
+#pragma unroll
+        for (int stride = size >> 1; stride > 0; stride >>= 1) {
+            const float o = __shfl_xor_sync(0xffffffffu, v, stride);
+            const bool lower = (lane & stride) == 0, asc = (lane & size) == 0;
+            v = lower == asc ? fmaxf(v, o) : fminf(v, o);
+        }
+    return __shfl_sync(0xffffffffu, v, take - 1);
+}
+
+/* How many of the blocks lane, lane + 32, lane + 64, ... lie below `end`. */
+static __device__ __forceinline__ int32_t lane_count(int32_t end, int lane) {
+    return end > lane ? (end - lane + 31) / 32 : 0;
+}
+
+/* Bits 0 .. c - 1 set (c >= 0). */
+static __device__ __forceinline__ uint32_t bits_below(int32_t c) {
+    return c >= 32 ? 0xffffffffu : (1u << c) - 1u;
 }
 
 __global__ void __launch_bounds__(SEL_WARPS * 32) sk_topk_select_kernel(const __grid_constant__ select_params sp) {
@@ -468,30 +620,7 @@ __global__ void __launch_bounds__(SEL_WARPS * 32) sk_topk_select_kernel(const __
                     atomicAdd(&hist[(key >> shift) & 255u], 1u);
             }
             __syncwarp();
-            /* Lane l owns digits 255 - 8l .. 248 - 8l, largest first. */
-            int32_t c[8], own = 0;
-#pragma unroll
-            for (int e = 0; e < 8; ++e) {
-                c[e] = (int32_t)hist[255 - 8 * lane - e];
-                own += c[e];
-            }
-            const int32_t incl = warp_inclusive_sum(own, lane);
-            const uint32_t hit = __ballot_sync(0xffffffffu, incl >= kk);
-            const int src = __ffs((int)hit) - 1; /* exists: the matching keys number >= kk */
-            int32_t digit = 0, rest = 0, cum = incl - own;
-            bool found = false;
-#pragma unroll
-            for (int e = 0; e < 8; ++e) {
-                if (!found && cum + c[e] >= kk) {
-                    found = true;
-                    digit = 255 - 8 * lane - e;
-                    rest = kk - cum;
-                }
-                cum += c[e];
-            }
-            digit = __shfl_sync(0xffffffffu, digit, src);
-            kk = __shfl_sync(0xffffffffu, rest, src);
-            prefix |= (uint32_t)digit << shift;
+            prefix |= radix_pick(hist, lane, &kk) << shift;
             __syncwarp(); /* every lane has read hist before the next pass clears it */
         }
         thr = prefix;
@@ -523,16 +652,227 @@ __global__ void __launch_bounds__(SEL_WARPS * 32) sk_topk_select_kernel(const __
     if (lane == 0) sp.counts[g] = written < p->row_cap ? written : p->row_cap;
 }
 
-/* Row offsets and the packed column indices, one pass. CTA c owns rows
+/* The selection for rows of at most 32 * KEYS candidates and k <= 32, one
+ * warp per row, each lane holding the keys of blocks lane + 32 e in
+ * registers (same keys, rules and result as sk_topk_select_kernel). It
+ * takes rows row_first .. row_first + row_count - 1 of every slice: the
+ * candidate count grows with the row, so the host splits the rows at the
+ * last one with at most 16 * 32 candidates, and the shorter rows run with
+ * KEYS = 16 (fewer registers, more warps per SM).
+ *   1. the scores (only the 32-wide stripes that hold candidates), with
+ *      forced and non-candidate blocks, NaN and -inf set to -inf: on the
+ *      rest, the score order is the key order; the count of pickable
+ *      blocks, each lane's largest score;
+ *   2. t = the take-th largest lane maximum (-FLT_MAX when every pickable
+ *      block is taken); gather the m pickable scores >= t in index order as
+ *      (key, ~index) composites, which hold the take largest;
+ *   3. if m <= SEL_FILTER, the selected are the take largest composites
+ *      (rank counting); the row is written straight from them: the forced
+ *      blocks are the sinks 0 .. sink_end - 1 and one run lo2 .. hi past
+ *      them, and no selected block lies inside either, so each entry's
+ *      place is a count of selected blocks and forced blocks before it;
+ *   4. else (many keys tied at t) the 4-pass radix select of
+ *      sk_topk_select_kernel on the register keys and its index-ordered pass.
+ * A row shorter than its bound (NaN / -inf scores) raises the flag that
+ * makes the placement compact. */
+template <int KEYS>
+__global__ void __launch_bounds__(SEL_WARPS * 32, KEYS == 32 ? 6 : 8) sk_topk_select_reg_kernel(
+    const __grid_constant__ select_params sp, int32_t row_first, int32_t row_count) {
+    static_assert(KEYS % 8 == 0 && KEYS <= SEL_REG_KEYS, "keys per lane: loads in groups of 8");
+    static_assert(SEL_REG_K <= 32 && SEL_FILTER * 8 <= 256 * 4, "filter bound and buffer");
+    __shared__ __align__(8) uint32_t hist_all[SEL_WARPS][256];
+    const sk_topk_problem *p = &sp.p;
+    const int warp = (int)(threadIdx.x >> 5), lane = (int)(threadIdx.x & 31);
+    const int32_t w = (int32_t)blockIdx.x * SEL_WARPS + warp;
+    if (w >= p->slices * row_count) return; /* whole warps leave; no block barrier follows */
+    const int32_t slice = w / row_count, r = row_first + (w - slice * row_count);
+    const int32_t g = slice * p->row_blocks + r;
+    const int4 rule = sp.table.rule[r];
+    const int32_t n = rule.x, sink_end = rule.y, lo = rule.z, hi = rule.w;
+    const uint32_t local_len = hi >= lo ? (uint32_t)(hi - lo + 1) : 0u;
+    const float *row = sp.scores + (int64_t)g * p->col_blocks;
+    uint32_t *hist = hist_all[warp];
+    uint64_t *cand = (uint64_t *)(void *)hist_all[warp]; /* SEL_FILTER entries, shares hist */
+    const uint32_t lt = (1u << lane) - 1u;
+    const int32_t stripes = (n + 31) / 32;
+
+    /* Every load is issued before the first score is used. */
+    float sc[KEYS];
+#pragma unroll
+    for (int e8 = 0; e8 < KEYS; e8 += 8) {
+        if (32 * e8 < n) {
+#pragma unroll
+            for (int e = e8; e < e8 + 8; ++e) {
+                const int32_t j = lane + 32 * e;
+                sc[e] = j < n ? row[j] : 0.f;
+            }
+        }
+    }
+    /* Bit e of `pick`: block lane + 32 e is a candidate and not forced. The
+     * scores of the other blocks, NaN and -inf become -inf, so that from
+     * here on comparing scores is comparing keys (the key order is the
+     * score order, with -0 == +0 in both). */
+    const uint32_t pick = bits_below(lane_count(n, lane)) & ~bits_below(lane_count(sink_end, lane)) &
+                          ~(bits_below(lane_count(hi + 1, lane)) & ~bits_below(lane_count(lo, lane)));
+    const float neg_inf = __int_as_float((int)0xff800000u);
+    int32_t valid = 0;
+    float lane_max = neg_inf;
+#pragma unroll
+    for (int e = 0; e < KEYS; ++e) {
+        if (e < stripes) {
+            const bool ok = ((pick >> e) & 1u) != 0u && sc[e] > neg_inf; /* false for NaN */
+            sc[e] = ok ? sc[e] : neg_inf;
+            valid += ok;
+            lane_max = fmaxf(lane_max, sc[e]);
+        }
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) valid += __shfl_xor_sync(0xffffffffu, valid, o);
+    const int32_t take = p->k < valid ? p->k : valid;
+    /* Forced: the sinks, then the local run lo2 .. hi beyond them. */
+    const int32_t lo2 = lo > sink_end ? lo : sink_end;
+    const int32_t local_cnt = hi >= lo2 ? hi - lo2 + 1 : 0;
+    const int32_t forced = sink_end + local_cnt;
+    const int32_t rest = n - forced;
+    const int32_t bound = forced + (p->k < rest ? p->k : rest);
+    int32_t *out = sp.scratch + (int64_t)g * p->row_cap;
+
+    int32_t m = 0;
+    if (take > 0) {
+        /* -FLT_MAX: every pickable score (finite or +inf) passes. */
+        float t = -FLT_MAX;
+        if (take < valid) t = fmaxf(warp_kth_largest_f(lane_max, lane, take), -FLT_MAX);
+#pragma unroll
+        for (int e = 0; e < KEYS; ++e) {
+            if (e < stripes) {
+                const int in = sc[e] >= t;
+                const uint32_t mask = __ballot_sync(0xffffffffu, in);
+                const int32_t pos = m + __popc(mask & lt);
+                if (in && pos < SEL_FILTER)
+                    cand[pos] = ((uint64_t)score_key(sc[e]) << 32) | (uint32_t)~(uint32_t)(lane + 32 * e);
+                m += __popc(mask);
+            }
+        }
+        __syncwarp();
+    }
+
+    int32_t written;
+    if (m <= SEL_FILTER) {
+        int32_t nsel = 0, sel_below = 0; /* selected so far; selected below lo2 */
+        for (int32_t e0 = 0; e0 < m; e0 += 32) {
+            const int32_t e = e0 + lane;
+            int sel = 0;
+            int32_t j = 0;
+            if (e < m) {
+                const uint64_t mine = cand[e];
+                int32_t above = 0;
+#pragma unroll 4
+                for (int32_t f = 0; f < m; ++f) above += cand[f] > mine;
+                sel = above < take; /* composites differ: exactly take are selected */
+                j = (int32_t)~(uint32_t)mine;
+            }
+            const uint32_t mask = __ballot_sync(0xffffffffu, sel);
+            if (sel) out[sink_end + nsel + __popc(mask & lt) + (j > hi ? local_cnt : 0)] = j;
+            nsel += __popc(mask);
+            sel_below += __popc(__ballot_sync(0xffffffffu, sel && j < lo2));
+        }
+        for (int32_t f = lane; f < forced; f += 32)
+            if (f < sink_end)
+                out[f] = f;
+            else
+                out[f + sel_below] = lo2 + (f - sink_end);
+        written = forced + take;
+    } else {
+        __syncwarp(); /* cand shares hist: every lane is past the gather */
+        uint32_t prefix = 0u;
+        int32_t kk = take; /* rank of the wanted key among those matching prefix */
+        for (int pass = 0; pass < 4; ++pass) {
+            const int shift = 24 - 8 * pass;
+            for (int e = lane; e < 256; e += 32) hist[e] = 0u;
+            __syncwarp();
+#pragma unroll
+            for (int e = 0; e < KEYS; ++e) {
+                const uint32_t key = score_key(sc[e]); /* 0 for the dropped blocks */
+                if (e < stripes && key != 0u &&
+                    (pass == 0 || (key >> (shift + 8)) == (prefix >> (shift + 8))))
+                    atomicAdd(&hist[(key >> shift) & 255u], 1u);
+            }
+            __syncwarp();
+            prefix |= radix_pick(hist, lane, &kk) << shift;
+            __syncwarp(); /* every lane has read hist before the next pass clears it */
+        }
+        /* Forced blocks, keys > prefix and the first kk keys == prefix, in
+         * index order. */
+        int32_t wr = 0, eq_seen = 0;
+#pragma unroll
+        for (int e = 0; e < KEYS; ++e) {
+            if (e < stripes) {
+                const int32_t j = lane + 32 * e;
+                const uint32_t key = score_key(sc[e]);
+                const int is_eq = key != 0u && key == prefix;
+                const uint32_t eq_mask = __ballot_sync(0xffffffffu, is_eq);
+                const int eq_sel = is_eq && eq_seen + __popc(eq_mask & lt) < kk;
+                eq_seen += __popc(eq_mask);
+                const int sel = (j < n && (j < sink_end || (uint32_t)(j - lo) < local_len)) ||
+                                key > prefix || eq_sel;
+                const uint32_t sel_mask = __ballot_sync(0xffffffffu, sel);
+                const int32_t pos = wr + __popc(sel_mask & lt);
+                if (sel && pos < p->row_cap) out[pos] = j;
+                wr += __popc(sel_mask);
+            }
+        }
+        written = wr < p->row_cap ? wr : p->row_cap;
+    }
+    if (lane == 0) {
+        sp.counts[g] = written;
+        if (written != bound) atomicOr(sp.table.flag, 1);
+    }
+}
+
+typedef struct place_params {
+    const int32_t *counts;  /* [rows] */
+    const int32_t *scratch; /* [rows, row_cap] */
+    int32_t *row_offsets;   /* [rows + 1] */
+    int32_t *col_indices;   /* [capacity] */
+    row_table table;        /* read unless `compact` */
+    int32_t row_cap, rows, row_blocks;
+    int32_t per_slice;      /* capacity / slices */
+    int32_t capacity;
+    int32_t per_cta;        /* compaction: rows per CTA (a multiple of CMP_THREADS) */
+    int32_t compact_ctas;   /* compaction: CTAs with rows */
+    int32_t compact;        /* != 0: compact whatever the flag says (no row table) */
+} place_params;
+
+/* Row offsets and the packed column indices.
+ * Unless `compact` is set or the flag says that some row came out short,
+ * every row fills its bound and starts at the place the row table gives
+ * (slice * per_slice + place.x): one warp per row copies its scratch
+ * entries there, no scan needed.
+ * Else the compaction, one pass: CTA c < compact_ctas owns rows
  * [c * per_cta, min((c + 1) * per_cta, rows)): it sums the counts of every
  * earlier row itself (at most CMP_MAX_CTAS CTAs read the counts, from L2),
  * scans its own rows in chunks of CMP_THREADS, writes their offsets, and
  * copies each row's scratch entries with one warp per row. The last CTA
  * also writes row_offsets[rows]. */
-__global__ void __launch_bounds__(CMP_THREADS) sk_topk_compact_kernel(const int32_t *counts, const int32_t *scratch,
-                                                          int32_t row_cap, int32_t rows,
-                                                          int32_t per_cta, int32_t *row_offsets,
-                                                          int32_t *col_indices) {
+__global__ void __launch_bounds__(CMP_THREADS) sk_topk_place_kernel(const __grid_constant__ place_params pp) {
+    const int32_t *counts = pp.counts, *scratch = pp.scratch;
+    int32_t *row_offsets = pp.row_offsets, *col_indices = pp.col_indices;
+    const int32_t row_cap = pp.row_cap, rows = pp.rows, per_cta = pp.per_cta;
+    if (!pp.compact && *pp.table.flag == 0) { /* the same value for the whole grid */
+        const int32_t w = (int32_t)blockIdx.x * (CMP_THREADS / 32) + (int32_t)(threadIdx.x >> 5);
+        const int32_t lane = (int32_t)(threadIdx.x & 31);
+        for (int32_t g = w; g < rows; g += (int32_t)gridDim.x * (CMP_THREADS / 32)) {
+            const int32_t slice = g / pp.row_blocks;
+            const int2 place = pp.table.place[g - slice * pp.row_blocks];
+            const int32_t first = slice * pp.per_slice + place.x;
+            const int32_t *src = scratch + (int64_t)g * row_cap;
+            for (int32_t e = lane; e < place.y; e += 32) col_indices[first + e] = src[e];
+            if (lane == 0) row_offsets[g] = first;
+        }
+        if (blockIdx.x == 0 && threadIdx.x == 0) row_offsets[rows] = pp.capacity;
+        return;
+    }
+    if ((int32_t)blockIdx.x >= pp.compact_ctas) return;
     __shared__ int32_t warp_part[CMP_THREADS / 32];
     __shared__ int32_t chunk_off[CMP_THREADS];
     __shared__ int32_t chunk_total;
@@ -626,10 +966,19 @@ extern "C" sk_status sk_cuda_topk_select(const sk_topk_problem *p, void *workspa
     char *base = (char *)workspace;
     int32_t *counts = (int32_t *)(base + w.counts_off);
     int32_t *scratch = (int32_t *)(base + w.scratch_off);
+    row_table table;
+    table.rule = (int4 *)(base + w.rule_off);
+    table.place = (int2 *)(base + w.place_off);
+    table.flag = (int32_t *)(base + w.flag_off);
+    /* The register selection takes every row (k <= 32, at most 1024 key
+     * blocks) and then places the rows by the row table; else the general
+     * selection kernel and the compaction. */
+    const int reg = p->k <= SEL_REG_K && p->col_blocks <= SEL_REG_MAX;
     const float *scores = p->scores;
     if (with_scores) {
         score_params sp;
         sp.p = *p;
+        sp.table = table;
         sp.a = p->pooled_q;
         sp.a_slice_stride = (int64_t)p->row_blocks * p->head_dim;
         sp.pooled_k = p->pooled_k;
@@ -646,27 +995,77 @@ extern "C" sk_status sk_cuda_topk_select(const sk_topk_problem *p, void *workspa
             SK_CUDA_TRY(cudaGetLastError(), "group-sum kernel launch");
             sp.a = qsum;
         }
-        const int64_t tiles = (int64_t)p->slices * sp.tiles_i * sp.tiles_j; /* <= dense count */
-        sk_topk_score_kernel<<<(unsigned)tiles, SC_THREADS, 0, stream>>>(sp);
+        /* <= the dense tile count (sk_grid_check), plus the row-table CTA */
+        const int64_t tiles = (int64_t)p->slices * sp.tiles_i * sp.tiles_j;
+        sp.tiles = (int32_t)tiles;
+        sk_topk_score_kernel<<<(unsigned)tiles + 1, SC_THREADS, 0, stream>>>(sp);
         SK_CUDA_TRY(cudaGetLastError(), "scoring kernel launch");
         scores = sp.scores;
+    } else if (reg) {
+        sk_topk_row_table_kernel<<<1, TBL_THREADS, 0, stream>>>(*p, table);
+        SK_CUDA_TRY(cudaGetLastError(), "row-table kernel launch");
     }
     select_params sel;
     sel.p = *p;
     sel.scores = scores;
     sel.counts = counts;
     sel.scratch = scratch;
-    const unsigned sel_blocks = (unsigned)((p->total_rows + SEL_WARPS - 1) / SEL_WARPS);
-    sk_topk_select_kernel<<<sel_blocks, SEL_WARPS * 32, 0, stream>>>(sel);
-    SK_CUDA_TRY(cudaGetLastError(), "selection kernel launch");
-    /* At most CMP_MAX_CTAS CTAs, each a multiple of CMP_THREADS rows. */
+    sel.table = table;
+    if (reg) {
+        /* n_cand does not decrease with the row: rows 0 .. split - 1 have at
+         * most 16 * 32 candidates. */
+        int32_t split_lo = 0, split_hi = p->row_blocks; /* first row with more, in [lo, hi] */
+        while (split_lo < split_hi) {
+            const int32_t mid = split_lo + (split_hi - split_lo) / 2;
+            if (sk_topk_row_rules(p, mid).n_cand <= 16 * 32)
+                split_lo = mid + 1;
+            else
+                split_hi = mid;
+        }
+        const int32_t split = split_lo;
+        if (split > 0) {
+            const int64_t warps = (int64_t)p->slices * split;
+            sk_topk_select_reg_kernel<16><<<(unsigned)((warps + SEL_WARPS - 1) / SEL_WARPS),
+                                            SEL_WARPS * 32, 0, stream>>>(sel, 0, split);
+            SK_CUDA_TRY(cudaGetLastError(), "selection kernel launch");
+        }
+        if (split < p->row_blocks) {
+            const int64_t warps = (int64_t)p->slices * (p->row_blocks - split);
+            sk_topk_select_reg_kernel<32><<<(unsigned)((warps + SEL_WARPS - 1) / SEL_WARPS),
+                                            SEL_WARPS * 32, 0, stream>>>(sel, split,
+                                                                         p->row_blocks - split);
+            SK_CUDA_TRY(cudaGetLastError(), "selection kernel launch");
+        }
+    } else {
+        const unsigned sel_blocks = (unsigned)((p->total_rows + SEL_WARPS - 1) / SEL_WARPS);
+        sk_topk_select_kernel<<<sel_blocks, SEL_WARPS * 32, 0, stream>>>(sel);
+        SK_CUDA_TRY(cudaGetLastError(), "selection kernel launch");
+    }
+    /* Compaction: at most CMP_MAX_CTAS CTAs, each a multiple of CMP_THREADS
+     * rows; placement: a warp per row. */
     const int64_t rows = p->total_rows;
     int64_t per_cta = (rows + CMP_MAX_CTAS - 1) / CMP_MAX_CTAS;
     per_cta = (per_cta + CMP_THREADS - 1) / CMP_THREADS * CMP_THREADS;
-    const int64_t ctas = (rows + per_cta - 1) / per_cta;
-    sk_topk_compact_kernel<<<(unsigned)ctas, CMP_THREADS, 0, stream>>>(
-        counts, scratch, p->row_cap, p->total_rows, (int32_t)per_cta, p->row_offsets,
-        p->col_indices);
-    SK_CUDA_TRY(cudaGetLastError(), "compaction kernel launch");
+    place_params pp;
+    pp.counts = counts;
+    pp.scratch = scratch;
+    pp.row_offsets = p->row_offsets;
+    pp.col_indices = p->col_indices;
+    pp.table = table;
+    pp.row_cap = p->row_cap;
+    pp.rows = p->total_rows;
+    pp.row_blocks = p->row_blocks;
+    pp.per_slice = p->slices > 0 ? p->capacity / p->slices : 0;
+    pp.capacity = p->capacity;
+    pp.per_cta = (int32_t)per_cta;
+    pp.compact_ctas = (int32_t)((rows + per_cta - 1) / per_cta);
+    pp.compact = !reg;
+    int64_t ctas = pp.compact_ctas;
+    if (reg) {
+        const int64_t place_ctas = (rows + CMP_THREADS / 32 - 1) / (CMP_THREADS / 32);
+        if (place_ctas > ctas) ctas = place_ctas;
+    }
+    sk_topk_place_kernel<<<(unsigned)ctas, CMP_THREADS, 0, stream>>>(pp);
+    SK_CUDA_TRY(cudaGetLastError(), "placement kernel launch");
     return SK_STATUS_SUCCESS;
 }

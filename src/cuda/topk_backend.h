@@ -29,7 +29,13 @@
  *                        of the pooled Q [slices, row_blocks, D]
  *   then, 256-aligned    int32 counts [total_rows]
  *   then, 256-aligned    int32 scratch [total_rows, row_cap]
- * sk_layout_from_scores needs only the counts and scratch, from offset 0.
+ *   then, 256-aligned    the row table: int32x4 rules [row_blocks]
+ *                        {n_cand, sink_end, local_lo, local_hi},
+ *   then, 256-aligned    int32x2 places [row_blocks] {first entry of the
+ *                        row within its slice when every row fills its
+ *                        bound, bound},
+ *   then, 256-aligned    int32 short-row flag
+ * sk_layout_from_scores needs the regions from the counts on, from offset 0.
  */
 #ifndef SK_CUDA_TOPK_BACKEND_H
 #define SK_CUDA_TOPK_BACKEND_H
