@@ -15,7 +15,8 @@ B dense row-major, C fp16. Implementations:
 TFLOPS count the selected blocks only (2 * nnz * 128 * 128 * N) for every
 implementation, the dense one included. Times: CUDA events around each
 call, 3 warm-ups, median of `reps` calls. Every implementation's C is
-compared with cuBLAS's (max |diff| relative to max |C|), recorded per row.
+compared with cuBLAS's (max |diff| relative to max |C|; C starts as NaN),
+recorded per row.
 """
 
 import argparse
@@ -121,7 +122,8 @@ def main():
             rec = dict(per_row=per_row, col_blocks=k // block, density=per_row / (k // block), m=m, n=n, k=k,
                        block=block, dtype="float16", impl=impl)
             try:
-                c = torch.empty(m, n, dtype=torch.float16, device=dev)
+                # NaN first, so a call that writes nothing cannot match cuBLAS.
+                c = torch.full((m, n), float("nan"), dtype=torch.float16, device=dev)
                 if impl == "sparsek":
                     fn = sparsek_runner(crow, col, vals, b, c, m, n, k, block)
                 elif impl == "sparsek_call":

@@ -221,12 +221,16 @@ def test_cuda_binding_checks():
 
 
 @requires_cuda
-@pytest.mark.parametrize("n", [64, 60])  # 60: C rows not on 16 bytes (the portable kernel on Hopper)
+@pytest.mark.parametrize("n", [64, 60])
 def test_cuda_bsr_gemm_matches_dense(n):
+    # n = 60: B and C are column slices of 64-wide tensors (16-byte rows for
+    # CUDA), and C's rows do not end on 16 bytes: the portable kernel on Hopper.
     lay = Layout.random(256, 256, k=1, seed=1, block=128)
     vals = torch.randn(lay.nnz, 128, 128, device="cuda", dtype=torch.float16)
-    b = torch.randn(256, n, device="cuda", dtype=torch.float16)
-    c = sparsek.bsr_gemm(vals, b, lay)
+    b = torch.randn(256, 64, device="cuda", dtype=torch.float16)[:, :n]
+    c_full = torch.full((256, 64), float("nan"), device="cuda", dtype=torch.float16)
+    c = sparsek.bsr_gemm(vals, b, lay, c=c_full[:, :n])
+    assert torch.isnan(c_full[:, n:]).all()  # C's padding untouched
     torch.cuda.synchronize()
     ro, ci = lay.row_offsets, lay.col_indices
     a = torch.zeros(256, 256, dtype=torch.float64)
