@@ -50,21 +50,10 @@ typedef enum sk_kernel_choice { SK_KERNEL_SM80 = 0, SK_KERNEL_SM90 = 1 } sk_kern
 
 /* Device present and new enough, and which kernel serves the problem. */
 static sk_status sk_choose_kernel(const sk_attention_problem *p, sk_kernel_choice *choice) {
-    int device = 0, major = 0, minor = 0;
-    SK_TRY(sk_cuda_current_cc(&device, &major, &minor));
-    if (major < 8)
-        return sk_error(SK_STATUS_NOT_SUPPORTED_BACKEND,
-                        "device %d has compute capability %d.%d; the CUDA backend needs 8.0 or "
-                        "later",
-                        device, major, minor);
-    const int hopper = major == 9 && minor == 0;
+    int hopper = 0;
+    SK_TRY(sk_cuda_check_arch(p->backend, &hopper));
     switch (p->backend) {
     case SK_BACKEND_CUDA_SM90:
-        if (!hopper)
-            return sk_error(SK_STATUS_NOT_SUPPORTED,
-                            "backend SK_BACKEND_CUDA_SM90 needs compute capability 9.0; device "
-                            "%d has %d.%d (use SK_BACKEND_CUDA)",
-                            device, major, minor);
         if (!sk_attention_sm90_supports(p))
             return sk_error(SK_STATUS_NOT_SUPPORTED,
                             "backend SK_BACKEND_CUDA_SM90: the Hopper kernel does not cover this "
@@ -85,21 +74,6 @@ static sk_status sk_choose_kernel(const sk_attention_problem *p, sk_kernel_choic
     }
     SK_TRY(sk_attention_sm80_check(p));
     *choice = SK_KERNEL_SM80;
-    return SK_STATUS_SUCCESS;
-}
-
-static sk_status sk_check_workspace(const sk_plan_layout *w, const void *workspace,
-                                    size_t workspace_size) {
-    if (workspace == NULL)
-        return sk_error(SK_STATUS_BAD_PARAM_WORKSPACE,
-                        "workspace is NULL; this problem needs %zu bytes "
-                        "(sk_attention_workspace_size)",
-                        w->total);
-    if (workspace_size < w->total)
-        return sk_error(SK_STATUS_BAD_PARAM_WORKSPACE,
-                        "workspace_size = %zu bytes, but this problem needs %zu "
-                        "(sk_attention_workspace_size)",
-                        workspace_size, w->total);
     return SK_STATUS_SUCCESS;
 }
 
@@ -124,7 +98,8 @@ static sk_status sk_prepare_enqueue(const sk_attention_problem *p, void *workspa
     const sk_schedule_geometry g = sk_attention_geometry(p);
     SK_TRY(sk_schedule_layout_of(&g, w));
     SK_TRY(sk_choose_kernel(p, choice));
-    SK_TRY(sk_check_workspace(w, workspace, workspace_size));
+    SK_TRY(sk_schedule_check_workspace(w, workspace, workspace_size,
+                                       "sk_attention_workspace_size"));
     *base = sk_schedule_base(workspace);
     return SK_STATUS_SUCCESS;
 }

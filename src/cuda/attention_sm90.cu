@@ -72,6 +72,7 @@
 
 #include "cuda/attention_kernels.h"
 #include "cuda/cuda_check.cuh"
+#include "cuda/hopper.cuh"
 #include "cuda/ptx.cuh"
 #include "cuda/tensor_map.h"
 
@@ -196,18 +197,6 @@ struct sk90_params {
  * Device helpers
  * ------------------------------------------------------------------------- */
 
-__device__ __forceinline__ void sk90_wait(uint32_t bar, uint32_t parity) {
-    while (!sk_mbar_try_wait(bar, parity)) {
-    }
-}
-
-/* wgmma shared-memory descriptor for a 128B-swizzled operand: start address,
- * leading and stride byte offsets (all >> 4), swizzle mode 1 in bits 62-63. */
-__device__ __forceinline__ uint64_t sk90_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
-    return (uint64_t)((addr & 0x3FFFFu) >> 4) | ((uint64_t)(lbo >> 4) << 16) |
-           ((uint64_t)(sbo >> 4) << 32) | (1ull << 62);
-}
-
 /* A tile, decoded. Everything the producer and consumers must agree on. */
 struct sk90_tile {
     int b, h, i;    /* batch, query head, query block */
@@ -301,7 +290,7 @@ __device__ void sk90_scheduler(const sk90_params &p, uint32_t base, volatile int
                 start = t.start;
                 end = t.end;
             }
-            sk90_wait(base + L::kBarSchedEmpty + 8 * slot, phase ^ 1);
+            sk_mbar_wait(base + L::kBarSchedEmpty + 8 * slot, phase ^ 1);
             sched[4 * slot + 0] = tile;
             sched[4 * slot + 1] = start;
             sched[4 * slot + 2] = end;
@@ -356,7 +345,7 @@ __device__ void sk90_producer(const sk90_params &p, uint32_t base, int32_t *tile
     sk90_pipe<L::kQBufs> qp = {0, 0};
     for (uint32_t n = 0;; ++n) {
         const uint32_t sslot = n % kSchedSlots, sphase = (n / kSchedSlots) & 1;
-        sk90_wait(base + L::kBarSchedFull + 8 * sslot, sphase); /* every lane: acquire */
+        sk_mbar_wait(base + L::kBarSchedFull + 8 * sslot, sphase); /* every lane: acquire */
         /* The lane that releases the slot reads it and shares it, so the
          * read is ordered before the scheduler's next write by that lane's
          * own arrival (which racecheck can follow). */
@@ -382,7 +371,7 @@ __device__ void sk90_producer(const sk90_params &p, uint32_t base, int32_t *tile
         const int slot_value = tile >= 0 && !has0 ? kTileEmptyBase - tile : tile;
         const uint32_t slot = n % kTileSlots, slot_phase = (n / kTileSlots) & 1;
         if (lead) {
-            sk90_wait(base + L::kBarTileEmpty + 8 * slot, slot_phase ^ 1);
+            sk_mbar_wait(base + L::kBarTileEmpty + 8 * slot, slot_phase ^ 1);
             *(volatile int32_t *)(tile_ids + slot) = slot_value;
             sk_mbar_arrive(base + L::kBarTileFull + 8 * slot); /* release */
         }
@@ -395,7 +384,7 @@ __device__ void sk90_producer(const sk90_params &p, uint32_t base, int32_t *tile
          * the previous one, so this load runs while that tile finishes; with
          * one, it waits for the previous tile's last S GEMMs. */
         if (lead) {
-            sk90_wait(base + L::kBarQEmpty + 8 * qp.stage, qp.phase ^ 1);
+            sk_mbar_wait(base + L::kBarQEmpty + 8 * qp.stage, qp.phase ^ 1);
             sk_mbar_arrive_expect_tx(base + L::kBarQFull + 8 * qp.stage, L::kQBytes);
             const uint64_t stream = sk_policy_evict_first(); /* Q: read once */
 #pragma unroll
@@ -412,7 +401,7 @@ __device__ void sk90_producer(const sk90_params &p, uint32_t base, int32_t *tile
          * the stage's arrival, which releases it). */
         bool has1 = sk90_cursor_next(p, t, cur, &c1);
         if (lead) {
-            sk90_wait(base + L::kBarKEmpty + 8 * kp.stage, kp.phase ^ 1);
+            sk_mbar_wait(base + L::kBarKEmpty + 8 * kp.stage, kp.phase ^ 1);
             block_info[kp.stage] = c0 | (has1 ? kInfoMore : 0);
             sk90_load_kv<HD>(&p.tm_k, base + L::kK + kp.stage * L::kBlockBytes,
                              base + L::kBarKFull + 8 * kp.stage, hk, c0, t.b);
@@ -424,7 +413,7 @@ __device__ void sk90_producer(const sk90_params &p, uint32_t base, int32_t *tile
             if (has1) {
                 has2 = sk90_cursor_next(p, t, cur, &c2);
                 if (lead) {
-                    sk90_wait(base + L::kBarKEmpty + 8 * kp.stage, kp.phase ^ 1);
+                    sk_mbar_wait(base + L::kBarKEmpty + 8 * kp.stage, kp.phase ^ 1);
                     block_info[kp.stage] = c1 | (has2 ? kInfoMore : 0);
                     sk90_load_kv<HD>(&p.tm_k, base + L::kK + kp.stage * L::kBlockBytes,
                                      base + L::kBarKFull + 8 * kp.stage, hk, c1, t.b);
@@ -432,7 +421,7 @@ __device__ void sk90_producer(const sk90_params &p, uint32_t base, int32_t *tile
                 kp.advance();
             }
             if (lead) {
-                sk90_wait(base + L::kBarVEmpty + 8 * vp.stage, vp.phase ^ 1);
+                sk_mbar_wait(base + L::kBarVEmpty + 8 * vp.stage, vp.phase ^ 1);
                 sk90_load_kv<HD>(&p.tm_v, base + L::kV + vp.stage * L::kBlockBytes,
                                  base + L::kBarVFull + 8 * vp.stage, hk, c0, t.b);
             }
@@ -464,8 +453,8 @@ __device__ __forceinline__ uint32_t sk90_pack(float lo, float hi) {
 template <sk_dtype DT, int HD>
 __device__ __forceinline__ void sk90_gemm_qk(float s[64], uint32_t q_base, uint32_t k_base) {
     using L = sk90_smem<HD>;
-    const uint64_t da0 = sk90_desc(q_base, 16, kSwizzleAtom);
-    const uint64_t db0 = sk90_desc(k_base, 16, kSwizzleAtom);
+    const uint64_t da0 = sk_wgmma_desc_sw128(q_base, 16, kSwizzleAtom);
+    const uint64_t db0 = sk_wgmma_desc_sw128(k_base, 16, kSwizzleAtom);
 #pragma unroll
     for (int kk = 0; kk < HD / 16; ++kk) {
         /* K step of 16 columns: +32 B inside the swizzle atom, a new slab every 4. */
@@ -492,7 +481,7 @@ __device__ __forceinline__ void sk90_gemm_pv(float o[HD / 2], const uint32_t pf[
                                              uint32_t v_base) {
     using L = sk90_smem<HD>;
     /* The 64-column slabs of V are kSlab128 apart (the leading byte offset). */
-    const uint64_t db0 = sk90_desc(v_base, L::kSlab128, kSwizzleAtom);
+    const uint64_t db0 = sk_wgmma_desc_sw128(v_base, L::kSlab128, kSwizzleAtom);
 #pragma unroll
     for (int kk = 0; kk < kBlockN / 16; ++kk) {
         /* 16 keys = two 8-row groups of 1024 B. */
@@ -648,7 +637,7 @@ __device__ void sk90_consumer(const sk90_params &p, uint32_t base, const int32_t
 
     for (uint32_t n = 0;; ++n) {
         const uint32_t slot = n % kTileSlots, slot_phase = (n / kTileSlots) & 1;
-        sk90_wait(base + L::kBarTileFull + 8 * slot, slot_phase);
+        sk_mbar_wait(base + L::kBarTileFull + 8 * slot, slot_phase);
         const int slot_value = *(volatile const int32_t *)(tile_ids + slot);
         sk_mbar_arrive(base + L::kBarTileEmpty + 8 * slot);
         if (slot_value == kTileEnd) break;
@@ -668,7 +657,7 @@ __device__ void sk90_consumer(const sk90_params &p, uint32_t base, const int32_t
         if (has_blocks) {
             const uint32_t q_base = q_wg + qp.stage * L::kQBytes;
             const uint32_t q_empty = base + L::kBarQEmpty + 8 * qp.stage;
-            sk90_wait(base + L::kBarQFull + 8 * qp.stage, qp.phase);
+            sk_mbar_wait(base + L::kBarQFull + 8 * qp.stage, qp.phase);
             qp.advance();
             float s[64];
             uint32_t pf[32];
@@ -677,7 +666,7 @@ __device__ void sk90_consumer(const sk90_params &p, uint32_t base, const int32_t
             /* Prologue: S_0 alone. (The three phases are written out: ptxas
              * serializes wgmma issued under run-time conditions.) The block
              * index and whether another block follows come with the K stage. */
-            sk90_wait(base + L::kBarKFull + 8 * kp.stage, kp.phase);
+            sk_mbar_wait(base + L::kBarKFull + 8 * kp.stage, kp.phase);
             int info = sk90_read_info(block_info, kp.stage, lane);
             sk_bar_sync(bar_mine, 256);
             sk_wgmma_fence();
@@ -697,8 +686,8 @@ __device__ void sk90_consumer(const sk90_params &p, uint32_t base, const int32_t
             while (info & kInfoMore) {
                 /* V_{j-1} was loaded right after K_j: waiting for both before
                  * the issue keeps the two GEMMs in one fenced sequence. */
-                sk90_wait(base + L::kBarKFull + 8 * kp.stage, kp.phase);
-                sk90_wait(base + L::kBarVFull + 8 * vp.stage, vp.phase);
+                sk_mbar_wait(base + L::kBarKFull + 8 * kp.stage, kp.phase);
+                sk_mbar_wait(base + L::kBarVFull + 8 * vp.stage, vp.phase);
                 info = sk90_read_info(block_info, kp.stage, lane);
                 sk_bar_sync(bar_mine, 256);
                 sk90_fence_operands<HD>(o, pf);
@@ -734,7 +723,7 @@ __device__ void sk90_consumer(const sk90_params &p, uint32_t base, const int32_t
             }
 
             /* Tail: the last P V. */
-            sk90_wait(base + L::kBarVFull + 8 * vp.stage, vp.phase);
+            sk_mbar_wait(base + L::kBarVFull + 8 * vp.stage, vp.phase);
             sk_bar_sync(bar_mine, 256);
             if constexpr (L::kRescaleEarly) {
 #pragma unroll
@@ -857,8 +846,6 @@ static const int64_t kSk90MaxStrideBytes = (int64_t)1 << 40;
  * it is replaced by a valid one. */
 static CUresult sk90_encode(CUtensorMap *map, const sk_attention_problem *p, const void *ptr,
                             int64_t seq, int64_t heads, const int64_t stride[3], int box_rows) {
-    PFN_cuTensorMapEncodeTiled_v12000 encode = sk_tensor_map_encoder();
-    if (encode == NULL) return CUDA_ERROR_NOT_FOUND;
     const int64_t es = 2, row_bytes = p->head_dim * es;
     const cuuint64_t dims[4] = {(cuuint64_t)p->head_dim, (cuuint64_t)heads, (cuuint64_t)seq,
                                 (cuuint64_t)p->batch};
@@ -867,12 +854,7 @@ static CUresult sk90_encode(CUtensorMap *map, const sk_attention_problem *p, con
     const int64_t sb = p->batch == 1 ? row_bytes * heads * seq : stride[0] * es;
     const cuuint64_t strides[3] = {(cuuint64_t)sh, (cuuint64_t)ss, (cuuint64_t)sb};
     const cuuint32_t box[4] = {kSlabCols, 1, (cuuint32_t)box_rows, 1};
-    const cuuint32_t estr[4] = {1, 1, 1, 1};
-    const CUtensorMapDataType dt = p->dtype == SK_DTYPE_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
-                                                             : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
-    return encode(map, dt, 4, (void *)ptr, dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                  CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    return sk_tensor_map_encode_sw128(map, p->dtype, 4, ptr, dims, strides, box);
 }
 
 static bool sk90_stride_ok(int64_t stride, int64_t extent) {

@@ -41,20 +41,9 @@ typedef enum sk_gemm_kernel { SK_GEMM_SM80 = 0, SK_GEMM_SM90 = 1 } sk_gemm_kerne
 
 /* Device present and new enough, and which kernel serves the problem. */
 static sk_status sk_gemm_choose(const sk_bsr_gemm_problem *p, sk_gemm_kernel *choice) {
-    int device = 0, major = 0, minor = 0;
-    SK_TRY(sk_cuda_current_cc(&device, &major, &minor));
-    if (major < 8)
-        return sk_error(SK_STATUS_NOT_SUPPORTED_BACKEND,
-                        "device %d has compute capability %d.%d; the CUDA backend needs 8.0 or "
-                        "later",
-                        device, major, minor);
-    const int hopper = major == 9 && minor == 0;
+    int hopper = 0;
+    SK_TRY(sk_cuda_check_arch(p->backend, &hopper));
     if (p->backend == SK_BACKEND_CUDA_SM90) {
-        if (!hopper)
-            return sk_error(SK_STATUS_NOT_SUPPORTED,
-                            "backend SK_BACKEND_CUDA_SM90 needs compute capability 9.0; device "
-                            "%d has %d.%d (use SK_BACKEND_CUDA)",
-                            device, major, minor);
         if (!sk_bsr_gemm_sm90_supports(p))
             return sk_error(SK_STATUS_NOT_SUPPORTED,
                             "backend SK_BACKEND_CUDA_SM90: the Hopper GEMM kernel does not cover "
@@ -81,16 +70,8 @@ static sk_status sk_gemm_prepare(const sk_bsr_gemm_problem *p, void *workspace,
     const sk_schedule_geometry g = sk_gemm_geometry(p);
     SK_TRY(sk_schedule_layout_of(&g, w));
     SK_TRY(sk_gemm_choose(p, choice));
-    if (workspace == NULL)
-        return sk_error(SK_STATUS_BAD_PARAM_WORKSPACE,
-                        "workspace is NULL; this problem needs %zu bytes "
-                        "(sk_bsr_gemm_workspace_size)",
-                        w->total);
-    if (workspace_size < w->total)
-        return sk_error(SK_STATUS_BAD_PARAM_WORKSPACE,
-                        "workspace_size = %zu bytes, but this problem needs %zu "
-                        "(sk_bsr_gemm_workspace_size)",
-                        workspace_size, w->total);
+    SK_TRY(sk_schedule_check_workspace(w, workspace, workspace_size,
+                                       "sk_bsr_gemm_workspace_size"));
     *base = sk_schedule_base(workspace);
     return SK_STATUS_SUCCESS;
 }

@@ -377,6 +377,25 @@ __device__ __forceinline__ void sk_gemm_epilogue(const sk_gemm_params &p, int64_
  * ------------------------------------------------------------------------- */
 
 /* One output tile: schedule slot `slot`, column tile `nt`. */
+/* The cursor's next chunk (when one is left) into the stage at dst, then
+ * the commit that closes this step's cp.async group (empty past the end, so
+ * the group count per step stays fixed); returns 1 when a chunk was issued. */
+template <int kBm>
+__device__ __forceinline__ int32_t sk_gemm_issue(const sk_gemm_params &p, sk_gemm_cursor *c,
+                                                 const char *bt, int32_t valid_rows,
+                                                 int32_t valid_cols, uint32_t dst) {
+    int32_t n = 0;
+    if (c->e < c->end) {
+        sk_gemm_load_a<kBm>(p, *c, valid_rows, dst);
+        sk_gemm_load_b(p, bt, (int64_t)c->col * p.bk + c->sub * SK_GEMM_CHUNK, valid_cols,
+                       dst + (uint32_t)sk_gemm_a_bytes(kBm));
+        sk_gemm_advance(p, c);
+        n = 1;
+    }
+    sk_cp_async_commit();
+    return n;
+}
+
 template <int kDtype, int kBm>
 __device__ __forceinline__ void sk_gemm_tile(const sk_gemm_params &p, int32_t slot, int32_t nt,
                                              uint32_t smem) {
@@ -409,29 +428,14 @@ __device__ __forceinline__ void sk_gemm_tile(const sk_gemm_params &p, int32_t sl
     int32_t issued = 0; /* chunks issued so far; chunk j sits in stage j % 3 */
 #pragma unroll
     for (int s = 0; s < SK_GEMM_STAGES - 1; ++s) {
-        if (c.e < c.end) {
-            const uint32_t dst = smem + (uint32_t)s * kStage;
-            sk_gemm_load_a<kBm>(p, c, valid_rows, dst);
-            sk_gemm_load_b(p, bt, (int64_t)c.col * p.bk + c.sub * SK_GEMM_CHUNK, valid_cols,
-                           dst + (uint32_t)sk_gemm_a_bytes(kBm));
-            sk_gemm_advance(p, &c);
-            ++issued;
-        }
-        sk_cp_async_commit();
+        issued += sk_gemm_issue<kBm>(p, &c, bt, valid_rows, valid_cols, smem + (uint32_t)s * kStage);
     }
     int stage = 0, fill = SK_GEMM_STAGES - 1; /* stages of chunk j and of chunk j + 2 */
     for (int32_t j = 0; j < issued; ++j) {
         sk_cp_async_wait<SK_GEMM_STAGES - 2>();
         __syncthreads(); /* chunk j visible to all; everyone is done with chunk j - 1 */
-        if (c.e < c.end) {
-            const uint32_t dst = smem + (uint32_t)fill * kStage;
-            sk_gemm_load_a<kBm>(p, c, valid_rows, dst);
-            sk_gemm_load_b(p, bt, (int64_t)c.col * p.bk + c.sub * SK_GEMM_CHUNK, valid_cols,
-                           dst + (uint32_t)sk_gemm_a_bytes(kBm));
-            sk_gemm_advance(p, &c);
-            ++issued;
-        }
-        sk_cp_async_commit();
+        issued += sk_gemm_issue<kBm>(p, &c, bt, valid_rows, valid_cols,
+                                     smem + (uint32_t)fill * kStage);
         sk_gemm_compute<kDtype, kBm>(o, smem + (uint32_t)stage * kStage, p.b_col_major, acc);
         stage = stage == SK_GEMM_STAGES - 1 ? 0 : stage + 1;
         fill = fill == SK_GEMM_STAGES - 1 ? 0 : fill + 1;

@@ -73,6 +73,7 @@
 
 #include "cuda/bsr_gemm_kernels.h"
 #include "cuda/cuda_check.cuh"
+#include "cuda/hopper.cuh"
 #include "cuda/ptx.cuh"
 #include "cuda/tensor_map.h"
 
@@ -147,18 +148,6 @@ struct g90_params {
  * Device helpers
  * ------------------------------------------------------------------------- */
 
-__device__ __forceinline__ void g90_wait(uint32_t bar, uint32_t parity) {
-    while (!sk_mbar_try_wait(bar, parity)) {
-    }
-}
-
-/* wgmma shared-memory descriptor for a 128B-swizzled operand: start
- * address, leading and stride byte offsets (all >> 4), swizzle mode 1. */
-__device__ __forceinline__ uint64_t g90_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
-    return (uint64_t)((addr & 0x3FFFFu) >> 4) | ((uint64_t)(lbo >> 4) << 16) |
-           ((uint64_t)(sbo >> 4) << 32) | (1ull << 62);
-}
-
 struct g90_smem {
     uint32_t base; /* shared address of the aligned base */
     __device__ uint32_t a(int s) const { return base + kOffStages + s * kStageBytes; }
@@ -230,7 +219,7 @@ __device__ void g90_scheduler(const g90_params &p, const g90_smem &sm, g90_tile 
             t.end = ri.z;
         }
         if (lane == 0) {
-            g90_wait(sm.tile_empty(tslot), tphase ^ 1);
+            sk_mbar_wait(sm.tile_empty(tslot), tphase ^ 1);
             tiles[tslot] = t;
             sk_mbar_arrive(sm.tile_full(tslot));
         }
@@ -252,7 +241,7 @@ __device__ void g90_producer(const g90_params &p, const g90_smem &sm, const g90_
         sk_prefetch_tensormap(&p.tm_b);
     }
     for (;;) {
-        g90_wait(sm.tile_full(tslot), tphase);
+        sk_mbar_wait(sm.tile_full(tslot), tphase);
         const g90_tile t = tiles[tslot];
         __syncwarp();
         if (lane == 0) sk_mbar_arrive(sm.tile_empty(tslot));
@@ -272,7 +261,7 @@ __device__ void g90_producer(const g90_params &p, const g90_smem &sm, const g90_
                     const void *tm_a = c == p.tail_col ? &p.tm_a_tail : &p.tm_a;
                     const int chunks = g90_block_chunks(p, c);
                     for (int ch = 0; ch < chunks; ++ch) {
-                        g90_wait(sm.empty(stage), phase ^ 1);
+                        sk_mbar_wait(sm.empty(stage), phase ^ 1);
                         sk_mbar_arrive_expect_tx(sm.full(stage), kStageBytes);
                         sk_tma_load_3d(sm.a(stage), tm_a, ch * kChunkK, 0, e0 + l, sm.full(stage),
                                        policy);
@@ -303,11 +292,11 @@ __device__ void g90_producer(const g90_params &p, const g90_smem &sm, const g90_
 /* Four wgmma m64n256k16 over one 64-deep chunk, one commit group. */
 template <sk_dtype DT, bool B_ROW_MAJOR>
 __device__ __forceinline__ void g90_mma_chunk(float acc[128], uint32_t a_base, uint32_t b_base) {
-    const uint64_t da0 = g90_desc(a_base, 16, kSwizzleAtom);
+    const uint64_t da0 = sk_wgmma_desc_sw128(a_base, 16, kSwizzleAtom);
     /* Row-major B is N-major: its 64-column slabs (kBBoxBytes apart) are the
      * leading byte offset, 8-row groups of K the stride; K-major B as A. */
-    const uint64_t db0 = B_ROW_MAJOR ? g90_desc(b_base, kBBoxBytes, kSwizzleAtom)
-                                     : g90_desc(b_base, 16, kSwizzleAtom);
+    const uint64_t db0 = B_ROW_MAJOR ? sk_wgmma_desc_sw128(b_base, kBBoxBytes, kSwizzleAtom)
+                                     : sk_wgmma_desc_sw128(b_base, 16, kSwizzleAtom);
     sk_wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kChunkK / 16; ++kk) {
@@ -331,6 +320,27 @@ __device__ __forceinline__ float g90_load_c(const g90_params &p, int64_t r, int6
     return __half2float(((const __half *)p.c)[i]);
 }
 
+/* A store round's two ends, around the threads' writes into the warpgroup's
+ * staging buffer. acquire: the previous round's (or tile's) TMA stores must
+ * have read the buffer. store: the writes made visible to TMA, then one
+ * thread stores the kEpiSlabs slabs of slab_cols columns from (col, row0). */
+__device__ __forceinline__ void g90_staging_acquire(int wg) {
+    if ((threadIdx.x & 127) == 0) sk_bulk_wait_read<0>();
+    sk_bar_sync(kBarEpilogue0 + wg, 128);
+}
+
+__device__ __forceinline__ void g90_staging_store(const g90_params &p, uint32_t stage_addr, int col,
+                                                  int slab_cols, int row0, int wg) {
+    sk_fence_proxy_async_smem();
+    sk_bar_sync(kBarEpilogue0 + wg, 128);
+    if ((threadIdx.x & 127) == 0) {
+#pragma unroll
+        for (int s = 0; s < kEpiSlabs; ++s)
+            sk_tma_store_2d(&p.tm_c, stage_addr + s * kEpiSlabBytes, col + s * slab_cols, row0);
+        sk_bulk_commit();
+    }
+}
+
 /* Accumulator layout (m64nN fp32): register i of lane (g = lane / 4,
  * t = lane % 4) of warp w holds row 16 w + g + 8 ((i >> 1) & 1), column
  * 8 (i >> 2) + 2 t + (i & 1).
@@ -348,9 +358,7 @@ __device__ __forceinline__ void g90_epilogue_generic(const g90_params &p, const 
     const bool read_c = p.beta != 0.0f;
 #pragma unroll
     for (int round = 0; round < kRounds; ++round) {
-        /* The previous round's (or tile's) stores must have read the buffer. */
-        if (tid == 0) sk_bulk_wait_read<0>();
-        sk_bar_sync(kBarEpilogue0 + wg, 128);
+        g90_staging_acquire(wg);
 #pragma unroll
         for (int j = 0; j < kRoundCols / 8; ++j) {
             const int jj = round * (kRoundCols / 8) + j; /* 8-column group within the tile */
@@ -377,15 +385,7 @@ __device__ __forceinline__ void g90_epilogue_generic(const g90_params &p, const 
                 }
             }
         }
-        sk_fence_proxy_async_smem();
-        sk_bar_sync(kBarEpilogue0 + wg, 128);
-        if (tid == 0) {
-#pragma unroll
-            for (int s = 0; s < kEpiSlabs; ++s)
-                sk_tma_store_2d(&p.tm_c, stage_addr + s * kEpiSlabBytes,
-                                col0 + round * kRoundCols + s * kSlabCols, row0);
-            sk_bulk_commit();
-        }
+        g90_staging_store(p, stage_addr, col0 + round * kRoundCols, kSlabCols, row0, wg);
     }
 }
 
@@ -409,8 +409,7 @@ __device__ __forceinline__ void g90_epilogue_16(const g90_params &p, const float
     for (int q = 0; q < 4; ++q) addr[q] = stage_addr + lrow * 128 + (((2u * q) ^ lswz) << 4);
 #pragma unroll
     for (int round = 0; round < kRounds; ++round) {
-        if (tid == 0) sk_bulk_wait_read<0>();
-        sk_bar_sync(kBarEpilogue0 + wg, 128);
+        g90_staging_acquire(wg);
 #pragma unroll
         for (int jp = 0; jp < kRoundCols / 16; ++jp) {
             const int jj = round * (kRoundCols / 8) + 2 * jp; /* first 8-column group */
@@ -423,15 +422,7 @@ __device__ __forceinline__ void g90_epilogue_16(const g90_params &p, const float
             }
             sk_stmatrix_x4(addr[jp % 4] + (jp / 4) * kEpiSlabBytes, m[0], m[1], m[2], m[3]);
         }
-        sk_fence_proxy_async_smem();
-        sk_bar_sync(kBarEpilogue0 + wg, 128);
-        if (tid == 0) {
-#pragma unroll
-            for (int s = 0; s < kEpiSlabs; ++s)
-                sk_tma_store_2d(&p.tm_c, stage_addr + s * kEpiSlabBytes,
-                                col0 + round * kRoundCols + s * 64, row0);
-            sk_bulk_commit();
-        }
+        g90_staging_store(p, stage_addr, col0 + round * kRoundCols, 64, row0, wg);
     }
 }
 
@@ -445,7 +436,7 @@ __device__ void g90_consumer(const g90_params &p, const g90_smem &sm, uint8_t *b
     uint32_t phase = 0, tphase = 0;
     float acc[128];
     for (;;) {
-        g90_wait(sm.tile_full(tslot), tphase);
+        sk_mbar_wait(sm.tile_full(tslot), tphase);
         const g90_tile t = tiles[tslot];
         sk_mbar_arrive(sm.tile_empty(tslot));
         if (++tslot == kTileSlots) tslot = 0, tphase ^= 1;
@@ -455,7 +446,7 @@ __device__ void g90_consumer(const g90_params &p, const g90_smem &sm, uint8_t *b
         for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
         int prev = 0;
         for (int c = 0; c < t.chunks; ++c) {
-            g90_wait(sm.full(stage), phase);
+            sk_mbar_wait(sm.full(stage), phase);
             g90_mma_chunk<DT, B_ROW_MAJOR>(acc, sm.a(stage) + wg * (kWgRows * 128), sm.b(stage));
             sk_wgmma_wait<1>();
             if (c > 0 && lane == 0) sk_mbar_arrive(sm.empty(prev));
@@ -520,24 +511,6 @@ __global__ void __launch_bounds__(kThreads, 1)
  * Host side
  * ------------------------------------------------------------------------- */
 
-static CUtensorMapDataType g90_map_type(sk_dtype dt) {
-    return dt == SK_DTYPE_BF16  ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
-           : dt == SK_DTYPE_F32 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32
-                                : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
-}
-
-/* A 128B-swizzled tiled map of rank 2 or 3 over ptr. */
-static CUresult g90_encode(CUtensorMap *map, sk_dtype dt, int rank, const void *ptr,
-                           const cuuint64_t *dims, const cuuint64_t *strides_bytes,
-                           const cuuint32_t *box) {
-    PFN_cuTensorMapEncodeTiled_v12000 encode = sk_tensor_map_encoder();
-    if (encode == NULL) return CUDA_ERROR_NOT_FOUND;
-    const cuuint32_t estr[3] = {1, 1, 1};
-    return encode(map, g90_map_type(dt), (cuuint32_t)rank, (void *)ptr, dims, strides_bytes, box,
-                  estr, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                  CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-}
-
 /* Fill the four maps; pointers may be placeholders (supports() only asks
  * whether the driver accepts the geometry). */
 static CUresult g90_encode_all(g90_params *prm, const sk_bsr_gemm_problem *p, const void *a,
@@ -549,20 +522,20 @@ static CUresult g90_encode_all(g90_params *prm, const sk_bsr_gemm_problem *p, co
     const cuuint64_t a_tail_dims[3] = {(cuuint64_t)k_tail, kTileM, nnz};
     const cuuint64_t a_strides[2] = {(cuuint64_t)(bk * es), (cuuint64_t)(bk * es * kTileM)};
     const cuuint32_t a_box[3] = {kChunkK, kTileM, 1};
-    CUresult r = g90_encode(&prm->tm_a, p->ab_dtype, 3, a, a_dims, a_strides, a_box);
+    CUresult r = sk_tensor_map_encode_sw128(&prm->tm_a, p->ab_dtype, 3, a, a_dims, a_strides, a_box);
     if (r == CUDA_SUCCESS)
-        r = g90_encode(&prm->tm_a_tail, p->ab_dtype, 3, a, a_tail_dims, a_strides, a_box);
+        r = sk_tensor_map_encode_sw128(&prm->tm_a_tail, p->ab_dtype, 3, a, a_tail_dims, a_strides, a_box);
     if (r != CUDA_SUCCESS) return r;
 
     const cuuint64_t b_stride[1] = {(cuuint64_t)(p->ldb * es)};
     if (p->b_order == SK_ORDER_ROW_MAJOR) {
         const cuuint64_t dims[2] = {(cuuint64_t)p->n, (cuuint64_t)p->k};
         const cuuint32_t box[2] = {64, kChunkK};
-        r = g90_encode(&prm->tm_b, p->ab_dtype, 2, b, dims, b_stride, box);
+        r = sk_tensor_map_encode_sw128(&prm->tm_b, p->ab_dtype, 2, b, dims, b_stride, box);
     } else {
         const cuuint64_t dims[2] = {(cuuint64_t)p->k, (cuuint64_t)p->n};
         const cuuint32_t box[2] = {kChunkK, kTileN};
-        r = g90_encode(&prm->tm_b, p->ab_dtype, 2, b, dims, b_stride, box);
+        r = sk_tensor_map_encode_sw128(&prm->tm_b, p->ab_dtype, 2, b, dims, b_stride, box);
     }
     if (r != CUDA_SUCCESS) return r;
 
@@ -570,7 +543,7 @@ static CUresult g90_encode_all(g90_params *prm, const sk_bsr_gemm_problem *p, co
     const cuuint64_t c_dims[2] = {(cuuint64_t)p->n, (cuuint64_t)p->m};
     const cuuint64_t c_stride[1] = {(cuuint64_t)(p->ldc * cs)};
     const cuuint32_t c_box[2] = {(cuuint32_t)(128 / cs), kWgRows};
-    return g90_encode(&prm->tm_c, p->c_dtype, 2, c, c_dims, c_stride, c_box);
+    return sk_tensor_map_encode_sw128(&prm->tm_c, p->c_dtype, 2, c, c_dims, c_stride, c_box);
 }
 
 /* Largest extent and tile count the kernel's int32 coordinates handle. */

@@ -37,4 +37,25 @@ static inline sk_status sk_cuda_current_cc(int *device, int *major, int *minor) 
     return SK_STATUS_SUCCESS;
 }
 
+/* What the attention and GEMM dispatch both require of the current device:
+ * compute capability 8.0 or later (else SK_STATUS_NOT_SUPPORTED_BACKEND),
+ * and 9.0 when the backend forces the Hopper kernel (else
+ * SK_STATUS_NOT_SUPPORTED). *hopper: whether the device is 9.0. */
+static inline sk_status sk_cuda_check_arch(sk_backend backend, int *hopper) {
+    int device = 0, major = 0, minor = 0;
+    SK_TRY(sk_cuda_current_cc(&device, &major, &minor));
+    if (major < 8)
+        return sk_error(SK_STATUS_NOT_SUPPORTED_BACKEND,
+                        "device %d has compute capability %d.%d; the CUDA backend needs 8.0 or "
+                        "later",
+                        device, major, minor);
+    *hopper = major == 9 && minor == 0;
+    if (backend == SK_BACKEND_CUDA_SM90 && !*hopper)
+        return sk_error(SK_STATUS_NOT_SUPPORTED,
+                        "backend SK_BACKEND_CUDA_SM90 needs compute capability 9.0; device "
+                        "%d has %d.%d (use SK_BACKEND_CUDA)",
+                        device, major, minor);
+    return SK_STATUS_SUCCESS;
+}
+
 #endif /* SK_CUDA_CHECK_CUH */

@@ -44,6 +44,18 @@ sk_status sk_schedule_layout_of(const sk_schedule_geometry *g, sk_plan_layout *w
     return SK_STATUS_SUCCESS;
 }
 
+sk_status sk_schedule_check_workspace(const sk_plan_layout *w, const void *workspace,
+                                      size_t workspace_size, const char *size_fn) {
+    if (workspace == NULL)
+        return sk_error(SK_STATUS_BAD_PARAM_WORKSPACE,
+                        "workspace is NULL; this problem needs %zu bytes (%s)", w->total, size_fn);
+    if (workspace_size < w->total)
+        return sk_error(SK_STATUS_BAD_PARAM_WORKSPACE,
+                        "workspace_size = %zu bytes, but this problem needs %zu (%s)",
+                        workspace_size, w->total, size_fn);
+    return SK_STATUS_SUCCESS;
+}
+
 char *sk_schedule_base(void *workspace) {
     const uintptr_t a = (uintptr_t)workspace;
     return (char *)((a + SK_SCHED_ALIGN - 1) / SK_SCHED_ALIGN * SK_SCHED_ALIGN);

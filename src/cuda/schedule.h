@@ -51,6 +51,11 @@ typedef struct sk_plan_layout {
 /* Workspace parts for g's tiles; SK_STATUS_NOT_SUPPORTED beyond 2^31 - 1 tiles. */
 sk_status sk_schedule_layout_of(const sk_schedule_geometry *g, sk_plan_layout *w);
 
+/* SK_STATUS_BAD_PARAM_WORKSPACE unless the caller's workspace is non-NULL
+ * and holds w->total bytes; size_fn names the public call that sizes it. */
+sk_status sk_schedule_check_workspace(const sk_plan_layout *w, const void *workspace,
+                                      size_t workspace_size, const char *size_fn);
+
 /* The caller's workspace pointer rounded up to the part alignment. */
 char *sk_schedule_base(void *workspace);
 

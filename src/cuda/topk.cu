@@ -461,13 +461,16 @@ static __device__ __forceinline__ uint32_t row_key(const float *row, const sk_to
 }
 
 /* The take-th largest (1-based, take <= 32) of the 32 lanes' values: a
- * bitonic sort across the warp, descending. */
-static __device__ __forceinline__ uint32_t warp_kth_largest(uint32_t v, int lane, int32_t take) {
+ * bitonic sort across the warp, descending. T: uint32_t keys, or floats
+ * without NaN (max / min are fmaxf / fminf there; a -0 / +0 tie may come out
+ * as either). */
+template <typename T>
+static __device__ __forceinline__ T warp_kth_largest(T v, int lane, int32_t take) {
 #pragma unroll
     for (int size = 2; size <= 32; size <<= 1)
 #pragma unroll
         for (int stride = size >> 1; stride > 0; stride >>= 1) {
-            const uint32_t o = __shfl_xor_sync(0xffffffffu, v, stride);
+            const T o = __shfl_xor_sync(0xffffffffu, v, stride);
             const bool lower = (lane & stride) == 0, asc = (lane & size) == 0;
             v = lower == asc ? max(v, o) : min(v, o);
         }
@@ -501,19 +504,6 @@ static __device__ __forceinline__ uint32_t radix_pick(const uint32_t *hist, int 
     }
     *kk = __shfl_sync(0xffffffffu, rest, src);
     return (uint32_t)__shfl_sync(0xffffffffu, digit, src);
-}
-
-/* The same over floats without NaN (a -0 / +0 tie may come out as either). */
-static __device__ __forceinline__ float warp_kth_largest_f(float v, int lane, int32_t take) {
-#pragma unroll
-    for (int size = 2; size <= 32; size <<= 1)
-#pragma unroll
-        for (int stride = size >> 1; stride > 0; stride >>= 1) {
-            const float o = __shfl_xor_sync(0xffffffffu, v, stride);
-            const bool lower = (lane & stride) == 0, asc = (lane & size) == 0;
-            v = lower == asc ? fmaxf(v, o) : fminf(v, o);
-        }
-    return __shfl_sync(0xffffffffu, v, take - 1);
 }
 
 /* How many of the blocks lane, lane + 32, lane + 64, ... lie below `end`. */
@@ -741,7 +731,7 @@ __global__ void __launch_bounds__(SEL_WARPS * 32, KEYS == 32 ? 6 : 8) sk_topk_se
     if (take > 0) {
         /* -FLT_MAX: every pickable score (finite or +inf) passes. */
         float t = -FLT_MAX;
-        if (take < valid) t = fmaxf(warp_kth_largest_f(lane_max, lane, take), -FLT_MAX);
+        if (take < valid) t = fmaxf(warp_kth_largest(lane_max, lane, take), -FLT_MAX);
 #pragma unroll
         for (int e = 0; e < KEYS; ++e) {
             if (e < stripes) {

@@ -1,0 +1,29 @@
+/*
+ * hopper.cuh - small device helpers the Hopper kernels (attention_sm90.cu,
+ * bsr_gemm_sm90.cu) share, built on ptx.cuh's wrappers (no inline PTX here).
+ */
+#ifndef SK_CUDA_HOPPER_CUH
+#define SK_CUDA_HOPPER_CUH
+
+#include <stdint.h>
+
+#include "cuda/ptx.cuh"
+
+/* Wait until the mbarrier's phase with this parity has completed
+ * (try_wait may time out, hence the loop). */
+__device__ __forceinline__ void sk_mbar_wait(uint32_t bar, uint32_t parity) {
+    while (!sk_mbar_try_wait(bar, parity)) {
+    }
+}
+
+/* wgmma shared-memory descriptor for a 128B-swizzled operand: start
+ * address, leading and stride byte offsets (all >> 4), swizzle mode 1 in
+ * bits 62-63. A K step adds its byte offset >> 4 to the result (no carry:
+ * shared addresses stay below 2^18). */
+__device__ __forceinline__ uint64_t sk_wgmma_desc_sw128(uint32_t addr, uint32_t lbo,
+                                                        uint32_t sbo) {
+    return (uint64_t)((addr & 0x3FFFFu) >> 4) | ((uint64_t)(lbo >> 4) << 16) |
+           ((uint64_t)(sbo >> 4) << 32) | (1ull << 62);
+}
+
+#endif /* SK_CUDA_HOPPER_CUH */
