@@ -2,11 +2,7 @@
  * topk_speed.c - timing of the dynamic top-k selection against the attention
  * it feeds (issue 7's speed target).
  *
- * Build (not part of the Makefile; after `make -j2 all`):
- *   gcc -O2 -std=c99 -D_POSIX_C_SOURCE=200809L -Wall -Wextra -Wpedantic -Werror \
- *       -Iinclude -isystem /usr/local/cuda/include bench/topk_speed.c build/libsparsek.a \
- *       -L/usr/local/cuda/lib64 -lcudart_static -lrt -lpthread -ldl -lstdc++ -fopenmp -lm \
- *       -o build/topk_speed
+ * Build: make build/topk_speed
  * Run:
  *   build/topk_speed --bench-topk [--commit HASH] [--reps N] [--small] [--config NAME]
  *
