@@ -22,10 +22,7 @@
 sk_status sk_attention_desc_init(sk_attention_desc *desc, size_t struct_size) {
     SK_ENTER("sk_attention_desc_init");
     SK_CHECK_NOT_NULL(desc);
-    if (struct_size != sizeof(sk_attention_desc))
-        return sk_error(SK_STATUS_BAD_PARAM_STRUCT_SIZE,
-                        "struct_size = %zu, but this library's sk_attention_desc has %zu bytes",
-                        struct_size, sizeof(sk_attention_desc));
+    SK_TRY(sk_check_init_struct_size(struct_size, sizeof(sk_attention_desc), "sk_attention_desc"));
     memset(desc, 0, sizeof *desc);
     desc->struct_size = sizeof *desc;
     desc->backend = SK_BACKEND_CUDA;
@@ -37,11 +34,7 @@ sk_status sk_attention_desc_init(sk_attention_desc *desc, size_t struct_size) {
 
 static sk_status check_desc(const sk_attention_desc *d) {
     if (d == NULL) return sk_error(SK_STATUS_BAD_PARAM_NULL_POINTER, "desc must not be NULL");
-    if (d->struct_size != sizeof(sk_attention_desc))
-        return sk_error(SK_STATUS_BAD_PARAM_STRUCT_SIZE,
-                        "desc->struct_size = %zu, expected %zu: initialise the descriptor with "
-                        "sk_attention_desc_init",
-                        d->struct_size, sizeof(sk_attention_desc));
+    SK_TRY(sk_check_desc_struct_size(d->struct_size, sizeof(sk_attention_desc), "desc", "sk_attention_desc_init"));
     const int64_t sizes[6] = {d->batch,   d->seq_q,    d->seq_k,
                               d->heads_q, d->heads_kv, d->head_dim};
     SK_TRY(sk_check_attention_shape(d->backend, d->dtype, sizes));

@@ -16,10 +16,7 @@
 sk_status sk_bsr_gemm_desc_init(sk_bsr_gemm_desc *desc, size_t struct_size) {
     SK_ENTER("sk_bsr_gemm_desc_init");
     SK_CHECK_NOT_NULL(desc);
-    if (struct_size != sizeof(sk_bsr_gemm_desc))
-        return sk_error(SK_STATUS_BAD_PARAM_STRUCT_SIZE,
-                        "struct_size = %zu, but this library's sk_bsr_gemm_desc has %zu bytes",
-                        struct_size, sizeof(sk_bsr_gemm_desc));
+    SK_TRY(sk_check_init_struct_size(struct_size, sizeof(sk_bsr_gemm_desc), "sk_bsr_gemm_desc"));
     memset(desc, 0, sizeof *desc);
     desc->struct_size = sizeof *desc;
     desc->backend = SK_BACKEND_CUDA;
@@ -34,11 +31,7 @@ sk_status sk_bsr_gemm_desc_init(sk_bsr_gemm_desc *desc, size_t struct_size) {
 static sk_status build_problem(const sk_bsr_gemm_desc *d, const sk_bsr *a,
                                sk_bsr_gemm_problem *p) {
     if (d == NULL) return sk_error(SK_STATUS_BAD_PARAM_NULL_POINTER, "desc must not be NULL");
-    if (d->struct_size != sizeof(sk_bsr_gemm_desc))
-        return sk_error(SK_STATUS_BAD_PARAM_STRUCT_SIZE,
-                        "desc->struct_size = %zu, expected %zu: initialise the descriptor with "
-                        "sk_bsr_gemm_desc_init",
-                        d->struct_size, sizeof(sk_bsr_gemm_desc));
+    SK_TRY(sk_check_desc_struct_size(d->struct_size, sizeof(sk_bsr_gemm_desc), "desc", "sk_bsr_gemm_desc_init"));
     SK_TRY(sk_check_backend(d->backend, "desc->backend"));
     if (sk_dtype_size(d->ab_dtype) == 0)
         return sk_error(SK_STATUS_BAD_PARAM_DTYPE, "desc->ab_dtype = %d is not an sk_dtype",

@@ -57,6 +57,23 @@ sk_status sk_check_backend(sk_backend backend, const char *what) {
     return SK_STATUS_SUCCESS;
 }
 
+sk_status sk_check_init_struct_size(size_t struct_size, size_t want, const char *type) {
+    if (struct_size != want)
+        return sk_error(SK_STATUS_BAD_PARAM_STRUCT_SIZE,
+                        "struct_size = %zu, but this library's %s has %zu bytes", struct_size,
+                        type, want);
+    return SK_STATUS_SUCCESS;
+}
+
+sk_status sk_check_desc_struct_size(size_t struct_size, size_t want, const char *what,
+                                    const char *init) {
+    if (struct_size != want)
+        return sk_error(SK_STATUS_BAD_PARAM_STRUCT_SIZE,
+                        "%s->struct_size = %zu, expected %zu: initialise the descriptor with %s",
+                        what, struct_size, want, init);
+    return SK_STATUS_SUCCESS;
+}
+
 sk_status sk_check_attention_shape(sk_backend backend, sk_dtype dtype, const int64_t sizes[6]) {
     static const char *const names[6] = {"batch",   "seq_q",    "seq_k",
                                          "heads_q", "heads_kv", "head_dim"};

@@ -19,6 +19,13 @@ int sk_backend_is_cuda(sk_backend backend);
 
 sk_status sk_check_backend(sk_backend backend, const char *what);
 
+/* The struct_size argument of an sk_*_desc_init (type: "sk_topk_desc"). */
+sk_status sk_check_init_struct_size(size_t struct_size, size_t want, const char *type);
+/* A descriptor's struct_size field, as its init function sets it
+ * (what: "desc" or "attn"; init: "sk_topk_desc_init"). */
+sk_status sk_check_desc_struct_size(size_t struct_size, size_t want, const char *what,
+                                    const char *init);
+
 /* The shape fields shared by the attention and top-k descriptors
  * ("desc->..." in messages): the backend, the dtype (F32 on the CPU only),
  * sizes[6] = {batch, seq_q, seq_k, heads_q, heads_kv, head_dim} each >= 1,

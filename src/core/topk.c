@@ -34,10 +34,7 @@ static size_t align_up(size_t x) { return (x + WS_ALIGN - 1) / WS_ALIGN * WS_ALI
 sk_status sk_topk_desc_init(sk_topk_desc *desc, size_t struct_size) {
     SK_ENTER("sk_topk_desc_init");
     SK_CHECK_NOT_NULL(desc);
-    if (struct_size != sizeof(sk_topk_desc))
-        return sk_error(SK_STATUS_BAD_PARAM_STRUCT_SIZE,
-                        "struct_size = %zu, but this library's sk_topk_desc has %zu bytes",
-                        struct_size, sizeof(sk_topk_desc));
+    SK_TRY(sk_check_init_struct_size(struct_size, sizeof(sk_topk_desc), "sk_topk_desc"));
     memset(desc, 0, sizeof *desc);
     desc->struct_size = sizeof *desc;
     desc->backend = SK_BACKEND_CUDA;
@@ -67,11 +64,7 @@ static void make_grid(const sk_topk_desc *d, sk_grid *g) {
  * (pointers NULL). */
 static sk_status build_problem(const sk_topk_desc *d, sk_topk_problem *p) {
     if (d == NULL) return sk_error(SK_STATUS_BAD_PARAM_NULL_POINTER, "desc must not be NULL");
-    if (d->struct_size != sizeof(sk_topk_desc))
-        return sk_error(SK_STATUS_BAD_PARAM_STRUCT_SIZE,
-                        "desc->struct_size = %zu, expected %zu: initialise the descriptor with "
-                        "sk_topk_desc_init",
-                        d->struct_size, sizeof(sk_topk_desc));
+    SK_TRY(sk_check_desc_struct_size(d->struct_size, sizeof(sk_topk_desc), "desc", "sk_topk_desc_init"));
     const int64_t sizes[6] = {d->batch, d->seq_q, d->seq_k, d->heads_q, d->heads_kv, d->head_dim};
     SK_TRY(sk_check_attention_shape(d->backend, d->dtype, sizes));
     if (d->block_q != 64 && d->block_q != 128)
@@ -369,11 +362,8 @@ sk_status sk_layout_from_scores(const sk_topk_desc *desc, const float *scores, s
  * entry points. */
 static sk_status check_same_problem(const sk_attention_desc *a, const sk_topk_problem *p) {
     if (a == NULL) return sk_error(SK_STATUS_BAD_PARAM_NULL_POINTER, "attn must not be NULL");
-    if (a->struct_size != sizeof(sk_attention_desc))
-        return sk_error(SK_STATUS_BAD_PARAM_STRUCT_SIZE,
-                        "attn->struct_size = %zu, expected %zu: initialise the descriptor with "
-                        "sk_attention_desc_init",
-                        a->struct_size, sizeof(sk_attention_desc));
+    SK_TRY(sk_check_desc_struct_size(a->struct_size, sizeof(sk_attention_desc), "attn",
+                                     "sk_attention_desc_init"));
     if (a->backend != p->backend)
         return sk_error(SK_STATUS_BAD_PARAM_VALUE,
                         "attn->backend = %d differs from topk->backend = %d", (int)a->backend,
