@@ -238,6 +238,27 @@ static __device__ __forceinline__ int32_t warp_inclusive_sum(int32_t v, int lane
     return v;
 }
 
+/* Exclusive prefix sum of v over a CTA of THREADS threads (all of them
+ * call it); *total = the sum over the CTA. warp_part: THREADS / 32 shared
+ * words, which may be rewritten only after a barrier that follows the
+ * call. */
+template <int THREADS>
+static __device__ __forceinline__ int32_t cta_exclusive_sum(int32_t v, int32_t *warp_part,
+                                                            int32_t *total) {
+    const int warp = (int)(threadIdx.x >> 5), lane = (int)(threadIdx.x & 31);
+    const int32_t incl = warp_inclusive_sum(v, lane);
+    if (lane == 31) warp_part[warp] = incl;
+    __syncthreads();
+    int32_t before = 0, sum = 0;
+#pragma unroll
+    for (int w = 0; w < THREADS / 32; ++w) {
+        before += w < warp ? warp_part[w] : 0;
+        sum += warp_part[w];
+    }
+    *total = sum;
+    return before + incl - v;
+}
+
 /* Every slice has the same row rules, so one CTA of TBL_THREADS threads
  * tabulates them once per call (sk_topk_row_rules, the host's function):
  * the rules, and each row's place in its slice's part of col_indices when
@@ -246,24 +267,17 @@ static __device__ __forceinline__ int32_t warp_inclusive_sum(int32_t v, int lane
  * per row, and the placement no scan. */
 static __device__ void fill_row_table(const sk_topk_problem *p, const row_table *t) {
     __shared__ int32_t warp_total[TBL_THREADS / 32];
-    const int tid = (int)threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int tid = (int)threadIdx.x;
     int32_t base = 0;
     for (int32_t r0 = 0; r0 < p->row_blocks; r0 += TBL_THREADS) {
         const int32_t r = r0 + tid;
         sk_topk_row rule = {0, 0, 0, -1, 0, 0};
         if (r < p->row_blocks) rule = sk_topk_row_rules(p, r);
-        const int32_t incl = warp_inclusive_sum(rule.bound, lane);
-        if (lane == 31) warp_total[warp] = incl;
-        __syncthreads();
-        int32_t before = 0, total = 0;
-#pragma unroll
-        for (int w = 0; w < TBL_THREADS / 32; ++w) {
-            before += w < warp ? warp_total[w] : 0;
-            total += warp_total[w];
-        }
+        int32_t total;
+        const int32_t before = cta_exclusive_sum<TBL_THREADS>(rule.bound, warp_total, &total);
         if (r < p->row_blocks) {
             t->rule[r] = make_int4(rule.n_cand, rule.sink_end, rule.local_lo, rule.local_hi);
-            t->place[r] = make_int2(base + before + incl - rule.bound, rule.bound);
+            t->place[r] = make_int2(base + before, rule.bound);
         }
         base += total;
         __syncthreads(); /* warp_total is rewritten next */
@@ -865,7 +879,6 @@ __global__ void __launch_bounds__(CMP_THREADS) sk_topk_place_kernel(const __grid
     if ((int32_t)blockIdx.x >= pp.compact_ctas) return;
     __shared__ int32_t warp_part[CMP_THREADS / 32];
     __shared__ int32_t chunk_off[CMP_THREADS];
-    __shared__ int32_t chunk_total;
     const int tid = (int)threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int32_t r0 = (int32_t)blockIdx.x * per_cta;
     const int32_t r1 = r0 + per_cta < rows ? r0 + per_cta : rows;
@@ -892,19 +905,10 @@ __global__ void __launch_bounds__(CMP_THREADS) sk_topk_place_kernel(const __grid
     for (int32_t c0 = r0; c0 < r1; c0 += CMP_THREADS) {
         const int32_t r = c0 + tid;
         const int32_t v = r < r1 ? counts[r] : 0;
-        const int32_t incl = warp_inclusive_sum(v, lane);
-        if (lane == 31) warp_part[warp] = incl;
-        __syncthreads();
-        int32_t before = 0, total = 0;
-#pragma unroll
-        for (int w = 0; w < CMP_THREADS / 32; ++w) {
-            before += w < warp ? warp_part[w] : 0;
-            total += warp_part[w];
-        }
-        const int32_t off = base + before + incl - v;
+        int32_t total;
+        const int32_t off = base + cta_exclusive_sum<CMP_THREADS>(v, warp_part, &total);
         chunk_off[tid] = off;
         if (r < r1) row_offsets[r] = off;
-        if (tid == 0) chunk_total = total;
         __syncthreads();
         /* Copy: warp w takes rows c0 + w, c0 + w + 8, ... of the chunk. */
         for (int32_t q = warp; q < CMP_THREADS && c0 + q < r1; q += CMP_THREADS / 32) {
@@ -912,8 +916,8 @@ __global__ void __launch_bounds__(CMP_THREADS) sk_topk_place_kernel(const __grid
             const int32_t *src = scratch + (int64_t)g * row_cap;
             for (int32_t e = lane; e < nsel; e += 32) col_indices[dst + e] = src[e];
         }
-        base += chunk_total;
-        __syncthreads(); /* warp_part, chunk_off and chunk_total are rewritten next */
+        base += total;
+        __syncthreads(); /* warp_part and chunk_off are rewritten next */
     }
     if (r1 == rows && tid == 0) row_offsets[rows] = base;
 }
