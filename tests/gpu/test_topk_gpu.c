@@ -42,7 +42,13 @@ static void *to_device(const void *host, size_t n) {
     return d;
 }
 
-static void poison(void *dev, size_t n) { cudaMemset(dev, 0xff, n < 16 ? 16 : n); }
+/* Synchronous: cudaMemset runs on the legacy stream, which does not order
+ * itself with the non-blocking stream of the graph test (there, an
+ * unfinished poisoning could overwrite what the replay wrote). */
+static void poison(void *dev, size_t n) {
+    cudaMemset(dev, 0xff, n < 16 ? 16 : n);
+    cudaDeviceSynchronize();
+}
 
 /* ---------------------------------------------------------------------------
  * Pooling
