@@ -291,6 +291,34 @@ sk_status sk_block_pool(const sk_topk_desc *desc, const void *q, const void *k, 
     return sk_cuda_topk_pool(&p, stream);
 }
 
+/* The CUDA workspace of a selection (with_scores: sk_select_topk's, else
+ * sk_layout_from_scores'): present, large enough and apart from the
+ * layout; its size out (0 on the CPU, which needs none). */
+static sk_status check_select_workspace(const sk_topk_problem *p, int with_scores,
+                                        const sk_bsr *layout, const void *workspace,
+                                        size_t workspace_size, int64_t *ws) {
+    *ws = 0;
+    if (p->backend == SK_BACKEND_CPU) return SK_STATUS_SUCCESS;
+    size_t need;
+    SK_TRY(sk_cuda_topk_workspace_size(p, with_scores, &need));
+    SK_TRY(check_workspace(workspace, workspace_size, need));
+    *ws = (int64_t)need;
+    return check_layout_apart(p, layout, workspace, *ws, "workspace");
+}
+
+/* The checked selection on its backend, writing into `layout`. */
+static sk_status run_select(sk_topk_problem *p, sk_bsr *layout, void *workspace,
+                            size_t workspace_size, struct CUstream_st *stream) {
+    p->row_offsets = layout->row_offsets;
+    p->col_indices = layout->col_indices;
+    if (p->backend == SK_BACKEND_CPU)
+        SK_TRY(sk_cpu_topk_select(p));
+    else
+        SK_TRY(sk_cuda_topk_select(p, workspace, workspace_size, stream));
+    set_layout(p, layout);
+    return SK_STATUS_SUCCESS;
+}
+
 sk_status sk_select_topk(const sk_topk_desc *desc, const float *pooled_q, const float *pooled_k,
                          sk_bsr *layout, void *workspace, size_t workspace_size,
                          struct CUstream_st *stream) {
@@ -303,25 +331,15 @@ sk_status sk_select_topk(const sk_topk_desc *desc, const float *pooled_q, const 
     const int64_t pq = pooled_q_bytes(&p), pk = pooled_k_bytes(&p);
     SK_TRY(check_layout_apart(&p, layout, pooled_q, pq, "pooled_q"));
     SK_TRY(check_layout_apart(&p, layout, pooled_k, pk, "pooled_k"));
-    if (p.backend != SK_BACKEND_CPU) {
-        size_t need;
-        SK_TRY(sk_cuda_topk_workspace_size(&p, 1, &need));
-        SK_TRY(check_workspace(workspace, workspace_size, need));
-        const int64_t ws = (int64_t)need;
-        SK_TRY(check_layout_apart(&p, layout, workspace, ws, "workspace"));
+    int64_t ws;
+    SK_TRY(check_select_workspace(&p, 1, layout, workspace, workspace_size, &ws));
+    if (ws > 0) {
         SK_TRY(sk_check_disjoint(workspace, ws, "workspace", pooled_q, pq, "pooled_q"));
         SK_TRY(sk_check_disjoint(workspace, ws, "workspace", pooled_k, pk, "pooled_k"));
     }
     p.pooled_q = pooled_q;
     p.pooled_k = pooled_k;
-    p.row_offsets = layout->row_offsets;
-    p.col_indices = layout->col_indices;
-    if (p.backend == SK_BACKEND_CPU)
-        SK_TRY(sk_cpu_topk_select(&p));
-    else
-        SK_TRY(sk_cuda_topk_select(&p, workspace, workspace_size, stream));
-    set_layout(&p, layout);
-    return SK_STATUS_SUCCESS;
+    return run_select(&p, layout, workspace, workspace_size, stream);
 }
 
 sk_status sk_layout_from_scores(const sk_topk_desc *desc, const float *scores, sk_bsr *layout,
@@ -335,22 +353,11 @@ sk_status sk_layout_from_scores(const sk_topk_desc *desc, const float *scores, s
     SK_TRY(check_layout_out(&p, layout));
     const int64_t sb = (int64_t)p.total_rows * p.col_blocks * 4;
     SK_TRY(check_layout_apart(&p, layout, scores, sb, "scores"));
-    if (p.backend != SK_BACKEND_CPU) {
-        size_t need;
-        SK_TRY(sk_cuda_topk_workspace_size(&p, 0, &need));
-        SK_TRY(check_workspace(workspace, workspace_size, need));
-        SK_TRY(check_layout_apart(&p, layout, workspace, (int64_t)need, "workspace"));
-        SK_TRY(sk_check_disjoint(workspace, (int64_t)need, "workspace", scores, sb, "scores"));
-    }
+    int64_t ws;
+    SK_TRY(check_select_workspace(&p, 0, layout, workspace, workspace_size, &ws));
+    if (ws > 0) SK_TRY(sk_check_disjoint(workspace, ws, "workspace", scores, sb, "scores"));
     p.scores = scores;
-    p.row_offsets = layout->row_offsets;
-    p.col_indices = layout->col_indices;
-    if (p.backend == SK_BACKEND_CPU)
-        SK_TRY(sk_cpu_topk_select(&p));
-    else
-        SK_TRY(sk_cuda_topk_select(&p, workspace, workspace_size, stream));
-    set_layout(&p, layout);
-    return SK_STATUS_SUCCESS;
+    return run_select(&p, layout, workspace, workspace_size, stream);
 }
 
 /* ---------------------------------------------------------------------------
