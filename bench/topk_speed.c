@@ -17,7 +17,9 @@
  *   2. Timed with CUDA events, 3 warm-up calls then the median (and minimum)
  *      of N calls (default 20), each region alone on the stream:
  *        pool       sk_block_pool
- *        select     sk_select_topk (scores + selection + offsets)
+ *        select     sk_select_topk (scores + selection + offsets); also with
+ *                   the backend SK_BACKEND_CUDA_SM80 (portable fp32 SIMT
+ *                   scoring) as select_portable_us
  *        from_scores  sk_layout_from_scores on select's scores (selection
  *                   alone; select - from_scores is the scoring)
  *        selection  pool + select
@@ -291,6 +293,13 @@ static void bench_config(const cfg *f, const char *commit, int reps, const sk_de
         need <= c.ws_attn_bytes)
         time_region(&c, R_ATTENTION, &a90, reps, &med90, &min90);
 
+    /* The selection with the portable kernels (fp32 SIMT scoring), for the
+     * same-run comparison with the library's choice (Hopper scoring on 9.0). */
+    double med_sel80 = -1, min_sel80 = -1;
+    c.topk.backend = SK_BACKEND_CUDA_SM80;
+    time_region(&c, R_SELECT, &c.attn, reps, &med_sel80, &min_sel80);
+    c.topk.backend = SK_BACKEND_CUDA;
+
     /* Selected block pairs over all (batch, query head) rows. */
     const double head_factor = f->per_kv ? (double)(f->hq / f->hkv) : 1.0;
     const double flops = 4.0 * (double)f->d * f->block * f->block * (double)nnz_blocks * head_factor;
@@ -309,7 +318,7 @@ static void bench_config(const cfg *f, const char *commit, int reps, const sk_de
            "\"attention_us\": %.1f, \"attention_topk_us\": %.1f, \"from_scores_us\": %.1f, "
            "\"score_us_derived\": %.1f, "
            "\"min_selection_us\": %.1f, \"min_attention_us\": %.1f, \"min_attention_topk_us\": %.1f, "
-           "\"attention_sm80_us\": %.1f, \"attention_sm90_us\": %.1f, "
+           "\"attention_sm80_us\": %.1f, \"attention_sm90_us\": %.1f, \"select_portable_us\": %.1f, "
            "\"selection_over_attention\": %.4f, \"rate_vs_attention_only\": %.4f, "
            "\"attention_tflops_selected\": %.1f, \"attention_tflops_dense_causal_equiv\": %.1f, "
            "\"pool_gbps\": %.0f}\n",
@@ -318,7 +327,7 @@ static void bench_config(const cfg *f, const char *commit, int reps, const sk_de
            (long long)f->d, (int)f->block, (int)f->k, (int)f->sinks, (int)f->local,
            f->per_kv ? "true" : "false", (int)cap, (long long)nnz_blocks, full ? "true" : "false",
            valid == SK_STATUS_SUCCESS ? "true" : "false", reps, med[0], med[1], med[2], med[3],
-           med[4], med[5], med[1] - med[5], mn[2], mn[3], mn[4], med80, med90, med[2] / med[3], med[3] / med[4],
+           med[4], med[5], med[1] - med[5], mn[2], mn[3], mn[4], med80, med90, med_sel80, med[2] / med[3], med[3] / med[4],
            flops / (med[3] * 1e6), dense_causal / (med[3] * 1e6),
            (double)(nq + nk) * 2.0 / (med[0] * 1e3));
     fflush(stdout);

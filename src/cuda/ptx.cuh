@@ -96,6 +96,14 @@ __device__ __forceinline__ uint32_t sk_cvt_bf16x2(float hi, float lo) {
     return r;
 }
 
+/* cvt.rna.tf32.f32: x rounded to tf32 (10 mantissa bits, nearest, ties away from zero), as an
+ * fp32 bit pattern whose low 13 bits are zero. */
+__device__ __forceinline__ uint32_t sk_cvt_rna_tf32(float x) {
+    uint32_t r;
+    asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
+    return r;
+}
+
 /* ===========================================================================
  * sm_90a instructions
  * ========================================================================= */
@@ -279,6 +287,29 @@ __device__ __forceinline__ void sk_wgmma_m64n256k16_ss_bf16(float d[128], uint64
                  ", %128, %129, 1, 1, 1, 0, %130;\n"
                  : SK_WGMMA_D128_OPS(d)
                  : "l"(desc_a), "l"(desc_b), "n"(TRANS_B));
+}
+
+/* wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32, A and B from shared memory (tf32 allows
+ * K-major only): d += a * b. */
+__device__ __forceinline__ void sk_wgmma_m64n128k8_ss_tf32(float d[64], uint64_t desc_a,
+                                                           uint64_t desc_b) {
+    asm volatile("wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 " SK_WGMMA_D64_STR
+                 ", %64, %65, 1, 1, 1;\n"
+                 : SK_WGMMA_D64_OPS(d)
+                 : "l"(desc_a), "l"(desc_b));
+}
+
+/* griddepcontrol.launch_dependents: the next kernel on the stream, if launched with programmatic
+ * stream serialization, may start its CTAs once every CTA of this grid has executed this (or
+ * exited). */
+__device__ __forceinline__ void sk_griddep_launch_dependents(void) {
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+}
+
+/* griddepcontrol.wait: wait until the grids this one programmatically depends on have completed
+ * and their memory is visible (returns at once for a kernel launched without the attribute). */
+__device__ __forceinline__ void sk_griddep_wait(void) {
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
 }
 
 /* wgmma.fence.sync.aligned: order earlier register writes before the next wgmma reads them. */

@@ -11,13 +11,16 @@
  *            plain read kernel on the H200, docs/perf/topk.md).
  *   group sum  with per_kv_head and a group > 1 only: the fp32 sum of each group's pooled
  *            Q rows (ascending head order), the scoring's A operand.
- *   score    scores[slice, i, j] = scale * sum_d A[i, d] * pooled_k[j, d]: a
- *            plain fp32 SIMT GEMM (FMA), 128 x 128 tiles, 8 x 8 outputs per
- *            thread, D in steps of 8 through double-buffered shared memory
- *            with a register prefetch, two CTAs per SM. With causal, tiles
- *            wholly past the candidates of their last row are skipped (those
- *            scores are never read). Streaming stores keep the operands in
- *            L2. One extra CTA fills the row table (below).
+ *   score    scores[slice, i, j] = scale * sum_d A[i, d] * pooled_k[j, d],
+ *            128 x 128 tiles. On a 9.0 device (unless the backend forces
+ *            SK_BACKEND_CUDA_SM80) the Hopper kernel, topk_score_sm90.cu:
+ *            wgmma with the 3xTF32 split (fp32-accurate, not the fmaf chain
+ *            bit for bit). Else a plain fp32 SIMT GEMM (FMA), 8 x 8 outputs
+ *            per thread, D in steps of 8 through double-buffered shared
+ *            memory with a register prefetch, two CTAs per SM. With causal,
+ *            tiles wholly past the candidates of their last row are skipped
+ *            (those scores are never read). Streaming stores keep the
+ *            operands in L2. One extra CTA (the first) fills the row table.
  *   row table  (sk_layout_from_scores: its own one-CTA kernel) the rules of
  *            every row of a slice, each row's place in its slice when every
  *            row fills its bound, and the short-row flag cleared.
@@ -50,6 +53,9 @@
  *            each sums the counts of the rows before its range itself, scans
  *            its rows (row_offsets) and copies their scratch entries into
  *            col_indices.
+ * On a 9.0 device every kernel after the first is launched with
+ * programmatic stream serialization (topk_kernels.cuh, pdl_enter), so it is
+ * scheduled while its predecessor drains.
  * The counts depend on the scores only through NaN / -inf (see
  * topk_backend.h), so the layout equals the host rules' bit for bit for the
  * same scores, and two runs are identical.
@@ -61,13 +67,12 @@
 
 #include "cuda/cuda_check.cuh"
 #include "cuda/topk_backend.h"
+#include "cuda/topk_kernels.cuh"
 
 enum {
     WS_ALIGN = 256,
     POOL_THREADS = 256,
     POOL_INFLIGHT = 8, /* 16-byte loads in flight per thread */
-    SC_TM = 128,       /* score tile rows (query blocks) */
-    SC_TN = 128,       /* score tile columns (key blocks) */
     SC_KC = 8,         /* D step through shared memory */
     SC_PAD = 4,        /* keeps the float4 rows of the transposed tiles 16-byte aligned */
     SC_THREADS = 256,
@@ -79,7 +84,6 @@ enum {
     SEL_REG_KEYS = 32, /* register selection: keys per lane */
     SEL_REG_MAX = 32 * SEL_REG_KEYS, /* ... for rows of at most 1024 key blocks */
     SEL_REG_K = 32,    /* ... and k <= 32 */
-    TBL_THREADS = 256, /* the row table: one CTA */
     CMP_THREADS = 256, /* compaction: one row per thread in the scan, a warp per row in the copy */
     CMP_MAX_CTAS = 128
 };
@@ -150,6 +154,7 @@ static __device__ __forceinline__ void add8(float acc[8], uint4 v, int bf16) {
 }
 
 __global__ void __launch_bounds__(POOL_THREADS, 4) sk_topk_pool_kernel(const __grid_constant__ pool_params p) {
+    pdl_release();
     const int which = (int32_t)blockIdx.x >= p.t[0].nblocks;
     const pool_tensor t = which ? p.t[1] : p.t[0];
     const int32_t blk = (int32_t)blockIdx.x - (which ? p.t[0].nblocks : 0);
@@ -222,73 +227,11 @@ static sk_status launch_pool(const sk_topk_problem *p, cudaStream_t stream) {
  * Row table
  * ------------------------------------------------------------------------- */
 
-/* Workspace pointers of the per-call row table (see topk_backend.h). */
-typedef struct row_table {
-    int4 *rule;    /* [row_blocks] {n_cand, sink_end, local_lo, local_hi} */
-    int2 *place;   /* [row_blocks] {first entry of the row within its slice, bound} */
-    int32_t *flag; /* != 0: some row came out shorter than its bound */
-} row_table;
-
-static __device__ __forceinline__ int32_t warp_inclusive_sum(int32_t v, int lane) {
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-        const int32_t n = __shfl_up_sync(0xffffffffu, v, o);
-        if (lane >= o) v += n;
-    }
-    return v;
-}
-
-/* Exclusive prefix sum of v over a CTA of THREADS threads (all of them
- * call it); *total = the sum over the CTA. warp_part: THREADS / 32 shared
- * words, which may be rewritten only after a barrier that follows the
- * call. */
-template <int THREADS>
-static __device__ __forceinline__ int32_t cta_exclusive_sum(int32_t v, int32_t *warp_part,
-                                                            int32_t *total) {
-    const int warp = (int)(threadIdx.x >> 5), lane = (int)(threadIdx.x & 31);
-    const int32_t incl = warp_inclusive_sum(v, lane);
-    if (lane == 31) warp_part[warp] = incl;
-    __syncthreads();
-    int32_t before = 0, sum = 0;
-#pragma unroll
-    for (int w = 0; w < THREADS / 32; ++w) {
-        before += w < warp ? warp_part[w] : 0;
-        sum += warp_part[w];
-    }
-    *total = sum;
-    return before + incl - v;
-}
-
-/* Every slice has the same row rules, so one CTA of TBL_THREADS threads
- * tabulates them once per call (sk_topk_row_rules, the host's function):
- * the rules, and each row's place in its slice's part of col_indices when
- * every row reaches its bound (the sum of the earlier rows' bounds). It also
- * clears the short-row flag. The selection then needs no 64-bit division
- * per row, and the placement no scan. */
-static __device__ void fill_row_table(const sk_topk_problem *p, const row_table *t) {
-    __shared__ int32_t warp_total[TBL_THREADS / 32];
-    const int tid = (int)threadIdx.x;
-    int32_t base = 0;
-    for (int32_t r0 = 0; r0 < p->row_blocks; r0 += TBL_THREADS) {
-        const int32_t r = r0 + tid;
-        sk_topk_row rule = {0, 0, 0, -1, 0, 0};
-        if (r < p->row_blocks) rule = sk_topk_row_rules(p, r);
-        int32_t total;
-        const int32_t before = cta_exclusive_sum<TBL_THREADS>(rule.bound, warp_total, &total);
-        if (r < p->row_blocks) {
-            t->rule[r] = make_int4(rule.n_cand, rule.sink_end, rule.local_lo, rule.local_hi);
-            t->place[r] = make_int2(base + before, rule.bound);
-        }
-        base += total;
-        __syncthreads(); /* warp_total is rewritten next */
-    }
-    if (tid == 0) *t->flag = 0;
-}
-
 /* The row table alone (sk_layout_from_scores; with scoring, the scoring
  * kernel's last CTA fills it). */
 __global__ void __launch_bounds__(TBL_THREADS) sk_topk_row_table_kernel(const __grid_constant__ sk_topk_problem p,
                                                                      const __grid_constant__ row_table t) {
+    pdl_enter();
     fill_row_table(&p, &t);
 }
 
@@ -296,16 +239,6 @@ __global__ void __launch_bounds__(TBL_THREADS) sk_topk_row_table_kernel(const __
  * Scoring
  * ------------------------------------------------------------------------- */
 
-typedef struct score_params {
-    const float *a;        /* [slices, row_blocks, D]: pooled Q of the slice's head (or group sum) */
-    const float *pooled_k; /* [B, Hkv, col_blocks, D] */
-    float *scores;         /* [slices, row_blocks, col_blocks] */
-    sk_topk_problem p;     /* geometry and rules */
-    int64_t a_slice_stride; /* elements between slices of a */
-    int32_t tiles_i, tiles_j;
-    int32_t tiles;         /* slices * tiles_i * tiles_j; CTA `tiles` fills the row table */
-    row_table table;
-} score_params;
 
 /* Group sums for per_kv_head: qsum[b, hk, i, :] = sum over the group's query
  * heads h = hk * G .. hk * G + G - 1 (ascending) of pooled_q[b, h, i, :],
@@ -313,6 +246,7 @@ typedef struct score_params {
 __global__ void __launch_bounds__(SUM_THREADS) sk_topk_group_sum_kernel(const float *pooled_q, int32_t group,
                                                              int64_t rows_d, int64_t n4,
                                                              float *qsum) {
+    pdl_enter();
     for (int64_t e = (int64_t)blockIdx.x * SUM_THREADS + threadIdx.x; e < n4;
          e += (int64_t)gridDim.x * SUM_THREADS) {
         const int64_t slice = e * 4 / rows_d, at = e * 4 - slice * rows_d;
@@ -337,28 +271,23 @@ __global__ void __launch_bounds__(SUM_THREADS) sk_topk_group_sum_kernel(const fl
  * over d = 0 .. D-1 in order, then times the scale.
  * Rows and columns past the end read the last valid row (never stored).
  * Scores are written with streaming stores: the selection reads them once,
- * while the pooled operands should stay in L2. The extra last CTA fills the
+ * while the pooled operands should stay in L2. The extra first CTA fills the
  * row table instead. */
 __global__ void __launch_bounds__(SC_THREADS, 2) sk_topk_score_kernel(const __grid_constant__ score_params sp) {
+    pdl_enter();
     static_assert(SC_TM == 128 && SC_TN == 128 && SC_THREADS == 256 && SC_KC == 8,
                   "thread layout: 16 x 16 threads of 8 x 8 outputs, 2 loads of 4 per step");
     static_assert(2 * 2 * SC_KC * (SC_TM + SC_PAD) * 4 <= 48 * 1024, "static shared memory budget");
-    static_assert(SC_THREADS == TBL_THREADS, "the last CTA fills the row table");
+    static_assert(SC_THREADS == TBL_THREADS, "the first CTA fills the row table");
     const sk_topk_problem *p = &sp.p;
-    const int32_t tile = (int32_t)blockIdx.x;
-    if (tile == sp.tiles) {
+    if (blockIdx.x == 0) { /* first, so that it is not the grid's tail */
         fill_row_table(p, &sp.table);
         return;
     }
-    const int32_t tj = tile % sp.tiles_j;
-    const int32_t ti = (tile / sp.tiles_j) % sp.tiles_i;
-    const int32_t slice = tile / sp.tiles_j / sp.tiles_i;
-    const int32_t i0 = ti * SC_TM, j0 = tj * SC_TN;
+    const int32_t tile = (int32_t)blockIdx.x - 1;
+    int32_t slice, i0, j0;
+    if (!score_tile(&sp, tile, &slice, &i0, &j0)) return;
     const int32_t rb = p->row_blocks, cb = p->col_blocks;
-    if (p->causal) {
-        const int32_t last = i0 + SC_TM - 1 < rb - 1 ? i0 + SC_TM - 1 : rb - 1;
-        if (j0 >= sk_topk_row_rules(p, last).n_cand) return; /* no candidate in the tile */
-    }
     const int32_t dim = (int32_t)p->head_dim;
     const int32_t b = slice / p->heads, hs = slice % p->heads;
     const int32_t hk = p->per_kv_head ? hs : hs / p->group;
@@ -531,6 +460,7 @@ static __device__ __forceinline__ uint32_t bits_below(int32_t c) {
 }
 
 __global__ void __launch_bounds__(SEL_WARPS * 32) sk_topk_select_kernel(const __grid_constant__ select_params sp) {
+    pdl_enter();
     __shared__ __align__(8) uint32_t hist_all[SEL_WARPS][256];
     __shared__ uint32_t keys_all[SEL_WARPS][SEL_CACHE];
     const sk_topk_problem *p = &sp.p;
@@ -682,6 +612,7 @@ __global__ void __launch_bounds__(SEL_WARPS * 32) sk_topk_select_kernel(const __
 template <int KEYS>
 __global__ void __launch_bounds__(SEL_WARPS * 32, KEYS == 32 ? 6 : 8) sk_topk_select_reg_kernel(
     const __grid_constant__ select_params sp, int32_t row_first, int32_t row_count) {
+    pdl_enter();
     static_assert(KEYS % 8 == 0 && KEYS <= SEL_REG_KEYS, "keys per lane: loads in groups of 8");
     static_assert(SEL_REG_K <= 32 && SEL_FILTER * 8 <= 256 * 4, "filter bound and buffer");
     __shared__ __align__(8) uint32_t hist_all[SEL_WARPS][256];
@@ -859,6 +790,7 @@ typedef struct place_params {
  * copies each row's scratch entries with one warp per row. The last CTA
  * also writes row_offsets[rows]. */
 __global__ void __launch_bounds__(CMP_THREADS) sk_topk_place_kernel(const __grid_constant__ place_params pp) {
+    pdl_enter();
     const int32_t *counts = pp.counts, *scratch = pp.scratch;
     int32_t *row_offsets = pp.row_offsets, *col_indices = pp.col_indices;
     const int32_t row_cap = pp.row_cap, rows = pp.rows, per_cta = pp.per_cta;
@@ -926,14 +858,12 @@ __global__ void __launch_bounds__(CMP_THREADS) sk_topk_place_kernel(const __grid
  * Entry points
  * ------------------------------------------------------------------------- */
 
-static sk_status check_device(void) {
-    int device, major, minor;
-    SK_TRY(sk_cuda_current_cc(&device, &major, &minor));
-    if (major < 8)
-        return sk_error(SK_STATUS_NOT_SUPPORTED_BACKEND,
-                        "device %d has compute capability %d.%d; the CUDA top-k kernels need 8.0 "
-                        "or later",
-                        device, major, minor);
+/* The device checks (sk_cuda_check_arch: 8.0 or later, 9.0 when the backend
+ * forces the Hopper kernels). *hopper: score with the Hopper kernel (a 9.0
+ * device, unless the backend forces the portable kernels). */
+static sk_status check_device(sk_backend backend, int *hopper) {
+    SK_TRY(sk_cuda_check_arch(backend, hopper));
+    if (backend == SK_BACKEND_CUDA_SM80) *hopper = 0;
     return SK_STATUS_SUCCESS;
 }
 
@@ -944,13 +874,15 @@ extern "C" sk_status sk_cuda_topk_workspace_size(const sk_topk_problem *p, int w
 }
 
 extern "C" sk_status sk_cuda_topk_pool(const sk_topk_problem *p, cudaStream_t stream) {
-    SK_TRY(check_device());
+    int hopper;
+    SK_TRY(check_device(p->backend, &hopper));
     return launch_pool(p, stream);
 }
 
 extern "C" sk_status sk_cuda_topk_select(const sk_topk_problem *p, void *workspace,
                                          size_t workspace_size, cudaStream_t stream) {
-    SK_TRY(check_device());
+    int hopper;
+    SK_TRY(check_device(p->backend, &hopper));
     const int with_scores = p->pooled_q != NULL;
     const ws_layout w = workspace_layout(p, with_scores);
     if (workspace_size < w.total)
@@ -969,6 +901,7 @@ extern "C" sk_status sk_cuda_topk_select(const sk_topk_problem *p, void *workspa
      * selection kernel and the compaction. */
     const int reg = p->k <= SEL_REG_K && p->col_blocks <= SEL_REG_MAX;
     const float *scores = p->scores;
+    launch_cfg l; /* every launch below: programmatic serialization on Hopper (pdl_enter) */
     if (with_scores) {
         score_params sp;
         sp.p = *p;
@@ -984,20 +917,29 @@ extern "C" sk_status sk_cuda_topk_select(const sk_topk_problem *p, void *workspa
             const int64_t n4 = (int64_t)p->total_rows * p->head_dim / 4;
             int64_t blocks = (n4 + SUM_THREADS - 1) / SUM_THREADS;
             if (blocks > (1 << 20)) blocks = 1 << 20;
-            sk_topk_group_sum_kernel<<<(unsigned)blocks, SUM_THREADS, 0, stream>>>(
-                p->pooled_q, p->group, sp.a_slice_stride, n4, qsum);
-            SK_CUDA_TRY(cudaGetLastError(), "group-sum kernel launch");
+            SK_CUDA_TRY(cudaLaunchKernelEx(launch_config(&l, (unsigned)blocks, SUM_THREADS, 0,
+                                                         stream, hopper),
+                                           sk_topk_group_sum_kernel, p->pooled_q, p->group,
+                                           sp.a_slice_stride, n4, qsum),
+                        "group-sum kernel launch");
             sp.a = qsum;
         }
         /* <= the dense tile count (sk_grid_check), plus the row-table CTA */
         const int64_t tiles = (int64_t)p->slices * sp.tiles_i * sp.tiles_j;
         sp.tiles = (int32_t)tiles;
-        sk_topk_score_kernel<<<(unsigned)tiles + 1, SC_THREADS, 0, stream>>>(sp);
-        SK_CUDA_TRY(cudaGetLastError(), "scoring kernel launch");
+        if (hopper) {
+            SK_TRY(sk_topk_score_sm90(&sp, stream));
+        } else {
+            SK_CUDA_TRY(cudaLaunchKernelEx(launch_config(&l, (unsigned)tiles + 1, SC_THREADS, 0,
+                                                         stream, 0),
+                                           sk_topk_score_kernel, sp),
+                        "scoring kernel launch");
+        }
         scores = sp.scores;
     } else if (reg) {
-        sk_topk_row_table_kernel<<<1, TBL_THREADS, 0, stream>>>(*p, table);
-        SK_CUDA_TRY(cudaGetLastError(), "row-table kernel launch");
+        SK_CUDA_TRY(cudaLaunchKernelEx(launch_config(&l, 1, TBL_THREADS, 0, stream, hopper),
+                                       sk_topk_row_table_kernel, *p, table),
+                    "row-table kernel launch");
     }
     select_params sel;
     sel.p = *p;
@@ -1019,21 +961,27 @@ extern "C" sk_status sk_cuda_topk_select(const sk_topk_problem *p, void *workspa
         const int32_t split = split_lo;
         if (split > 0) {
             const int64_t warps = (int64_t)p->slices * split;
-            sk_topk_select_reg_kernel<16><<<(unsigned)((warps + SEL_WARPS - 1) / SEL_WARPS),
-                                            SEL_WARPS * 32, 0, stream>>>(sel, 0, split);
-            SK_CUDA_TRY(cudaGetLastError(), "selection kernel launch");
+            SK_CUDA_TRY(cudaLaunchKernelEx(launch_config(&l, (unsigned)((warps + SEL_WARPS - 1) /
+                                                                    SEL_WARPS),
+                                                         SEL_WARPS * 32, 0, stream, hopper),
+                                           sk_topk_select_reg_kernel<16>, sel, 0, split),
+                        "selection kernel launch");
         }
         if (split < p->row_blocks) {
             const int64_t warps = (int64_t)p->slices * (p->row_blocks - split);
-            sk_topk_select_reg_kernel<32><<<(unsigned)((warps + SEL_WARPS - 1) / SEL_WARPS),
-                                            SEL_WARPS * 32, 0, stream>>>(sel, split,
-                                                                         p->row_blocks - split);
-            SK_CUDA_TRY(cudaGetLastError(), "selection kernel launch");
+            SK_CUDA_TRY(cudaLaunchKernelEx(launch_config(&l, (unsigned)((warps + SEL_WARPS - 1) /
+                                                                    SEL_WARPS),
+                                                         SEL_WARPS * 32, 0, stream, hopper),
+                                           sk_topk_select_reg_kernel<32>, sel, split,
+                                           p->row_blocks - split),
+                        "selection kernel launch");
         }
     } else {
         const unsigned sel_blocks = (unsigned)((p->total_rows + SEL_WARPS - 1) / SEL_WARPS);
-        sk_topk_select_kernel<<<sel_blocks, SEL_WARPS * 32, 0, stream>>>(sel);
-        SK_CUDA_TRY(cudaGetLastError(), "selection kernel launch");
+        SK_CUDA_TRY(cudaLaunchKernelEx(launch_config(&l, sel_blocks, SEL_WARPS * 32, 0, stream,
+                                                     hopper),
+                                       sk_topk_select_kernel, sel),
+                    "selection kernel launch");
     }
     /* Compaction: at most CMP_MAX_CTAS CTAs, each a multiple of CMP_THREADS
      * rows; placement: a warp per row. */
@@ -1059,7 +1007,8 @@ extern "C" sk_status sk_cuda_topk_select(const sk_topk_problem *p, void *workspa
         const int64_t place_ctas = (rows + CMP_THREADS / 32 - 1) / (CMP_THREADS / 32);
         if (place_ctas > ctas) ctas = place_ctas;
     }
-    sk_topk_place_kernel<<<(unsigned)ctas, CMP_THREADS, 0, stream>>>(pp);
-    SK_CUDA_TRY(cudaGetLastError(), "placement kernel launch");
+    SK_CUDA_TRY(cudaLaunchKernelEx(launch_config(&l, (unsigned)ctas, CMP_THREADS, 0, stream, hopper),
+                                   sk_topk_place_kernel, pp),
+                "placement kernel launch");
     return SK_STATUS_SUCCESS;
 }

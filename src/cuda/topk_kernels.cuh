@@ -1,0 +1,161 @@
+/*
+ * topk_kernels.cuh - what the top-k scoring kernels share: the portable one
+ * in topk.cu (fp32 SIMT) and the Hopper one in topk_score_sm90.cu (3xTF32
+ * wgmma). Both score 128 x 128 tiles of one slice, skip causal tiles that
+ * hold no candidate, and give their extra first CTA the row table.
+ */
+#ifndef SK_CUDA_TOPK_KERNELS_CUH
+#define SK_CUDA_TOPK_KERNELS_CUH
+
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "cuda/ptx.cuh"
+#include "cuda/topk_backend.h"
+
+enum {
+    SC_TM = 128,       /* score tile rows (query blocks) */
+    SC_TN = 128,       /* score tile columns (key blocks) */
+    TBL_THREADS = 256  /* the row table: one CTA */
+};
+
+/* Workspace pointers of the per-call row table (see topk_backend.h). */
+typedef struct row_table {
+    int4 *rule;    /* [row_blocks] {n_cand, sink_end, local_lo, local_hi} */
+    int2 *place;   /* [row_blocks] {first entry of the row within its slice, bound} */
+    int32_t *flag; /* != 0: some row came out shorter than its bound */
+} row_table;
+
+static __device__ __forceinline__ int32_t warp_inclusive_sum(int32_t v, int lane) {
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        const int32_t n = __shfl_up_sync(0xffffffffu, v, o);
+        if (lane >= o) v += n;
+    }
+    return v;
+}
+
+/* Exclusive prefix sum of v over a CTA of THREADS threads (all of them
+ * call it); *total = the sum over the CTA. warp_part: THREADS / 32 shared
+ * words, which may be rewritten only after a barrier that follows the
+ * call. */
+template <int THREADS>
+static __device__ __forceinline__ int32_t cta_exclusive_sum(int32_t v, int32_t *warp_part,
+                                                            int32_t *total) {
+    const int warp = (int)(threadIdx.x >> 5), lane = (int)(threadIdx.x & 31);
+    const int32_t incl = warp_inclusive_sum(v, lane);
+    if (lane == 31) warp_part[warp] = incl;
+    __syncthreads();
+    int32_t before = 0, sum = 0;
+#pragma unroll
+    for (int w = 0; w < THREADS / 32; ++w) {
+        before += w < warp ? warp_part[w] : 0;
+        sum += warp_part[w];
+    }
+    *total = sum;
+    return before + incl - v;
+}
+
+/* Every slice has the same row rules, so one CTA of TBL_THREADS threads
+ * tabulates them once per call (sk_topk_row_rules, the host's function):
+ * the rules, and each row's place in its slice's part of col_indices when
+ * every row reaches its bound (the sum of the earlier rows' bounds). It also
+ * clears the short-row flag. The selection then needs no 64-bit division
+ * per row, and the placement no scan. */
+static __device__ void fill_row_table(const sk_topk_problem *p, const row_table *t) {
+    __shared__ int32_t warp_total[TBL_THREADS / 32];
+    const int tid = (int)threadIdx.x;
+    int32_t base = 0;
+    for (int32_t r0 = 0; r0 < p->row_blocks; r0 += TBL_THREADS) {
+        const int32_t r = r0 + tid;
+        sk_topk_row rule = {0, 0, 0, -1, 0, 0};
+        if (r < p->row_blocks) rule = sk_topk_row_rules(p, r);
+        int32_t total;
+        const int32_t before = cta_exclusive_sum<TBL_THREADS>(rule.bound, warp_total, &total);
+        if (r < p->row_blocks) {
+            t->rule[r] = make_int4(rule.n_cand, rule.sink_end, rule.local_lo, rule.local_hi);
+            t->place[r] = make_int2(base + before, rule.bound);
+        }
+        base += total;
+        __syncthreads(); /* warp_total is rewritten next */
+    }
+    if (tid == 0) *t->flag = 0;
+}
+
+typedef struct score_params {
+    const float *a;        /* [slices, row_blocks, D]: pooled Q of the slice's head (or group sum) */
+    const float *pooled_k; /* [B, Hkv, col_blocks, D] */
+    float *scores;         /* [slices, row_blocks, col_blocks] */
+    sk_topk_problem p;     /* geometry and rules */
+    int64_t a_slice_stride; /* elements between slices of a */
+    int32_t tiles_i, tiles_j;
+    int32_t tiles;         /* slices * tiles_i * tiles_j; CTA 0 fills the row table, CTA t + 1 scores tile t */
+    row_table table;
+} score_params;
+
+/* Programmatic dependent launch (Hopper). Every top-k kernel after the
+ * first of a call is launched with programmatic stream serialization
+ * (launch_config), so its CTAs may be scheduled while the kernel before it
+ * drains its last wave, instead of after a full drain and launch. Each
+ * kernel first lets its own successor be scheduled, then waits until its
+ * predecessor has completed and its writes are visible; nothing is read
+ * before that wait. On sm_80 both are left out and launches are plain. */
+static __device__ __forceinline__ void pdl_enter(void) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    sk_griddep_launch_dependents();
+    sk_griddep_wait();
+#endif
+}
+
+/* The first kernel of a chain: only lets its successor be scheduled. */
+static __device__ __forceinline__ void pdl_release(void) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    sk_griddep_launch_dependents();
+#endif
+}
+
+typedef struct launch_cfg {
+    cudaLaunchConfig_t cfg;
+    cudaLaunchAttribute attr;
+} launch_cfg;
+
+/* A launch configuration, with programmatic stream serialization when
+ * `pdl` (a 9.0 device; every kernel launched so calls pdl_enter first). */
+static inline const cudaLaunchConfig_t *launch_config(launch_cfg *l, unsigned grid, unsigned block,
+                                                      size_t smem, cudaStream_t stream, int pdl) {
+    l->cfg = cudaLaunchConfig_t{};
+    l->cfg.gridDim = dim3(grid, 1, 1);
+    l->cfg.blockDim = dim3(block, 1, 1);
+    l->cfg.dynamicSmemBytes = smem;
+    l->cfg.stream = stream;
+    l->attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    l->attr.val.programmaticStreamSerializationAllowed = 1;
+    l->cfg.attrs = &l->attr;
+    l->cfg.numAttrs = pdl ? 1 : 0;
+    return &l->cfg;
+}
+
+/* The tile a scoring CTA owns: slice, first row i0 and first column j0.
+ * Returns 0 when, with causal, the tile holds no candidate of any of its
+ * rows (those scores are never read, so the CTA exits). */
+static __device__ __forceinline__ int score_tile(const score_params *sp, int32_t tile,
+                                                 int32_t *slice, int32_t *i0, int32_t *j0) {
+    const sk_topk_problem *p = &sp->p;
+    const int32_t tj = tile % sp->tiles_j;
+    const int32_t ti = (tile / sp->tiles_j) % sp->tiles_i;
+    *slice = tile / sp->tiles_j / sp->tiles_i;
+    *i0 = ti * SC_TM;
+    *j0 = tj * SC_TN;
+    if (p->causal) {
+        const int32_t last = *i0 + SC_TM - 1 < p->row_blocks - 1 ? *i0 + SC_TM - 1
+                                                                   : p->row_blocks - 1;
+        if (*j0 >= sk_topk_row_rules(p, last).n_cand) return 0;
+    }
+    return 1;
+}
+
+/* The Hopper scoring (topk_score_sm90.cu): same grid and outputs as the
+ * portable kernel, tiles + 1 CTAs. Call on a compute capability 9.0 device. */
+sk_status sk_topk_score_sm90(const score_params *sp, cudaStream_t stream);
+
+#endif /* SK_CUDA_TOPK_KERNELS_CUH */
