@@ -415,6 +415,13 @@ SK_API sk_status sk_attention_forward(const sk_attention_desc *desc, const sk_bs
  * valid tokens (a tail block averages fewer tokens).
  * Block scores: score(b, h, i, j) = scale * dot(pooled_q[b, h, i], pooled_k[b, h / group, j]);
  * with per_kv_head, one score per KV head: the sum over its query heads.
+ * Score accuracy: fp32, within 2 (n + 2) 2^-24 sum|terms| of the exact dot
+ * product (n terms). The CPU backend and the portable CUDA kernel sum one
+ * fp32 FMA chain; on compute capability 9.0 (backend CUDA or CUDA_SM90) the
+ * scores come from the tensor cores with a 3xTF32 split, so the last bits,
+ * and with them the choice between near-tied blocks, can differ from the
+ * other backends. Every backend is deterministic; SK_BACKEND_CUDA_SM80
+ * forces the portable kernels, SK_BACKEND_CUDA_SM90 needs a 9.0 device.
  * Selection per layout row, over candidate blocks (all blocks; with causal,
  * only blocks holding a causal pair): the forced blocks first (sinks
  * 0 .. sink_blocks-1, and the local_blocks blocks ending at the row's

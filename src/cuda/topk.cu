@@ -280,17 +280,10 @@ __global__ void __launch_bounds__(SC_THREADS, 2) sk_topk_score_kernel(const __gr
     static_assert(2 * 2 * SC_KC * (SC_TM + SC_PAD) * 4 <= 48 * 1024, "static shared memory budget");
     static_assert(SC_THREADS == TBL_THREADS, "the first CTA fills the row table");
     const sk_topk_problem *p = &sp.p;
-    if (blockIdx.x == 0) { /* first, so that it is not the grid's tail */
-        fill_row_table(p, &sp.table);
-        return;
-    }
-    const int32_t tile = (int32_t)blockIdx.x - 1;
-    int32_t slice, i0, j0;
-    if (!score_tile(&sp, tile, &slice, &i0, &j0)) return;
-    const int32_t rb = p->row_blocks, cb = p->col_blocks;
-    const int32_t dim = (int32_t)p->head_dim;
-    const int32_t b = slice / p->heads, hs = slice % p->heads;
-    const int32_t hk = p->per_kv_head ? hs : hs / p->group;
+    score_tile t;
+    if (!score_tile_begin(&sp, &t)) return;
+    const int32_t slice = t.slice, b = t.b, hk = t.hk, i0 = t.i0, j0 = t.j0;
+    const int32_t rb = p->row_blocks, cb = p->col_blocks, dim = (int32_t)p->head_dim;
 
     __shared__ __align__(16) float As[2][SC_KC][SC_TM + SC_PAD];
     __shared__ __align__(16) float Bs[2][SC_KC][SC_TN + SC_PAD];

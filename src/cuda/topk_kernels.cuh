@@ -135,21 +135,36 @@ static inline const cudaLaunchConfig_t *launch_config(launch_cfg *l, unsigned gr
     return &l->cfg;
 }
 
-/* The tile a scoring CTA owns: slice, first row i0 and first column j0.
- * Returns 0 when, with causal, the tile holds no candidate of any of its
- * rows (those scores are never read, so the CTA exits). */
-static __device__ __forceinline__ int score_tile(const score_params *sp, int32_t tile,
-                                                 int32_t *slice, int32_t *i0, int32_t *j0) {
+/* The tile a scoring CTA owns: its slice, that slice's batch and KV head,
+ * first row i0 and first column j0. */
+typedef struct score_tile {
+    int32_t slice, b, hk, i0, j0;
+} score_tile;
+
+/* The start of every scoring CTA (after pdl_enter): CTA 0 fills the row
+ * table (first, so that it is not the grid's tail), CTA t + 1 owns tile t.
+ * Returns 0 when the CTA has no tile to score: the row-table CTA, or, with
+ * causal, a tile that holds no candidate of any of its rows (those scores
+ * are never read). Call with all threads (the row table needs the CTA). */
+static __device__ __forceinline__ int score_tile_begin(const score_params *sp, score_tile *t) {
     const sk_topk_problem *p = &sp->p;
+    if (blockIdx.x == 0) {
+        fill_row_table(p, &sp->table);
+        return 0;
+    }
+    const int32_t tile = (int32_t)blockIdx.x - 1;
     const int32_t tj = tile % sp->tiles_j;
     const int32_t ti = (tile / sp->tiles_j) % sp->tiles_i;
-    *slice = tile / sp->tiles_j / sp->tiles_i;
-    *i0 = ti * SC_TM;
-    *j0 = tj * SC_TN;
+    t->slice = tile / sp->tiles_j / sp->tiles_i;
+    t->i0 = ti * SC_TM;
+    t->j0 = tj * SC_TN;
+    t->b = t->slice / p->heads;
+    const int32_t hs = t->slice % p->heads;
+    t->hk = p->per_kv_head ? hs : hs / p->group;
     if (p->causal) {
-        const int32_t last = *i0 + SC_TM - 1 < p->row_blocks - 1 ? *i0 + SC_TM - 1
-                                                                   : p->row_blocks - 1;
-        if (*j0 >= sk_topk_row_rules(p, last).n_cand) return 0;
+        const int32_t last = t->i0 + SC_TM - 1 < p->row_blocks - 1 ? t->i0 + SC_TM - 1
+                                                                     : p->row_blocks - 1;
+        if (t->j0 >= sk_topk_row_rules(p, last).n_cand) return 0;
     }
     return 1;
 }

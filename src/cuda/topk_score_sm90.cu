@@ -80,16 +80,10 @@ __global__ void __launch_bounds__(S90_THREADS, 2)
                   "two warpgroups of 64 rows, m64n128 wgmma, 4 float4 per thread per operand");
     pdl_enter();
     const sk_topk_problem *p = &sp.p;
-    if (blockIdx.x == 0) { /* first, so that it is not the grid's tail */
-        fill_row_table(p, &sp.table);
-        return;
-    }
-    const int32_t tile = (int32_t)blockIdx.x - 1;
-    int32_t slice, i0, j0;
-    if (!score_tile(&sp, tile, &slice, &i0, &j0)) return;
+    score_tile t;
+    if (!score_tile_begin(&sp, &t)) return;
+    const int32_t slice = t.slice, b = t.b, hk = t.hk, i0 = t.i0, j0 = t.j0;
     const int32_t rb = p->row_blocks, cb = p->col_blocks, dim = (int32_t)p->head_dim;
-    const int32_t b = slice / p->heads, hs = slice % p->heads;
-    const int32_t hk = p->per_kv_head ? hs : hs / p->group;
 
     extern __shared__ __align__(16) char smem_raw[];
     char *const base = smem_raw + ((S90_ATOM - (__cvta_generic_to_shared(smem_raw) & (S90_ATOM - 1))) &
