@@ -46,6 +46,8 @@
 
 enum { WARMUP = 3, PATTERN_ELEMS = 32 << 20 };
 
+static int overlap_chunks; /* --overlap-chunks N: time_overlap after each configuration */
+
 typedef struct cfg {
     const char *name;
     int64_t b, hq, hkv, s, d;
@@ -201,6 +203,9 @@ static void *dev_alloc(size_t bytes) {
     return p;
 }
 
+static void time_overlap(const bench_ctx *c, const cfg *f, int chunks, int reps,
+                         const char *commit);
+
 static void bench_config(const cfg *f, const char *commit, int reps, const sk_device_info *info,
                          const uint16_t *pattern) {
     bench_ctx c;
@@ -331,9 +336,105 @@ static void bench_config(const cfg *f, const char *commit, int reps, const sk_de
            flops / (med[3] * 1e6), dense_causal / (med[3] * 1e6),
            (double)(nq + nk) * 2.0 / (med[0] * 1e3));
     fflush(stdout);
+    if (overlap_chunks > 0) time_overlap(&c, f, overlap_chunks, reps, commit);
     cudaFree(c.q), cudaFree(c.k), cudaFree(c.v), cudaFree(c.o), cudaFree(c.lse);
     cudaFree(c.layout.row_offsets), cudaFree(c.layout.col_indices), cudaFree(c.pq), cudaFree(c.pk);
     cudaFree(c.ws_topk), cudaFree(c.ws_attn), cudaFree(c.ws_all), cudaFree(c.ws_fs);
+}
+
+/* --overlap-chunks N (a measurement of step 7 in docs/perf/topk.md, not a
+ * library path): the selection (pool + select) with the heads cut into N
+ * parts, each a strided view of Q and K (B = 1, heads divisible by N). Two
+ * timings, median of reps:
+ *   chunked_us     the parts one after the other on one stream;
+ *   overlapped_us  pools on a low-priority stream, each part's selection on
+ *                  a high-priority stream once its pooling is done, so that
+ *                  part c is scored and selected while part c + 1 is pooled.
+ * Each part has its own layout arrays; the selections share one workspace
+ * (they run in order on their stream). */
+static void time_overlap(const bench_ctx *c, const cfg *f, int chunks, int reps,
+                         const char *commit) {
+    if (chunks < 1 || f->b != 1 || f->hq % chunks != 0 || f->hkv % chunks != 0 || f->per_kv) {
+        fprintf(stderr, "%s: --overlap-chunks %d does not apply\n", f->name, chunks);
+        return;
+    }
+    sk_topk_desc d = c->topk;
+    d.heads_q = f->hq / chunks;
+    d.heads_kv = f->hkv / chunks;
+    const int64_t qs[3] = {f->s * f->hq * f->d, f->hq * f->d, 1 * f->d};
+    const int64_t ks[3] = {f->s * f->hkv * f->d, f->hkv * f->d, 1 * f->d};
+    memcpy(d.q_strides, qs, sizeof qs);
+    memcpy(d.k_strides, ks, sizeof ks);
+    sk_grid grid;
+    int32_t cap = 0, rb, cb, slices;
+    SK_OK(sk_topk_layout_capacity(&d, &grid, &cap));
+    SK_OK(sk_grid_blocks(&grid, &rb, &cb, &slices));
+    size_t ws_bytes = 0;
+    SK_OK(sk_topk_workspace_size(&d, &ws_bytes));
+    void *ws = dev_alloc(ws_bytes);
+    sk_bsr *lay = (sk_bsr *)calloc((size_t)chunks, sizeof(sk_bsr));
+    for (int i = 0; i < chunks; ++i) {
+        lay[i] = c->layout;
+        lay[i].row_offsets = (int32_t *)dev_alloc(((size_t)slices * rb + 1) * 4);
+        lay[i].col_indices = (int32_t *)dev_alloc((size_t)cap * 4);
+    }
+    int least, greatest;
+    CUDA_OK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+    cudaStream_t s_pool, s_sel;
+    CUDA_OK(cudaStreamCreateWithPriority(&s_pool, cudaStreamNonBlocking, least));
+    CUDA_OK(cudaStreamCreateWithPriority(&s_sel, cudaStreamNonBlocking, greatest));
+    cudaEvent_t e0, e1, *pooled = (cudaEvent_t *)malloc((size_t)chunks * sizeof(cudaEvent_t));
+    CUDA_OK(cudaEventCreate(&e0));
+    CUDA_OK(cudaEventCreate(&e1));
+    for (int i = 0; i < chunks; ++i) CUDA_OK(cudaEventCreateWithFlags(&pooled[i], cudaEventDisableTiming));
+    const int64_t hq = d.heads_q, hk = d.heads_kv;
+    double med[2];
+    float *ms = (float *)malloc((size_t)reps * sizeof(float));
+    for (int mode = 0; mode < 2; ++mode) {
+        cudaStream_t sel = mode == 0 ? s_pool : s_sel;
+        for (int r = -WARMUP; r < reps; ++r) {
+            CUDA_OK(cudaEventRecord(e0, s_pool));
+            for (int i = 0; i < chunks; ++i) {
+                const char *q = (const char *)c->q + (size_t)(i * hq * f->d) * 2;
+                const char *k = (const char *)c->k + (size_t)(i * hk * f->d) * 2;
+                float *pq = c->pq + (size_t)(i * hq * rb * f->d), *pk = c->pk + (size_t)(i * hk * cb * f->d);
+                SK_OK(sk_block_pool(&d, q, k, pq, pk, s_pool));
+                if (sel != s_pool) {
+                    CUDA_OK(cudaEventRecord(pooled[i], s_pool));
+                    CUDA_OK(cudaStreamWaitEvent(sel, pooled[i], 0));
+                }
+                SK_OK(sk_select_topk(&d, pq, pk, &lay[i], ws, ws_bytes, sel));
+            }
+            CUDA_OK(cudaEventRecord(e1, sel));
+            CUDA_OK(cudaEventSynchronize(e1));
+            if (r >= 0) CUDA_OK(cudaEventElapsedTime(&ms[r], e0, e1));
+        }
+        qsort(ms, (size_t)reps, sizeof(float), cmp_float);
+        med[mode] = 1000.0 * (reps % 2 ? ms[reps / 2] : 0.5 * (ms[reps / 2 - 1] + ms[reps / 2]));
+    }
+    /* The last part's layout, checked on the host. */
+    int32_t *off = (int32_t *)malloc(((size_t)slices * rb + 1) * 4);
+    int32_t *idx = (int32_t *)malloc((size_t)cap * 4);
+    CUDA_OK(cudaMemcpy(off, lay[chunks - 1].row_offsets, ((size_t)slices * rb + 1) * 4, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(idx, lay[chunks - 1].col_indices, (size_t)cap * 4, cudaMemcpyDeviceToHost));
+    sk_bsr host = lay[chunks - 1];
+    host.row_offsets = off;
+    host.col_indices = idx;
+    host.nnz = off[slices * rb];
+    const int valid = sk_layout_validate(&host) == SK_STATUS_SUCCESS && host.nnz == cap;
+    printf("{\"name\": \"%s\", \"commit\": \"%s\", \"overlap_chunks\": %d, \"reps\": %d, "
+           "\"chunked_us\": %.1f, \"overlapped_us\": %.1f, \"last_part_layout_full_and_valid\": %s}\n",
+           f->name, commit, chunks, reps, med[0], med[1], valid ? "true" : "false");
+    fflush(stdout);
+    free(off), free(idx), free(ms);
+    for (int i = 0; i < chunks; ++i) {
+        cudaFree(lay[i].row_offsets), cudaFree(lay[i].col_indices);
+        cudaEventDestroy(pooled[i]);
+    }
+    free(lay), free(pooled);
+    cudaEventDestroy(e0), cudaEventDestroy(e1);
+    cudaStreamDestroy(s_pool), cudaStreamDestroy(s_sel);
+    cudaFree(ws);
 }
 
 int main(int argc, char **argv) {
@@ -350,15 +451,17 @@ int main(int argc, char **argv) {
             only = argv[++i];
         else if (strcmp(argv[i], "--small") == 0)
             small = 1;
+        else if (strcmp(argv[i], "--overlap-chunks") == 0 && i + 1 < argc)
+            overlap_chunks = atoi(argv[++i]);
         else {
             fprintf(stderr, "usage: topk_speed --bench-topk [--commit HASH] [--reps N] "
-                            "[--config NAME] [--small]\n");
+                            "[--config NAME] [--small] [--overlap-chunks N]\n");
             return 2;
         }
     }
     if (!bench || reps < 1) {
         fprintf(stderr, "usage: topk_speed --bench-topk [--commit HASH] [--reps N] "
-                        "[--config NAME] [--small]\n");
+                        "[--config NAME] [--small] [--overlap-chunks N]\n");
         return 2;
     }
     int32_t count = 0;

@@ -591,13 +591,18 @@ __global__ void __launch_bounds__(SEL_WARPS * 32) sk_topk_select_kernel(const __
  *      rest, the score order is the key order; the count of pickable
  *      blocks, each lane's largest score;
  *   2. t = the take-th largest lane maximum (-FLT_MAX when every pickable
- *      block is taken); gather the m pickable scores >= t in index order as
- *      (key, ~index) composites, which hold the take largest;
- *   3. if m <= SEL_FILTER, the selected are the take largest composites
- *      (rank counting); the row is written straight from them: the forced
- *      blocks are the sinks 0 .. sink_end - 1 and one run lo2 .. hi past
- *      them, and no selected block lies inside either, so each entry's
- *      place is a count of selected blocks and forced blocks before it;
+ *      block is taken); gather the m pickable scores >= t as (key, ~index)
+ *      composites, which hold the take largest: each lane marks its
+ *      passing stripes in a bit mask, a warp scan of the mask counts gives
+ *      each lane its place, and each lane then reloads only its passing
+ *      scores (from L1) to write them, lane after lane;
+ *   3. if m <= SEL_FILTER, the selected are the take largest composites:
+ *      a composite's rank (the number of larger ones) below take puts its
+ *      block at that rank in a table; the row is written straight from the
+ *      table: the forced blocks are the sinks 0 .. sink_end - 1 and one run
+ *      lo2 .. hi past them, and no selected block lies inside either, so
+ *      each entry's place is a count of selected blocks and forced blocks
+ *      before it;
  *   4. else (many keys tied at t) the 4-pass radix select of
  *      sk_topk_select_kernel on the register keys and its index-ordered pass.
  * A row shorter than its bound (NaN / -inf scores) raises the flag that
@@ -609,6 +614,7 @@ __global__ void __launch_bounds__(SEL_WARPS * 32, KEYS == 32 ? 6 : 8) sk_topk_se
     static_assert(KEYS % 8 == 0 && KEYS <= SEL_REG_KEYS, "keys per lane: loads in groups of 8");
     static_assert(SEL_REG_K <= 32 && SEL_FILTER * 8 <= 256 * 4, "filter bound and buffer");
     __shared__ __align__(8) uint32_t hist_all[SEL_WARPS][256];
+    __shared__ int32_t taken_all[SEL_WARPS][SEL_REG_K]; /* selected blocks by rank */
     const sk_topk_problem *p = &sp.p;
     const int warp = (int)(threadIdx.x >> 5), lane = (int)(threadIdx.x & 31);
     const int32_t w = (int32_t)blockIdx.x * SEL_WARPS + warp;
@@ -670,40 +676,39 @@ __global__ void __launch_bounds__(SEL_WARPS * 32, KEYS == 32 ? 6 : 8) sk_topk_se
         /* -FLT_MAX: every pickable score (finite or +inf) passes. */
         float t = -FLT_MAX;
         if (take < valid) t = fmaxf(warp_kth_largest(lane_max, lane, take), -FLT_MAX);
+        uint32_t passing = 0u; /* bit e: stripe e's score is >= t */
 #pragma unroll
-        for (int e = 0; e < KEYS; ++e) {
-            if (e < stripes) {
-                const int in = sc[e] >= t;
-                const uint32_t mask = __ballot_sync(0xffffffffu, in);
-                const int32_t pos = m + __popc(mask & lt);
-                if (in && pos < SEL_FILTER)
-                    cand[pos] = ((uint64_t)score_key(sc[e]) << 32) | (uint32_t)~(uint32_t)(lane + 32 * e);
-                m += __popc(mask);
-            }
+        for (int e = 0; e < KEYS; ++e)
+            if (e < stripes && sc[e] >= t) passing |= 1u << e;
+        const int32_t c = __popc(passing), incl = warp_inclusive_sum(c, lane);
+        m = __shfl_sync(0xffffffffu, incl, 31);
+        /* The passing scores are reloaded by index (a register array cannot
+         * be indexed at run time); they are pickable, so the raw score is
+         * the masked one. */
+        for (int32_t pos = incl - c; passing != 0u && pos < SEL_FILTER; ++pos) {
+            const int32_t j = lane + 32 * (__ffs((int)passing) - 1);
+            passing &= passing - 1u;
+            cand[pos] = ((uint64_t)score_key(row[j]) << 32) | (uint32_t)~(uint32_t)j;
         }
         __syncwarp();
     }
 
     int32_t written;
     if (m <= SEL_FILTER) {
-        int32_t nsel = 0, sel_below = 0; /* selected so far; selected below lo2 */
-        for (int32_t e0 = 0; e0 < m; e0 += 32) {
-            const int32_t e = e0 + lane;
-            int sel = 0;
-            int32_t j = 0;
-            if (e < m) {
-                const uint64_t mine = cand[e];
-                int32_t above = 0;
+        int32_t *taken = taken_all[warp];
+        for (int32_t e = lane; e < m; e += 32) {
+            const uint64_t mine = cand[e];
+            int32_t above = 0;
 #pragma unroll 4
-                for (int32_t f = 0; f < m; ++f) above += cand[f] > mine;
-                sel = above < take; /* composites differ: exactly take are selected */
-                j = (int32_t)~(uint32_t)mine;
-            }
-            const uint32_t mask = __ballot_sync(0xffffffffu, sel);
-            if (sel) out[sink_end + nsel + __popc(mask & lt) + (j > hi ? local_cnt : 0)] = j;
-            nsel += __popc(mask);
-            sel_below += __popc(__ballot_sync(0xffffffffu, sel && j < lo2));
+            for (int32_t f = 0; f < m; ++f) above += cand[f] > mine;
+            if (above < take) taken[above] = (int32_t)~(uint32_t)mine; /* ranks differ */
         }
+        __syncwarp();
+        const int32_t j = lane < take ? taken[lane] : 0;
+        int32_t before = 0; /* selected blocks below j */
+        for (int32_t f = 0; f < take; ++f) before += taken[f] < j;
+        const int32_t sel_below = __popc(__ballot_sync(0xffffffffu, lane < take && j < lo2));
+        if (lane < take) out[sink_end + before + (j > hi ? local_cnt : 0)] = j;
         for (int32_t f = lane; f < forced; f += 32)
             if (f < sink_end)
                 out[f] = f;

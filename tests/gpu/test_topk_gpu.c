@@ -320,6 +320,75 @@ SK_TEST(topk_gpu_select_layouts_exact) {
     CHECK(ran == n, "%d of %d cases ran", ran, n);
 }
 
+/* Score orders built to defeat the selection's thresholds, exact in fp32
+ * (pooled Q = e0, pooled K row j = f(j) e0, scale 1), so that the CPU
+ * backend must agree end to end:
+ *   0  every score equal (all ties: the lowest blocks win);
+ *   1  increasing with the block, 2  decreasing;
+ *   3  lane-grouped, f(j) = j - 1000 (j % 32): every warp lane's largest
+ *      score is high and most scores pass the lane-maximum threshold (the
+ *      filter path's radix fallback, with k = 32).
+ * 1000 key blocks go to the register selection, 1100 to the general one. */
+static int gpu_order_case(int pattern, int32_t k, int causal, int64_t key_blocks) {
+    tk_problem t;
+    tk_problem_init(&t, gt_opt.backend, SK_DTYPE_BF16, 1, 64 * 300, 64 * key_blocks, 2, 2, 16, 64,
+                    64);
+    t.desc.k = k;
+    t.desc.sink_blocks = 1;
+    t.desc.local_blocks = 2;
+    t.desc.mask = causal ? SK_MASK_CAUSAL : SK_MASK_NONE;
+    t.desc.scale = 1.0f;
+    char name[200];
+    tk_describe(&t, name, sizeof name);
+    const int64_t nq = tk_pooled_q_len(&t), nk = tk_pooled_k_len(&t), d = t.desc.head_dim;
+    float *pq = (float *)calloc((size_t)nq, 4), *pk = (float *)calloc((size_t)nk, 4);
+    const size_t ns = (size_t)tk_total_rows(&t) * tk_col_blocks(&t);
+    float *scores = (float *)malloc(ns * 4);
+    int ok = pq != NULL && pk != NULL && scores != NULL;
+    for (int64_t r = 0; ok && r < nq / d; ++r) pq[r * d] = 1.0f;
+    const int32_t cb = tk_col_blocks(&t);
+    for (int64_t r = 0; ok && r < nk / d; ++r) {
+        const int32_t j = (int32_t)(r % cb);
+        pk[r * d] = pattern == 0 ? 1.0f
+                    : pattern == 1 ? (float)j
+                    : pattern == 2 ? (float)-j
+                                   : (float)(j - 1000 * (j % 32));
+    }
+    float *dpq = ok ? (float *)to_device(pq, (size_t)nq * 4) : NULL;
+    float *dpk = ok ? (float *)to_device(pk, (size_t)nk * 4) : NULL;
+    gpu_layout g;
+    memset(&g, 0, sizeof g);
+    ok = ok && dpq != NULL && dpk != NULL && run_gpu_select(&t, dpq, dpk, NULL, &g, scores, name);
+    if (ok) {
+        CHECK(same_as_cpu_selection(&t, scores, &g, name),
+              "%s pattern %d: GPU layout != CPU selection on the GPU's scores", name, pattern);
+        tk_problem cpu = t;
+        cpu.desc.backend = SK_BACKEND_CPU;
+        tk_layout_buf l;
+        const int cpu_ok = tk_layout_buf_alloc(&cpu, &l) &&
+                           sk_select_topk(&cpu.desc, pq, pk, &l.bsr, NULL, 0, NULL) == SK_STATUS_SUCCESS;
+        CHECK(cpu_ok && memcmp(l.off, g.off, ((size_t)g.rows + 1) * 4) == 0 &&
+                  memcmp(l.idx, g.idx, (size_t)l.off[l.rows] * 4) == 0,
+              "%s pattern %d: GPU and CPU sk_select_topk differ on exact scores", name, pattern);
+        tk_layout_buf_free(&l);
+    }
+    gpu_layout_free(&g);
+    free(scores), free(pq), free(pk);
+    gt_device_free(dpq), gt_device_free(dpk);
+    tk_problem_free(&t);
+    return ok;
+}
+
+SK_TEST(topk_gpu_select_adversarial_orders) {
+    static const int32_t ks[] = {5, 16, 32};
+    int ran = 0, n = 0;
+    for (int pattern = 0; pattern < 4; ++pattern)
+        for (int e = 0; e < 3; ++e, ++n)
+            ran += gpu_order_case(pattern, ks[e], (pattern + e) % 2,
+                                  (pattern + e) % 3 == 0 ? 1100 : 1000);
+    CHECK(ran == n, "%d of %d cases ran", ran, n);
+}
+
 /* sk_layout_from_scores with NaN, +-inf, +-0 and ties, GPU vs CPU. */
 SK_TEST(topk_gpu_from_scores_exact_with_specials) {
     tu_rng rng;
