@@ -5,6 +5,7 @@
  * Build: make build/topk_speed
  * Run:
  *   build/topk_speed --bench-topk [--commit HASH] [--reps N] [--small] [--config NAME]
+ *                    [--overlap-chunks N]
  *
  * Per configuration (default: the issue's B1 H32 S128K D128 bf16, Hkv 32,
  * blocks 128, k 16, 2 sink blocks, local window 8 blocks, causal):
@@ -33,6 +34,8 @@
  *      and the attention's TFLOPS over the selected blocks (4 D bq bk per
  *      block, causal masking inside the diagonal block not discounted).
  * Every input is several GB, far beyond L2, so one set of inputs suffices.
+ * --overlap-chunks N adds one more JSON object per configuration: the
+ * two-stream probe of step 7 in docs/perf/topk.md (time_overlap below).
  */
 #include <cuda_runtime_api.h>
 #include <math.h>

@@ -248,6 +248,23 @@ static int same_as_cpu_selection(const tk_problem *t, const float *scores, const
     return ok;
 }
 
+/* sk_select_topk on the CPU backend from the same pooled blocks (host)
+ * gives the GPU layout: for inputs whose scores are exact in fp32. */
+static int same_as_cpu_backend(tk_problem t, const float *pq, const float *pk,
+                               const gpu_layout *g) {
+    t.desc.backend = SK_BACKEND_CPU;
+    tk_layout_buf l;
+    int ok = tk_layout_buf_alloc(&t, &l);
+    if (ok && sk_select_topk(&t.desc, pq, pk, &l.bsr, NULL, 0, NULL) != SK_STATUS_SUCCESS) {
+        printf("    CPU backend: %s\n", sk_last_error());
+        ok = 0;
+    }
+    ok = ok && memcmp(l.off, g->off, ((size_t)g->rows + 1) * 4) == 0 &&
+         memcmp(l.idx, g->idx, (size_t)l.off[l.rows] * 4) == 0;
+    tk_layout_buf_free(&l);
+    return ok;
+}
+
 static int gpu_select_case(const sel_cfg *c, uint64_t seed) {
     tk_problem t;
     tk_problem_init(&t, gt_opt.backend, SK_DTYPE_BF16, c->b, c->sq, c->sk, c->hq, c->hkv, c->d,
@@ -280,15 +297,9 @@ static int gpu_select_case(const sel_cfg *c, uint64_t seed) {
         tk_problem cpu = t;
         cpu.desc.backend = SK_BACKEND_CPU;
         CHECK(tk_layout_equals_naive(&cpu, scores, g.off, g.idx, name), "%s: != naive", name);
-        if (c->quant) { /* exact scores: the CPU backend end to end gives the same layout */
-            tk_layout_buf l;
-            ok = tk_layout_buf_alloc(&cpu, &l) &&
-                 sk_select_topk(&cpu.desc, pq, pk, &l.bsr, NULL, 0, NULL) == SK_STATUS_SUCCESS;
-            CHECK(ok && memcmp(l.off, g.off, ((size_t)g.rows + 1) * 4) == 0 &&
-                      memcmp(l.idx, g.idx, (size_t)l.off[l.rows] * 4) == 0,
+        if (c->quant) /* exact scores: the CPU backend end to end gives the same layout */
+            CHECK(same_as_cpu_backend(t, pq, pk, &g),
                   "%s: GPU and CPU sk_select_topk differ on exact scores", name);
-            tk_layout_buf_free(&l);
-        }
     }
     gpu_layout_free(&g);
     free(scores), free(pq), free(pk);
@@ -362,15 +373,8 @@ static int gpu_order_case(int pattern, int32_t k, int causal, int64_t key_blocks
     if (ok) {
         CHECK(same_as_cpu_selection(&t, scores, &g, name),
               "%s pattern %d: GPU layout != CPU selection on the GPU's scores", name, pattern);
-        tk_problem cpu = t;
-        cpu.desc.backend = SK_BACKEND_CPU;
-        tk_layout_buf l;
-        const int cpu_ok = tk_layout_buf_alloc(&cpu, &l) &&
-                           sk_select_topk(&cpu.desc, pq, pk, &l.bsr, NULL, 0, NULL) == SK_STATUS_SUCCESS;
-        CHECK(cpu_ok && memcmp(l.off, g.off, ((size_t)g.rows + 1) * 4) == 0 &&
-                  memcmp(l.idx, g.idx, (size_t)l.off[l.rows] * 4) == 0,
+        CHECK(same_as_cpu_backend(t, pq, pk, &g),
               "%s pattern %d: GPU and CPU sk_select_topk differ on exact scores", name, pattern);
-        tk_layout_buf_free(&l);
     }
     gpu_layout_free(&g);
     free(scores), free(pq), free(pk);
