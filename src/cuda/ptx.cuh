@@ -476,6 +476,16 @@ __device__ __forceinline__ void sk_tma_store_4d(const void *tmap, uint32_t src, 
                  : "memory");
 }
 
+/* cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes: `bytes` (a multiple of
+ * 16) from global `src` (16-byte aligned) to shared `dst`, counted on the mbarrier `bar`. */
+__device__ __forceinline__ void sk_bulk_load(uint32_t dst, const void *src, uint32_t bytes,
+                                             uint32_t bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], "
+                 "%2, [%3];\n" ::"r"(dst),
+                 "l"(src), "r"(bytes), "r"(bar)
+                 : "memory");
+}
+
 /* cp.async.bulk.commit_group: close the group of bulk stores issued so far. */
 __device__ __forceinline__ void sk_bulk_commit(void) {
     asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");

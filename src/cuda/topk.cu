@@ -7,8 +7,10 @@
  *   pool     one launch for Q and K: one thread per (head, 8-element chunk
  *            of D) of one block of one tensor, 16-byte loads of the block's
  *            tokens (8 in flight), fp32 sums, one division by the token
- *            count. Q and K are read once (bandwidth-bound: about 98% of a
- *            plain read kernel on the H200, docs/perf/topk.md).
+ *            count; a CTA takes every head of its block where they fit in
+ *            512 threads, so that it reads whole token rows. Q and K are
+ *            read once (bandwidth-bound: 92.5 % of DRAM peak on the H200,
+ *            docs/perf/topk.md step 9).
  *   group sum  with per_kv_head and a group > 1 only: the fp32 sum of each group's pooled
  *            Q rows (ascending head order), the scoring's A operand.
  *   score    scores[slice, i, j] = scale * sum_d A[i, d] * pooled_k[j, d],
@@ -71,7 +73,7 @@
 
 enum {
     WS_ALIGN = 256,
-    POOL_THREADS = 256,
+    POOL_THREADS = 512, /* the most per pooling CTA: 32 heads x 16 chunks of D = 128 */
     POOL_INFLIGHT = 8, /* 16-byte loads in flight per thread */
     SC_KC = 8,         /* D step through shared memory */
     SC_PAD = 4,        /* keeps the float4 rows of the transposed tiles 16-byte aligned */
@@ -153,12 +155,12 @@ static __device__ __forceinline__ void add8(float acc[8], uint4 v, int bf16) {
     }
 }
 
-__global__ void __launch_bounds__(POOL_THREADS, 4) sk_topk_pool_kernel(const __grid_constant__ pool_params p) {
+__global__ void __launch_bounds__(POOL_THREADS, 2) sk_topk_pool_kernel(const __grid_constant__ pool_params p) {
     pdl_release();
     const int which = (int32_t)blockIdx.x >= p.t[0].nblocks;
     const pool_tensor t = which ? p.t[1] : p.t[0];
     const int32_t blk = (int32_t)blockIdx.x - (which ? p.t[0].nblocks : 0);
-    const int32_t item = (int32_t)blockIdx.y * POOL_THREADS + (int32_t)threadIdx.x;
+    const int32_t item = (int32_t)(blockIdx.y * blockDim.x + threadIdx.x);
     if (item >= t.heads * p.chunks) return;
     const int32_t h = item / p.chunks, c = item - h * p.chunks;
     const int64_t t0 = (int64_t)blk * t.block;
@@ -211,7 +213,11 @@ static sk_status launch_pool(const sk_topk_problem *p, cudaStream_t stream) {
     pp.chunks = (int32_t)(p->head_dim / 8);
     pp.bf16 = p->dtype == SK_DTYPE_BF16;
     const int64_t items = p->heads_q * (p->head_dim / 8); /* heads_q >= heads_kv */
-    const int64_t gy = (items + POOL_THREADS - 1) / POOL_THREADS;
+    /* Whole token rows per CTA where they fit: a packed block is then one
+     * contiguous read (half rows per CTA cost ~6 % of the bandwidth on the
+     * H200, docs/perf/topk.md step 9). */
+    const int64_t threads = items < POOL_THREADS ? (items + 31) / 32 * 32 : POOL_THREADS;
+    const int64_t gy = (items + threads - 1) / threads;
     const int64_t gx = (int64_t)p->row_blocks + p->col_blocks;
     if (items > INT32_MAX || gy > 65535 || gx > INT32_MAX)
         return sk_error(SK_STATUS_NOT_SUPPORTED,
@@ -219,7 +225,7 @@ static sk_status launch_pool(const sk_topk_problem *p, cudaStream_t stream) {
                         "the CUDA pooling kernel",
                         (long long)p->heads_q, (long long)p->head_dim);
     dim3 grid((unsigned)gx, (unsigned)gy, (unsigned)(p->batch < 65535 ? p->batch : 65535));
-    sk_topk_pool_kernel<<<grid, POOL_THREADS, 0, stream>>>(pp);
+    sk_topk_pool_kernel<<<grid, (unsigned)threads, 0, stream>>>(pp);
     return sk_cuda_status(cudaGetLastError(), "pooling kernel launch");
 }
 

@@ -1,0 +1,258 @@
+/*
+ * read_bw_probe.cu - a tuning experiment (not part of the library or the
+ * Makefile): how fast can the top-k pooling's 2 GiB be read on this GPU, by
+ * plain loads and by TMA bulk copies (cp.async.bulk into a shared-memory
+ * ring)? Step 9 of docs/perf/topk.md. Timed with CUDA events, median of 20
+ * after 3 warm-ups, on one 2 GiB bf16 buffer laid out as the pooling sees Q
+ * and K together: 262144 token rows of 8 KB (32 heads x 128 dims).
+ *
+ *   nvcc -O3 -std=c++17 -Isrc -gencode=arch=compute_90a,code=sm_90a \
+ *        -o build/read_bw_probe bench/read_bw_probe.cu
+ *   build/read_bw_probe
+ *
+ * Kernels:
+ *   plain U      grid-stride 16-byte loads, U independent loads per thread
+ *                per step (a read roofline);
+ *   pool regs    the library's pooling loop (src/cuda/topk.cu, before step
+ *                9): a thread per (block, head, 8 dims), 8 loads in flight,
+ *                256 threads (half of each token row) and 4 CTAs per SM;
+ *   pool regs, whole rows  the same loop with 512 threads, so that a CTA
+ *                reads whole token rows (1 MB contiguous), 2 CTAs per SM;
+ *   pool tma S R persistent CTAs, one producer lane issuing 4 KB bulk
+ *                copies (one token row of 16 heads) into S stages of R rows,
+ *                256 consumer threads summing their 16 bytes of each row
+ *                from shared memory; the same sums as "pool regs", checked
+ *                bit for bit;
+ *   copy tma S R the same ring over contiguous 4 KB rows, no sums (the TMA
+ *                read roofline).
+ * One CTA per SM unless the name says 2/SM.
+ */
+#include <cuda_runtime.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda/ptx.cuh"
+
+#define CK(x)                                                                                      \
+    do {                                                                                           \
+        cudaError_t e_ = (x);                                                                      \
+        if (e_ != cudaSuccess) {                                                                   \
+            printf("%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorName(e_));                       \
+            exit(1);                                                                               \
+        }                                                                                          \
+    } while (0)
+
+enum {
+    ROW_BYTES = 8192,            /* one token row: 32 heads x 128 dims of bf16 */
+    HALF_BYTES = ROW_BYTES / 2,  /* 16 heads: one consumer thread per 16 bytes */
+    ROWS = 262144,               /* Q and K of S = 128K */
+    BLOCK = 128,                 /* tokens per pooled block */
+    ITEMS = ROWS / BLOCK * 2,    /* (block, half) */
+    CONSUMERS = 256
+};
+
+static __device__ __forceinline__ void add8(float acc[8], uint4 v) {
+    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+        acc[2 * e] += __uint_as_float(w[e] << 16);
+        acc[2 * e + 1] += __uint_as_float(w[e] & 0xffff0000u);
+    }
+}
+
+static __device__ __forceinline__ void store8(float *out, int item, int tid, const float acc[8]) {
+    float4 *o = (float4 *)(out + ((int64_t)item * CONSUMERS + tid) * 8);
+    o[0] = make_float4(acc[0] / BLOCK, acc[1] / BLOCK, acc[2] / BLOCK, acc[3] / BLOCK);
+    o[1] = make_float4(acc[4] / BLOCK, acc[5] / BLOCK, acc[6] / BLOCK, acc[7] / BLOCK);
+}
+
+template <int U>
+__global__ void plain_read(const uint4 *x, int64_t n, float *sink) {
+    float s = 0;
+    const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += stride * U) {
+        uint4 v[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) v[u] = i + u * stride < n ? __ldg(x + i + u * stride) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+        for (int u = 0; u < U; ++u) s += __uint_as_float(v[u].x) + __uint_as_float(v[u].w);
+    }
+    if (s == 1.2345f) sink[0] = s;
+}
+
+/* The library's loop: CTA (item) = 256 threads, thread = (head of 16, 8 dims). */
+__global__ void __launch_bounds__(CONSUMERS, 4) pool_regs(const char *x, float *out) {
+    const int item = blockIdx.x, blk = item >> 1, half = item & 1, tid = threadIdx.x;
+    const uint4 *src = (const uint4 *)(x + (int64_t)blk * BLOCK * ROW_BYTES + half * HALF_BYTES) + tid;
+    const int64_t step = ROW_BYTES / 16;
+    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    for (int t = 0; t < BLOCK; t += 8) {
+        uint4 v[8];
+#pragma unroll
+        for (int u = 0; u < 8; ++u) v[u] = __ldg(src + (int64_t)(t + u) * step);
+#pragma unroll
+        for (int u = 0; u < 8; ++u) add8(acc, v[u]);
+    }
+    store8(out, item, tid, acc);
+}
+
+/* As pool_regs, with 512 threads: one CTA reads whole 8 KB token rows (a
+ * contiguous 1 MB per block), 2 CTAs per SM. */
+__global__ void __launch_bounds__(2 * CONSUMERS, 2) pool_regs_rows(const char *x, float *out) {
+    const int blk = blockIdx.x, tid = threadIdx.x;
+    const uint4 *src = (const uint4 *)(x + (int64_t)blk * BLOCK * ROW_BYTES) + tid;
+    const int64_t step = ROW_BYTES / 16;
+    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    for (int t = 0; t < BLOCK; t += 8) {
+        uint4 v[8];
+#pragma unroll
+        for (int u = 0; u < 8; ++u) v[u] = __ldg(src + (int64_t)(t + u) * step);
+#pragma unroll
+        for (int u = 0; u < 8; ++u) add8(acc, v[u]);
+    }
+    store8(out, 2 * blk + (tid >> 8), tid & (CONSUMERS - 1), acc);
+}
+
+/* Persistent: CTA c takes items c, c + grid, ... Warp 8's elected lane
+ * fills stage s (R rows of 4 KB) once the 8 consumer warps released it;
+ * consumers wait for the bytes, add their 16 bytes of each row, release.
+ * `sum` = 0: contiguous rows and no sums (the TMA roofline). */
+template <int S, int R>
+__global__ void __launch_bounds__(CONSUMERS + 32, 1) ring_tma(const char *x, float *out, int sum) {
+    extern __shared__ __align__(128) char ring[];
+    __shared__ __align__(8) uint64_t full[S], empty[S];
+    const int tid = threadIdx.x, warp = tid >> 5;
+    if (tid == 0) {
+        for (int s = 0; s < S; ++s) {
+            sk_mbar_init((uint32_t)__cvta_generic_to_shared(&full[s]), 1);
+            sk_mbar_init((uint32_t)__cvta_generic_to_shared(&empty[s]), CONSUMERS / 32);
+        }
+        sk_fence_mbar_init();
+    }
+    __syncthreads();
+    const uint32_t ring_s = (uint32_t)__cvta_generic_to_shared(ring);
+    const int chunks = BLOCK / R; /* stages per item */
+    const int my_items = (ITEMS - (int)blockIdx.x + (int)gridDim.x - 1) / (int)gridDim.x;
+    const int steps = my_items * chunks;
+    if (warp == CONSUMERS / 32) {
+        if (!sk_elect_one()) return;
+        for (int it = 0; it < steps; ++it) {
+            const int s = it % S, item = (int)blockIdx.x + (it / chunks) * (int)gridDim.x;
+            const int r0 = (it % chunks) * R;
+            if (it >= S)
+                while (!sk_mbar_try_wait((uint32_t)__cvta_generic_to_shared(&empty[s]), ((it / S) - 1) & 1)) {
+                }
+            const uint32_t fb = (uint32_t)__cvta_generic_to_shared(&full[s]);
+            sk_mbar_arrive_expect_tx(fb, R * HALF_BYTES);
+            for (int r = 0; r < R; ++r) {
+                const char *src = sum ? x + ((int64_t)(item >> 1) * BLOCK + r0 + r) * ROW_BYTES + (item & 1) * HALF_BYTES
+                                      : x + ((int64_t)item * BLOCK + r0 + r) * HALF_BYTES;
+                sk_bulk_load(ring_s + (uint32_t)((s * R + r) * HALF_BYTES), src, HALF_BYTES, fb);
+            }
+        }
+        return;
+    }
+    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    for (int it = 0; it < steps; ++it) {
+        const int s = it % S;
+        while (!sk_mbar_try_wait((uint32_t)__cvta_generic_to_shared(&full[s]), (it / S) & 1)) {
+        }
+        if (sum) {
+#pragma unroll
+            for (int r = 0; r < R; ++r) add8(acc, *(const uint4 *)(ring + (s * R + r) * HALF_BYTES + tid * 16));
+        }
+        __syncwarp();
+        if ((tid & 31) == 0) sk_mbar_arrive((uint32_t)__cvta_generic_to_shared(&empty[s]));
+        if (sum && it % chunks == chunks - 1) {
+            store8(out, (int)blockIdx.x + (it / chunks) * (int)gridDim.x, tid, acc);
+#pragma unroll
+            for (int e = 0; e < 8; ++e) acc[e] = 0.f;
+        }
+    }
+}
+
+static int cmp_float(const void *a, const void *b) {
+    const float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+#define TIME(name, launch)                                                                         \
+    do {                                                                                           \
+        float ms[20];                                                                              \
+        for (int i = -3; i < 20; ++i) {                                                            \
+            CK(cudaEventRecord(e0));                                                               \
+            launch;                                                                                \
+            CK(cudaEventRecord(e1));                                                               \
+            CK(cudaEventSynchronize(e1));                                                          \
+            if (i >= 0) CK(cudaEventElapsedTime(&ms[i], e0, e1));                                  \
+        }                                                                                          \
+        CK(cudaGetLastError());                                                                    \
+        qsort(ms, 20, sizeof(float), cmp_float);                                                   \
+        const double us = 500.0 * (ms[9] + ms[10]);                                                \
+        printf("%-22s median %8.1f us  min %8.1f us  %7.1f GB/s\n", name, us, 1000.0 * ms[0],     \
+               bytes / (us * 1e3));                                                                \
+    } while (0)
+
+template <int S, int R>
+static void run_ring(const char *name_pool, const char *name_copy, const char *x, float *out,
+                     int grid, double bytes, cudaEvent_t e0, cudaEvent_t e1) {
+    const int smem = S * R * HALF_BYTES;
+    CK(cudaFuncSetAttribute(ring_tma<S, R>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    TIME(name_pool, (ring_tma<S, R><<<grid, CONSUMERS + 32, smem>>>(x, out, 1)));
+    TIME(name_copy, (ring_tma<S, R><<<grid, CONSUMERS + 32, smem>>>(x, out, 0)));
+}
+
+int main(void) {
+    cudaDeviceProp prop;
+    CK(cudaGetDeviceProperties(&prop, 0));
+    const int sms = prop.multiProcessorCount;
+    printf("%s, %d SMs\n", prop.name, sms);
+    const size_t nbytes = (size_t)ROWS * ROW_BYTES;
+    const double bytes = (double)nbytes;
+    char *x;
+    float *out_regs, *out_tma, *sink;
+    CK(cudaMalloc(&x, nbytes));
+    const size_t out_bytes = (size_t)ITEMS * CONSUMERS * 8 * 4;
+    CK(cudaMalloc(&out_regs, out_bytes));
+    CK(cudaMalloc(&out_tma, out_bytes));
+    CK(cudaMalloc(&sink, 64));
+    /* Random bf16 in [-2, 2): a small host pattern tiled. */
+    const size_t pat = 1 << 24;
+    uint16_t *h = (uint16_t *)malloc(pat * 2);
+    uint64_t s = 0x9E3779B97F4A7C15ull;
+    for (size_t i = 0; i < pat; ++i) {
+        s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+        float f = (float)((s >> 40) & 0xffff) / 16384.0f - 2.0f;
+        uint32_t u;
+        memcpy(&u, &f, 4);
+        h[i] = (uint16_t)(u >> 16);
+    }
+    for (size_t off = 0; off < nbytes; off += pat * 2) CK(cudaMemcpy(x + off, h, pat * 2, cudaMemcpyHostToDevice));
+    free(h);
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+
+    TIME("plain 1", (plain_read<1><<<sms * 8, 512>>>((const uint4 *)x, (int64_t)(nbytes / 16), sink)));
+    TIME("plain 4", (plain_read<4><<<sms * 4, 512>>>((const uint4 *)x, (int64_t)(nbytes / 16), sink)));
+    TIME("plain 8", (plain_read<8><<<sms * 4, 256>>>((const uint4 *)x, (int64_t)(nbytes / 16), sink)));
+    TIME("pool regs", (pool_regs<<<ITEMS, CONSUMERS>>>(x, out_regs)));
+    TIME("pool regs, whole rows", (pool_regs_rows<<<ITEMS / 2, 2 * CONSUMERS>>>(x, out_tma)));
+    run_ring<6, 8>("pool tma 6x8", "copy tma 6x8", x, out_tma, sms, bytes, e0, e1);
+    run_ring<12, 4>("pool tma 12x4", "copy tma 12x4", x, out_tma, sms, bytes, e0, e1);
+    run_ring<4, 8>("pool tma 4x8", "copy tma 4x8", x, out_tma, sms, bytes, e0, e1);
+    run_ring<3, 8>("pool tma 3x8, 2/SM", "copy tma 3x8, 2/SM", x, out_tma, 2 * sms, bytes, e0, e1);
+    /* The sums of a 6x8 pooling run against pool regs, bit for bit. */
+    CK(cudaMemset(out_tma, 0xff, out_bytes));
+    CK(cudaFuncSetAttribute(ring_tma<6, 8>, cudaFuncAttributeMaxDynamicSharedMemorySize, 6 * 8 * HALF_BYTES));
+    ring_tma<6, 8><<<sms, CONSUMERS + 32, 6 * 8 * HALF_BYTES>>>(x, out_tma, 1);
+    CK(cudaDeviceSynchronize());
+    float *a = (float *)malloc(out_bytes), *b = (float *)malloc(out_bytes);
+    CK(cudaMemcpy(a, out_regs, out_bytes, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(b, out_tma, out_bytes, cudaMemcpyDeviceToHost));
+    printf("pool tma 6x8 vs pool regs: %s\n", memcmp(a, b, out_bytes) == 0 ? "bitwise equal" : "DIFFERENT");
+    free(a), free(b);
+    return 0;
+}
