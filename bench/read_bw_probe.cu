@@ -18,6 +18,9 @@
  *                256 threads (half of each token row) and 4 CTAs per SM;
  *   pool regs, whole rows  the same loop with 512 threads, so that a CTA
  *                reads whole token rows (1 MB contiguous), 2 CTAs per SM;
+ *   pool rows, staggered  whole rows, each CTA starting at another row;
+ *   pool rows, 1024 thr   whole rows, even and odd rows by two halves of a
+ *                1024-thread CTA, one CTA per SM;
  *   pool tma S R persistent CTAs, one producer lane issuing 4 KB bulk
  *                copies (one token row of 16 heads) into S stages of R rows,
  *                256 consumer threads summing their 16 bytes of each row
@@ -113,6 +116,55 @@ __global__ void __launch_bounds__(2 * CONSUMERS, 2) pool_regs_rows(const char *x
         for (int u = 0; u < 8; ++u) add8(acc, v[u]);
     }
     store8(out, 2 * blk + (tid >> 8), tid & (CONSUMERS - 1), acc);
+}
+
+/* Whole rows, each CTA starting at its own row (a multiple of 8, rotating
+ * with the block) and wrapping around, so that the CTAs in flight do not
+ * all read the same offset of their 1 MB blocks. */
+__global__ void __launch_bounds__(2 * CONSUMERS, 2) pool_rows_stagger(const char *x, float *out) {
+    const int blk = blockIdx.x, tid = threadIdx.x;
+    const uint4 *src = (const uint4 *)(x + (int64_t)blk * BLOCK * ROW_BYTES) + tid;
+    const int64_t step = ROW_BYTES / 16;
+    const int start = (blk * 40) % BLOCK;
+    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    for (int t0 = 0; t0 < BLOCK; t0 += 8) {
+        const int t = (start + t0) % BLOCK;
+        uint4 v[8];
+#pragma unroll
+        for (int u = 0; u < 8; ++u) v[u] = __ldg(src + (int64_t)(t + u) * step);
+#pragma unroll
+        for (int u = 0; u < 8; ++u) add8(acc, v[u]);
+    }
+    store8(out, 2 * blk + (tid >> 8), tid & (CONSUMERS - 1), acc);
+}
+
+/* Whole rows with 1024 threads, one CTA per SM: threads 0-511 take the
+ * even rows, 512-1023 the odd ones, the two sums added at the end (half as
+ * many streams in flight as with 2 CTAs of 512). */
+__global__ void __launch_bounds__(4 * CONSUMERS, 1) pool_rows_1024(const char *x, float *out) {
+    __shared__ float4 part[2 * CONSUMERS][2];
+    const int blk = blockIdx.x, tid = threadIdx.x & (2 * CONSUMERS - 1), odd = threadIdx.x >> 9;
+    const uint4 *src = (const uint4 *)(x + ((int64_t)blk * BLOCK + odd) * ROW_BYTES) + tid;
+    const int64_t step = 2 * ROW_BYTES / 16;
+    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    for (int t = 0; t < BLOCK / 2; t += 8) {
+        uint4 v[8];
+#pragma unroll
+        for (int u = 0; u < 8; ++u) v[u] = __ldg(src + (int64_t)(t + u) * step);
+#pragma unroll
+        for (int u = 0; u < 8; ++u) add8(acc, v[u]);
+    }
+    if (odd) {
+        part[tid][0] = make_float4(acc[0], acc[1], acc[2], acc[3]);
+        part[tid][1] = make_float4(acc[4], acc[5], acc[6], acc[7]);
+    }
+    __syncthreads();
+    if (!odd) {
+        const float4 a = part[tid][0], b = part[tid][1];
+        acc[0] += a.x, acc[1] += a.y, acc[2] += a.z, acc[3] += a.w;
+        acc[4] += b.x, acc[5] += b.y, acc[6] += b.z, acc[7] += b.w;
+        store8(out, 2 * blk + (tid >> 8), tid & (CONSUMERS - 1), acc);
+    }
 }
 
 /* Persistent: CTA c takes items c, c + grid, ... Warp 8's elected lane
@@ -240,6 +292,10 @@ int main(void) {
     TIME("plain 8", (plain_read<8><<<sms * 4, 256>>>((const uint4 *)x, (int64_t)(nbytes / 16), sink)));
     TIME("pool regs", (pool_regs<<<ITEMS, CONSUMERS>>>(x, out_regs)));
     TIME("pool regs, whole rows", (pool_regs_rows<<<ITEMS / 2, 2 * CONSUMERS>>>(x, out_tma)));
+    TIME("pool rows, staggered", (pool_rows_stagger<<<ITEMS / 2, 2 * CONSUMERS>>>(x, out_tma)));
+    TIME("pool rows, 1024 thr", (pool_rows_1024<<<ITEMS / 2, 4 * CONSUMERS>>>(x, out_tma)));
+    TIME("pool regs (again)", (pool_regs<<<ITEMS, CONSUMERS>>>(x, out_regs)));
+    TIME("plain 4 (again)", (plain_read<4><<<sms * 4, 512>>>((const uint4 *)x, (int64_t)(nbytes / 16), sink)));
     run_ring<6, 8>("pool tma 6x8", "copy tma 6x8", x, out_tma, sms, bytes, e0, e1);
     run_ring<12, 4>("pool tma 12x4", "copy tma 12x4", x, out_tma, sms, bytes, e0, e1);
     run_ring<4, 8>("pool tma 4x8", "copy tma 4x8", x, out_tma, sms, bytes, e0, e1);
