@@ -71,6 +71,21 @@ static __device__ __forceinline__ void store8(float *out, int item, int tid, con
     o[1] = make_float4(acc[4] / BLOCK, acc[5] / BLOCK, acc[6] / BLOCK, acc[7] / BLOCK);
 }
 
+/* acc += rows first .. first + count - 1 (count a multiple of 8, the row
+ * index wrapping at BLOCK) of a block at src, rows `step` uint4 apart, 8
+ * loads in flight. */
+static __device__ __forceinline__ void sum_rows(const uint4 *src, int64_t step, int first, int count,
+                                                float acc[8]) {
+    for (int t0 = 0; t0 < count; t0 += 8) {
+        const int t = (first + t0) % BLOCK;
+        uint4 v[8];
+#pragma unroll
+        for (int u = 0; u < 8; ++u) v[u] = __ldg(src + (int64_t)(t + u) * step);
+#pragma unroll
+        for (int u = 0; u < 8; ++u) add8(acc, v[u]);
+    }
+}
+
 template <int U>
 __global__ void plain_read(const uint4 *x, int64_t n, float *sink) {
     float s = 0;
@@ -91,13 +106,7 @@ __global__ void __launch_bounds__(CONSUMERS, 4) pool_regs(const char *x, float *
     const uint4 *src = (const uint4 *)(x + (int64_t)blk * BLOCK * ROW_BYTES + half * HALF_BYTES) + tid;
     const int64_t step = ROW_BYTES / 16;
     float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    for (int t = 0; t < BLOCK; t += 8) {
-        uint4 v[8];
-#pragma unroll
-        for (int u = 0; u < 8; ++u) v[u] = __ldg(src + (int64_t)(t + u) * step);
-#pragma unroll
-        for (int u = 0; u < 8; ++u) add8(acc, v[u]);
-    }
+    sum_rows(src, step, 0, BLOCK, acc);
     store8(out, item, tid, acc);
 }
 
@@ -108,13 +117,7 @@ __global__ void __launch_bounds__(2 * CONSUMERS, 2) pool_regs_rows(const char *x
     const uint4 *src = (const uint4 *)(x + (int64_t)blk * BLOCK * ROW_BYTES) + tid;
     const int64_t step = ROW_BYTES / 16;
     float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    for (int t = 0; t < BLOCK; t += 8) {
-        uint4 v[8];
-#pragma unroll
-        for (int u = 0; u < 8; ++u) v[u] = __ldg(src + (int64_t)(t + u) * step);
-#pragma unroll
-        for (int u = 0; u < 8; ++u) add8(acc, v[u]);
-    }
+    sum_rows(src, step, 0, BLOCK, acc);
     store8(out, 2 * blk + (tid >> 8), tid & (CONSUMERS - 1), acc);
 }
 
@@ -127,14 +130,7 @@ __global__ void __launch_bounds__(2 * CONSUMERS, 2) pool_rows_stagger(const char
     const int64_t step = ROW_BYTES / 16;
     const int start = (blk * 40) % BLOCK;
     float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    for (int t0 = 0; t0 < BLOCK; t0 += 8) {
-        const int t = (start + t0) % BLOCK;
-        uint4 v[8];
-#pragma unroll
-        for (int u = 0; u < 8; ++u) v[u] = __ldg(src + (int64_t)(t + u) * step);
-#pragma unroll
-        for (int u = 0; u < 8; ++u) add8(acc, v[u]);
-    }
+    sum_rows(src, step, start, BLOCK, acc);
     store8(out, 2 * blk + (tid >> 8), tid & (CONSUMERS - 1), acc);
 }
 
@@ -147,13 +143,7 @@ __global__ void __launch_bounds__(4 * CONSUMERS, 1) pool_rows_1024(const char *x
     const uint4 *src = (const uint4 *)(x + ((int64_t)blk * BLOCK + odd) * ROW_BYTES) + tid;
     const int64_t step = 2 * ROW_BYTES / 16;
     float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    for (int t = 0; t < BLOCK / 2; t += 8) {
-        uint4 v[8];
-#pragma unroll
-        for (int u = 0; u < 8; ++u) v[u] = __ldg(src + (int64_t)(t + u) * step);
-#pragma unroll
-        for (int u = 0; u < 8; ++u) add8(acc, v[u]);
-    }
+    sum_rows(src, step, 0, BLOCK / 2, acc);
     if (odd) {
         part[tid][0] = make_float4(acc[0], acc[1], acc[2], acc[3]);
         part[tid][1] = make_float4(acc[4], acc[5], acc[6], acc[7]);
