@@ -88,6 +88,12 @@ static int cmp_float(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
+/* Sorts the n timings (ms) and returns their median in microseconds. */
+static double sorted_median_us(float *ms, int n) {
+    qsort(ms, (size_t)n, sizeof(float), cmp_float);
+    return 1000.0 * (n % 2 ? ms[n / 2] : 0.5 * (ms[n / 2 - 1] + ms[n / 2]));
+}
+
 typedef enum region {
     R_POOL,
     R_SELECT,
@@ -157,8 +163,7 @@ static int time_region(bench_ctx *c, region r, const sk_attention_desc *attn, in
         CUDA_OK(cudaEventSynchronize(e1));
         CUDA_OK(cudaEventElapsedTime(&ms[i], e0, e1));
     }
-    qsort(ms, (size_t)reps, sizeof(float), cmp_float);
-    *median_us = 1000.0 * (reps % 2 ? ms[reps / 2] : 0.5 * (ms[reps / 2 - 1] + ms[reps / 2]));
+    *median_us = sorted_median_us(ms, reps);
     *min_us = 1000.0 * ms[0];
     free(ms);
     CUDA_OK(cudaEventDestroy(e0));
@@ -412,8 +417,7 @@ static void time_overlap(const bench_ctx *c, const cfg *f, int chunks, int reps,
             CUDA_OK(cudaEventSynchronize(e1));
             if (r >= 0) CUDA_OK(cudaEventElapsedTime(&ms[r], e0, e1));
         }
-        qsort(ms, (size_t)reps, sizeof(float), cmp_float);
-        med[mode] = 1000.0 * (reps % 2 ? ms[reps / 2] : 0.5 * (ms[reps / 2 - 1] + ms[reps / 2]));
+        med[mode] = sorted_median_us(ms, reps);
     }
     /* The last part's layout, checked on the host. */
     int32_t *off = (int32_t *)malloc(((size_t)slices * rb + 1) * 4);
