@@ -261,6 +261,21 @@ __device__ void sk_sm80_write_empty(const sk_sm80_params &p, const sk_sm80_curso
     }
 }
 
+/* Thread 0: start copying the tile_info entry of the slot grabbed last
+ * time (slot_reg) into pending[next] and grab a new slot; past the last
+ * tile, write the end marker there instead. */
+static __device__ __forceinline__ void sk_sm80_prefetch_info(const sk_sm80_params &p,
+                                                             sk_sm80_shared *sh, int next,
+                                                             int &slot_reg) {
+    if (slot_reg < p.num_tiles) {
+        sk_cp_async_16((uint32_t)__cvta_generic_to_shared(&sh->pending[next]),
+                       p.tile_info + slot_reg, 16u);
+        slot_reg = atomicAdd(p.tile_counter, 1);
+    } else {
+        sh->pending[next] = make_int4(-1, 0, 0, -1);
+    }
+}
+
 /* The CTA's next non-empty tile: true with its tile_info entry in *info
  * (decode it with sk_sm80_cursor_of), false when no tile is left. Writes
  * the outputs of the empty tiles it passes. Called by all threads alike.
@@ -286,15 +301,7 @@ __device__ bool sk_sm80_acquire(const sk_sm80_params &p, sk_sm80_shared *sh, int
         const int32_t end = min(max(info.z, 0), p.nnz);
         if (info.x >= 0 && info.x < p.num_tiles && info.y >= 0 && info.y < end &&
             (uint32_t)info.w < (uint32_t)p.col_blocks) {
-            if (threadIdx.x == 0) {
-                if (slot_reg < p.num_tiles) {
-                    sk_cp_async_16((uint32_t)__cvta_generic_to_shared(&sh->pending[parity ^ 1]),
-                                   p.tile_info + slot_reg, 16u);
-                    slot_reg = atomicAdd(p.tile_counter, 1);
-                } else {
-                    sh->pending[parity ^ 1] = make_int4(-1, 0, 0, -1);
-                }
-            }
+            if (threadIdx.x == 0) sk_sm80_prefetch_info(p, sh, parity ^ 1, slot_reg);
             parity ^= 1;
             *info_out = info;
             return true;
@@ -307,13 +314,7 @@ __device__ bool sk_sm80_acquire(const sk_sm80_params &p, sk_sm80_shared *sh, int
                 sk_cp_async_wait<0>();
             }
             sh->info[parity] = sh->pending[parity];
-            if (slot_reg < p.num_tiles) {
-                sk_cp_async_16((uint32_t)__cvta_generic_to_shared(&sh->pending[parity ^ 1]),
-                               p.tile_info + slot_reg, 16u);
-                slot_reg = atomicAdd(p.tile_counter, 1);
-            } else {
-                sh->pending[parity ^ 1] = make_int4(-1, 0, 0, -1);
-            }
+            sk_sm80_prefetch_info(p, sh, parity ^ 1, slot_reg);
         }
         __syncthreads();
         const int at = parity;
