@@ -47,22 +47,6 @@ static const bench_cfg configs[] = {
     {"f16_d128_b64_rand25", SK_DTYPE_F16, 16, 96, 4096, 128, 64, 64, 0, LAYOUT_RANDOM_K, 16},
 };
 
-static int cmp_float(const void *a, const void *b) {
-    const float x = *(const float *)a, y = *(const float *)b;
-    return x < y ? -1 : x > y;
-}
-
-/* Fill n device elements by repeating the pattern. */
-static int fill_device(void *dst, const void *pattern_dev, int64_t n) {
-    for (int64_t off = 0; off < n; off += GT_PATTERN_ELEMS) {
-        const int64_t len = n - off < GT_PATTERN_ELEMS ? n - off : GT_PATTERN_ELEMS;
-        if (cudaMemcpy((char *)dst + off * 2, pattern_dev, (size_t)len * 2,
-                       cudaMemcpyDeviceToDevice) != cudaSuccess)
-            return -1;
-    }
-    return 0;
-}
-
 static double pattern_value(const uint16_t *pat, sk_dtype dtype, int64_t i) {
     return tu_load(pat, dtype, i % GT_PATTERN_ELEMS);
 }
@@ -206,8 +190,9 @@ int gt_bench_main(const char *filter) {
         const int64_t elems = c->b * c->s * c->h * c->d;
         if (filled != c->dtype) {
             if (gt_upload(dpat, pat, (size_t)GT_PATTERN_ELEMS * 2) != 0 ||
-                fill_device(dq, dpat, max_elems) || fill_device(dk, dpat, max_elems) ||
-                fill_device(dv, dpat, max_elems)) {
+                gt_fill_repeated(dq, dpat, GT_PATTERN_ELEMS, max_elems) ||
+                gt_fill_repeated(dk, dpat, GT_PATTERN_ELEMS, max_elems) ||
+                gt_fill_repeated(dv, dpat, GT_PATTERN_ELEMS, max_elems)) {
                 printf("bench: fill failed\n");
                 return 1;
             }
@@ -258,8 +243,8 @@ int gt_bench_main(const char *filter) {
         }
         const int ok = st == SK_STATUS_SUCCESS && gt_sync() == 0 && worst <= 1.0;
         failures += !ok;
-        qsort(plan_ms, GT_BENCH_REPS, sizeof(float), cmp_float);
-        qsort(run_ms, GT_BENCH_REPS, sizeof(float), cmp_float);
+        qsort(plan_ms, GT_BENCH_REPS, sizeof(float), gt_cmp_float);
+        qsort(run_ms, GT_BENCH_REPS, sizeof(float), gt_cmp_float);
         const double med = run_ms[GT_BENCH_REPS / 2] * 1e-3, best = run_ms[0] * 1e-3;
         const double blocks = (double)host.nnz; /* layout slices = B * H */
         const double flops = 4.0 * (double)c->d * c->bq * c->bk * blocks;

@@ -54,6 +54,21 @@ int gt_download(void *dst, const void *src, size_t bytes) {
     return cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost) == cudaSuccess ? 0 : -1;
 }
 
+int gt_fill_repeated(void *dst, const void *pattern_dev, int64_t pattern_elems, int64_t n) {
+    for (int64_t off = 0; off < n; off += pattern_elems) {
+        const int64_t len = n - off < pattern_elems ? n - off : pattern_elems;
+        if (cudaMemcpy((char *)dst + off * 2, pattern_dev, (size_t)len * 2,
+                       cudaMemcpyDeviceToDevice) != cudaSuccess)
+            return -1;
+    }
+    return 0;
+}
+
+int gt_cmp_float(const void *a, const void *b) {
+    const float x = *(const float *)a, y = *(const float *)b;
+    return x < y ? -1 : x > y;
+}
+
 int gt_sync(void) {
     const cudaError_t e = cudaDeviceSynchronize();
     if (e != cudaSuccess) {

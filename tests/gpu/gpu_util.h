@@ -149,6 +149,11 @@ void *gt_device_alloc(size_t bytes);
 void gt_device_free(void *p);
 int gt_upload(void *dst, const void *src, size_t bytes);
 int gt_download(void *dst, const void *src, size_t bytes);
+/* n device elements of 2 bytes: the first pattern_elems elements of
+ * pattern_dev (device) repeated. 0 on success. */
+int gt_fill_repeated(void *dst, const void *pattern_dev, int64_t pattern_elems, int64_t n);
+/* qsort comparison of floats, ascending. */
+int gt_cmp_float(const void *a, const void *b);
 int gt_sync(void);
 
 /* sk_attention_desc for a case (strides resolved by gt_case_strides). */

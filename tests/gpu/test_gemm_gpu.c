@@ -891,22 +891,6 @@ typedef struct gg_timing_cfg {
     double density;
 } gg_timing_cfg;
 
-static int cmp_float(const void *a, const void *b) {
-    const float x = *(const float *)a, y = *(const float *)b;
-    return x < y ? -1 : x > y;
-}
-
-/* n device elements of 2 bytes: the pattern repeated. */
-static int gg_fill_pattern(void *dst, const void *pat_dev, int64_t n) {
-    for (int64_t off = 0; off < n; off += GG_PATTERN) {
-        const int64_t len = n - off < GG_PATTERN ? n - off : GG_PATTERN;
-        if (cudaMemcpy((char *)dst + off * 2, pat_dev, (size_t)len * 2, cudaMemcpyDeviceToDevice) !=
-            cudaSuccess)
-            return -1;
-    }
-    return 0;
-}
-
 static void gg_time_one(const gg_timing_cfg *t, const uint16_t *pat, const void *dpat) {
     const int64_t M = 8192, N = 8192, K = 8192;
     const int64_t rb = M / t->bm, cb = K / t->bk;
@@ -937,7 +921,8 @@ static void gg_time_one(const gg_timing_cfg *t, const uint16_t *pat, const void 
     void *da = gt_device_alloc((size_t)a_elems * 2), *db = gt_device_alloc((size_t)b_elems * 2);
     void *dc = gt_device_alloc((size_t)(M * N) * cs);
     REQUIRE(da != NULL && db != NULL && dc != NULL, "device memory");
-    REQUIRE(gg_fill_pattern(da, dpat, a_elems) == 0 && gg_fill_pattern(db, dpat, b_elems) == 0,
+    REQUIRE(gt_fill_repeated(da, dpat, GG_PATTERN, a_elems) == 0 &&
+                gt_fill_repeated(db, dpat, GG_PATTERN, b_elems) == 0,
             "fill");
     cudaMemset(dc, 0xff, (size_t)(M * N) * cs);
     sk_bsr_gemm_desc d;
@@ -1000,7 +985,7 @@ static void gg_time_one(const gg_timing_cfg *t, const uint16_t *pat, const void 
             if (rep >= GG_TIMING_WARMUP) cudaEventElapsedTime(&ms[rep - GG_TIMING_WARMUP], e0, e1);
         }
         CHECK(st == SK_STATUS_SUCCESS && gt_sync() == 0, "timed runs");
-        qsort(ms, GG_TIMING_REPS, sizeof(float), cmp_float);
+        qsort(ms, GG_TIMING_REPS, sizeof(float), gt_cmp_float);
         const double med = ms[GG_TIMING_REPS / 2] * 1e-3;
         const double flops = 2.0 * (double)host.nnz * t->bm * t->bk * (double)N;
         sk_device_info info;
