@@ -31,6 +31,9 @@
 
 #include "sparsek.h"
 
+#define BENCH_ERROR_EXIT 2 /* 1 is a failed result check */
+#include "bench_check.h"
+
 enum { WARMUP = 3, CHECKS = 512, MAX_SWEEP = 16 };
 
 typedef struct opts {
@@ -141,23 +144,6 @@ static int parse(int argc, char **argv, opts *o) {
     }
     return o->reps > 0;
 }
-
-#define CUDA_OK(call)                                                                              \
-    do {                                                                                           \
-        cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess) {                                                                   \
-            fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_));  \
-            exit(2);                                                                               \
-        }                                                                                          \
-    } while (0)
-#define SK_OK(call)                                                                                \
-    do {                                                                                           \
-        sk_status s_ = (call);                                                                     \
-        if (s_ != SK_STATUS_SUCCESS) {                                                             \
-            fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #call, sk_last_error());         \
-            exit(2);                                                                               \
-        }                                                                                          \
-    } while (0)
 
 static int cmp_float(const void *a, const void *b) {
     const float x = *(const float *)a, y = *(const float *)b;

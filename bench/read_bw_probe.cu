@@ -36,16 +36,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cuda/ptx.cuh"
+#include "bench_check.h"
 
-#define CK(x)                                                                                      \
-    do {                                                                                           \
-        cudaError_t e_ = (x);                                                                      \
-        if (e_ != cudaSuccess) {                                                                   \
-            printf("%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorName(e_));                       \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
+#include "cuda/ptx.cuh"
 
 enum {
     ROW_BYTES = 8192,            /* one token row: 32 heads x 128 dims of bf16 */
@@ -224,13 +217,13 @@ static int cmp_float(const void *a, const void *b) {
     do {                                                                                           \
         float ms[20];                                                                              \
         for (int i = -3; i < 20; ++i) {                                                            \
-            CK(cudaEventRecord(e0));                                                               \
+            CUDA_OK(cudaEventRecord(e0));                                                               \
             launch;                                                                                \
-            CK(cudaEventRecord(e1));                                                               \
-            CK(cudaEventSynchronize(e1));                                                          \
-            if (i >= 0) CK(cudaEventElapsedTime(&ms[i], e0, e1));                                  \
+            CUDA_OK(cudaEventRecord(e1));                                                               \
+            CUDA_OK(cudaEventSynchronize(e1));                                                          \
+            if (i >= 0) CUDA_OK(cudaEventElapsedTime(&ms[i], e0, e1));                                  \
         }                                                                                          \
-        CK(cudaGetLastError());                                                                    \
+        CUDA_OK(cudaGetLastError());                                                                    \
         qsort(ms, 20, sizeof(float), cmp_float);                                                   \
         const double us = 500.0 * (ms[9] + ms[10]);                                                \
         printf("%-22s median %8.1f us  min %8.1f us  %7.1f GB/s\n", name, us, 1000.0 * ms[0],     \
@@ -241,25 +234,25 @@ template <int S, int R>
 static void run_ring(const char *name_pool, const char *name_copy, const char *x, float *out,
                      int grid, double bytes, cudaEvent_t e0, cudaEvent_t e1) {
     const int smem = S * R * HALF_BYTES;
-    CK(cudaFuncSetAttribute(ring_tma<S, R>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    CUDA_OK(cudaFuncSetAttribute(ring_tma<S, R>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     TIME(name_pool, (ring_tma<S, R><<<grid, CONSUMERS + 32, smem>>>(x, out, 1)));
     TIME(name_copy, (ring_tma<S, R><<<grid, CONSUMERS + 32, smem>>>(x, out, 0)));
 }
 
 int main(void) {
     cudaDeviceProp prop;
-    CK(cudaGetDeviceProperties(&prop, 0));
+    CUDA_OK(cudaGetDeviceProperties(&prop, 0));
     const int sms = prop.multiProcessorCount;
     printf("%s, %d SMs\n", prop.name, sms);
     const size_t nbytes = (size_t)ROWS * ROW_BYTES;
     const double bytes = (double)nbytes;
     char *x;
     float *out_regs, *out_tma, *sink;
-    CK(cudaMalloc(&x, nbytes));
+    CUDA_OK(cudaMalloc(&x, nbytes));
     const size_t out_bytes = (size_t)ITEMS * CONSUMERS * 8 * 4;
-    CK(cudaMalloc(&out_regs, out_bytes));
-    CK(cudaMalloc(&out_tma, out_bytes));
-    CK(cudaMalloc(&sink, 64));
+    CUDA_OK(cudaMalloc(&out_regs, out_bytes));
+    CUDA_OK(cudaMalloc(&out_tma, out_bytes));
+    CUDA_OK(cudaMalloc(&sink, 64));
     /* Random bf16 in [-2, 2): a small host pattern tiled. */
     const size_t pat = 1 << 24;
     uint16_t *h = (uint16_t *)malloc(pat * 2);
@@ -271,11 +264,11 @@ int main(void) {
         memcpy(&u, &f, 4);
         h[i] = (uint16_t)(u >> 16);
     }
-    for (size_t off = 0; off < nbytes; off += pat * 2) CK(cudaMemcpy(x + off, h, pat * 2, cudaMemcpyHostToDevice));
+    for (size_t off = 0; off < nbytes; off += pat * 2) CUDA_OK(cudaMemcpy(x + off, h, pat * 2, cudaMemcpyHostToDevice));
     free(h);
     cudaEvent_t e0, e1;
-    CK(cudaEventCreate(&e0));
-    CK(cudaEventCreate(&e1));
+    CUDA_OK(cudaEventCreate(&e0));
+    CUDA_OK(cudaEventCreate(&e1));
 
     TIME("plain 1", (plain_read<1><<<sms * 8, 512>>>((const uint4 *)x, (int64_t)(nbytes / 16), sink)));
     TIME("plain 4", (plain_read<4><<<sms * 4, 512>>>((const uint4 *)x, (int64_t)(nbytes / 16), sink)));
@@ -291,13 +284,13 @@ int main(void) {
     run_ring<4, 8>("pool tma 4x8", "copy tma 4x8", x, out_tma, sms, bytes, e0, e1);
     run_ring<3, 8>("pool tma 3x8, 2/SM", "copy tma 3x8, 2/SM", x, out_tma, 2 * sms, bytes, e0, e1);
     /* The sums of a 6x8 pooling run against pool regs, bit for bit. */
-    CK(cudaMemset(out_tma, 0xff, out_bytes));
-    CK(cudaFuncSetAttribute(ring_tma<6, 8>, cudaFuncAttributeMaxDynamicSharedMemorySize, 6 * 8 * HALF_BYTES));
+    CUDA_OK(cudaMemset(out_tma, 0xff, out_bytes));
+    CUDA_OK(cudaFuncSetAttribute(ring_tma<6, 8>, cudaFuncAttributeMaxDynamicSharedMemorySize, 6 * 8 * HALF_BYTES));
     ring_tma<6, 8><<<sms, CONSUMERS + 32, 6 * 8 * HALF_BYTES>>>(x, out_tma, 1);
-    CK(cudaDeviceSynchronize());
+    CUDA_OK(cudaDeviceSynchronize());
     float *a = (float *)malloc(out_bytes), *b = (float *)malloc(out_bytes);
-    CK(cudaMemcpy(a, out_regs, out_bytes, cudaMemcpyDeviceToHost));
-    CK(cudaMemcpy(b, out_tma, out_bytes, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(a, out_regs, out_bytes, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(b, out_tma, out_bytes, cudaMemcpyDeviceToHost));
     printf("pool tma 6x8 vs pool regs: %s\n", memcmp(a, b, out_bytes) == 0 ? "bitwise equal" : "DIFFERENT");
     free(a), free(b);
     return 0;

@@ -22,14 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CK(x)                                                                                      \
-    do {                                                                                           \
-        cudaError_t e_ = (x);                                                                      \
-        if (e_ != cudaSuccess) {                                                                   \
-            printf("%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorName(e_));                       \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
+#include "bench_check.h"
 
 enum { H = 32, S = 131072, D = 128, BS = 128, NB = S / BS };
 
@@ -248,7 +241,7 @@ static int cmpf(const void *a, const void *b) {
         cudaEventCreate(&e0), cudaEventCreate(&e1);                                                \
         float ms[20];                                                                              \
         for (int w = 0; w < 3; ++w) launch;                                                        \
-        CK(cudaDeviceSynchronize());                                                               \
+        CUDA_OK(cudaDeviceSynchronize());                                                               \
         for (int r = 0; r < 20; ++r) {                                                             \
             cudaEventRecord(e0);                                                                   \
             launch;                                                                                \
@@ -256,7 +249,7 @@ static int cmpf(const void *a, const void *b) {
             cudaEventSynchronize(e1);                                                              \
             cudaEventElapsedTime(&ms[r], e0, e1);                                                  \
         }                                                                                          \
-        CK(cudaGetLastError());                                                                    \
+        CUDA_OK(cudaGetLastError());                                                                    \
         qsort(ms, 20, sizeof(float), cmpf);                                                        \
         const double us = 500.0 * (ms[9] + ms[10]);                                                \
         printf("%-34s median %8.1f us  min %8.1f us  %8.1f %s\n", label, us, 1000.0 * ms[0],       \
@@ -281,11 +274,11 @@ static double max_rel(const float *a, const float *ref, const float *pq, const f
 
 int main(void) {
     cudaDeviceProp prop;
-    CK(cudaGetDeviceProperties(&prop, 0));
+    CUDA_OK(cudaGetDeviceProperties(&prop, 0));
     printf("%s, %d SMs\n", prop.name, prop.multiProcessorCount);
     const int64_t nx = (int64_t)S * H * D;
     uint16_t *x;
-    CK(cudaMalloc(&x, nx * 2));
+    CUDA_OK(cudaMalloc(&x, nx * 2));
     {
         uint16_t *h = (uint16_t *)malloc(nx * 2);
         uint64_t s = 88172645463325252ull;
@@ -296,12 +289,12 @@ int main(void) {
                 h[i + e] = (uint16_t)((r & 0x807f) | 0x3f00); /* +-[0.5, 1) */
             }
         }
-        CK(cudaMemcpy(x, h, nx * 2, cudaMemcpyHostToDevice));
+        CUDA_OK(cudaMemcpy(x, h, nx * 2, cudaMemcpyHostToDevice));
         free(h);
     }
     float *pooled, *sink;
-    CK(cudaMalloc(&pooled, (int64_t)H * NB * D * 4));
-    CK(cudaMalloc(&sink, 16));
+    CUDA_OK(cudaMalloc(&pooled, (int64_t)H * NB * D * 4));
+    CUDA_OK(cudaMalloc(&sink, 16));
     const double bytes = (double)nx * 2;
     dim3 pg(NB, H * D / 8 / 256);
     TIME("pool P8 (256 thr, 4 CTA/SM)", bytes, "GB/s", (pool_kernel<8, 4><<<pg, 256>>>(x, pooled)));
@@ -309,7 +302,7 @@ int main(void) {
     TIME("read roofline (16B loads)", bytes, "GB/s",
          (read_roofline<<<prop.multiProcessorCount * 8, 512>>>((const uint4 *)x, nx / 8, sink)));
     TIME("cudaMemcpy D2D 1 GiB (r+w)", 2 * bytes, "GB/s",
-         CK(cudaMemcpy(x + nx / 2, x, nx, cudaMemcpyDeviceToDevice)));
+         CUDA_OK(cudaMemcpy(x + nx / 2, x, nx, cudaMemcpyDeviceToDevice)));
 
     /* scoring: random pooled values */
     const int64_t np = (int64_t)H * NB * D, ns = (int64_t)H * NB * NB;
@@ -322,26 +315,26 @@ int main(void) {
         hk[i] = (float)((double)(s >> 11) * 0x1.0p-53 - 0.5);
     }
     float *pq, *pk, *sc, *sc_ref;
-    CK(cudaMalloc(&pq, np * 4));
-    CK(cudaMalloc(&pk, np * 4));
-    CK(cudaMalloc(&sc, ns * 4));
-    CK(cudaMalloc(&sc_ref, ns * 4));
-    CK(cudaMemcpy(pq, hq, np * 4, cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(pk, hk, np * 4, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMalloc(&pq, np * 4));
+    CUDA_OK(cudaMalloc(&pk, np * 4));
+    CUDA_OK(cudaMalloc(&sc, ns * 4));
+    CUDA_OK(cudaMalloc(&sc_ref, ns * 4));
+    CUDA_OK(cudaMemcpy(pq, hq, np * 4, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(pk, hk, np * 4, cudaMemcpyHostToDevice));
     const double flops = 2.0 * D * (double)H * (NB * (double)NB / 2 + NB * 64); /* causal tiles */
     TIME("score S1 SIMT fp32 128x128", flops, "GFLOP/s", (score_simt<<<H * 64, 256>>>(pq, pk, sc_ref)));
     float *a = (float *)malloc(ns * 4), *ref = (float *)malloc(ns * 4);
-    CK(cudaMemcpy(ref, sc_ref, ns * 4, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(ref, sc_ref, ns * 4, cudaMemcpyDeviceToHost));
     TIME("score S2 WMMA 3xTF32 KC16", flops, "GFLOP/s", (score_wmma<16, 1, 2><<<H * 128, 256>>>(pq, pk, sc)));
-    CK(cudaMemcpy(a, sc, ns * 4, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(a, sc, ns * 4, cudaMemcpyDeviceToHost));
     printf("    S2 max |diff| / sum|terms| vs S1: %.3g\n", max_rel(a, ref, hq, hk));
     TIME("score S3 WMMA 1xTF32 KC16", flops, "GFLOP/s", (score_wmma<16, 0, 2><<<H * 128, 256>>>(pq, pk, sc)));
-    CK(cudaMemcpy(a, sc, ns * 4, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(a, sc, ns * 4, cudaMemcpyDeviceToHost));
     printf("    S3 max |diff| / sum|terms| vs S1: %.3g\n", max_rel(a, ref, hq, hk));
     TIME("score S4 WMMA 3xTF32 KC32", flops, "GFLOP/s", (score_wmma<32, 1, 1><<<H * 128, 256>>>(pq, pk, sc)));
-    CK(cudaMemcpy(a, sc, ns * 4, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(a, sc, ns * 4, cudaMemcpyDeviceToHost));
     printf("    S4 max |diff| / sum|terms| vs S1: %.3g\n", max_rel(a, ref, hq, hk));
     TIME("score write-only roofline (memset)", (double)ns * 4 / 2, "GB/s",
-         CK(cudaMemsetAsync(sc, 0, ns * 4 / 2)));
+         CUDA_OK(cudaMemsetAsync(sc, 0, ns * 4 / 2)));
     return 0;
 }

@@ -47,6 +47,8 @@
 
 #include "sparsek.h"
 
+#include "bench_check.h"
+
 enum { WARMUP = 3, PATTERN_ELEMS = 32 << 20 };
 
 static int overlap_chunks; /* --overlap-chunks N: time_overlap after each configuration */
@@ -63,25 +65,6 @@ static const cfg configs[] = {
     {"b1_h32_hkv8_s128k_d128_bf16_k16_per_kv_head", 1, 32, 8, 131072, 128, 128, 16, 2, 8, 1},
     {"small_b1_h8_s16k_d128_bf16_k16", 1, 8, 8, 16384, 128, 128, 16, 2, 8, 0},
 };
-
-#define CUDA_OK(call)                                                                              \
-    do {                                                                                           \
-        cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess) {                                                                   \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorName(e_));   \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
-
-#define SK_OK(call)                                                                                \
-    do {                                                                                           \
-        sk_status s_ = (call);                                                                     \
-        if (s_ != SK_STATUS_SUCCESS) {                                                             \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, sk_status_name(s_),             \
-                    sk_last_error());                                                              \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
 
 static int cmp_float(const void *a, const void *b) {
     const float x = *(const float *)a, y = *(const float *)b;
