@@ -94,8 +94,16 @@ static size_t align_up(size_t x) { return (x + WS_ALIGN - 1) / WS_ALIGN * WS_ALI
 
 /* Byte offsets of the workspace regions (see topk_backend.h). */
 typedef struct ws_layout {
-    size_t scores_off, qsum_off, counts_off, scratch_off, rule_off, place_off, flag_off, total;
+    size_t scores_off, qsum_off, counts_off, scratch_off, rule_off, place_off, flag_off;
+    size_t k_split_off, k_rows_off, total;
 } ws_layout;
+
+/* The Hopper row scoring (head_dim <= 128) splits its operands into the
+ * workspace; sized whenever that kernel may run (a 9.0 device is only known
+ * at the call). */
+static int needs_split(const sk_topk_problem *p, int with_scores) {
+    return with_scores && p->head_dim <= 128 && p->backend != SK_BACKEND_CUDA_SM80;
+}
 
 /* With per_kv_head and a group of more than one head, the group sums of the
  * pooled Q rows (the scoring's A operand, [B, Hkv, row_blocks, D] fp32). */
@@ -115,7 +123,12 @@ static ws_layout workspace_layout(const sk_topk_problem *p, int with_scores) {
     w.rule_off = w.scratch_off + align_up((size_t)p->total_rows * (size_t)p->row_cap * 4);
     w.place_off = w.rule_off + align_up((size_t)p->row_blocks * 16);
     w.flag_off = w.place_off + align_up((size_t)p->row_blocks * 8);
-    w.total = w.flag_off + 4;
+    const int split = needs_split(p, with_scores);
+    const size_t k_tiles =
+        split ? (size_t)(p->batch * p->heads_kv) * (size_t)((p->col_blocks + SC_TN - 1) / SC_TN) : 0;
+    w.k_split_off = w.flag_off + WS_ALIGN;
+    w.k_rows_off = w.k_split_off + k_tiles * split_tile_bytes(p->head_dim);
+    w.total = w.k_rows_off + k_tiles * SC_TN * 4;
     return w;
 }
 
@@ -907,7 +920,7 @@ extern "C" sk_status sk_cuda_topk_select(const sk_topk_problem *p, void *workspa
     const float *scores = p->scores;
     launch_cfg l; /* every launch below: programmatic serialization on Hopper (pdl_enter) */
     if (with_scores) {
-        score_params sp;
+        score_params sp = score_params{};
         sp.p = *p;
         sp.table = table;
         sp.a = p->pooled_q;
@@ -931,7 +944,12 @@ extern "C" sk_status sk_cuda_topk_select(const sk_topk_problem *p, void *workspa
         /* <= the dense tile count (sk_grid_check), plus the row-table CTA */
         const int64_t tiles = (int64_t)p->slices * sp.tiles_i * sp.tiles_j;
         sp.tiles = (int32_t)tiles;
-        if (hopper) {
+        if (hopper && needs_split(p, with_scores)) {
+            sp.split.k_tiles = base + w.k_split_off;
+            sp.split.k_exp = (int32_t *)(base + w.k_rows_off);
+            sp.split.chunks = (int32_t)((p->head_dim + ROWS_CHUNK - 1) / ROWS_CHUNK);
+            SK_TRY(sk_topk_score_rows_sm90(&sp, stream));
+        } else if (hopper) {
             SK_TRY(sk_topk_score_sm90(&sp, stream));
         } else {
             SK_CUDA_TRY(cudaLaunchKernelEx(launch_config(&l, (unsigned)tiles + 1, SC_THREADS, 0,

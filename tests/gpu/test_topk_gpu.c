@@ -265,7 +265,32 @@ static int same_as_cpu_backend(tk_problem t, const float *pq, const float *pk,
     return ok;
 }
 
+/* Pooled blocks of a wide dynamic range (the Hopper scoring scales each row
+ * by a power of two before its fp16 split, topk_score_rows_sm90.cu):
+ *   1  Q rows x 2^100, K rows x 2^-100 (exponents past the fast epilogue);
+ *   2  Q rows x 2^-110, K rows x 2^110 (scale x 2^-e not normal: the slow
+ *      epilogue);
+ *   3  each row x 2^-30, 1 or 2^30 by row, and within a row the entries
+ *      x 2^(-10 (d % 4)) (entries far below the row's largest).
+ * Scores stay finite, so the fp64 check applies unchanged. */
+static void spread_range(float *x, int64_t rows, int64_t dim, int range, int is_q) {
+    for (int64_t r = 0; r < rows; ++r)
+        for (int64_t e = 0; e < dim; ++e) {
+            int ex = 0;
+            if (range == 1) ex = is_q ? 100 : -100;
+            if (range == 2) ex = is_q ? -110 : 110;
+            if (range == 3) ex = 30 * (int)(r % 3 - 1) - 10 * (int)(e % 4);
+            x[r * dim + e] = ldexpf(x[r * dim + e], ex);
+        }
+}
+
+static int gpu_select_case_range(const sel_cfg *c, uint64_t seed, int range);
+
 static int gpu_select_case(const sel_cfg *c, uint64_t seed) {
+    return gpu_select_case_range(c, seed, 0);
+}
+
+static int gpu_select_case_range(const sel_cfg *c, uint64_t seed, int range) {
     tk_problem t;
     tk_problem_init(&t, gt_opt.backend, SK_DTYPE_BF16, c->b, c->sq, c->sk, c->hq, c->hkv, c->d,
                     c->bq, c->bk);
@@ -281,6 +306,11 @@ static int gpu_select_case(const sel_cfg *c, uint64_t seed) {
     tu_rng_seed(&rng, seed);
     float *pq = NULL, *pk = NULL;
     if (!tk_random_pooled(&t, &rng, c->quant, &pq, &pk)) return 0;
+    if (range != 0) {
+        printf("    range pattern %d\n", range);
+        spread_range(pq, tk_pooled_q_len(&t) / c->d, c->d, range, 1);
+        spread_range(pk, tk_pooled_k_len(&t) / c->d, c->d, range, 0);
+    }
     const size_t nq = (size_t)tk_pooled_q_len(&t) * 4, nk = (size_t)tk_pooled_k_len(&t) * 4;
     float *dpq = (float *)to_device(pq, nq), *dpk = (float *)to_device(pk, nk);
     const size_t ns = (size_t)tk_total_rows(&t) * tk_col_blocks(&t);
@@ -329,6 +359,21 @@ SK_TEST(topk_gpu_select_layouts_exact) {
     int ran = 0;
     for (int i = 0; i < n; ++i) ran += gpu_select_case(&cfgs[i], tu_base_seed() ^ (0x2000u + (unsigned)i));
     CHECK(ran == n, "%d of %d cases ran", ran, n);
+}
+
+SK_TEST(topk_gpu_scores_wide_range) {
+    /* b sq sk hq hkv d | bq bk k sinks local | causal per_kv quant */
+    static const sel_cfg cfgs[] = {
+        {1, 1024, 1024, 4, 2, 128, 64, 64, 4, 1, 2, 1, 0, 0},
+        {2, 700, 900, 2, 2, 72, 64, 64, 3, 0, 1, 0, 0, 0},
+        {1, 600, 600, 4, 2, 64, 64, 64, 5, 1, 1, 1, 1, 0},
+    };
+    int ran = 0, want = 0;
+    for (int range = 1; range <= 3; ++range)
+        for (int i = 0; i < (int)(sizeof cfgs / sizeof cfgs[0]); ++i, ++want)
+            ran += gpu_select_case_range(&cfgs[i], tu_base_seed() ^ (0x2400u + (unsigned)(4 * i + range)),
+                                         range);
+    CHECK(ran == want, "%d of %d cases ran", ran, want);
 }
 
 /* Score orders built to defeat the selection's thresholds, exact in fp32

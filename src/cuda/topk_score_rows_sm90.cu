@@ -1,0 +1,390 @@
+/*
+ * topk_score_rows_sm90.cu - the Hopper block scoring of the top-k selection
+ * for head_dim <= 128: scores[slice, i, j] = scale * sum_d A[i, d] *
+ * pooled_k[j, d] on the tensor cores. Two kernels:
+ *
+ *   split  (a CTA per 128-row tile) every row of A and of pooled K, once: scaled by
+ *          2^e so that its largest finite |x| lies in [2^14, 2^15) (exact),
+ *          then hi = fp16(x 2^e), lo = fp16(x 2^e - hi), stored as the
+ *          scoring's 128B-swizzled shared-memory panels (split_operands in
+ *          topk_kernels.cuh), with e and the epilogue factor per row.
+ *   score  one CTA per 128-row tile of a slice, the heaviest tiles first
+ *          (with causal the last row tile of each slice has the most column
+ *          tiles), so that the in-order CTA dispatch balances the SMs. Its
+ *          A panels and two K tiles are bulk-copied (cp.async.bulk, one
+ *          thread, mbarrier); per column tile each warpgroup (64 rows)
+ *          issues 3 x D/16 wgmma m64n128k16 into one of two accumulators;
+ *          while the next tile's wgmma run, the tile after next is copied
+ *          into the buffer just read and the finished tile's fragments are
+ *          scaled and stored (streaming: the selection reads the scores
+ *          once).
+ *
+ * Numbers: hi * hi + hi * lo + lo * hi carries about 22 bits (the dropped
+ * lo * lo term is below 2^-22 |x y|, as with the 3xTF32 split of
+ * topk_score_sm90.cu) at twice the tf32 rate; the fp32 accumulator is
+ * scaled back by scale 2^-(e_i + f_j): two multiplications (exact powers of
+ * two, then one rounding) when every factor involved is normal and
+ * |f_j| <= SPLIT_FAST_EXP, else ldexpf. Entries far below their row's
+ * largest (under 2^-24 of it) keep an absolute accuracy of ~2^-40 of that
+ * largest rather than their own 22 bits; the fp32 dot-product tolerance is
+ * relative to sum |terms|, which such entries do not dominate. Rows whose
+ * largest |x| is below 2^-112 lose precision (the scale is clamped at
+ * 2^126). Non-finite entries keep hi = x, lo = 0 (as the tf32 kernel:
+ * inf * 0 terms give NaN where the fp32 sum gives +-inf).
+ *
+ * Tiles past the candidates of the row tile's last row are skipped, as in
+ * the other scoring kernels (those scores are never read).
+ */
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <float.h>
+#include <stdint.h>
+
+#include "cuda/cuda_check.cuh"
+#include "cuda/hopper.cuh"
+#include "cuda/topk_kernels.cuh"
+
+enum {
+    SPLIT_THREADS = 256,          /* a CTA per 128-row tile */
+    SPLIT_ROWS = 16,              /* rows per warp */
+    SPLIT_FAST_EXP = 87,          /* |f| bound of the two-multiplication epilogue */
+    SR_THREADS = 256,             /* two warpgroups of 64 rows */
+    SR_ATOM = 1024,               /* 8 rows x 128 B: the 128B-swizzle period */
+    SR_OPERAND = 4 * ROWS_PANEL + ROWS_META, /* a split tile of up to 2 chunks: 65 KB */
+    SR_SMEM = 3 * SR_OPERAND + SR_ATOM /* A and two K tiles, + slack to align */
+};
+
+typedef struct split_params {
+    const float *k;         /* [kv_slices, col_blocks, D] */
+    int32_t cb, dim, tiles_j;
+    split_operands out;
+} split_params;
+
+/* Byte offset of 16-byte chunk c16 (0..7) of row `row` in a 128B-swizzled
+ * panel (the layout wgmma's swizzle mode 1 reads). */
+static __device__ __forceinline__ uint32_t sr_swizzle(int32_t row, int32_t c16) {
+    return (uint32_t)((row >> 3) * SR_ATOM + (row & 7) * 128 + ((c16 ^ (row & 7)) << 4));
+}
+
+/* 2^e for e in [-126, 127]. */
+static __device__ __forceinline__ float sr_pow2(int32_t e) {
+    return __uint_as_float((uint32_t)(e + 127) << 23);
+}
+
+/* hi/lo fp16 pairs of two scaled values (lo = 0 where x is not finite). */
+static __device__ __forceinline__ void sr_split2(float x0, float x1, uint32_t *hi, uint32_t *lo) {
+    const uint32_t h = sk_cvt_f16x2(x1, x0);
+    const float2 hf = __half22float2(*(const __half2 *)&h);
+    float r0 = x0 - hf.x, r1 = x1 - hf.y;
+    r0 = r0 == r0 ? r0 : 0.f; /* inf - inf, NaN */
+    r1 = r1 == r1 ? r1 : 0.f;
+    *hi = h;
+    *lo = sk_cvt_f16x2(r1, r0);
+}
+
+/* Load this thread's part of a 128-row tile (rows first .. first + 127 of
+ * src; rows past n and dims past D read zero): warp w takes rows w + 8 t
+ * (t < 16), lane l dims 4 l .. 4 l + 3, all 16 loads in flight. */
+static __device__ __forceinline__ void sr_load_tile(float4 x[SPLIT_ROWS], const float *src,
+                                                    int32_t first, int32_t n, int32_t dim) {
+    const int lane = (int)(threadIdx.x & 31), warp = (int)(threadIdx.x >> 5);
+    const int in_d = 4 * lane < dim;
+#pragma unroll
+    for (int t = 0; t < SPLIT_ROWS; ++t) {
+        const int32_t i = first + warp + 8 * t;
+        x[t] = i < n && in_d ? __ldg((const float4 *)(src + (int64_t)i * dim) + lane)
+                             : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+}
+
+/* Split the tile loaded by sr_load_tile into a split block at `block`
+ * (global or shared memory; layout in topk_kernels.cuh): panels, each row's
+ * factor mult 2^-e and exponent (exp_out[row]), and the tile's fast flag.
+ * Every thread of the CTA calls it (a barrier inside). */
+static __device__ __forceinline__ void sr_split_tile(const float4 x[SPLIT_ROWS], char *block,
+                                                     int32_t chunks, float mult, int32_t *exp_out) {
+    const int lane = (int)(threadIdx.x & 31), warp = (int)(threadIdx.x >> 5);
+    const int32_t panel_bytes = 2 * chunks * ROWS_PANEL;
+    const int32_t chunk = lane >> 4;
+    float *const factor_out = (float *)(block + panel_bytes);
+    int all_fast = 1;
+#pragma unroll
+    for (int t = 0; t < SPLIT_ROWS; ++t) {
+        const int32_t r = warp + 8 * t;
+        const float a0 = fabsf(x[t].x), a1 = fabsf(x[t].y), a2 = fabsf(x[t].z), a3 = fabsf(x[t].w);
+        float m = fmaxf(fmaxf(a0 <= FLT_MAX ? a0 : 0.f, a1 <= FLT_MAX ? a1 : 0.f),
+                        fmaxf(a2 <= FLT_MAX ? a2 : 0.f, a3 <= FLT_MAX ? a3 : 0.f));
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+        /* m 2^e in [2^14, 2^15); zero (or tiny) rows get the clamp */
+        int32_t e = 14 - ((int32_t)(__float_as_uint(m) >> 23) - 127);
+        e = e < -126 ? -126 : (e > 126 ? 126 : e);
+        if (chunk < chunks) {
+            const float f = sr_pow2(e);
+            uint2 hi, lo;
+            sr_split2(x[t].x * f, x[t].y * f, &hi.x, &lo.x);
+            sr_split2(x[t].z * f, x[t].w * f, &hi.y, &lo.y);
+            const uint32_t off = chunk * ROWS_PANEL + sr_swizzle(r, (lane & 15) >> 1) + (lane & 1) * 8;
+            *(uint2 *)(block + off) = hi;
+            *(uint2 *)(block + chunks * ROWS_PANEL + off) = lo;
+        }
+        const float factor = mult * sr_pow2(-e);
+        const int fast = e >= -SPLIT_FAST_EXP && e <= SPLIT_FAST_EXP && fabsf(factor) >= FLT_MIN &&
+                         fabsf(factor) <= FLT_MAX;
+        all_fast &= fast;
+        if (lane == 0) {
+            exp_out[r] = e;
+            factor_out[r] = fast ? factor : 0.f;
+        }
+    }
+    all_fast = __syncthreads_and(all_fast);
+    if (threadIdx.x == 0) *(int32_t *)(block + panel_bytes + ROWS_META_FAST) = all_fast;
+}
+
+/* One CTA per 128-row tile of pooled K (kv slice, column tile). It waits
+ * for the pooling before it lets the scoring start, so that the scoring may
+ * read pooled Q (or the group sums) before its own wait. */
+__global__ void __launch_bounds__(SPLIT_THREADS, 2) sk_topk_split_rows_kernel(const __grid_constant__ split_params sp) {
+    static_assert(SPLIT_THREADS / 32 * SPLIT_ROWS == SC_TM, "16 rows per warp");
+    pdl_wait_then_release();
+    const int64_t tile = (int64_t)blockIdx.x;
+    const int64_t slice = tile / sp.tiles_j;
+    const int32_t first = (int32_t)(tile - slice * sp.tiles_j) * SC_TN;
+    float4 x[SPLIT_ROWS];
+    sr_load_tile(x, sp.k + slice * sp.cb * sp.dim, first, sp.cb, sp.dim);
+    const int64_t block_bytes = 2 * sp.out.chunks * ROWS_PANEL + ROWS_META;
+    sr_split_tile(x, sp.out.k_tiles + tile * block_bytes, sp.out.chunks, 1.f,
+                  sp.out.k_exp + tile * SC_TN);
+}
+
+/* Thread 0: bulk-copy one split tile (bytes at src) into shared memory at
+ * dst, counted on the mbarrier bar. */
+static __device__ __forceinline__ void sr_copy_tile(uint32_t dst, const char *src, uint32_t bytes,
+                                                    uint32_t bar) {
+    sk_mbar_arrive_expect_tx(bar, bytes);
+    for (uint32_t o = 0; o < bytes; o += ROWS_PANEL)
+        sk_bulk_load(dst + o, src + o, bytes - o < ROWS_PANEL ? bytes - o : ROWS_PANEL, bar);
+}
+
+/* The epilogue's general case: row tails, column tails, odd column counts
+ * and factors that are not exact (then ldexpf by the exponents). Rows i and
+ * i + 8, columns j + 8 n (+ 1); acc as the kernel's. */
+static __device__ __forceinline__ void sr_store_general(const score_params *sp, const float acc[64],
+                                                     int32_t slice, int32_t i, int32_t j, int fast,
+                                                     float rf0, float rf1, int32_t re0, int32_t re1,
+                                                     const float2 (&cf)[16], const int32_t *k_exp) {
+    const int32_t rb = sp->p.row_blocks, cb = sp->p.col_blocks;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+        if (i + half * 8 >= rb) continue;
+        const float rf = half ? rf1 : rf0;
+        const int32_t re = half ? re1 : re0;
+        float *out = sp->scores + ((int64_t)slice * rb + i + half * 8) * cb;
+#pragma unroll
+        for (int n = 0; n < 16; ++n)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                const int32_t jj = j + 8 * n + e;
+                if (jj >= cb) continue;
+                const float v = acc[4 * n + 2 * half + e];
+                __stcs(out + jj, fast ? v * (e ? cf[n].y : cf[n].x) * rf
+                                      : sp->p.scale * ldexpf(v, -(re + k_exp[8 * n + e])));
+            }
+    }
+}
+
+template <int CHUNKS>
+__global__ void __launch_bounds__(SR_THREADS, 1)
+    sk_topk_score_rows_sm90_kernel(const __grid_constant__ score_params sp) {
+    static_assert(SR_THREADS == TBL_THREADS, "the first CTA fills the row table");
+    static_assert(SC_TM == 128 && SC_TN == 128, "two warpgroups of 64 rows, m64n128 wgmma");
+    /* The split kernel lets this grid start only after the pooling (and
+     * group sums) completed, so A may be read and split before the wait for
+     * the split K tiles. */
+    pdl_release();
+    const sk_topk_problem *p = &sp.p;
+    if (blockIdx.x == 0) {
+        sk_griddep_wait();
+        fill_row_table(p, &sp.table);
+        return;
+    }
+    const int32_t rb = p->row_blocks, cb = p->col_blocks;
+    const int32_t unit = (int32_t)blockIdx.x - 1;
+    const int32_t slice = unit % p->slices;
+    const int32_t ti = sp.tiles_i - 1 - unit / p->slices; /* heaviest first */
+    const int32_t i0 = ti * SC_TM;
+    const int32_t b = slice / p->heads, hs = slice % p->heads;
+    const int32_t hk = p->per_kv_head ? hs : hs / p->group;
+    int32_t ntj = sp.tiles_j;
+    if (p->causal) {
+        const int32_t last = i0 + SC_TM - 1 < rb - 1 ? i0 + SC_TM - 1 : rb - 1;
+        const int32_t n = sk_topk_row_rules(p, last).n_cand;
+        ntj = min(ntj, (n + SC_TN - 1) / SC_TN);
+    }
+    if (ntj <= 0) {
+        sk_griddep_wait(); /* nothing is read or written; the grid still ends after its predecessor */
+        return;
+    }
+    const split_operands *so = &sp.split;
+    const uint32_t panel_bytes = (uint32_t)(2 * CHUNKS * ROWS_PANEL);
+    const uint32_t tile_bytes = panel_bytes + ROWS_META;
+    const int64_t k_tile0 = ((int64_t)b * p->heads_kv + hk) * sp.tiles_j;
+
+    extern __shared__ __align__(16) char smem_raw[];
+    char *const base = smem_raw + ((SR_ATOM - (__cvta_generic_to_shared(smem_raw) & (SR_ATOM - 1))) &
+                                   (SR_ATOM - 1));
+    __shared__ __align__(8) uint64_t bars[2]; /* K buffers 0 and 1 */
+    __shared__ int32_t a_exp[SC_TM];
+    const uint32_t s_base = (uint32_t)__cvta_generic_to_shared(base);
+    const uint32_t bar_k0 = (uint32_t)__cvta_generic_to_shared(&bars[0]);
+    const int32_t tid = (int32_t)threadIdx.x, lane = tid & 31, warp = tid >> 5;
+
+    /* A: this CTA's 128 rows, split into shared memory as the split kernel
+     * splits K (the only reader of these rows). */
+    {
+        float4 x[SPLIT_ROWS];
+        sr_load_tile(x, sp.a + (int64_t)slice * sp.a_slice_stride, i0, rb, (int32_t)p->head_dim);
+        sr_split_tile(x, base, CHUNKS, p->scale, a_exp);
+    }
+    sk_fence_proxy_async_smem(); /* the A panels' generic stores before wgmma reads them */
+    sk_griddep_wait();           /* the split K tiles */
+    if (tid == 0) {
+        sk_mbar_init(bar_k0, 1);
+        sk_mbar_init(bar_k0 + 8, 1);
+        sk_fence_mbar_init();
+        for (int32_t t = 0; t < 2 && t < ntj; ++t)
+            sr_copy_tile(s_base + SR_OPERAND * (1 + t), so->k_tiles + (k_tile0 + t) * tile_bytes,
+                         tile_bytes, bar_k0 + 8 * t);
+    }
+    __syncthreads(); /* the barriers are initialised; A is split */
+
+    /* This thread's rows of the accumulator: 16 w + lane / 4 (+ 8) of its
+     * warpgroup's 64; the warpgroup as a value the compiler knows to be
+     * warp-uniform. */
+    const int32_t wg = __shfl_sync(0xffffffffu, tid >> 7, 0), w4 = warp & 3;
+    const int32_t r0 = wg * 64 + w4 * 16 + (lane >> 2);
+    const int32_t re0 = a_exp[r0], re1 = a_exp[r0 + 8];
+    const float *a_meta = (const float *)(base + panel_bytes);
+    const float rf0 = a_meta[r0], rf1 = a_meta[r0 + 8];
+    const int a_fast = *(const int32_t *)(base + panel_bytes + ROWS_META_FAST);
+
+    /* Descriptors: this warpgroup's 64 rows of A, all 128 rows of a K buffer;
+     * lo panels `chunks` panels after hi. */
+    const uint64_t d_a = sk_wgmma_desc_sw128(s_base + wg * 64 * 128, 16, SR_ATOM);
+    const uint64_t d_k = sk_wgmma_desc_sw128(s_base + SR_OPERAND, 16, SR_ATOM);
+    const uint64_t panel = ROWS_PANEL >> 4, lo_off = CHUNKS * panel, buf_off = SR_OPERAND >> 4;
+    const int even = (cb & 1) == 0;
+
+    /* Column tile jt into acc: wait for its K buffer, load this thread's
+     * column factors (they land during the wgmma), issue the wgmma group. */
+    auto issue = [&](float(&acc)[64], int32_t jt) {
+        const int buf = jt & 1;
+        uint32_t a_lo = (uint32_t)d_a; /* recomputed per tile, not held: registers */
+        sk_reg_fence_u32(a_lo);
+        const uint64_t da = (d_a & ~0xffffffffull) | a_lo;
+        const uint64_t dk = d_k + buf * buf_off;
+        sk_mbar_wait(bar_k0 + 8 * buf, (uint32_t)(jt >> 1) & 1u);
+#pragma unroll
+        for (int e = 0; e < 64; ++e) acc[e] = 0.f;
+        sk_wgmma_fence();
+#pragma unroll
+        for (int c = 0; c < CHUNKS; ++c) {
+#pragma unroll
+            for (int s = 0; s < ROWS_CHUNK / 16; ++s) {
+                /* small terms first; a K step of 16 fp16 is 32 B inside the swizzle row */
+                const uint64_t step = c * panel + (uint64_t)((s * 32) >> 4);
+                sk_wgmma_m64n128k16_ss_f16(acc, da + lo_off + step, dk + step, 1);
+                sk_wgmma_m64n128k16_ss_f16(acc, da + step, dk + lo_off + step, 1);
+                sk_wgmma_m64n128k16_ss_f16(acc, da + step, dk + step, 1);
+            }
+        }
+        sk_wgmma_commit();
+    };
+    /* Column tile jt done (its wgmma group complete): refill its K buffer
+     * with tile jt + 2 once both warpgroups are past it, then scale and store. */
+    auto finish = [&](float(&acc)[64], int32_t jt) {
+#pragma unroll
+        for (int e = 0; e < 64; ++e) sk_reg_fence(acc[e]); /* no read of acc above the wait */
+        /* this thread's column factors and the tile's flag, read before the
+         * buffer is refilled */
+        const int buf = jt & 1;
+        const char *k_meta = base + SR_OPERAND * (1 + buf) + panel_bytes;
+        const int fast = a_fast && *(const int32_t *)(k_meta + ROWS_META_FAST);
+        float2 cf[16];
+#pragma unroll
+        for (int n = 0; n < 16; ++n) cf[n] = *(const float2 *)(k_meta + 4 * (2 * (lane & 3) + 8 * n));
+        __syncthreads(); /* both warpgroups are done with this K buffer */
+        if (tid == 0 && jt + 2 < ntj)
+            sr_copy_tile(s_base + SR_OPERAND * (1 + buf), so->k_tiles + (k_tile0 + jt + 2) * tile_bytes,
+                         tile_bytes, bar_k0 + 8 * buf);
+        const int32_t j0 = jt * SC_TN + 2 * (lane & 3);
+        /* Every factor of the tile exact, and the tile inside the row with
+         * float2-aligned rows: the common case, straight-line. acc[4 n + e]:
+         * row r0 (+ 8 for e >= 2), column 8 n + 2 (lane % 4) + e % 2. */
+        if (fast && even && jt * SC_TN + SC_TN <= cb) {
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {
+                const int32_t i = i0 + r0 + half * 8;
+                if (i >= rb) continue;
+                const float rf = half ? rf1 : rf0;
+                float *out = sp.scores + ((int64_t)slice * rb + i) * cb + j0;
+#pragma unroll
+                for (int n = 0; n < 16; ++n) /* exact powers of two, then one rounding */
+                    __stcs((float2 *)(out + 8 * n), make_float2(acc[4 * n + 2 * half] * cf[n].x * rf,
+                                                                acc[4 * n + 2 * half + 1] * cf[n].y * rf));
+            }
+        } else {
+            sr_store_general(&sp, acc, slice, i0 + r0, j0, fast, rf0, rf1, re0, re1, cf,
+                             so->k_exp + (k_tile0 + jt) * SC_TN + 2 * (lane & 3));
+        }
+    };
+
+    /* Two accumulators: tile jt + 1's wgmma runs while tile jt is stored. */
+    float acc0[64], acc1[64];
+    issue(acc0, 0);
+    for (int32_t jt = 0;;) { /* every path waits with a constant count (ptxas tracks the groups) */
+        if (jt + 1 >= ntj) {
+            sk_wgmma_wait<0>();
+            finish(acc0, jt);
+            break;
+        }
+        issue(acc1, jt + 1);
+        sk_wgmma_wait<1>();
+        finish(acc0, jt);
+        if (++jt + 1 >= ntj) {
+            sk_wgmma_wait<0>();
+            finish(acc1, jt);
+            break;
+        }
+        issue(acc0, jt + 1);
+        sk_wgmma_wait<1>();
+        finish(acc1, jt);
+        ++jt;
+    }
+}
+
+sk_status sk_topk_score_rows_sm90(const score_params *sp, cudaStream_t stream) {
+    const sk_topk_problem *p = &sp->p;
+    split_params s;
+    s.k = sp->pooled_k;
+    s.cb = p->col_blocks;
+    s.dim = (int32_t)p->head_dim;
+    s.tiles_j = sp->tiles_j;
+    s.out = sp->split;
+    const int64_t k_tiles = (int64_t)p->batch * p->heads_kv * sp->tiles_j;
+    if (k_tiles > INT32_MAX)
+        return sk_error(SK_STATUS_NOT_SUPPORTED, "too many tiles for the Hopper split kernel");
+    launch_cfg l;
+    SK_CUDA_TRY(cudaLaunchKernelEx(launch_config(&l, (unsigned)k_tiles, SPLIT_THREADS, 0, stream, 1),
+                                   sk_topk_split_rows_kernel, s),
+                "Hopper split kernel launch");
+    const int64_t units = (int64_t)p->slices * sp->tiles_i;
+    auto kernel = sp->split.chunks == 1 ? sk_topk_score_rows_sm90_kernel<1>
+                                        : sk_topk_score_rows_sm90_kernel<2>;
+    SK_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, SR_SMEM),
+                "cudaFuncSetAttribute");
+    return sk_cuda_status(cudaLaunchKernelEx(launch_config(&l, (unsigned)units + 1, SR_THREADS,
+                                                           SR_SMEM, stream, 1),
+                                             kernel, *sp),
+                          "Hopper row scoring kernel launch");
+}
