@@ -418,10 +418,16 @@ SK_API sk_status sk_attention_forward(const sk_attention_desc *desc, const sk_bs
  * Score accuracy: fp32, within 2 (n + 2) 2^-24 sum|terms| of the exact dot
  * product (n terms). The CPU backend and the portable CUDA kernel sum one
  * fp32 FMA chain; on compute capability 9.0 (backend CUDA or CUDA_SM90) the
- * scores come from the tensor cores with a 3xTF32 split, so the last bits,
- * and with them the choice between near-tied blocks, can differ from the
- * other backends. Every backend is deterministic; SK_BACKEND_CUDA_SM80
- * forces the portable kernels, SK_BACKEND_CUDA_SM90 needs a 9.0 device.
+ * scores come from the tensor cores, so the last bits, and with them the
+ * choice between near-tied blocks, can differ from the other backends:
+ * with head_dim <= 128 each pooled row is scaled by a power of two and
+ * split into two fp16 parts, which adds up to n 2^-38 max|a| max|k| to the
+ * bound above (a and k the two pooled rows: entries below about 2^-24 of
+ * their row's largest keep that absolute accuracy, not their own 22 bits;
+ * rows whose largest |x| is below 2^-112 lose more); with a larger
+ * head_dim a 3xTF32 split, within the bound above. Every backend is
+ * deterministic; SK_BACKEND_CUDA_SM80 forces the portable kernels,
+ * SK_BACKEND_CUDA_SM90 needs a 9.0 device.
  * Selection per layout row, over candidate blocks (all blocks; with causal,
  * only blocks holding a causal pair): the forced blocks first (sinks
  * 0 .. sink_blocks-1, and the local_blocks blocks ending at the row's

@@ -15,9 +15,12 @@
  *            Q rows (ascending head order), the scoring's A operand.
  *   score    scores[slice, i, j] = scale * sum_d A[i, d] * pooled_k[j, d],
  *            128 x 128 tiles. On a 9.0 device (unless the backend forces
- *            SK_BACKEND_CUDA_SM80) the Hopper kernel, topk_score_sm90.cu:
- *            wgmma with the 3xTF32 split (fp32-accurate, not the fmaf chain
- *            bit for bit). Else a plain fp32 SIMT GEMM (FMA), 8 x 8 outputs
+ *            SK_BACKEND_CUDA_SM80) a Hopper kernel, fp32-accurate but not
+ *            the fmaf chain bit for bit: with head_dim <= 128
+ *            topk_score_rows_sm90.cu (K split once into fp16 hi/lo with a
+ *            power-of-two scale per row, a CTA per 128 rows walking its
+ *            column tiles), else topk_score_sm90.cu (wgmma with the 3xTF32
+ *            split, a CTA per tile). Else a plain fp32 SIMT GEMM (FMA), 8 x 8 outputs
  *            per thread, D in steps of 8 through double-buffered shared
  *            memory with a register prefetch, two CTAs per SM. With causal,
  *            tiles wholly past the candidates of their last row are skipped

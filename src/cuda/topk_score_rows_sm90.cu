@@ -3,21 +3,26 @@
  * for head_dim <= 128: scores[slice, i, j] = scale * sum_d A[i, d] *
  * pooled_k[j, d] on the tensor cores. Two kernels:
  *
- *   split  (a CTA per 128-row tile) every row of A and of pooled K, once: scaled by
- *          2^e so that its largest finite |x| lies in [2^14, 2^15) (exact),
- *          then hi = fp16(x 2^e), lo = fp16(x 2^e - hi), stored as the
- *          scoring's 128B-swizzled shared-memory panels (split_operands in
- *          topk_kernels.cuh), with e and the epilogue factor per row.
+ *   split  (a CTA per 128-row tile of pooled K) every row of K, once:
+ *          scaled by 2^e so that its largest finite |x| lies in
+ *          [2^14, 2^15) (exact), then hi = fp16(x 2^e), lo = fp16(x 2^e -
+ *          hi), stored as the scoring's 128B-swizzled shared-memory panels
+ *          with each row's epilogue factor and the tile's fast flag
+ *          (split_operands in topk_kernels.cuh). It waits for the pooling
+ *          before it lets the scoring start (pdl_wait_then_release).
  *   score  one CTA per 128-row tile of a slice, the heaviest tiles first
  *          (with causal the last row tile of each slice has the most column
- *          tiles), so that the in-order CTA dispatch balances the SMs. Its
- *          A panels and two K tiles are bulk-copied (cp.async.bulk, one
- *          thread, mbarrier); per column tile each warpgroup (64 rows)
- *          issues 3 x D/16 wgmma m64n128k16 into one of two accumulators;
- *          while the next tile's wgmma run, the tile after next is copied
- *          into the buffer just read and the finished tile's fragments are
- *          scaled and stored (streaming: the selection reads the scores
- *          once).
+ *          tiles), so that the in-order CTA dispatch balances the SMs,
+ *          1 CTA per SM (195 KB of shared memory). It loads and splits its
+ *          own A rows the same way into shared memory (their only reader)
+ *          before it waits for the split kernel, then bulk-copies two K
+ *          tiles (cp.async.bulk, one thread, mbarrier). Per column tile
+ *          each warpgroup (64 rows) issues 3 x D/16 wgmma m64n128k16 and
+ *          waits; the tile after next is copied into the buffer just read,
+ *          and the fragments are scaled and stored (streaming: the
+ *          selection reads the scores once). (Two accumulators, the next
+ *          tile's wgmma under this tile's stores, measured slower: 54.7
+ *          against 47.7 us, docs/perf/topk.md step 12.)
  *
  * Numbers: hi * hi + hi * lo + lo * hi carries about 22 bits (the dropped
  * lo * lo term is below 2^-22 |x y|, as with the 3xTF32 split of
@@ -275,8 +280,7 @@ __global__ void __launch_bounds__(SR_THREADS, 1)
     const uint64_t panel = ROWS_PANEL >> 4, lo_off = CHUNKS * panel, buf_off = SR_OPERAND >> 4;
     const int even = (cb & 1) == 0;
 
-    /* Column tile jt into acc: wait for its K buffer, load this thread's
-     * column factors (they land during the wgmma), issue the wgmma group. */
+    /* Column tile jt into acc: wait for its K buffer, issue the wgmma group. */
     auto issue = [&](float(&acc)[64], int32_t jt) {
         const int buf = jt & 1;
         uint32_t a_lo = (uint32_t)d_a; /* recomputed per tile, not held: registers */
@@ -339,27 +343,11 @@ __global__ void __launch_bounds__(SR_THREADS, 1)
         }
     };
 
-    /* Two accumulators: tile jt + 1's wgmma runs while tile jt is stored. */
-    float acc0[64], acc1[64];
-    issue(acc0, 0);
-    for (int32_t jt = 0;;) { /* every path waits with a constant count (ptxas tracks the groups) */
-        if (jt + 1 >= ntj) {
-            sk_wgmma_wait<0>();
-            finish(acc0, jt);
-            break;
-        }
-        issue(acc1, jt + 1);
-        sk_wgmma_wait<1>();
-        finish(acc0, jt);
-        if (++jt + 1 >= ntj) {
-            sk_wgmma_wait<0>();
-            finish(acc1, jt);
-            break;
-        }
-        issue(acc0, jt + 1);
-        sk_wgmma_wait<1>();
-        finish(acc1, jt);
-        ++jt;
+    float acc[64];
+    for (int32_t jt = 0; jt < ntj; ++jt) {
+        issue(acc, jt);
+        sk_wgmma_wait<0>();
+        finish(acc, jt);
     }
 }
 

@@ -1,5 +1,6 @@
 /*
- * topk_score_sm90.cu - the Hopper block scoring of the top-k selection:
+ * topk_score_sm90.cu - the Hopper block scoring of the top-k selection for
+ * head_dim > 128 (topk_score_rows_sm90.cu takes the rest):
  * scores[slice, i, j] = scale * sum_d A[i, d] * pooled_k[j, d] on the tensor
  * cores (wgmma), with fp32 accuracy through the 3xTF32 split.
  *

@@ -354,6 +354,8 @@ SK_TEST(topk_gpu_select_layouts_exact) {
         {1, 8192, 8192, 2, 2, 64, 64, 64, 16, 2, 8, 1, 0, 0},    /* filter path, cached keys */
         {1, 256, 1500 * 64, 1, 1, 16, 64, 64, 16, 1, 2, 1, 0, 0}, /* filter path, uncached */
         {1, 2048, 2048, 4, 4, 64, 64, 64, 40, 1, 1, 0, 0, 0},     /* k > 32: radix path */
+        {1, 1024, 1100, 2, 1, 256, 64, 64, 6, 1, 2, 1, 0, 0},     /* D > 128: the Hopper tf32 scoring */
+        {1, 900, 900, 2, 2, 136, 64, 64, 5, 0, 1, 0, 1, 1},       /* D > 128, a short last chunk */
     };
     const int n = gt_opt.quick ? 3 : (int)(sizeof cfgs / sizeof cfgs[0]);
     int ran = 0;
