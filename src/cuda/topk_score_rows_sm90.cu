@@ -245,14 +245,12 @@ __global__ void __launch_bounds__(SR_THREADS, 1)
     const int32_t tid = (int32_t)threadIdx.x, lane = tid & 31, warp = tid >> 5;
 
     /* A: this CTA's 128 rows, split into shared memory as the split kernel
-     * splits K (the only reader of these rows). */
-    {
-        float4 x[SPLIT_ROWS];
-        sr_load_tile(x, sp.a + (int64_t)slice * sp.a_slice_stride, i0, rb, (int32_t)p->head_dim);
-        sr_split_tile(x, base, CHUNKS, p->scale, a_exp);
-    }
-    sk_fence_proxy_async_smem(); /* the A panels' generic stores before wgmma reads them */
-    sk_griddep_wait();           /* the split K tiles */
+     * splits K (the only reader of these rows). The loads are issued before
+     * the wait for the split kernel and the first K copies, the split after
+     * them, so that the three latencies overlap. */
+    float4 x[SPLIT_ROWS];
+    sr_load_tile(x, sp.a + (int64_t)slice * sp.a_slice_stride, i0, rb, (int32_t)p->head_dim);
+    sk_griddep_wait(); /* the split K tiles */
     if (tid == 0) {
         sk_mbar_init(bar_k0, 1);
         sk_mbar_init(bar_k0 + 8, 1);
@@ -261,7 +259,9 @@ __global__ void __launch_bounds__(SR_THREADS, 1)
             sr_copy_tile(s_base + SR_OPERAND * (1 + t), so->k_tiles + (k_tile0 + t) * tile_bytes,
                          tile_bytes, bar_k0 + 8 * t);
     }
-    __syncthreads(); /* the barriers are initialised; A is split */
+    sr_split_tile(x, base, CHUNKS, p->scale, a_exp); /* its barrier: the mbarriers are initialised */
+    sk_fence_proxy_async_smem(); /* the A panels' generic stores before wgmma reads them */
+    __syncthreads();             /* A is split */
 
     /* This thread's rows of the accumulator: 16 w + lane / 4 (+ 8) of its
      * warpgroup's 64; the warpgroup as a value the compiler knows to be
