@@ -13,7 +13,7 @@
  *   score  one CTA per 128-row tile of a slice, the heaviest tiles first
  *          (with causal the last row tile of each slice has the most column
  *          tiles), so that the in-order CTA dispatch balances the SMs,
- *          1 CTA per SM (195 KB of shared memory). It loads and splits its
+ *          1 CTA per SM (196 KB of shared memory). It loads and splits its
  *          own A rows the same way into shared memory (their only reader)
  *          before it waits for the split kernel, then bulk-copies two K
  *          tiles (cp.async.bulk, one thread, mbarrier). Per column tile
