@@ -16,6 +16,14 @@ __device__ __forceinline__ void sk_mbar_wait(uint32_t bar, uint32_t parity) {
     }
 }
 
+/* Byte offset of 16-byte chunk c16 (0..7) of row `row` in a 128B-swizzled
+ * K-major panel of 128-byte rows: 8-row atoms of 1024 B, the chunk index
+ * XORed with the row in its atom (the layout wgmma's swizzle mode 1 reads;
+ * the top-k scoring kernels write their panels with it). */
+__device__ __forceinline__ uint32_t sk_sw128_offset(int32_t row, int32_t c16) {
+    return (uint32_t)((row >> 3) * 1024 + (row & 7) * 128 + ((c16 ^ (row & 7)) << 4));
+}
+
 /* wgmma shared-memory descriptor for a 128B-swizzled operand: start
  * address, leading and stride byte offsets (all >> 4), swizzle mode 1 in
  * bits 62-63. A K step adds its byte offset >> 4 to the result (no carry:

@@ -130,7 +130,7 @@ static ws_layout workspace_layout(const sk_topk_problem *p, int with_scores) {
     const size_t k_tiles =
         split ? (size_t)(p->batch * p->heads_kv) * (size_t)((p->col_blocks + SC_TN - 1) / SC_TN) : 0;
     w.k_split_off = w.flag_off + WS_ALIGN;
-    w.k_rows_off = w.k_split_off + k_tiles * split_tile_bytes(p->head_dim);
+    w.k_rows_off = w.k_split_off + k_tiles * split_tile_bytes(split_chunks(p->head_dim));
     w.total = w.k_rows_off + k_tiles * SC_TN * 4;
     return w;
 }
@@ -950,7 +950,7 @@ extern "C" sk_status sk_cuda_topk_select(const sk_topk_problem *p, void *workspa
         if (hopper && needs_split(p, with_scores)) {
             sp.split.k_tiles = base + w.k_split_off;
             sp.split.k_exp = (int32_t *)(base + w.k_rows_off);
-            sp.split.chunks = (int32_t)((p->head_dim + ROWS_CHUNK - 1) / ROWS_CHUNK);
+            sp.split.chunks = split_chunks(p->head_dim);
             SK_TRY(sk_topk_score_rows_sm90(&sp, stream));
         } else if (hopper) {
             SK_TRY(sk_topk_score_sm90(&sp, stream));

@@ -85,26 +85,31 @@ static __device__ void fill_row_table(const sk_topk_problem *p, const row_table 
 /* The Hopper row scoring's K operand, split once per call
  * (topk_score_rows_sm90.cu; each scoring CTA splits its own A rows the same
  * way into shared memory). Every 128-row tile of K (per batch and KV head)
- * is one block that the scoring bulk-copies into shared memory as it is: 2 x chunks panels of ROWS_PANEL bytes (the fp16
- * hi of each 64-dim chunk, then the lo, 128B-swizzled), then ROWS_META
- * bytes: each row's epilogue factor (float[128]: scale 2^-e for A, 2^-e for
- * K; 0 where the two-multiplication epilogue would not be exact) and, at
- * byte 512, whether every factor of the tile is exact (int). The row
+ * is one block that the scoring bulk-copies into shared memory as it is:
+ * 2 x chunks panels of ROWS_PANEL bytes (the fp16 hi of each 64-dim chunk,
+ * then the lo, 128B-swizzled), then ROWS_META bytes: each row's epilogue
+ * factor (float[128]: 2^-e for K, scale 2^-e for A; 0 where the
+ * two-multiplication epilogue would not be exact) and, at byte
+ * ROWS_META_FAST, whether every factor of the tile is exact (int). The row
  * exponents e go to a separate array (the general epilogue only). Rows past
  * the end are zero. */
 enum { ROWS_PANEL = SC_TM * 128, ROWS_CHUNK = 64, ROWS_META = 1024, ROWS_META_FAST = 512 };
 typedef struct split_operands {
-    char *k_tiles;  /* [kv slices * tiles_j] blocks */
+    char *k_tiles;  /* [kv slices * tiles_j] blocks of split_tile_bytes(chunks) */
     int32_t *k_exp; /* [kv slices * tiles_j * 128] */
-    int32_t chunks; /* 64-dim chunks: 1 or 2 */
+    int32_t chunks; /* split_chunks(head_dim): 1 or 2 */
 } split_operands;
 
-/* Bytes of the panels of one split tile, and of the whole block. */
-static inline size_t split_panel_bytes(int64_t head_dim) {
-    return (size_t)2 * (size_t)((head_dim + ROWS_CHUNK - 1) / ROWS_CHUNK) * ROWS_PANEL;
+/* 64-dim chunks of a split row; bytes of a split tile's panels, and of the
+ * whole block. */
+static inline __host__ __device__ int32_t split_chunks(int64_t head_dim) {
+    return (int32_t)((head_dim + ROWS_CHUNK - 1) / ROWS_CHUNK);
 }
-static inline size_t split_tile_bytes(int64_t head_dim) {
-    return split_panel_bytes(head_dim) + ROWS_META;
+static inline __host__ __device__ size_t split_panel_bytes(int32_t chunks) {
+    return (size_t)2 * (size_t)chunks * ROWS_PANEL;
+}
+static inline __host__ __device__ size_t split_tile_bytes(int32_t chunks) {
+    return split_panel_bytes(chunks) + ROWS_META;
 }
 
 typedef struct score_params {
@@ -210,9 +215,10 @@ static __device__ __forceinline__ int score_tile_begin(const score_params *sp, s
 sk_status sk_topk_score_sm90(const score_params *sp, cudaStream_t stream);
 
 /* The Hopper scoring for head_dim <= 128 (topk_score_rows_sm90.cu): splits
- * A and K once into sp->split, then scores with slices * tiles_i + 1 CTAs,
- * each walking the column tiles of one row tile. Same outputs as the other
- * scoring kernels. Call on a compute capability 9.0 device. */
+ * K once into sp->split, then scores with slices * tiles_i + 1 CTAs, each
+ * splitting its own A rows and walking the column tiles of one row tile.
+ * Same outputs as the other scoring kernels. Call on a compute capability
+ * 9.0 device. */
 sk_status sk_topk_score_rows_sm90(const score_params *sp, cudaStream_t stream);
 
 #endif /* SK_CUDA_TOPK_KERNELS_CUH */

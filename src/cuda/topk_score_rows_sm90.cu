@@ -50,26 +50,20 @@
 #include "cuda/topk_kernels.cuh"
 
 enum {
-    SPLIT_THREADS = 256,          /* a CTA per 128-row tile */
-    SPLIT_ROWS = 16,              /* rows per warp */
-    SPLIT_FAST_EXP = 87,          /* |f| bound of the two-multiplication epilogue */
-    SR_THREADS = 256,             /* two warpgroups of 64 rows */
-    SR_ATOM = 1024,               /* 8 rows x 128 B: the 128B-swizzle period */
+    SPLIT_THREADS = 256,                     /* a CTA per 128-row tile */
+    SPLIT_ROWS = 16,                         /* rows per warp */
+    SPLIT_FAST_EXP = 87,                     /* |f| bound of the two-multiplication epilogue */
+    SR_THREADS = 256,                        /* two warpgroups of 64 rows */
+    SR_ATOM = 1024,                          /* 8 rows x 128 B: the 128B-swizzle period */
     SR_OPERAND = 4 * ROWS_PANEL + ROWS_META, /* a split tile of up to 2 chunks: 65 KB */
-    SR_SMEM = 3 * SR_OPERAND + SR_ATOM /* A and two K tiles, + slack to align */
+    SR_SMEM = 3 * SR_OPERAND + SR_ATOM       /* A and two K tiles, + slack to align */
 };
 
 typedef struct split_params {
-    const float *k;         /* [kv_slices, col_blocks, D] */
+    const float *k; /* [kv_slices, col_blocks, D] */
     int32_t cb, dim, tiles_j;
     split_operands out;
 } split_params;
-
-/* Byte offset of 16-byte chunk c16 (0..7) of row `row` in a 128B-swizzled
- * panel (the layout wgmma's swizzle mode 1 reads). */
-static __device__ __forceinline__ uint32_t sr_swizzle(int32_t row, int32_t c16) {
-    return (uint32_t)((row >> 3) * SR_ATOM + (row & 7) * 128 + ((c16 ^ (row & 7)) << 4));
-}
 
 /* 2^e for e in [-126, 127]. */
 static __device__ __forceinline__ float sr_pow2(int32_t e) {
@@ -109,7 +103,7 @@ static __device__ __forceinline__ void sr_load_tile(float4 x[SPLIT_ROWS], const 
 static __device__ __forceinline__ void sr_split_tile(const float4 x[SPLIT_ROWS], char *block,
                                                      int32_t chunks, float mult, int32_t *exp_out) {
     const int lane = (int)(threadIdx.x & 31), warp = (int)(threadIdx.x >> 5);
-    const int32_t panel_bytes = 2 * chunks * ROWS_PANEL;
+    const int32_t panel_bytes = (int32_t)split_panel_bytes(chunks);
     const int32_t chunk = lane >> 4;
     float *const factor_out = (float *)(block + panel_bytes);
     int all_fast = 1;
@@ -129,7 +123,8 @@ static __device__ __forceinline__ void sr_split_tile(const float4 x[SPLIT_ROWS],
             uint2 hi, lo;
             sr_split2(x[t].x * f, x[t].y * f, &hi.x, &lo.x);
             sr_split2(x[t].z * f, x[t].w * f, &hi.y, &lo.y);
-            const uint32_t off = chunk * ROWS_PANEL + sr_swizzle(r, (lane & 15) >> 1) + (lane & 1) * 8;
+            const uint32_t off =
+                chunk * ROWS_PANEL + sk_sw128_offset(r, (lane & 15) >> 1) + (lane & 1) * 8;
             *(uint2 *)(block + off) = hi;
             *(uint2 *)(block + chunks * ROWS_PANEL + off) = lo;
         }
@@ -149,7 +144,8 @@ static __device__ __forceinline__ void sr_split_tile(const float4 x[SPLIT_ROWS],
 /* One CTA per 128-row tile of pooled K (kv slice, column tile). It waits
  * for the pooling before it lets the scoring start, so that the scoring may
  * read pooled Q (or the group sums) before its own wait. */
-__global__ void __launch_bounds__(SPLIT_THREADS, 2) sk_topk_split_rows_kernel(const __grid_constant__ split_params sp) {
+__global__ void __launch_bounds__(SPLIT_THREADS, 2)
+    sk_topk_split_rows_kernel(const __grid_constant__ split_params sp) {
     static_assert(SPLIT_THREADS / 32 * SPLIT_ROWS == SC_TM, "16 rows per warp");
     pdl_wait_then_release();
     const int64_t tile = (int64_t)blockIdx.x;
@@ -157,9 +153,8 @@ __global__ void __launch_bounds__(SPLIT_THREADS, 2) sk_topk_split_rows_kernel(co
     const int32_t first = (int32_t)(tile - slice * sp.tiles_j) * SC_TN;
     float4 x[SPLIT_ROWS];
     sr_load_tile(x, sp.k + slice * sp.cb * sp.dim, first, sp.cb, sp.dim);
-    const int64_t block_bytes = 2 * sp.out.chunks * ROWS_PANEL + ROWS_META;
-    sr_split_tile(x, sp.out.k_tiles + tile * block_bytes, sp.out.chunks, 1.f,
-                  sp.out.k_exp + tile * SC_TN);
+    sr_split_tile(x, sp.out.k_tiles + tile * (int64_t)split_tile_bytes(sp.out.chunks),
+                  sp.out.chunks, 1.f, sp.out.k_exp + tile * SC_TN);
 }
 
 /* Thread 0: bulk-copy one split tile (bytes at src) into shared memory at
@@ -175,9 +170,10 @@ static __device__ __forceinline__ void sr_copy_tile(uint32_t dst, const char *sr
  * and factors that are not exact (then ldexpf by the exponents). Rows i and
  * i + 8, columns j + 8 n (+ 1); acc as the kernel's. */
 static __device__ __forceinline__ void sr_store_general(const score_params *sp, const float acc[64],
-                                                     int32_t slice, int32_t i, int32_t j, int fast,
-                                                     float rf0, float rf1, int32_t re0, int32_t re1,
-                                                     const float2 (&cf)[16], const int32_t *k_exp) {
+                                                        int32_t slice, int32_t i, int32_t j,
+                                                        int fast, float rf0, float rf1, int32_t re0,
+                                                        int32_t re1, const float2 (&cf)[16],
+                                                        const int32_t *k_exp) {
     const int32_t rb = sp->p.row_blocks, cb = sp->p.col_blocks;
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
@@ -227,17 +223,19 @@ __global__ void __launch_bounds__(SR_THREADS, 1)
         ntj = min(ntj, (n + SC_TN - 1) / SC_TN);
     }
     if (ntj <= 0) {
-        sk_griddep_wait(); /* nothing is read or written; the grid still ends after its predecessor */
+        /* nothing is read or written; the grid still ends after its predecessor */
+        sk_griddep_wait();
         return;
     }
     const split_operands *so = &sp.split;
-    const uint32_t panel_bytes = (uint32_t)(2 * CHUNKS * ROWS_PANEL);
-    const uint32_t tile_bytes = panel_bytes + ROWS_META;
+    const uint32_t panel_bytes = (uint32_t)split_panel_bytes(CHUNKS);
+    const uint32_t tile_bytes = (uint32_t)split_tile_bytes(CHUNKS);
     const int64_t k_tile0 = ((int64_t)b * p->heads_kv + hk) * sp.tiles_j;
 
     extern __shared__ __align__(16) char smem_raw[];
-    char *const base = smem_raw + ((SR_ATOM - (__cvta_generic_to_shared(smem_raw) & (SR_ATOM - 1))) &
-                                   (SR_ATOM - 1));
+    char *const base =
+        smem_raw +
+        ((SR_ATOM - (__cvta_generic_to_shared(smem_raw) & (SR_ATOM - 1))) & (SR_ATOM - 1));
     __shared__ __align__(8) uint64_t bars[2]; /* K buffers 0 and 1 */
     __shared__ int32_t a_exp[SC_TM];
     const uint32_t s_base = (uint32_t)__cvta_generic_to_shared(base);
@@ -259,7 +257,8 @@ __global__ void __launch_bounds__(SR_THREADS, 1)
             sr_copy_tile(s_base + SR_OPERAND * (1 + t), so->k_tiles + (k_tile0 + t) * tile_bytes,
                          tile_bytes, bar_k0 + 8 * t);
     }
-    sr_split_tile(x, base, CHUNKS, p->scale, a_exp); /* its barrier: the mbarriers are initialised */
+    /* (its barrier also publishes the mbarriers' initialisation) */
+    sr_split_tile(x, base, CHUNKS, p->scale, a_exp);
     sk_fence_proxy_async_smem(); /* the A panels' generic stores before wgmma reads them */
     __syncthreads();             /* A is split */
 
@@ -316,11 +315,13 @@ __global__ void __launch_bounds__(SR_THREADS, 1)
         const int fast = a_fast && *(const int32_t *)(k_meta + ROWS_META_FAST);
         float2 cf[16];
 #pragma unroll
-        for (int n = 0; n < 16; ++n) cf[n] = *(const float2 *)(k_meta + 4 * (2 * (lane & 3) + 8 * n));
+        for (int n = 0; n < 16; ++n)
+            cf[n] = *(const float2 *)(k_meta + 4 * (2 * (lane & 3) + 8 * n));
         __syncthreads(); /* both warpgroups are done with this K buffer */
         if (tid == 0 && jt + 2 < ntj)
-            sr_copy_tile(s_base + SR_OPERAND * (1 + buf), so->k_tiles + (k_tile0 + jt + 2) * tile_bytes,
-                         tile_bytes, bar_k0 + 8 * buf);
+            sr_copy_tile(s_base + SR_OPERAND * (1 + buf),
+                         so->k_tiles + (k_tile0 + jt + 2) * tile_bytes, tile_bytes,
+                         bar_k0 + 8 * buf);
         const int32_t j0 = jt * SC_TN + 2 * (lane & 3);
         /* Every factor of the tile exact, and the tile inside the row with
          * float2-aligned rows: the common case, straight-line. acc[4 n + e]:
@@ -334,8 +335,9 @@ __global__ void __launch_bounds__(SR_THREADS, 1)
                 float *out = sp.scores + ((int64_t)slice * rb + i) * cb + j0;
 #pragma unroll
                 for (int n = 0; n < 16; ++n) /* exact powers of two, then one rounding */
-                    __stcs((float2 *)(out + 8 * n), make_float2(acc[4 * n + 2 * half] * cf[n].x * rf,
-                                                                acc[4 * n + 2 * half + 1] * cf[n].y * rf));
+                    __stcs((float2 *)(out + 8 * n),
+                           make_float2(acc[4 * n + 2 * half] * cf[n].x * rf,
+                                       acc[4 * n + 2 * half + 1] * cf[n].y * rf));
             }
         } else {
             sr_store_general(&sp, acc, slice, i0 + r0, j0, fast, rf0, rf1, re0, re1, cf,
@@ -363,16 +365,17 @@ sk_status sk_topk_score_rows_sm90(const score_params *sp, cudaStream_t stream) {
     if (k_tiles > INT32_MAX)
         return sk_error(SK_STATUS_NOT_SUPPORTED, "too many tiles for the Hopper split kernel");
     launch_cfg l;
-    SK_CUDA_TRY(cudaLaunchKernelEx(launch_config(&l, (unsigned)k_tiles, SPLIT_THREADS, 0, stream, 1),
-                                   sk_topk_split_rows_kernel, s),
-                "Hopper split kernel launch");
+    SK_CUDA_TRY(
+        cudaLaunchKernelEx(launch_config(&l, (unsigned)k_tiles, SPLIT_THREADS, 0, stream, 1),
+                           sk_topk_split_rows_kernel, s),
+        "Hopper split kernel launch");
     const int64_t units = (int64_t)p->slices * sp->tiles_i;
     auto kernel = sp->split.chunks == 1 ? sk_topk_score_rows_sm90_kernel<1>
                                         : sk_topk_score_rows_sm90_kernel<2>;
     SK_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, SR_SMEM),
                 "cudaFuncSetAttribute");
-    return sk_cuda_status(cudaLaunchKernelEx(launch_config(&l, (unsigned)units + 1, SR_THREADS,
-                                                           SR_SMEM, stream, 1),
-                                             kernel, *sp),
-                          "Hopper row scoring kernel launch");
+    return sk_cuda_status(
+        cudaLaunchKernelEx(launch_config(&l, (unsigned)units + 1, SR_THREADS, SR_SMEM, stream, 1),
+                           kernel, *sp),
+        "Hopper row scoring kernel launch");
 }

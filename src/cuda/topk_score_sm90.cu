@@ -45,13 +45,6 @@ enum {
     S90_SMEM = 4 * S90_PANEL + S90_STAGE + S90_ATOM /* + slack to align the panels to the atom */
 };
 
-/* Byte offset of 16-byte chunk c16 (0..7) of row `row` in a 128B-swizzled
- * panel: 8-row atoms of 1024 B, the chunk index XORed with the row in its
- * atom (the layout wgmma's swizzle mode 1 reads). */
-static __device__ __forceinline__ uint32_t sw128_offset(int32_t row, int32_t c16) {
-    return (uint32_t)((row >> 3) * S90_ATOM + (row & 7) * S90_ROW_BYTES + ((c16 ^ (row & 7)) << 4));
-}
-
 /* big = tf32(x), small = tf32(x - big); small = 0 when x is not finite
  * (inf - inf would make a NaN where the fp32 product gives +-inf). */
 static __device__ __forceinline__ void split_tf32(float x, uint32_t *big, uint32_t *small) {
@@ -95,7 +88,7 @@ __global__ void __launch_bounds__(S90_THREADS, 2)
     const int32_t tid = (int32_t)threadIdx.x;
     /* Loader: rows tid / 8 + 32 r (r < 4), 16-byte chunk tid % 8 of the 32-float chunk. */
     const int32_t lrow = tid >> 3, lc16 = tid & 7;
-    const uint32_t soff = sw128_offset(lrow, lc16); /* + r * 32 rows = r * 4 atoms */
+    const uint32_t soff = sk_sw128_offset(lrow, lc16); /* + r * 32 rows = r * 4 atoms */
     const float *a_rows = sp.a + (int64_t)slice * sp.a_slice_stride;
     const float *k_rows = sp.pooled_k + ((int64_t)b * p->heads_kv + hk) * cb * dim;
 
