@@ -24,12 +24,23 @@
  *        from_scores  sk_layout_from_scores on select's scores (selection
  *                   alone; select - from_scores is the scoring)
  *        selection  pool + select
+ *        pool_select  sk_pool_select_topk: the same layout in one call, the
+ *                   selection that sk_attention_topk runs (on Hopper with
+ *                   D 64 / 128 the pooling writes the scoring's split
+ *                   operands)
  *        attention  sk_attention_forward (plan + run) on the selected layout,
  *                   for SK_BACKEND_CUDA (the library's choice) and, for the
  *                   record, the forced SM80 and SM90 kernels where supported
  *        topk       sk_attention_topk (everything)
+ *      Then selection, pool_select and attention again, `reps` calls enqueued
+ *      back to back (pipelined_*_us: the mean per call, no host launch gap
+ *      timed), and each call's host enqueue time from an idle stream
+ *      (host_enqueue_*_us), which the per-call timings above include up to
+ *      the call's first launch.
  *   3. One JSON object per configuration on stdout, with
- *        selection_over_attention = selection / attention   (target <= 0.05)
+ *        selection_over_attention = selection / attention
+ *        pool_select_over_attention = pool_select / attention (target <= 0.05:
+ *                   the selection that feeds sk_attention_topk's attention)
  *        rate_vs_attention_only   = attention / topk        (target >= 0.90)
  *      and the attention's TFLOPS over the selected blocks (4 D bq bk per
  *      block, causal masking inside the diagonal block not discounted).
@@ -83,7 +94,8 @@ typedef enum region {
     R_FROM_SCORES,
     R_SELECTION,
     R_ATTENTION,
-    R_TOPK
+    R_TOPK,
+    R_POOL_SELECT
 } region;
 
 typedef struct bench_ctx {
@@ -118,8 +130,50 @@ static sk_status run_region(bench_ctx *c, region r, const sk_attention_desc *att
     case R_TOPK:
         return sk_attention_topk(attn, &c->topk, c->q, c->k, c->v, c->o, c->lse, &c->layout,
                                  c->ws_all, c->ws_all_bytes, NULL);
+    case R_POOL_SELECT: /* the selection of sk_attention_topk: its workspace's first part */
+        return sk_pool_select_topk(&c->topk, c->q, c->k, &c->layout, c->ws_all, c->ws_all_bytes,
+                                   NULL);
     }
     return SK_STATUS_INTERNAL_ERROR;
+}
+
+static double now_us(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return 1e6 * (double)ts.tv_sec + 1e-3 * (double)ts.tv_nsec;
+}
+
+/* The region as a pipeline sees it: `reps` calls enqueued back to back
+ * between two events (the host runs ahead, so no launch gap is timed), the
+ * mean per call; and the host time one call takes to enqueue from an idle
+ * stream (median of `reps`), which the per-call timing of time_region
+ * includes up to its first launch. */
+static void time_pipelined(bench_ctx *c, region r, const sk_attention_desc *attn, int reps,
+                           double *mean_us, double *enqueue_us) {
+    cudaEvent_t e0, e1;
+    CUDA_OK(cudaEventCreate(&e0));
+    CUDA_OK(cudaEventCreate(&e1));
+    for (int i = 0; i < WARMUP; ++i) SK_OK(run_region(c, r, attn));
+    CUDA_OK(cudaDeviceSynchronize());
+    CUDA_OK(cudaEventRecord(e0, NULL));
+    for (int i = 0; i < reps; ++i) SK_OK(run_region(c, r, attn));
+    CUDA_OK(cudaEventRecord(e1, NULL));
+    CUDA_OK(cudaEventSynchronize(e1));
+    float ms = 0.f;
+    CUDA_OK(cudaEventElapsedTime(&ms, e0, e1));
+    *mean_us = 1000.0 * ms / reps;
+    float *host = (float *)malloc((size_t)reps * sizeof(float));
+    for (int i = 0; i < reps; ++i) {
+        CUDA_OK(cudaDeviceSynchronize());
+        const double t0 = now_us();
+        SK_OK(run_region(c, r, attn));
+        host[i] = (float)((now_us() - t0) / 1000.0);
+    }
+    CUDA_OK(cudaDeviceSynchronize());
+    *enqueue_us = sorted_median_us(host, reps);
+    free(host);
+    CUDA_OK(cudaEventDestroy(e0));
+    CUDA_OK(cudaEventDestroy(e1));
 }
 
 /* Median and minimum in microseconds; -1 when the region is not supported. */
@@ -272,10 +326,17 @@ static void bench_config(const cfg *f, const char *commit, int reps, const sk_de
     free(off);
     free(idx);
 
-    double med[6], mn[6];
-    const region regions[6] = {R_POOL, R_SELECT, R_SELECTION, R_ATTENTION, R_TOPK, R_FROM_SCORES};
-    for (int i = 0; i < 6; ++i)
+    double med[7], mn[7];
+    const region regions[7] = {R_POOL,  R_SELECT,      R_SELECTION,  R_ATTENTION,
+                               R_TOPK,  R_FROM_SCORES, R_POOL_SELECT};
+    for (int i = 0; i < 7; ++i)
         if (time_region(&c, regions[i], &c.attn, reps, &med[i], &mn[i]) != 0) med[i] = mn[i] = -1;
+    /* Back to back, and the host's enqueue time per call. */
+    double pipe_sel, pipe_ps, pipe_attn, host_sel, host_ps, host_attn;
+    time_pipelined(&c, R_SELECTION, &c.attn, reps, &pipe_sel, &host_sel);
+    time_pipelined(&c, R_POOL_SELECT, &c.attn, reps, &pipe_ps, &host_ps);
+    time_pipelined(&c, R_ATTENTION, &c.attn, reps, &pipe_attn, &host_attn);
+
     /* The forced kernels, for the record. */
     double med80 = -1, min80 = -1, med90 = -1, min90 = -1;
     sk_attention_desc a80 = c.attn, a90 = c.attn;
@@ -310,7 +371,13 @@ static void bench_config(const cfg *f, const char *commit, int reps, const sk_de
            "\"sink_blocks\": %d, \"local_blocks\": %d, \"causal\": true, \"per_kv_head\": %s, "
            "\"capacity\": %d, \"selected_blocks\": %lld, \"rows_full\": %s, \"layout_valid\": %s, "
            "\"reps\": %d, "
+           "\"pipelined_selection_us\": %.1f, \"pipelined_pool_select_us\": %.1f, "
+           "\"pipelined_attention_us\": %.1f, \"pipelined_pool_select_over_attention\": %.4f, "
+           "\"host_enqueue_selection_us\": %.1f, \"host_enqueue_pool_select_us\": %.1f, "
+           "\"host_enqueue_attention_us\": %.1f, "
            "\"pool_us\": %.1f, \"select_us\": %.1f, \"selection_us\": %.1f, "
+           "\"pool_select_us\": %.1f, \"min_pool_select_us\": %.1f, "
+           "\"pool_select_over_attention\": %.4f, "
            "\"attention_us\": %.1f, \"attention_topk_us\": %.1f, \"from_scores_us\": %.1f, "
            "\"score_us_derived\": %.1f, "
            "\"min_selection_us\": %.1f, \"min_attention_us\": %.1f, \"min_attention_topk_us\": %.1f, "
@@ -322,7 +389,9 @@ static void bench_config(const cfg *f, const char *commit, int reps, const sk_de
            sk_build_info(), (long long)f->b, (long long)f->hq, (long long)f->hkv, (long long)f->s,
            (long long)f->d, (int)f->block, (int)f->k, (int)f->sinks, (int)f->local,
            f->per_kv ? "true" : "false", (int)cap, (long long)nnz_blocks, full ? "true" : "false",
-           valid == SK_STATUS_SUCCESS ? "true" : "false", reps, med[0], med[1], med[2], med[3],
+           valid == SK_STATUS_SUCCESS ? "true" : "false", reps, pipe_sel, pipe_ps, pipe_attn,
+           pipe_ps / pipe_attn, host_sel, host_ps, host_attn, med[0], med[1], med[2], med[6],
+           mn[6], med[6] / med[3], med[3],
            med[4], med[5], med[1] - med[5], mn[2], mn[3], mn[4], med80, med90, med_sel80, med[2] / med[3], med[3] / med[4],
            flops / (med[3] * 1e6), dense_causal / (med[3] * 1e6),
            (double)(nq + nk) * 2.0 / (med[0] * 1e3));

@@ -441,7 +441,9 @@ SK_API sk_status sk_attention_forward(const sk_attention_desc *desc, const sk_bs
  * and a CUDA graph can capture it. Its nnz field is set to the capacity;
  * row_offsets[last] <= capacity is the real count (see "Robustness"): rows
  * can come out shorter than k when scores are NaN or -inf, so before
- * sk_layout_validate on a host copy, set nnz = row_offsets[last].
+ * sk_layout_validate on a host copy, set nnz = row_offsets[last]. The
+ * col_indices entries from row_offsets[last] to the capacity are then
+ * unspecified (nothing past the capacity is written).
  * The CUDA path needs head_dim a multiple of 8 and 16-byte aligned pooled
  * buffers and workspace; the CPU path may return SK_STATUS_ALLOC_FAILED for
  * its scratch. In sk_attention_topk, topk->mask decides which blocks may be
@@ -496,6 +498,21 @@ SK_API sk_status sk_block_pool(const sk_topk_desc *desc, const void *q, const vo
 SK_API sk_status sk_select_topk(const sk_topk_desc *desc, const float *pooled_q,
                                 const float *pooled_k, sk_bsr *layout, void *workspace,
                                 size_t workspace_size, struct CUstream_st *stream);
+
+/* Pool and select in one call: the layout from Q and K (as sk_block_pool
+ * then sk_select_topk, with the same layout bit for bit), the pooled blocks
+ * kept in the workspace. This is the selection that sk_attention_topk runs
+ * before its attention; use it to select once and run sk_attention_forward
+ * (or several) on the layout. On a 9.0 device with head_dim 64 or 128 (and
+ * no group sums: per_kv_head with a group of one head, or per query head)
+ * the pooling writes the scoring's split operands directly, which saves a
+ * pass over pooled K. Workspace from sk_pool_select_topk_workspace_size (0
+ * bytes on the CPU, where workspace may be NULL). */
+SK_API sk_status sk_pool_select_topk_workspace_size(const sk_topk_desc *desc,
+                                                    size_t *workspace_bytes);
+SK_API sk_status sk_pool_select_topk(const sk_topk_desc *desc, const void *q, const void *k,
+                                     sk_bsr *layout, void *workspace, size_t workspace_size,
+                                     struct CUstream_st *stream);
 
 /* The same selection from caller scores: fp32 [slices, row_blocks,
  * col_blocks] contiguous (slices = B * (per_kv_head ? Hkv : Hq)), for

@@ -27,7 +27,7 @@ from ._lib import (
 )
 from .attention import AttentionPlan, attention, bsr_gemm, plan_attention
 from .layout import DeviceLayout, Grid, Layout, grid_blocks, make_grid
-from .topk import attention_topk, block_pool, layout_from_scores, select_topk, topk_capacity
+from .topk import attention_topk, block_pool, layout_from_scores, pool_select_topk, select_topk, topk_capacity
 
 
 def version() -> str:
@@ -109,6 +109,7 @@ __all__ = [
     "make_grid",
     "plan_attention",
     "select_topk",
+    "pool_select_topk",
     "status_name",
     "topk_capacity",
     "version",

@@ -299,6 +299,11 @@ SIGNATURES = {
         _st,
         [POINTER(SkTopkDesc), c_void_p, _bsr_p, c_void_p, c_size_t, _stream],
     ),
+    "sk_pool_select_topk_workspace_size": (_st, [POINTER(SkTopkDesc), POINTER(c_size_t)]),
+    "sk_pool_select_topk": (
+        _st,
+        [POINTER(SkTopkDesc), c_void_p, c_void_p, _bsr_p, c_void_p, c_size_t, _stream],
+    ),
     "sk_attention_topk_workspace_size": (
         _st,
         [POINTER(SkAttentionDesc), POINTER(SkTopkDesc), POINTER(c_size_t)],

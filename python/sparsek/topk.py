@@ -4,6 +4,8 @@
     layout = sparsek.select_topk(pooled_q, pooled_k, 16, sink_blocks=2,
                                  local_blocks=8, causal=True, seq_q=S, seq_k=S)
     layout = sparsek.layout_from_scores(scores, 16, causal=True)
+    layout = sparsek.pool_select_topk(q, k, 16, sink_blocks=2, local_blocks=8,
+                                      causal=True)
     out, layout = sparsek.attention_topk(q, k, v, 16, causal=True)
 
 - numpy arrays (and torch CPU tensors) run on the CPU backend and give a
@@ -32,7 +34,7 @@ from ._lib import Backend, DType, F, Mask, SkAttentionDesc, SkBsr, SkGrid, SkTop
 from .attention import _adapt, _check_family, _check_out, _check_qkv, _empty_like, _empty_lse, _outer_strides, _parse_backend
 from .layout import DeviceLayout, Grid, Layout, _int
 
-__all__ = ["block_pool", "select_topk", "layout_from_scores", "attention_topk", "topk_capacity"]
+__all__ = ["block_pool", "select_topk", "pool_select_topk", "layout_from_scores", "attention_topk", "topk_capacity"]
 
 
 # ---------------------------------------------------------------------------
@@ -306,6 +308,59 @@ def select_topk(
         ws = torch.empty(max(size.value, 1), dtype=torch.uint8, device=dev)
         stream = _torch_stream(dev)
         check(F.sk_select_topk(byref(desc), apq.ptr, apk.ptr, byref(out.bsr), ws.data_ptr(), size.value, stream.cuda_stream))
+    return out.result(stream)
+
+
+def pool_select_topk(
+    q,
+    k,
+    k_blocks,
+    *,
+    sink_blocks=0,
+    local_blocks=0,
+    causal=False,
+    per_kv_head=False,
+    scale=None,
+    block_q=128,
+    block_k=128,
+    backend=None,
+):
+    """Pool and select in one call (sk_pool_select_topk): the layout that
+    block_pool then select_topk give, bit for bit, without returning the
+    pooled arrays. It is the selection attention_topk runs; use it to select
+    once and run sparsek.attention on the layout.
+
+    q [B, Sq, Hq, D], k [B, Sk, Hkv, D] (any strides, last dimension
+    contiguous), float16 / bfloat16 (float32 on the CPU backend); the
+    selection options as select_topk's. Returns a Layout (CPU) or a
+    DeviceLayout (CUDA tensors).
+    """
+    aq, ak = _check_qk(q, k)
+    be = _backend_for(aq, backend)
+    if be != Backend.CPU and aq.dtype == DType.F32:
+        raise TypeError("float32 inputs are for the CPU backend only; use float16 or bfloat16 on CUDA")
+    bq, bk = _block(block_q, "block_q"), _block(block_k, "block_k")
+    kk, sinks, local = _options(k_blocks, sink_blocks, local_blocks)
+    B, Sq, Hq, D = aq.shape
+    _, Sk, Hkv, _ = ak.shape
+    desc = _desc(be, aq.dtype, B, Sq, Sk, Hq, Hkv, D, bq, bk, _scale(scale), kk, sinks, local, causal,
+                 per_kv_head, _outer_strides(aq, "q"), _outer_strides(ak, "k"))
+    grid, cap = _capacity(desc)
+    if be == Backend.CPU:
+        out = _Out(grid, cap)
+        check(F.sk_pool_select_topk(byref(desc), aq.ptr, ak.ptr, byref(out.bsr), None, 0, None))
+        return out.result()
+    import torch
+
+    dev = q.device
+    with torch.cuda.device(dev):
+        size = c_size_t()
+        check(F.sk_pool_select_topk_workspace_size(byref(desc), byref(size)))
+        out = _Out(grid, cap, dev)
+        ws = torch.empty(max(size.value, 1), dtype=torch.uint8, device=dev)
+        stream = _torch_stream(dev)
+        check(F.sk_pool_select_topk(byref(desc), aq.ptr, ak.ptr, byref(out.bsr), ws.data_ptr(), size.value,
+                                    stream.cuda_stream))
     return out.result(stream)
 
 

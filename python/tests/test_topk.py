@@ -1,5 +1,5 @@
-"""The top-k selection binding: block_pool, select_topk, layout_from_scores,
-attention_topk, DeviceLayout.
+"""The top-k selection binding: block_pool, select_topk, pool_select_topk,
+layout_from_scores, attention_topk, DeviceLayout.
 
 numpy (CPU backend) tests run everywhere: the selection against the host
 builder Layout.topk on the same scores, the pooling against numpy means
@@ -114,6 +114,22 @@ def test_select_topk_equals_layout_topk_on_the_same_scores(per_kv_head, opts):
     heads = Hkv if per_kv_head else Hq
     ref = Layout.topk(numpy_scores(pq, pk, per_kv_head=per_kv_head), sq, sk, block=(bq, bk), batch=B, heads=heads, **opts)
     assert_same_layout(ours, ref)
+
+
+@pytest.mark.parametrize("per_kv_head", [False, True])
+def test_pool_select_topk_equals_block_pool_then_select_topk(per_kv_head):
+    rng = seeded_rng(104)
+    q, k, _ = make_qkv(rng, 2, 450, 610, 4, 2, 32)
+    opts = dict(sink_blocks=1, local_blocks=2, causal=True, per_kv_head=per_kv_head, block_q=64, block_k=128)
+    ours = sparsek.pool_select_topk(q, k, 3, **opts)
+    pq, pk = sparsek.block_pool(q, k, 64, 128)
+    ref = sparsek.select_topk(pq, pk, 3, seq_q=450, seq_k=610, **opts)
+    assert_same_layout(ours, ref)
+    with pytest.raises(SparseKError) as e:
+        sparsek.pool_select_topk(q, k, -1)
+    assert e.value.status_name == "SK_STATUS_BAD_PARAM_VALUE" and "desc->k = -1" in e.value.message
+    with pytest.raises(ValueError, match="head_dim differs"):
+        sparsek.pool_select_topk(q, k[..., :16], 2)
 
 
 def test_select_topk_ties_on_exact_integer_scores():
@@ -406,6 +422,22 @@ def test_cuda_select_topk_equals_cpu_on_exact_scores(per_kv_head):
     lay = sparsek.select_topk(torch.from_numpy(pq).cuda(), torch.from_numpy(pk).cuda(), 3, **opts)
     assert isinstance(lay, DeviceLayout)
     assert_same_layout(lay.to_host(), ref)
+
+
+@requires_cuda
+@pytest.mark.parametrize("D", [64, 96, 128])
+def test_cuda_pool_select_topk_equals_the_two_calls(D):
+    # D 64 / 128 on Hopper: the pooling writes the scoring's split operands;
+    # D 96: the two-call chain inside. Same layout either way.
+    rng = seeded_rng(115)
+    qn, kn, _ = make_qkv(rng, 2, 1000, 1300, 4, 2, D)
+    q, k = (torch.from_numpy(x).to("cuda", torch.bfloat16) for x in (qn, kn))
+    opts = dict(sink_blocks=2, local_blocks=2, causal=True)
+    lay = sparsek.pool_select_topk(q, k, 4, **opts)
+    assert isinstance(lay, DeviceLayout)
+    pq, pk = sparsek.block_pool(q, k)
+    sel = sparsek.select_topk(pq, pk, 4, seq_q=1000, seq_k=1300, **opts)
+    assert_same_layout(lay.to_host(), sel.to_host())
 
 
 @requires_cuda

@@ -79,6 +79,17 @@ sk_status sk_cuda_topk_select(const sk_topk_problem *p, void *workspace, size_t 
     (void)p, (void)workspace, (void)workspace_size, (void)stream;
     return sk_error(SK_STATUS_NOT_SUPPORTED_BACKEND, SK_NO_CUDA_TEXT);
 }
+
+sk_status sk_cuda_topk_pool_select_workspace_size(const sk_topk_problem *p, size_t *bytes) {
+    (void)p, (void)bytes;
+    return sk_error(SK_STATUS_NOT_SUPPORTED_BACKEND, SK_NO_CUDA_TEXT);
+}
+
+sk_status sk_cuda_topk_pool_select(const sk_topk_problem *p, void *workspace,
+                                   size_t workspace_size, struct CUstream_st *stream) {
+    (void)p, (void)workspace, (void)workspace_size, (void)stream;
+    return sk_error(SK_STATUS_NOT_SUPPORTED_BACKEND, SK_NO_CUDA_TEXT);
+}
 /* ------------------------------------------------------------ end top-k -- */
 
 #else

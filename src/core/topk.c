@@ -342,6 +342,61 @@ sk_status sk_select_topk(const sk_topk_desc *desc, const float *pooled_q, const 
     return run_select(&p, layout, workspace, workspace_size, stream);
 }
 
+/* Workspace bytes of the pool-and-select chain (0 on the CPU). */
+static sk_status pool_select_bytes(const sk_topk_problem *p, size_t *bytes) {
+    *bytes = 0;
+    if (p->backend == SK_BACKEND_CPU) return SK_STATUS_SUCCESS;
+    return sk_cuda_topk_pool_select_workspace_size(p, bytes);
+}
+
+sk_status sk_pool_select_topk_workspace_size(const sk_topk_desc *desc, size_t *workspace_bytes) {
+    SK_ENTER("sk_pool_select_topk_workspace_size");
+    SK_CHECK_NOT_NULL(workspace_bytes);
+    sk_topk_problem p;
+    SK_TRY(build_problem(desc, &p));
+    SK_TRY(check_cuda_head_dim(&p));
+    return pool_select_bytes(&p, workspace_bytes);
+}
+
+/* Pool and select into `layout` (p->q, p->k_in set, every check done; the
+ * CUDA workspace of pool_select_bytes at `workspace`). */
+static sk_status run_pool_select(sk_topk_problem *p, sk_bsr *layout, void *workspace,
+                                 size_t workspace_size, struct CUstream_st *stream) {
+    p->row_offsets = layout->row_offsets;
+    p->col_indices = layout->col_indices;
+    if (p->backend == SK_BACKEND_CPU)
+        SK_TRY(sk_cpu_topk_pool_select(p));
+    else
+        SK_TRY(sk_cuda_topk_pool_select(p, workspace, workspace_size, stream));
+    set_layout(p, layout);
+    return SK_STATUS_SUCCESS;
+}
+
+sk_status sk_pool_select_topk(const sk_topk_desc *desc, const void *q, const void *k,
+                              sk_bsr *layout, void *workspace, size_t workspace_size,
+                              struct CUstream_st *stream) {
+    SK_ENTER("sk_pool_select_topk");
+    sk_topk_problem p;
+    SK_TRY(build_problem(desc, &p));
+    int64_t q_bytes, k_bytes;
+    SK_TRY(check_qk(&p, q, k, &q_bytes, &k_bytes));
+    SK_TRY(check_layout_out(&p, layout));
+    SK_TRY(check_layout_apart(&p, layout, q, q_bytes, "q"));
+    SK_TRY(check_layout_apart(&p, layout, k, k_bytes, "k"));
+    size_t need;
+    SK_TRY(pool_select_bytes(&p, &need));
+    if (need > 0) {
+        SK_TRY(check_workspace(workspace, workspace_size, need));
+        const int64_t ws = (int64_t)need;
+        SK_TRY(check_layout_apart(&p, layout, workspace, ws, "workspace"));
+        SK_TRY(sk_check_disjoint(workspace, ws, "workspace", q, q_bytes, "q"));
+        SK_TRY(sk_check_disjoint(workspace, ws, "workspace", k, k_bytes, "k"));
+    }
+    p.q = q;
+    p.k_in = k;
+    return run_pool_select(&p, layout, workspace, workspace_size, stream);
+}
+
 sk_status sk_layout_from_scores(const sk_topk_desc *desc, const float *scores, sk_bsr *layout,
                                 void *workspace, size_t workspace_size,
                                 struct CUstream_st *stream) {
@@ -408,7 +463,7 @@ static sk_status check_same_problem(const sk_attention_desc *a, const sk_topk_pr
  * [selection (with scores)] [pooled_q] [pooled_k] [attention], each at a
  * multiple of WS_ALIGN. */
 typedef struct topk_ws_plan {
-    size_t select_bytes, pooled_q_off, pooled_k_off, attn_off, attn_bytes, total;
+    size_t select_bytes, attn_off, attn_bytes, total; /* pool + select, then the attention's */
 } topk_ws_plan;
 
 static int32_t geometry_dummy; /* a non-NULL array for geometry-only layout views */
@@ -437,10 +492,8 @@ static sk_status plan_attention_topk(const sk_attention_desc *attn, const sk_top
     SK_TRY(sk_attention_problem_workspace_size(ap, &attn_bytes));
     memset(w, 0, sizeof *w);
     if (p->backend == SK_BACKEND_CPU) return SK_STATUS_SUCCESS;
-    SK_TRY(sk_cuda_topk_workspace_size(p, 1, &w->select_bytes));
-    w->pooled_q_off = align_up(w->select_bytes);
-    w->pooled_k_off = w->pooled_q_off + align_up((size_t)pooled_q_bytes(p));
-    w->attn_off = w->pooled_k_off + align_up((size_t)pooled_k_bytes(p));
+    SK_TRY(pool_select_bytes(p, &w->select_bytes));
+    w->attn_off = align_up(w->select_bytes);
     w->attn_bytes = attn_bytes;
     w->total = w->attn_off + attn_bytes;
     return SK_STATUS_SUCCESS;
@@ -507,10 +560,8 @@ sk_status sk_attention_topk(const sk_attention_desc *attn, const sk_topk_desc *t
     /* Selection, then the attention over the layout it wrote. */
     p.q = q;
     p.k_in = k;
-    p.row_offsets = layout->row_offsets;
-    p.col_indices = layout->col_indices;
+    SK_TRY(run_pool_select(&p, layout, workspace, cuda ? w.select_bytes : 0, stream));
     if (!cuda) {
-        SK_TRY(sk_cpu_topk_pool_select(&p));
         /* A host layout is checked in full: give it the real count (below
          * the capacity when NaN / -inf scores left rows short). */
         sk_bsr view;
@@ -524,15 +575,8 @@ sk_status sk_attention_topk(const sk_attention_desc *attn, const sk_topk_desc *t
         SK_TRY(sk_attention_enqueue(&ap, NULL, 0, stream));
     } else {
         char *base = (char *)workspace;
-        p.pooled_q_out = (float *)(base + w.pooled_q_off);
-        p.pooled_k_out = (float *)(base + w.pooled_k_off);
-        SK_TRY(sk_cuda_topk_pool(&p, stream));
-        p.pooled_q = p.pooled_q_out;
-        p.pooled_k = p.pooled_k_out;
-        SK_TRY(sk_cuda_topk_select(&p, workspace, w.select_bytes, stream));
         SK_TRY(sk_attention_enqueue(&ap, w.attn_bytes > 0 ? base + w.attn_off : NULL, w.attn_bytes,
                                     stream));
     }
-    set_layout(&p, layout);
     return SK_STATUS_SUCCESS;
 }

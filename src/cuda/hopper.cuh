@@ -1,6 +1,8 @@
 /*
  * hopper.cuh - small device helpers the Hopper kernels (attention_sm90.cu,
- * bsr_gemm_sm90.cu) share, built on ptx.cuh's wrappers (no inline PTX here).
+ * bsr_gemm_sm90.cu, the top-k scoring) share, built on ptx.cuh's wrappers
+ * (no inline PTX here). The swizzle offset is plain arithmetic, also used
+ * by the portable pooling kernel (topk.cu) when it writes split operands.
  */
 #ifndef SK_CUDA_HOPPER_CUH
 #define SK_CUDA_HOPPER_CUH
@@ -9,12 +11,14 @@
 
 #include "cuda/ptx.cuh"
 
+#if !defined(__CUDA_ARCH__) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
 /* Wait until the mbarrier's phase with this parity has completed
  * (try_wait may time out, hence the loop). */
 __device__ __forceinline__ void sk_mbar_wait(uint32_t bar, uint32_t parity) {
     while (!sk_mbar_try_wait(bar, parity)) {
     }
 }
+#endif /* sm_90a: ptx.cuh's mbarrier wrappers */
 
 /* Byte offset of 16-byte chunk c16 (0..7) of row `row` in a 128B-swizzled
  * K-major panel of 128-byte rows: 8-row atoms of 1024 B, the chunk index

@@ -10,7 +10,11 @@
  *            count; a CTA takes every head of its block where they fit in
  *            512 threads, so that it reads whole token rows. Q and K are
  *            read once (bandwidth-bound: 92.5 % of DRAM peak on the H200,
- *            docs/perf/topk.md step 9).
+ *            docs/perf/topk.md step 9). In sk_pool_select_topk on a 9.0
+ *            device with D = 64 or 128 and no group sums (pool_splits), the
+ *            means go straight into the row scoring's split operands (Q and
+ *            K tiles, pool_store_split) instead of fp32, and the split
+ *            kernel is not launched (step 13).
  *   group sum  with per_kv_head and a group > 1 only: the fp32 sum of each group's pooled
  *            Q rows (ascending head order), the scoring's A operand.
  *   score    scores[slice, i, j] = scale * sum_d A[i, d] * pooled_k[j, d],
@@ -36,9 +40,11 @@
  *            rows of at most 512 candidates with 16 scores per lane, the
  *            rest with 32): the filter path below on register-resident
  *            scores, after which the take largest gathered composites and
- *            the forced blocks are written straight to their places (a
- *            count of selected and forced blocks before each), and a row
- *            shorter than its bound raises the flag. Otherwise the general
+ *            the forced blocks are written straight to their places in the
+ *            row (a count of selected and forced blocks before each), both
+ *            into the scratch row and at the row's place in col_indices from
+ *            the row table (with its row_offsets entry), and a row shorter
+ *            than its bound raises the flag. Otherwise the general
  *            kernel, keys kept in shared memory when the row has at most
  *            SEL_CACHE candidates. If at most k keys are non-zero all are
  *            taken. Else, for k <= 32 (the filter path): t = the k-th
@@ -52,9 +58,9 @@
  *            pass in index order then keeps forced blocks, keys > T and the
  *            lowest-index ties (the documented tie rule), writing them in
  *            increasing order into a fixed-stride scratch row, and the count.
- *   place    unless the flag is set (or the general kernel ran), each row's
- *            scratch entries are copied to the place the row table gives, a
- *            warp per row; else the compaction: up to CMP_MAX_CTAS CTAs,
+ *   place    unless the flag is set (or the general kernel ran), only the
+ *            last row offset (the register selection placed the rows);
+ *            else the compaction: up to CMP_MAX_CTAS CTAs,
  *            each sums the counts of the rows before its range itself, scans
  *            its rows (row_offsets) and copies their scratch entries into
  *            col_indices.
@@ -71,6 +77,7 @@
 #include <stdint.h>
 
 #include "cuda/cuda_check.cuh"
+#include "cuda/hopper.cuh"
 #include "cuda/topk_backend.h"
 #include "cuda/topk_kernels.cuh"
 
@@ -98,7 +105,9 @@ static size_t align_up(size_t x) { return (x + WS_ALIGN - 1) / WS_ALIGN * WS_ALI
 /* Byte offsets of the workspace regions (see topk_backend.h). */
 typedef struct ws_layout {
     size_t scores_off, qsum_off, counts_off, scratch_off, rule_off, place_off, flag_off;
-    size_t k_split_off, k_rows_off, total;
+    size_t k_split_off, k_rows_off;
+    size_t q_split_off, q_rows_off, pooled_q_off, pooled_k_off; /* sk_pool_select_topk only */
+    size_t total;
 } ws_layout;
 
 /* The Hopper row scoring (head_dim <= 128) splits its operands into the
@@ -114,7 +123,17 @@ static int needs_qsum(const sk_topk_problem *p, int with_scores) {
     return with_scores && p->per_kv_head && p->group > 1;
 }
 
-static ws_layout workspace_layout(const sk_topk_problem *p, int with_scores) {
+/* sk_pool_select_topk hands the pooling the split of both operands when
+ * the row scoring runs without group sums and D / 8 threads hold a whole
+ * split row (D = 64 or 128); else it pools into fp32 and selects as
+ * sk_select_topk does. */
+static int pool_splits(const sk_topk_problem *p, int hopper) {
+    return hopper && needs_split(p, 1) && !needs_qsum(p, 1) && p->head_dim % ROWS_CHUNK == 0;
+}
+
+/* with_pool: sk_pool_select_topk's workspace, the selection's (with scores)
+ * followed by the pooled Q and K and the split Q tiles. */
+static ws_layout workspace_layout(const sk_topk_problem *p, int with_scores, int with_pool) {
     ws_layout w;
     w.scores_off = 0;
     const size_t scores = with_scores ? align_up((size_t)p->total_rows * p->col_blocks * 4) : 0;
@@ -129,9 +148,23 @@ static ws_layout workspace_layout(const sk_topk_problem *p, int with_scores) {
     const int split = needs_split(p, with_scores);
     const size_t k_tiles =
         split ? (size_t)(p->batch * p->heads_kv) * (size_t)((p->col_blocks + SC_TN - 1) / SC_TN) : 0;
+    const size_t tile_bytes = split_tile_bytes(split_chunks(p->head_dim));
     w.k_split_off = w.flag_off + WS_ALIGN;
-    w.k_rows_off = w.k_split_off + k_tiles * split_tile_bytes(split_chunks(p->head_dim));
+    w.k_rows_off = w.k_split_off + k_tiles * tile_bytes;
     w.total = w.k_rows_off + k_tiles * SC_TN * 4;
+    w.q_split_off = w.q_rows_off = w.pooled_q_off = w.pooled_k_off = w.total;
+    if (with_pool) {
+        const size_t q_tiles =
+            split ? (size_t)p->slices * (size_t)((p->row_blocks + SC_TM - 1) / SC_TM) : 0;
+        w.q_split_off = align_up(w.total);
+        w.q_rows_off = w.q_split_off + q_tiles * tile_bytes;
+        w.pooled_q_off = align_up(w.q_rows_off + q_tiles * SC_TM * 4);
+        w.pooled_k_off =
+            w.pooled_q_off + align_up((size_t)(p->batch * p->heads_q * p->row_blocks) *
+                                      (size_t)p->head_dim * 4);
+        w.total = w.pooled_k_off + (size_t)(p->batch * p->heads_kv * p->col_blocks) *
+                                       (size_t)p->head_dim * 4;
+    }
     return w;
 }
 
@@ -144,13 +177,19 @@ typedef struct pool_tensor {
     int64_t stride_b, stride_s, stride_h; /* elements */
     int64_t seq;
     int32_t heads, block, nblocks;
-    float *dst;                           /* [B, H, nblocks, D] */
+    float *dst;                           /* [B, H, nblocks, D], or NULL: */
+    char *split;         /* the block means split for the Hopper row scoring instead (split
+                            blocks per 128-row tile of each (batch, head), topk_kernels.cuh) */
+    int32_t *split_exp;  /* [B * H * split_tiles * 128] row exponents */
+    float split_mult;    /* the rows' factor numerator: scale for Q, 1 for K */
+    int32_t split_tiles; /* ceil(nblocks / 128) */
 } pool_tensor;
 
 typedef struct pool_params {
     pool_tensor t[2]; /* Q, then K: blockIdx.x < t[0].nblocks pools Q */
     int32_t batch, dim, chunks; /* chunks = D / 8 */
     int32_t bf16;
+    int32_t split_chunks; /* split_chunks(D) when a tensor is split */
 } pool_params;
 
 /* acc[0..8) += the 8 fp16/bf16 values of v (widening is exact). */
@@ -171,6 +210,42 @@ static __device__ __forceinline__ void add8(float acc[8], uint4 v, int bf16) {
     }
 }
 
+/* One pooled row's 8 values (dims 8 c .. 8 c + 7 of head h, block blk),
+ * split as split_tile_bytes blocks (topk_kernels.cuh): the row's exponent
+ * comes from its largest finite |x| over the D / 8 threads that hold it
+ * (consecutive lanes, D / 8 a power of two up to 32). Same values as the
+ * split kernel's and the row scoring's split of the fp32 means. */
+static __device__ __forceinline__ void pool_store_split(const pool_tensor *t, const float v[8],
+                                                        int32_t row_threads, int32_t chunks,
+                                                        int64_t bh, int32_t c, int32_t blk) {
+    const int lane = (int)(threadIdx.x & 31);
+    const uint32_t group = row_threads >= 32
+                               ? 0xffffffffu
+                               : ((1u << row_threads) - 1u) << (lane & ~(row_threads - 1));
+    float m = fmaxf(split_abs_max4(v[0], v[1], v[2], v[3]), split_abs_max4(v[4], v[5], v[6], v[7]));
+    for (int o = row_threads >> 1; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(group, m, o));
+    const int32_t e = split_exponent(m);
+    const float f = split_pow2(e);
+    uint4 hi, lo;
+    split_pair(v[0] * f, v[1] * f, &hi.x, &lo.x);
+    split_pair(v[2] * f, v[3] * f, &hi.y, &lo.y);
+    split_pair(v[4] * f, v[5] * f, &hi.z, &lo.z);
+    split_pair(v[6] * f, v[7] * f, &hi.w, &lo.w);
+    const int64_t tile = bh * t->split_tiles + blk / SC_TN;
+    const int32_t r = blk % SC_TN;
+    char *block = t->split + tile * (int64_t)split_tile_bytes(chunks);
+    const uint32_t off = (uint32_t)(c / 8) * ROWS_PANEL + sk_sw128_offset(r, c % 8);
+    *(uint4 *)(block + off) = hi;
+    *(uint4 *)(block + (size_t)chunks * ROWS_PANEL + off) = lo;
+    if (c == 0) {
+        ((float *)(block + split_panel_bytes(chunks)))[r] = split_factor(t->split_mult, e);
+        t->split_exp[tile * SC_TN + r] = e;
+    }
+}
+
+/* SPLIT: write the split operands (pool_store_split) instead of fp32 means;
+ * a template so that the fp32 kernel keeps its own code. */
+template <int SPLIT>
 __global__ void __launch_bounds__(POOL_THREADS, 2) sk_topk_pool_kernel(const __grid_constant__ pool_params p) {
     pdl_release();
     const int which = (int32_t)blockIdx.x >= p.t[0].nblocks;
@@ -197,10 +272,16 @@ __global__ void __launch_bounds__(POOL_THREADS, 2) sk_topk_pool_kernel(const __g
         }
         for (; u0 < count; ++u0) add8(acc, __ldg(src + (int64_t)u0 * step), p.bf16);
         const float n = (float)count;
-        float4 *out = (float4 *)(t.dst + (((int64_t)b * t.heads + h) * t.nblocks + blk) * p.dim +
-                                 (int64_t)c * 8);
-        out[0] = make_float4(acc[0] / n, acc[1] / n, acc[2] / n, acc[3] / n);
-        out[1] = make_float4(acc[4] / n, acc[5] / n, acc[6] / n, acc[7] / n);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) acc[e] /= n;
+        const int64_t bh = (int64_t)b * t.heads + h;
+        if (SPLIT) {
+            pool_store_split(&t, acc, p.chunks, p.split_chunks, bh, c, blk);
+        } else {
+            float4 *out = (float4 *)(t.dst + (bh * t.nblocks + blk) * p.dim + (int64_t)c * 8);
+            out[0] = make_float4(acc[0], acc[1], acc[2], acc[3]);
+            out[1] = make_float4(acc[4], acc[5], acc[6], acc[7]);
+        }
     }
 }
 
@@ -215,15 +296,36 @@ static void pool_tensor_set(pool_tensor *t, const void *src, const int64_t strid
     t->block = block;
     t->nblocks = nblocks;
     t->dst = dst;
+    t->split = NULL;
+    t->split_exp = NULL;
+    t->split_mult = 1.f;
+    t->split_tiles = 0;
 }
 
-/* One launch pools Q (the first row_blocks CTAs along x) and K. */
-static sk_status launch_pool(const sk_topk_problem *p, cudaStream_t stream) {
+static void pool_tensor_split(pool_tensor *t, char *tiles, int32_t *exps, float mult) {
+    t->dst = NULL;
+    t->split = tiles;
+    t->split_exp = exps;
+    t->split_mult = mult;
+    t->split_tiles = (t->nblocks + SC_TN - 1) / SC_TN;
+}
+
+/* One launch pools Q (the first row_blocks CTAs along x) and K: into fp32,
+ * or with `split` (pool_splits) straight into the row scoring's split
+ * operands. */
+static sk_status launch_pool(const sk_topk_problem *p, const split_operands *split,
+                             cudaStream_t stream) {
     pool_params pp;
     pool_tensor_set(&pp.t[0], p->q, p->q_stride, p->seq_q, p->heads_q, p->block_q, p->row_blocks,
                     p->pooled_q_out);
     pool_tensor_set(&pp.t[1], p->k_in, p->k_stride, p->seq_k, p->heads_kv, p->block_k,
                     p->col_blocks, p->pooled_k_out);
+    pp.split_chunks = 0;
+    if (split != NULL) {
+        pool_tensor_split(&pp.t[0], split->q_tiles, split->q_exp, p->scale);
+        pool_tensor_split(&pp.t[1], split->k_tiles, split->k_exp, 1.f);
+        pp.split_chunks = split->chunks;
+    }
     pp.batch = (int32_t)p->batch;
     pp.dim = (int32_t)p->head_dim;
     pp.chunks = (int32_t)(p->head_dim / 8);
@@ -241,7 +343,10 @@ static sk_status launch_pool(const sk_topk_problem *p, cudaStream_t stream) {
                         "the CUDA pooling kernel",
                         (long long)p->heads_q, (long long)p->head_dim);
     dim3 grid((unsigned)gx, (unsigned)gy, (unsigned)(p->batch < 65535 ? p->batch : 65535));
-    sk_topk_pool_kernel<<<grid, (unsigned)threads, 0, stream>>>(pp);
+    if (split != NULL)
+        sk_topk_pool_kernel<1><<<grid, (unsigned)threads, 0, stream>>>(pp);
+    else
+        sk_topk_pool_kernel<0><<<grid, (unsigned)threads, 0, stream>>>(pp);
     return sk_cuda_status(cudaGetLastError(), "pooling kernel launch");
 }
 
@@ -402,6 +507,7 @@ typedef struct select_params {
     int32_t *counts;     /* [total_rows] */
     int32_t *scratch;    /* [total_rows, row_cap] */
     row_table table;     /* filled (register selection only) */
+    int32_t per_slice;   /* capacity / slices: each slice's part of col_indices */
 } select_params;
 
 /* Larger score -> larger key; 0 for scores never picked (NaN, -inf). -0 and
@@ -671,16 +777,16 @@ __global__ void __launch_bounds__(SEL_WARPS * 32, KEYS == 32 ? 6 : 8) sk_topk_se
     const uint32_t pick = bits_below(lane_count(n, lane)) & ~bits_below(lane_count(sink_end, lane)) &
                           ~(bits_below(lane_count(hi + 1, lane)) & ~bits_below(lane_count(lo, lane)));
     const float neg_inf = __int_as_float((int)0xff800000u);
+    /* No stripe test: stripes past the row have no bit in `pick` (their
+     * registers were not loaded and are overwritten here). */
     int32_t valid = 0;
     float lane_max = neg_inf;
 #pragma unroll
     for (int e = 0; e < KEYS; ++e) {
-        if (e < stripes) {
-            const bool ok = ((pick >> e) & 1u) != 0u && sc[e] > neg_inf; /* false for NaN */
-            sc[e] = ok ? sc[e] : neg_inf;
-            valid += ok;
-            lane_max = fmaxf(lane_max, sc[e]);
-        }
+        const bool ok = ((pick >> e) & 1u) != 0u && sc[e] > neg_inf; /* false for NaN */
+        sc[e] = ok ? sc[e] : neg_inf;
+        valid += ok;
+        lane_max = fmaxf(lane_max, sc[e]);
     }
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) valid += __shfl_xor_sync(0xffffffffu, valid, o);
@@ -691,17 +797,23 @@ __global__ void __launch_bounds__(SEL_WARPS * 32, KEYS == 32 ? 6 : 8) sk_topk_se
     const int32_t forced = sink_end + local_cnt;
     const int32_t rest = n - forced;
     const int32_t bound = forced + (p->k < rest ? p->k : rest);
+    /* Each entry goes to the scratch row (the compaction's source when some
+     * row comes out short) and to the row's place when every row fills its
+     * bound (from the row table), so that the placement has nothing to copy
+     * in the common case. */
     int32_t *out = sp.scratch + (int64_t)g * p->row_cap;
+    const int32_t first = slice * sp.per_slice + sp.table.place[r].x;
+    int32_t *fin = p->col_indices + first;
 
     int32_t m = 0;
     if (take > 0) {
         /* -FLT_MAX: every pickable score (finite or +inf) passes. */
         float t = -FLT_MAX;
         if (take < valid) t = fmaxf(warp_kth_largest(lane_max, lane, take), -FLT_MAX);
-        uint32_t passing = 0u; /* bit e: stripe e's score is >= t */
+        uint32_t passing = 0u; /* bit e: stripe e's score is >= t (never -inf: t >= -FLT_MAX) */
 #pragma unroll
         for (int e = 0; e < KEYS; ++e)
-            if (e < stripes && sc[e] >= t) passing |= 1u << e;
+            if (sc[e] >= t) passing |= 1u << e;
         const int32_t c = __popc(passing), incl = warp_inclusive_sum(c, lane);
         m = __shfl_sync(0xffffffffu, incl, 31);
         /* The passing scores are reloaded by index (a register array cannot
@@ -730,12 +842,17 @@ __global__ void __launch_bounds__(SEL_WARPS * 32, KEYS == 32 ? 6 : 8) sk_topk_se
         int32_t before = 0; /* selected blocks below j */
         for (int32_t f = 0; f < take; ++f) before += taken[f] < j;
         const int32_t sel_below = __popc(__ballot_sync(0xffffffffu, lane < take && j < lo2));
-        if (lane < take) out[sink_end + before + (j > hi ? local_cnt : 0)] = j;
-        for (int32_t f = lane; f < forced; f += 32)
-            if (f < sink_end)
-                out[f] = f;
-            else
-                out[f + sel_below] = lo2 + (f - sink_end);
+        if (lane < take) {
+            const int32_t at = sink_end + before + (j > hi ? local_cnt : 0);
+            out[at] = j;
+            fin[at] = j;
+        }
+        for (int32_t f = lane; f < forced; f += 32) {
+            const int32_t at = f < sink_end ? f : f + sel_below;
+            const int32_t blk = f < sink_end ? f : lo2 + (f - sink_end);
+            out[at] = blk;
+            fin[at] = blk;
+        }
         written = forced + take;
     } else {
         __syncwarp(); /* cand shares hist: every lane is past the gather */
@@ -773,6 +890,7 @@ __global__ void __launch_bounds__(SEL_WARPS * 32, KEYS == 32 ? 6 : 8) sk_topk_se
                 const uint32_t sel_mask = __ballot_sync(0xffffffffu, sel);
                 const int32_t pos = wr + __popc(sel_mask & lt);
                 if (sel && pos < p->row_cap) out[pos] = j;
+                if (sel && pos < bound) fin[pos] = j;
                 wr += __popc(sel_mask);
             }
         }
@@ -780,6 +898,7 @@ __global__ void __launch_bounds__(SEL_WARPS * 32, KEYS == 32 ? 6 : 8) sk_topk_se
     }
     if (lane == 0) {
         sp.counts[g] = written;
+        p->row_offsets[g] = first;
         if (written != bound) atomicOr(sp.table.flag, 1);
     }
 }
@@ -790,8 +909,7 @@ typedef struct place_params {
     int32_t *row_offsets;   /* [rows + 1] */
     int32_t *col_indices;   /* [capacity] */
     row_table table;        /* read unless `compact` */
-    int32_t row_cap, rows, row_blocks;
-    int32_t per_slice;      /* capacity / slices */
+    int32_t row_cap, rows;
     int32_t capacity;
     int32_t per_cta;        /* compaction: rows per CTA (a multiple of CMP_THREADS) */
     int32_t compact_ctas;   /* compaction: CTAs with rows */
@@ -800,9 +918,9 @@ typedef struct place_params {
 
 /* Row offsets and the packed column indices.
  * Unless `compact` is set or the flag says that some row came out short,
- * every row fills its bound and starts at the place the row table gives
- * (slice * per_slice + place.x): one warp per row copies its scratch
- * entries there, no scan needed.
+ * every row filled its bound, and the register selection has already
+ * written each row's entries and offset at the place the row table gives
+ * (slice * per_slice + place.x): only the last offset is left.
  * Else the compaction, one pass: CTA c < compact_ctas owns rows
  * [c * per_cta, min((c + 1) * per_cta, rows)): it sums the counts of every
  * earlier row itself (at most CMP_MAX_CTAS CTAs read the counts, from L2),
@@ -815,16 +933,6 @@ __global__ void __launch_bounds__(CMP_THREADS) sk_topk_place_kernel(const __grid
     int32_t *row_offsets = pp.row_offsets, *col_indices = pp.col_indices;
     const int32_t row_cap = pp.row_cap, rows = pp.rows, per_cta = pp.per_cta;
     if (!pp.compact && *pp.table.flag == 0) { /* the same value for the whole grid */
-        const int32_t w = (int32_t)blockIdx.x * (CMP_THREADS / 32) + (int32_t)(threadIdx.x >> 5);
-        const int32_t lane = (int32_t)(threadIdx.x & 31);
-        for (int32_t g = w; g < rows; g += (int32_t)gridDim.x * (CMP_THREADS / 32)) {
-            const int32_t slice = g / pp.row_blocks;
-            const int2 place = pp.table.place[g - slice * pp.row_blocks];
-            const int32_t first = slice * pp.per_slice + place.x;
-            const int32_t *src = scratch + (int64_t)g * row_cap;
-            for (int32_t e = lane; e < place.y; e += 32) col_indices[first + e] = src[e];
-            if (lane == 0) row_offsets[g] = first;
-        }
         if (blockIdx.x == 0 && threadIdx.x == 0) row_offsets[rows] = pp.capacity;
         return;
     }
@@ -881,6 +989,20 @@ __global__ void __launch_bounds__(CMP_THREADS) sk_topk_place_kernel(const __grid
 /* The device checks (sk_cuda_check_arch: 8.0 or later, 9.0 when the backend
  * forces the Hopper kernels). *hopper: score with the Hopper kernel (a 9.0
  * device, unless the backend forces the portable kernels). */
+/* The row scoring's split operands in the workspace; with presplit, the
+ * pooling's Q tiles too (workspace_layout with_pool). */
+static split_operands split_at(const sk_topk_problem *p, char *base, const ws_layout *w,
+                               int presplit) {
+    split_operands so;
+    so.k_tiles = base + w->k_split_off;
+    so.k_exp = (int32_t *)(base + w->k_rows_off);
+    so.q_tiles = presplit ? base + w->q_split_off : NULL;
+    so.q_exp = presplit ? (int32_t *)(base + w->q_rows_off) : NULL;
+    so.chunks = split_chunks(p->head_dim);
+    so.k_presplit = presplit;
+    return so;
+}
+
 static sk_status check_device(sk_backend backend, int *hopper) {
     SK_TRY(sk_cuda_check_arch(backend, hopper));
     if (backend == SK_BACKEND_CUDA_SM80) *hopper = 0;
@@ -889,27 +1011,35 @@ static sk_status check_device(sk_backend backend, int *hopper) {
 
 extern "C" sk_status sk_cuda_topk_workspace_size(const sk_topk_problem *p, int with_scores,
                                                  size_t *bytes) {
-    *bytes = workspace_layout(p, with_scores).total;
+    *bytes = workspace_layout(p, with_scores, 0).total;
+    return SK_STATUS_SUCCESS;
+}
+
+extern "C" sk_status sk_cuda_topk_pool_select_workspace_size(const sk_topk_problem *p,
+                                                             size_t *bytes) {
+    *bytes = workspace_layout(p, 1, 1).total;
     return SK_STATUS_SUCCESS;
 }
 
 extern "C" sk_status sk_cuda_topk_pool(const sk_topk_problem *p, cudaStream_t stream) {
     int hopper;
     SK_TRY(check_device(p->backend, &hopper));
-    return launch_pool(p, stream);
+    return launch_pool(p, NULL, stream);
 }
 
-extern "C" sk_status sk_cuda_topk_select(const sk_topk_problem *p, void *workspace,
-                                         size_t workspace_size, cudaStream_t stream) {
-    int hopper;
-    SK_TRY(check_device(p->backend, &hopper));
-    const int with_scores = p->pooled_q != NULL;
-    const ws_layout w = workspace_layout(p, with_scores);
-    if (workspace_size < w.total)
+static sk_status check_workspace_size(size_t workspace_size, const ws_layout *w) {
+    if (workspace_size < w->total)
         return sk_error(SK_STATUS_BAD_PARAM_WORKSPACE,
                         "workspace_size = %zu is less than the %zu bytes needed", workspace_size,
-                        w.total);
-    char *base = (char *)workspace;
+                        w->total);
+    return SK_STATUS_SUCCESS;
+}
+
+/* The selection chain after the pooling (or from p->scores), regions of w
+ * in `base`. presplit: the pooling wrote both split operands (pool_splits). */
+static sk_status select_chain(const sk_topk_problem *p, char *base, ws_layout w, int hopper,
+                              int presplit, cudaStream_t stream) {
+    const int with_scores = p->pooled_q != NULL;
     int32_t *counts = (int32_t *)(base + w.counts_off);
     int32_t *scratch = (int32_t *)(base + w.scratch_off);
     row_table table;
@@ -948,9 +1078,7 @@ extern "C" sk_status sk_cuda_topk_select(const sk_topk_problem *p, void *workspa
         const int64_t tiles = (int64_t)p->slices * sp.tiles_i * sp.tiles_j;
         sp.tiles = (int32_t)tiles;
         if (hopper && needs_split(p, with_scores)) {
-            sp.split.k_tiles = base + w.k_split_off;
-            sp.split.k_exp = (int32_t *)(base + w.k_rows_off);
-            sp.split.chunks = split_chunks(p->head_dim);
+            sp.split = split_at(p, base, &w, presplit);
             SK_TRY(sk_topk_score_rows_sm90(&sp, stream));
         } else if (hopper) {
             SK_TRY(sk_topk_score_sm90(&sp, stream));
@@ -972,6 +1100,7 @@ extern "C" sk_status sk_cuda_topk_select(const sk_topk_problem *p, void *workspa
     sel.counts = counts;
     sel.scratch = scratch;
     sel.table = table;
+    sel.per_slice = p->slices > 0 ? (int32_t)(p->capacity / p->slices) : 0;
     if (reg) {
         /* n_cand does not decrease with the row: rows 0 .. split - 1 have at
          * most 16 * 32 candidates. */
@@ -1009,7 +1138,7 @@ extern "C" sk_status sk_cuda_topk_select(const sk_topk_problem *p, void *workspa
                     "selection kernel launch");
     }
     /* Compaction: at most CMP_MAX_CTAS CTAs, each a multiple of CMP_THREADS
-     * rows; placement: a warp per row. */
+     * rows (without it, CTA 0 writes the last offset). */
     const int64_t rows = p->total_rows;
     int64_t per_cta = (rows + CMP_MAX_CTAS - 1) / CMP_MAX_CTAS;
     per_cta = (per_cta + CMP_THREADS - 1) / CMP_THREADS * CMP_THREADS;
@@ -1021,19 +1150,44 @@ extern "C" sk_status sk_cuda_topk_select(const sk_topk_problem *p, void *workspa
     pp.table = table;
     pp.row_cap = p->row_cap;
     pp.rows = p->total_rows;
-    pp.row_blocks = p->row_blocks;
-    pp.per_slice = p->slices > 0 ? p->capacity / p->slices : 0;
     pp.capacity = p->capacity;
     pp.per_cta = (int32_t)per_cta;
     pp.compact_ctas = (int32_t)((rows + per_cta - 1) / per_cta);
     pp.compact = !reg;
-    int64_t ctas = pp.compact_ctas;
-    if (reg) {
-        const int64_t place_ctas = (rows + CMP_THREADS / 32 - 1) / (CMP_THREADS / 32);
-        if (place_ctas > ctas) ctas = place_ctas;
-    }
-    SK_CUDA_TRY(cudaLaunchKernelEx(launch_config(&l, (unsigned)ctas, CMP_THREADS, 0, stream, hopper),
+    SK_CUDA_TRY(cudaLaunchKernelEx(launch_config(&l, (unsigned)pp.compact_ctas, CMP_THREADS, 0,
+                                                 stream, hopper),
                                    sk_topk_place_kernel, pp),
                 "placement kernel launch");
     return SK_STATUS_SUCCESS;
+}
+
+extern "C" sk_status sk_cuda_topk_select(const sk_topk_problem *p, void *workspace,
+                                         size_t workspace_size, cudaStream_t stream) {
+    int hopper;
+    SK_TRY(check_device(p->backend, &hopper));
+    const ws_layout w = workspace_layout(p, p->pooled_q != NULL, 0);
+    SK_TRY(check_workspace_size(workspace_size, &w));
+    return select_chain(p, (char *)workspace, w, hopper, 0, stream);
+}
+
+extern "C" sk_status sk_cuda_topk_pool_select(const sk_topk_problem *p, void *workspace,
+                                              size_t workspace_size, cudaStream_t stream) {
+    int hopper;
+    SK_TRY(check_device(p->backend, &hopper));
+    const ws_layout w = workspace_layout(p, 1, 1);
+    SK_TRY(check_workspace_size(workspace_size, &w));
+    char *base = (char *)workspace;
+    sk_topk_problem q = *p;
+    q.pooled_q_out = (float *)(base + w.pooled_q_off);
+    q.pooled_k_out = (float *)(base + w.pooled_k_off);
+    q.pooled_q = q.pooled_q_out; /* (not written when the pooling splits) */
+    q.pooled_k = q.pooled_k_out;
+    const int presplit = pool_splits(p, hopper);
+    if (presplit) {
+        const split_operands so = split_at(p, base, &w, 1);
+        SK_TRY(launch_pool(&q, &so, stream));
+    } else {
+        SK_TRY(launch_pool(&q, NULL, stream));
+    }
+    return select_chain(&q, base, w, hopper, presplit, stream);
 }

@@ -35,7 +35,13 @@
  *                        row within its slice when every row fills its
  *                        bound, bound},
  *   then, 256-aligned    int32 short-row flag
+ *   then                 (head_dim <= 128) the Hopper row scoring's split K
+ *                        tiles and row exponents (topk_kernels.cuh)
  * sk_layout_from_scores needs the regions from the counts on, from offset 0.
+ * sk_pool_select_topk's workspace (sk_cuda_topk_pool_select_workspace_size)
+ * is that of sk_select_topk followed by the split Q tiles and their row
+ * exponents (written by the pooling when it splits), then the fp32 pooled
+ * Q and K (written when it does not).
  */
 #ifndef SK_CUDA_TOPK_BACKEND_H
 #define SK_CUDA_TOPK_BACKEND_H
@@ -141,6 +147,12 @@ sk_status sk_cuda_topk_pool(const sk_topk_problem *p, struct CUstream_st *stream
  * are NULL, from p->scores: writes p->row_offsets and p->col_indices. */
 sk_status sk_cuda_topk_select(const sk_topk_problem *p, void *workspace, size_t workspace_size,
                               struct CUstream_st *stream);
+/* sk_pool_select_topk: p->q, p->k_in -> p->row_offsets, p->col_indices,
+ * everything in between (pooled Q and K, or their split operands) in the
+ * workspace, whose size sk_cuda_topk_pool_select_workspace_size gives. */
+sk_status sk_cuda_topk_pool_select_workspace_size(const sk_topk_problem *p, size_t *bytes);
+sk_status sk_cuda_topk_pool_select(const sk_topk_problem *p, void *workspace,
+                                   size_t workspace_size, struct CUstream_st *stream);
 
 #ifdef __cplusplus
 }

@@ -7,7 +7,9 @@
 #ifndef SK_CUDA_TOPK_KERNELS_CUH
 #define SK_CUDA_TOPK_KERNELS_CUH
 
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
+#include <float.h>
 #include <stdint.h>
 
 #include "cuda/ptx.cuh"
@@ -82,22 +84,31 @@ static __device__ void fill_row_table(const sk_topk_problem *p, const row_table 
     if (tid == 0) *t->flag = 0;
 }
 
-/* The Hopper row scoring's K operand, split once per call
- * (topk_score_rows_sm90.cu; each scoring CTA splits its own A rows the same
- * way into shared memory). Every 128-row tile of K (per batch and KV head)
- * is one block that the scoring bulk-copies into shared memory as it is:
- * 2 x chunks panels of ROWS_PANEL bytes (the fp16 hi of each 64-dim chunk,
- * then the lo, 128B-swizzled), then ROWS_META bytes: each row's epilogue
- * factor (float[128]: 2^-e for K, scale 2^-e for A; 0 where the
- * two-multiplication epilogue would not be exact) and, at byte
- * ROWS_META_FAST, whether every factor of the tile is exact (int). The row
- * exponents e go to a separate array (the general epilogue only). Rows past
- * the end are zero. */
-enum { ROWS_PANEL = SC_TM * 128, ROWS_CHUNK = 64, ROWS_META = 1024, ROWS_META_FAST = 512 };
+/* The Hopper row scoring's operands (topk_score_rows_sm90.cu), split into
+ * fp16 hi/lo pairs with a power-of-two scale per row. Every 128-row tile of
+ * pooled K (per batch and KV head) is one block that the scoring
+ * bulk-copies into shared memory as it is: 2 x chunks panels of ROWS_PANEL
+ * bytes (the fp16 hi of each 64-dim chunk, then the lo, 128B-swizzled),
+ * then ROWS_META bytes: each row's epilogue factor (float[128]: 2^-e for K,
+ * scale 2^-e for A; 0 where the two-multiplication epilogue would not be
+ * exact; 512 bytes, padded to 1024 so that blocks stay aligned to the
+ * 128B-swizzle atom). The row exponents e go to a separate array (the
+ * general epilogue only). K is split either by the split kernel (from pooled K) or, in
+ * sk_pool_select_topk, by the pooling itself, which then also splits Q into
+ * the same blocks per 128-row tile of each slice (q_tiles); else each
+ * scoring CTA splits its own A rows into shared memory. Rows past the end
+ * of the split kernel's tiles are zero; the pooling leaves them unwritten
+ * (they reach only score rows and columns that are never stored). */
+enum { ROWS_PANEL = SC_TM * 128, ROWS_CHUNK = 64, ROWS_META = 1024 };
+enum { SPLIT_FAST_EXP = 87 }; /* |e| bound of the two-multiplication epilogue */
+
 typedef struct split_operands {
-    char *k_tiles;  /* [kv slices * tiles_j] blocks of split_tile_bytes(chunks) */
-    int32_t *k_exp; /* [kv slices * tiles_j * 128] */
-    int32_t chunks; /* split_chunks(head_dim): 1 or 2 */
+    char *k_tiles;        /* [kv slices * tiles_j] blocks of split_tile_bytes(chunks) */
+    int32_t *k_exp;       /* [kv slices * tiles_j * 128] */
+    char *q_tiles;        /* pre-split A, [slices * tiles_i] blocks, or NULL */
+    int32_t *q_exp;       /* [slices * tiles_i * 128] */
+    int32_t chunks;       /* split_chunks(head_dim): 1 or 2 */
+    int32_t k_presplit;   /* != 0: the pooling has split K (no split kernel) */
 } split_operands;
 
 /* 64-dim chunks of a split row; bytes of a split tile's panels, and of the
@@ -110,6 +121,45 @@ static inline __host__ __device__ size_t split_panel_bytes(int32_t chunks) {
 }
 static inline __host__ __device__ size_t split_tile_bytes(int32_t chunks) {
     return split_panel_bytes(chunks) + ROWS_META;
+}
+
+/* 2^e for e in [-126, 127]. */
+static __device__ __forceinline__ float split_pow2(int32_t e) {
+    return __uint_as_float((uint32_t)(e + 127) << 23);
+}
+
+/* The largest finite |x| among four values (0 if none). */
+static __device__ __forceinline__ float split_abs_max4(float x0, float x1, float x2, float x3) {
+    const float a0 = fabsf(x0), a1 = fabsf(x1), a2 = fabsf(x2), a3 = fabsf(x3);
+    return fmaxf(fmaxf(a0 <= FLT_MAX ? a0 : 0.f, a1 <= FLT_MAX ? a1 : 0.f),
+                 fmaxf(a2 <= FLT_MAX ? a2 : 0.f, a3 <= FLT_MAX ? a3 : 0.f));
+}
+
+/* The row exponent e from the row's largest finite |x| = m: m 2^e lies in
+ * [2^14, 2^15); zero (or tiny) rows get the clamp. */
+static __device__ __forceinline__ int32_t split_exponent(float m) {
+    const int32_t e = 14 - ((int32_t)(__float_as_uint(m) >> 23) - 127);
+    return e < -126 ? -126 : (e > 126 ? 126 : e);
+}
+
+/* The row's epilogue factor mult 2^-e, or 0 where the two-multiplication
+ * epilogue would not be exact. */
+static __device__ __forceinline__ float split_factor(float mult, int32_t e) {
+    const float factor = mult * split_pow2(-e);
+    const int fast = e >= -SPLIT_FAST_EXP && e <= SPLIT_FAST_EXP && fabsf(factor) >= FLT_MIN &&
+                     fabsf(factor) <= FLT_MAX;
+    return fast ? factor : 0.f;
+}
+
+/* hi/lo fp16 pairs of two scaled values (lo = 0 where x is not finite). */
+static __device__ __forceinline__ void split_pair(float x0, float x1, uint32_t *hi, uint32_t *lo) {
+    const uint32_t h = sk_cvt_f16x2(x1, x0);
+    const float2 hf = __half22float2(*(const __half2 *)&h);
+    float r0 = x0 - hf.x, r1 = x1 - hf.y;
+    r0 = r0 == r0 ? r0 : 0.f; /* inf - inf, NaN */
+    r1 = r1 == r1 ? r1 : 0.f;
+    *hi = h;
+    *lo = sk_cvt_f16x2(r1, r0);
 }
 
 typedef struct score_params {

@@ -7,16 +7,18 @@
  *          scaled by 2^e so that its largest finite |x| lies in
  *          [2^14, 2^15) (exact), then hi = fp16(x 2^e), lo = fp16(x 2^e -
  *          hi), stored as the scoring's 128B-swizzled shared-memory panels
- *          with each row's epilogue factor and the tile's fast flag
- *          (split_operands in topk_kernels.cuh). It waits for the pooling
- *          before it lets the scoring start (pdl_wait_then_release).
+ *          with each row's epilogue factor (split_operands in
+ *          topk_kernels.cuh). It waits for the pooling before it lets the
+ *          scoring start (pdl_wait_then_release). Not launched when the
+ *          pooling split K itself (sk_pool_select_topk, k_presplit).
  *   score  one CTA per 128-row tile of a slice, the heaviest tiles first
  *          (with causal the last row tile of each slice has the most column
  *          tiles), so that the in-order CTA dispatch balances the SMs,
  *          1 CTA per SM (196 KB of shared memory). It loads and splits its
  *          own A rows the same way into shared memory (their only reader)
- *          before it waits for the split kernel, then bulk-copies two K
- *          tiles (cp.async.bulk, one thread, mbarrier). Per column tile
+ *          before it waits for the split kernel, or bulk-copies them when
+ *          the pooling split them (q_tiles), then bulk-copies two K tiles
+ *          (cp.async.bulk, one thread, mbarrier). Per column tile
  *          each warpgroup (64 rows) issues 3 x D/16 wgmma m64n128k16 and
  *          waits; the tile after next is copied into the buffer just read,
  *          and the fragments are scaled and stored (streaming: the
@@ -28,8 +30,9 @@
  * lo * lo term is below 2^-22 |x y|, as with the 3xTF32 split of
  * topk_score_sm90.cu) at twice the tf32 rate; the fp32 accumulator is
  * scaled back by scale 2^-(e_i + f_j): two multiplications (exact powers of
- * two, then one rounding) when every factor involved is normal and
- * |f_j| <= SPLIT_FAST_EXP, else ldexpf. Entries far below their row's
+ * two, then one rounding) when every factor a thread holds is normal and
+ * |e| <= SPLIT_FAST_EXP, else ldexpf (each thread decides for its 2 rows
+ * and 32 columns). Entries far below their row's
  * largest (under 2^-24 of it) keep an absolute accuracy of ~2^-40 of that
  * largest rather than their own 22 bits; the fp32 dot-product tolerance is
  * relative to sum |terms|, which such entries do not dominate. Rows whose
@@ -52,7 +55,6 @@
 enum {
     SPLIT_THREADS = 256,                     /* a CTA per 128-row tile */
     SPLIT_ROWS = 16,                         /* rows per warp */
-    SPLIT_FAST_EXP = 87,                     /* |f| bound of the two-multiplication epilogue */
     SR_THREADS = 256,                        /* two warpgroups of 64 rows */
     SR_ATOM = 1024,                          /* 8 rows x 128 B: the 128B-swizzle period */
     SR_OPERAND = 4 * ROWS_PANEL + ROWS_META, /* a split tile of up to 2 chunks: 65 KB */
@@ -64,22 +66,6 @@ typedef struct split_params {
     int32_t cb, dim, tiles_j;
     split_operands out;
 } split_params;
-
-/* 2^e for e in [-126, 127]. */
-static __device__ __forceinline__ float sr_pow2(int32_t e) {
-    return __uint_as_float((uint32_t)(e + 127) << 23);
-}
-
-/* hi/lo fp16 pairs of two scaled values (lo = 0 where x is not finite). */
-static __device__ __forceinline__ void sr_split2(float x0, float x1, uint32_t *hi, uint32_t *lo) {
-    const uint32_t h = sk_cvt_f16x2(x1, x0);
-    const float2 hf = __half22float2(*(const __half2 *)&h);
-    float r0 = x0 - hf.x, r1 = x1 - hf.y;
-    r0 = r0 == r0 ? r0 : 0.f; /* inf - inf, NaN */
-    r1 = r1 == r1 ? r1 : 0.f;
-    *hi = h;
-    *lo = sk_cvt_f16x2(r1, r0);
-}
 
 /* Load this thread's part of a 128-row tile (rows first .. first + 127 of
  * src; rows past n and dims past D read zero): warp w takes rows w + 8 t
@@ -97,48 +83,36 @@ static __device__ __forceinline__ void sr_load_tile(float4 x[SPLIT_ROWS], const 
 }
 
 /* Split the tile loaded by sr_load_tile into a split block at `block`
- * (global or shared memory; layout in topk_kernels.cuh): panels, each row's
- * factor mult 2^-e and exponent (exp_out[row]), and the tile's fast flag.
- * Every thread of the CTA calls it (a barrier inside). */
+ * (global or shared memory; layout in topk_kernels.cuh): panels, and each
+ * row's factor (mult 2^-e, or 0) and exponent (exp_out[row]). */
 static __device__ __forceinline__ void sr_split_tile(const float4 x[SPLIT_ROWS], char *block,
                                                      int32_t chunks, float mult, int32_t *exp_out) {
     const int lane = (int)(threadIdx.x & 31), warp = (int)(threadIdx.x >> 5);
     const int32_t panel_bytes = (int32_t)split_panel_bytes(chunks);
     const int32_t chunk = lane >> 4;
     float *const factor_out = (float *)(block + panel_bytes);
-    int all_fast = 1;
 #pragma unroll
     for (int t = 0; t < SPLIT_ROWS; ++t) {
         const int32_t r = warp + 8 * t;
-        const float a0 = fabsf(x[t].x), a1 = fabsf(x[t].y), a2 = fabsf(x[t].z), a3 = fabsf(x[t].w);
-        float m = fmaxf(fmaxf(a0 <= FLT_MAX ? a0 : 0.f, a1 <= FLT_MAX ? a1 : 0.f),
-                        fmaxf(a2 <= FLT_MAX ? a2 : 0.f, a3 <= FLT_MAX ? a3 : 0.f));
+        float m = split_abs_max4(x[t].x, x[t].y, x[t].z, x[t].w);
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-        /* m 2^e in [2^14, 2^15); zero (or tiny) rows get the clamp */
-        int32_t e = 14 - ((int32_t)(__float_as_uint(m) >> 23) - 127);
-        e = e < -126 ? -126 : (e > 126 ? 126 : e);
+        const int32_t e = split_exponent(m);
         if (chunk < chunks) {
-            const float f = sr_pow2(e);
+            const float f = split_pow2(e);
             uint2 hi, lo;
-            sr_split2(x[t].x * f, x[t].y * f, &hi.x, &lo.x);
-            sr_split2(x[t].z * f, x[t].w * f, &hi.y, &lo.y);
+            split_pair(x[t].x * f, x[t].y * f, &hi.x, &lo.x);
+            split_pair(x[t].z * f, x[t].w * f, &hi.y, &lo.y);
             const uint32_t off =
                 chunk * ROWS_PANEL + sk_sw128_offset(r, (lane & 15) >> 1) + (lane & 1) * 8;
             *(uint2 *)(block + off) = hi;
             *(uint2 *)(block + chunks * ROWS_PANEL + off) = lo;
         }
-        const float factor = mult * sr_pow2(-e);
-        const int fast = e >= -SPLIT_FAST_EXP && e <= SPLIT_FAST_EXP && fabsf(factor) >= FLT_MIN &&
-                         fabsf(factor) <= FLT_MAX;
-        all_fast &= fast;
         if (lane == 0) {
             exp_out[r] = e;
-            factor_out[r] = fast ? factor : 0.f;
+            factor_out[r] = split_factor(mult, e);
         }
     }
-    all_fast = __syncthreads_and(all_fast);
-    if (threadIdx.x == 0) *(int32_t *)(block + panel_bytes + ROWS_META_FAST) = all_fast;
 }
 
 /* One CTA per 128-row tile of pooled K (kv slice, column tile). It waits
@@ -168,10 +142,13 @@ static __device__ __forceinline__ void sr_copy_tile(uint32_t dst, const char *sr
 
 /* The epilogue's general case: row tails, column tails, odd column counts
  * and factors that are not exact (then ldexpf by the exponents). Rows i and
- * i + 8, columns j + 8 n (+ 1); acc as the kernel's. */
+ * i + 8, columns j + 8 n (+ 1); acc as the kernel's. Each score takes the
+ * two multiplications when its own two factors are exact, so that the
+ * factors of rows and columns past the end (unwritten when the pooling
+ * split the operands) never change a stored score. */
 static __device__ __forceinline__ void sr_store_general(const score_params *sp, const float acc[64],
                                                         int32_t slice, int32_t i, int32_t j,
-                                                        int fast, float rf0, float rf1, int32_t re0,
+                                                        float rf0, float rf1, int32_t re0,
                                                         int32_t re1, const float2 (&cf)[16],
                                                         const int32_t *k_exp) {
     const int32_t rb = sp->p.row_blocks, cb = sp->p.col_blocks;
@@ -187,9 +164,10 @@ static __device__ __forceinline__ void sr_store_general(const score_params *sp, 
             for (int e = 0; e < 2; ++e) {
                 const int32_t jj = j + 8 * n + e;
                 if (jj >= cb) continue;
-                const float v = acc[4 * n + 2 * half + e];
-                __stcs(out + jj, fast ? v * (e ? cf[n].y : cf[n].x) * rf
-                                      : sp->p.scale * ldexpf(v, -(re + k_exp[8 * n + e])));
+                const float v = acc[4 * n + 2 * half + e], c = e ? cf[n].y : cf[n].x;
+                __stcs(out + jj, rf != 0.f && c != 0.f
+                                     ? v * c * rf
+                                     : sp->p.scale * ldexpf(v, -(re + k_exp[8 * n + e])));
             }
     }
 }
@@ -199,9 +177,10 @@ __global__ void __launch_bounds__(SR_THREADS, 1)
     sk_topk_score_rows_sm90_kernel(const __grid_constant__ score_params sp) {
     static_assert(SR_THREADS == TBL_THREADS, "the first CTA fills the row table");
     static_assert(SC_TM == 128 && SC_TN == 128, "two warpgroups of 64 rows, m64n128 wgmma");
-    /* The split kernel lets this grid start only after the pooling (and
+    /* After the split kernel, this grid starts only once the pooling (and
      * group sums) completed, so A may be read and split before the wait for
-     * the split K tiles. */
+     * the split K tiles. Pre-split A comes from the pooling itself, which
+     * this grid follows directly: it is read after the wait. */
     pdl_release();
     const sk_topk_problem *p = &sp.p;
     if (blockIdx.x == 0) {
@@ -236,41 +215,57 @@ __global__ void __launch_bounds__(SR_THREADS, 1)
     char *const base =
         smem_raw +
         ((SR_ATOM - (__cvta_generic_to_shared(smem_raw) & (SR_ATOM - 1))) & (SR_ATOM - 1));
-    __shared__ __align__(8) uint64_t bars[2]; /* K buffers 0 and 1 */
+    __shared__ __align__(8) uint64_t bars[3]; /* K buffers 0 and 1, pre-split A */
     __shared__ int32_t a_exp[SC_TM];
     const uint32_t s_base = (uint32_t)__cvta_generic_to_shared(base);
-    const uint32_t bar_k0 = (uint32_t)__cvta_generic_to_shared(&bars[0]);
+    const uint32_t bar_k0 = (uint32_t)__cvta_generic_to_shared(&bars[0]), bar_a = bar_k0 + 16;
     const int32_t tid = (int32_t)threadIdx.x, lane = tid & 31, warp = tid >> 5;
-
-    /* A: this CTA's 128 rows, split into shared memory as the split kernel
-     * splits K (the only reader of these rows). The loads are issued before
-     * the wait for the split kernel and the first K copies, the split after
-     * them, so that the three latencies overlap. */
-    float4 x[SPLIT_ROWS];
-    sr_load_tile(x, sp.a + (int64_t)slice * sp.a_slice_stride, i0, rb, (int32_t)p->head_dim);
-    sk_griddep_wait(); /* the split K tiles */
-    if (tid == 0) {
-        sk_mbar_init(bar_k0, 1);
-        sk_mbar_init(bar_k0 + 8, 1);
-        sk_fence_mbar_init();
-        for (int32_t t = 0; t < 2 && t < ntj; ++t)
-            sr_copy_tile(s_base + SR_OPERAND * (1 + t), so->k_tiles + (k_tile0 + t) * tile_bytes,
-                         tile_bytes, bar_k0 + 8 * t);
-    }
-    /* (its barrier also publishes the mbarriers' initialisation) */
-    sr_split_tile(x, base, CHUNKS, p->scale, a_exp);
-    sk_fence_proxy_async_smem(); /* the A panels' generic stores before wgmma reads them */
-    __syncthreads();             /* A is split */
+    const int presplit_a = so->q_tiles != NULL;
+    const int64_t a_tile = (int64_t)slice * sp.tiles_i + ti;
 
     /* This thread's rows of the accumulator: 16 w + lane / 4 (+ 8) of its
      * warpgroup's 64; the warpgroup as a value the compiler knows to be
      * warp-uniform. */
     const int32_t wg = __shfl_sync(0xffffffffu, tid >> 7, 0), w4 = warp & 3;
     const int32_t r0 = wg * 64 + w4 * 16 + (lane >> 2);
-    const int32_t re0 = a_exp[r0], re1 = a_exp[r0 + 8];
+
+    /* A: this CTA's 128 rows. Unless the pooling split them, they are split
+     * into shared memory here as the split kernel splits K (the only reader
+     * of these rows): the loads are issued before the wait for the split
+     * kernel and the first K copies, the split after them, so that the
+     * three latencies overlap. */
+    float4 x[SPLIT_ROWS];
+    if (!presplit_a)
+        sr_load_tile(x, sp.a + (int64_t)slice * sp.a_slice_stride, i0, rb, (int32_t)p->head_dim);
+    sk_griddep_wait(); /* the split K (and A) tiles */
+    if (tid == 0) {
+        sk_mbar_init(bar_k0, 1);
+        sk_mbar_init(bar_k0 + 8, 1);
+        sk_mbar_init(bar_a, 1);
+        sk_fence_mbar_init();
+        if (presplit_a) sr_copy_tile(s_base, so->q_tiles + a_tile * tile_bytes, tile_bytes, bar_a);
+        for (int32_t t = 0; t < 2 && t < ntj; ++t)
+            sr_copy_tile(s_base + SR_OPERAND * (1 + t), so->k_tiles + (k_tile0 + t) * tile_bytes,
+                         tile_bytes, bar_k0 + 8 * t);
+    }
+    int32_t re0, re1;
+    if (presplit_a) {
+        re0 = so->q_exp[a_tile * SC_TM + r0];
+        re1 = so->q_exp[a_tile * SC_TM + r0 + 8];
+        __syncthreads(); /* publishes the mbarriers' initialisation */
+        sk_mbar_wait(bar_a, 0);
+    } else {
+        sr_split_tile(x, base, CHUNKS, p->scale, a_exp);
+        sk_fence_proxy_async_smem(); /* the A panels' generic stores before wgmma reads them */
+        __syncthreads();             /* A is split; the mbarriers are initialised */
+        re0 = a_exp[r0];
+        re1 = a_exp[r0 + 8];
+    }
     const float *a_meta = (const float *)(base + panel_bytes);
     const float rf0 = a_meta[r0], rf1 = a_meta[r0 + 8];
-    const int a_fast = *(const int32_t *)(base + panel_bytes + ROWS_META_FAST);
+    /* Both rows' factors exact (0 marks the others): each thread decides the
+     * epilogue for its own rows and columns. */
+    const int a_fast = rf0 != 0.f && rf1 != 0.f;
 
     /* Descriptors: this warpgroup's 64 rows of A, all 128 rows of a K buffer;
      * lo panels `chunks` panels after hi. */
@@ -308,23 +303,24 @@ __global__ void __launch_bounds__(SR_THREADS, 1)
     auto finish = [&](float(&acc)[64], int32_t jt) {
 #pragma unroll
         for (int e = 0; e < 64; ++e) sk_reg_fence(acc[e]); /* no read of acc above the wait */
-        /* this thread's column factors and the tile's flag, read before the
-         * buffer is refilled */
+        /* this thread's column factors, read before the buffer is refilled */
         const int buf = jt & 1;
         const char *k_meta = base + SR_OPERAND * (1 + buf) + panel_bytes;
-        const int fast = a_fast && *(const int32_t *)(k_meta + ROWS_META_FAST);
         float2 cf[16];
+        int fast = a_fast;
 #pragma unroll
-        for (int n = 0; n < 16; ++n)
+        for (int n = 0; n < 16; ++n) {
             cf[n] = *(const float2 *)(k_meta + 4 * (2 * (lane & 3) + 8 * n));
+            fast &= cf[n].x != 0.f && cf[n].y != 0.f;
+        }
         __syncthreads(); /* both warpgroups are done with this K buffer */
         if (tid == 0 && jt + 2 < ntj)
             sr_copy_tile(s_base + SR_OPERAND * (1 + buf),
                          so->k_tiles + (k_tile0 + jt + 2) * tile_bytes, tile_bytes,
                          bar_k0 + 8 * buf);
         const int32_t j0 = jt * SC_TN + 2 * (lane & 3);
-        /* Every factor of the tile exact, and the tile inside the row with
-         * float2-aligned rows: the common case, straight-line. acc[4 n + e]:
+        /* Every factor of this thread exact, and the tile inside the row
+         * with float2-aligned rows: the common case, straight-line. acc[4 n + e]:
          * row r0 (+ 8 for e >= 2), column 8 n + 2 (lane % 4) + e % 2. */
         if (fast && even && jt * SC_TN + SC_TN <= cb) {
 #pragma unroll
@@ -340,7 +336,7 @@ __global__ void __launch_bounds__(SR_THREADS, 1)
                                        acc[4 * n + 2 * half + 1] * cf[n].y * rf));
             }
         } else {
-            sr_store_general(&sp, acc, slice, i0 + r0, j0, fast, rf0, rf1, re0, re1, cf,
+            sr_store_general(&sp, acc, slice, i0 + r0, j0, rf0, rf1, re0, re1, cf,
                              so->k_exp + (k_tile0 + jt) * SC_TN + 2 * (lane & 3));
         }
     };
@@ -365,10 +361,11 @@ sk_status sk_topk_score_rows_sm90(const score_params *sp, cudaStream_t stream) {
     if (k_tiles > INT32_MAX)
         return sk_error(SK_STATUS_NOT_SUPPORTED, "too many tiles for the Hopper split kernel");
     launch_cfg l;
-    SK_CUDA_TRY(
-        cudaLaunchKernelEx(launch_config(&l, (unsigned)k_tiles, SPLIT_THREADS, 0, stream, 1),
-                           sk_topk_split_rows_kernel, s),
-        "Hopper split kernel launch");
+    if (!sp->split.k_presplit)
+        SK_CUDA_TRY(
+            cudaLaunchKernelEx(launch_config(&l, (unsigned)k_tiles, SPLIT_THREADS, 0, stream, 1),
+                               sk_topk_split_rows_kernel, s),
+            "Hopper split kernel launch");
     const int64_t units = (int64_t)p->slices * sp->tiles_i;
     auto kernel = sp->split.chunks == 1 ? sk_topk_score_rows_sm90_kernel<1>
                                         : sk_topk_score_rows_sm90_kernel<2>;

@@ -347,7 +347,8 @@ SK_TEST(topk_capacity_is_the_sum_of_row_bounds) {
 }
 
 /* ---------------------------------------------------------------------------
- * sk_attention_topk = pool + select + attention
+ * sk_attention_topk = pool + select + attention; sk_pool_select_topk = pool +
+ * select
  * ------------------------------------------------------------------------- */
 
 SK_TEST(topk_attention_cpu_equals_its_steps) {

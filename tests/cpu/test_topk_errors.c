@@ -25,7 +25,9 @@ typedef enum tk_call {
     TK_SELECT,
     TK_FROM_SCORES,
     TK_ATTN_WS_SIZE,
-    TK_ATTN
+    TK_ATTN,
+    TK_PS_WS_SIZE,
+    TK_POOL_SELECT
 } tk_call;
 
 static const char *tk_call_name(tk_call c) {
@@ -46,6 +48,10 @@ static const char *tk_call_name(tk_call c) {
         return "sk_attention_topk_workspace_size";
     case TK_ATTN:
         return "sk_attention_topk";
+    case TK_PS_WS_SIZE:
+        return "sk_pool_select_topk_workspace_size";
+    case TK_POOL_SELECT:
+        return "sk_pool_select_topk";
     }
     return "?";
 }
@@ -192,6 +198,11 @@ static sk_status fixture_call(fixture *f, tk_call c) {
     case TK_ATTN:
         return sk_attention_topk(f->attn_arg, f->desc_arg, f->q, f->k, f->v, f->o, f->lse,
                                  f->layout_arg, f->ws, f->ws_size, NULL);
+    case TK_PS_WS_SIZE:
+        return sk_pool_select_topk_workspace_size(f->desc_arg, f->bytes_arg);
+    case TK_POOL_SELECT:
+        return sk_pool_select_topk(f->desc_arg, f->q, f->k, f->layout_arg, f->ws, f->ws_size,
+                                   NULL);
     }
     return SK_STATUS_INTERNAL_ERROR;
 }
@@ -234,9 +245,10 @@ static void expect(fixture *f, tk_call c, sk_status want, const char *needle) {
     }
 
 SK_TEST(topk_bad_input_fixture_is_valid) {
-    const tk_call calls[7] = {TK_CAPACITY, TK_WS_SIZE,      TK_POOL, TK_SELECT,
-                              TK_FROM_SCORES, TK_ATTN_WS_SIZE, TK_ATTN};
-    for (int i = 0; i < 7; ++i) {
+    const tk_call calls[9] = {TK_CAPACITY,     TK_WS_SIZE, TK_POOL,       TK_SELECT,
+                              TK_FROM_SCORES,  TK_ATTN_WS_SIZE, TK_ATTN, TK_PS_WS_SIZE,
+                              TK_POOL_SELECT};
+    for (int i = 0; i < 9; ++i) {
         fixture f;
         if (!fixture_init(&f)) {
             CHECK(0, "out of memory");
@@ -249,7 +261,9 @@ SK_TEST(topk_bad_input_fixture_is_valid) {
         if (calls[i] == TK_CAPACITY)
             CHECK(f.max_nnz == 4 * (3 + 4 + 4 + 4) && f.grid.heads == 4 && f.grid.block_rows == 64,
                   "capacity %d heads %d", (int)f.max_nnz, (int)f.grid.heads);
-        if (calls[i] == TK_SELECT || calls[i] == TK_FROM_SCORES || calls[i] == TK_ATTN)
+        if (calls[i] == TK_PS_WS_SIZE) CHECK(f.bytes == 0, "CPU workspace %zu bytes", f.bytes);
+        if (calls[i] == TK_SELECT || calls[i] == TK_FROM_SCORES || calls[i] == TK_ATTN ||
+            calls[i] == TK_POOL_SELECT)
             CHECK(f.layout.nnz == 60 && f.layout.grid.rows == 200 && f.layout.grid.heads == 4,
                   "%s: layout nnz %d", tk_call_name(calls[i]), (int)f.layout.nnz);
         fixture_free(&f);
@@ -360,6 +374,35 @@ BAD_TOPK(attn_scale_nan, TK_ATTN, SK_STATUS_BAD_PARAM_VALUE, "scale", FIX->attn.
 BAD_TOPK(attn_ws_null_bytes, TK_ATTN_WS_SIZE, SK_STATUS_BAD_PARAM_NULL_POINTER,
          "workspace_bytes", FIX->bytes_arg = NULL)
 
+/* sk_pool_select_topk */
+BAD_TOPK(ps_null_desc, TK_POOL_SELECT, SK_STATUS_BAD_PARAM_NULL_POINTER, "desc",
+         FIX->desc_arg = NULL)
+BAD_TOPK(ps_negative_k, TK_POOL_SELECT, SK_STATUS_BAD_PARAM_VALUE, "desc->k", FIX->desc.k = -2)
+BAD_TOPK(ps_null_q, TK_POOL_SELECT, SK_STATUS_BAD_PARAM_NULL_POINTER, ": q must not be NULL",
+         FIX->q = NULL)
+BAD_TOPK(ps_null_k, TK_POOL_SELECT, SK_STATUS_BAD_PARAM_NULL_POINTER, ": k must not be NULL",
+         FIX->k = NULL)
+BAD_TOPK(ps_null_layout, TK_POOL_SELECT, SK_STATUS_BAD_PARAM_NULL_POINTER, "layout",
+         FIX->layout_arg = NULL)
+BAD_TOPK(ps_null_col_indices, TK_POOL_SELECT, SK_STATUS_BAD_PARAM_NULL_POINTER,
+         "layout->col_indices", FIX->layout.col_indices = NULL)
+BAD_TOPK(ps_layout_overlaps_k, TK_POOL_SELECT, SK_STATUS_BAD_PARAM_STRIDE, "overlaps k",
+         FIX->layout.row_offsets = (int32_t *)(void *)FIX->b[1].p)
+BAD_TOPK(ps_negative_k_stride, TK_POOL_SELECT, SK_STATUS_BAD_PARAM_STRIDE, "k stride",
+         FIX->desc.k_strides[0] = 300 * 32;
+         FIX->desc.k_strides[1] = -32;
+         FIX->desc.k_strides[2] = 16)
+BAD_TOPK(ps_cuda_head_dim_12, TK_PS_WS_SIZE, SK_STATUS_BAD_PARAM_ALIGNMENT, "head_dim",
+         FIX->desc.backend = SK_BACKEND_CUDA;
+         FIX->desc.head_dim = 12)
+BAD_TOPK(ps_cuda_q_stride_not_16_bytes, TK_POOL_SELECT, SK_STATUS_BAD_PARAM_ALIGNMENT,
+         "q stride", FIX->desc.backend = SK_BACKEND_CUDA;
+         FIX->desc.q_strides[0] = 200 * 68;
+         FIX->desc.q_strides[1] = 68;
+         FIX->desc.q_strides[2] = 17)
+BAD_TOPK(ps_ws_null_bytes, TK_PS_WS_SIZE, SK_STATUS_BAD_PARAM_NULL_POINTER, "workspace_bytes",
+         FIX->bytes_arg = NULL)
+
 /* A CUDA workspace that is too small (needs the CUDA backend compiled in;
  * without it, the backend's absence is reported first). */
 SK_TEST(topk_bad_input_cuda_workspace_too_small) {
@@ -381,6 +424,11 @@ SK_TEST(topk_bad_input_cuda_workspace_too_small) {
     expect(&fx, TK_FROM_SCORES,
            no_cuda ? SK_STATUS_NOT_SUPPORTED_BACKEND : SK_STATUS_BAD_PARAM_WORKSPACE,
            no_cuda ? "without CUDA" : "workspace is NULL");
+    fx.ws = fx.b[3].p;
+    fx.ws_size = 16;
+    expect(&fx, TK_POOL_SELECT,
+           no_cuda ? SK_STATUS_NOT_SUPPORTED_BACKEND : SK_STATUS_BAD_PARAM_WORKSPACE,
+           no_cuda ? "without CUDA" : "workspace_size = 16");
     fixture_free(&fx);
 }
 
@@ -397,5 +445,12 @@ SK_TEST(topk_cuda_without_a_device_writes_nothing) {
     }
     fx.desc.backend = SK_BACKEND_CUDA;
     expect(&fx, TK_POOL, SK_STATUS_NOT_SUPPORTED_BACKEND, "CUDA");
+    size_t need = 0;
+    CHECK(sk_pool_select_topk_workspace_size(&fx.desc, &need) == SK_STATUS_SUCCESS && need > 0,
+          "pool-select workspace size: %s", sk_last_error());
+    fx.ws = malloc(need);
+    fx.ws_size = need;
+    if (fx.ws != NULL) expect(&fx, TK_POOL_SELECT, SK_STATUS_NOT_SUPPORTED_BACKEND, "CUDA");
+    free(fx.ws);
     fixture_free(&fx);
 }

@@ -600,7 +600,8 @@ static inline void tk_attention_desc(const tk_problem *t, sk_attention_desc *a) 
 }
 
 /* sk_attention_topk on the CPU equals pool + select + attention forward,
- * bitwise (O, LSE and the layout). Needs TK_WITH_V. */
+ * bitwise (O, LSE and the layout), and sk_pool_select_topk gives the same
+ * layout. Needs TK_WITH_V. */
 static inline int tk_check_attention_cpu(const tk_problem *t, const char *name) {
     sk_attention_desc a;
     tk_attention_desc(t, &a);
@@ -612,9 +613,10 @@ static inline int tk_check_attention_cpu(const tk_problem *t, const char *name) 
     float *l1 = (float *)malloc((size_t)nl * 4), *l2 = (float *)malloc((size_t)nl * 4);
     float *pq = (float *)malloc((size_t)tk_pooled_q_len(t) * 4);
     float *pk = (float *)malloc((size_t)tk_pooled_k_len(t) * 4);
-    tk_layout_buf la, lb;
+    tk_layout_buf la, lb, lc;
     if (o1 == NULL || o2 == NULL || l1 == NULL || l2 == NULL || pq == NULL || pk == NULL ||
-        !tk_layout_buf_alloc(t, &la) || !tk_layout_buf_alloc(t, &lb))
+        !tk_layout_buf_alloc(t, &la) || !tk_layout_buf_alloc(t, &lb) ||
+        !tk_layout_buf_alloc(t, &lc))
         return 0;
     tu_fill_nan(o1, d->dtype, no);
     tu_fill_nan(o2, d->dtype, no);
@@ -635,10 +637,21 @@ static inline int tk_check_attention_cpu(const tk_problem *t, const char *name) 
         printf("    %s: steps: %s\n", name, sk_last_error());
         ok = 0;
     }
+    size_t ps_bytes = 1;
+    st = sk_pool_select_topk_workspace_size(d, &ps_bytes);
+    if (st == SK_STATUS_SUCCESS && ps_bytes != 0) st = SK_STATUS_INTERNAL_ERROR;
+    if (st == SK_STATUS_SUCCESS) st = sk_pool_select_topk(d, t->q, t->k, &lc.bsr, NULL, 0, NULL);
+    if (st != SK_STATUS_SUCCESS) {
+        printf("    %s: sk_pool_select_topk (workspace %zu bytes): %s\n", name, ps_bytes,
+               sk_last_error());
+        ok = 0;
+    }
     if (ok) {
         ok &= tk_layout_sane(t, &la, name);
         ok &= memcmp(la.off, lb.off, ((size_t)la.rows + 1) * 4) == 0;
         ok &= memcmp(la.idx, lb.idx, (size_t)la.cap * 4) == 0;
+        ok &= memcmp(lc.off, lb.off, ((size_t)lc.rows + 1) * 4) == 0;
+        ok &= memcmp(lc.idx, lb.idx, (size_t)lc.cap * 4) == 0 && lc.bsr.nnz == lb.bsr.nnz;
         ok &= memcmp(o1, o2, (size_t)no * es) == 0;
         ok &= memcmp(l1, l2, (size_t)nl * 4) == 0;
         int64_t nan_o = 0;
@@ -657,6 +670,7 @@ static inline int tk_check_attention_cpu(const tk_problem *t, const char *name) 
     free(pk);
     tk_layout_buf_free(&la);
     tk_layout_buf_free(&lb);
+    tk_layout_buf_free(&lc);
     return ok;
 }
 
