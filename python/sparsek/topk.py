@@ -171,6 +171,27 @@ def _torch_stream(device):
     return torch.cuda.current_stream(device)
 
 
+def _select(grid, cap, device, size_call, call):
+    """A selection into fresh layout buffers: on the host (device None) with
+    no workspace, or on a torch CUDA device with a workspace of
+    size_call's bytes and torch's current stream. call(out, workspace,
+    size, stream) runs the library call."""
+    if device is None:
+        out = _Out(grid, cap)
+        check(call(out, None, 0, None))
+        return out.result()
+    import torch
+
+    with torch.cuda.device(device):
+        size = c_size_t()
+        check(size_call(byref(size)))
+        out = _Out(grid, cap, device)
+        ws = torch.empty(max(size.value, 1), dtype=torch.uint8, device=device)
+        stream = _torch_stream(device)
+        check(call(out, ws.data_ptr(), size.value, stream.cuda_stream))
+    return out.result(stream)
+
+
 # ---------------------------------------------------------------------------
 # Entry points
 # ---------------------------------------------------------------------------
@@ -294,21 +315,11 @@ def select_topk(
     dtype = DType.F32 if be == Backend.CPU else DType.F16
     desc = _desc(be, dtype, B, Sq, Sk, Hq, Hkv, D, bq, bk, _scale(scale), kk, sinks, local, causal, per_kv_head)
     grid, cap = _capacity(desc)
-    if be == Backend.CPU:
-        out = _Out(grid, cap)
-        check(F.sk_select_topk(byref(desc), apq.ptr, apk.ptr, byref(out.bsr), None, 0, None))
-        return out.result()
-    import torch
-
-    dev = pooled_q.device
-    with torch.cuda.device(dev):
-        size = c_size_t()
-        check(F.sk_topk_workspace_size(byref(desc), byref(size)))
-        out = _Out(grid, cap, dev)
-        ws = torch.empty(max(size.value, 1), dtype=torch.uint8, device=dev)
-        stream = _torch_stream(dev)
-        check(F.sk_select_topk(byref(desc), apq.ptr, apk.ptr, byref(out.bsr), ws.data_ptr(), size.value, stream.cuda_stream))
-    return out.result(stream)
+    return _select(
+        grid, cap, None if be == Backend.CPU else pooled_q.device,
+        lambda size: F.sk_topk_workspace_size(byref(desc), size),
+        lambda out, ws, n, st: F.sk_select_topk(byref(desc), apq.ptr, apk.ptr, byref(out.bsr), ws, n, st),
+    )
 
 
 def pool_select_topk(
@@ -346,22 +357,11 @@ def pool_select_topk(
     desc = _desc(be, aq.dtype, B, Sq, Sk, Hq, Hkv, D, bq, bk, _scale(scale), kk, sinks, local, causal,
                  per_kv_head, _outer_strides(aq, "q"), _outer_strides(ak, "k"))
     grid, cap = _capacity(desc)
-    if be == Backend.CPU:
-        out = _Out(grid, cap)
-        check(F.sk_pool_select_topk(byref(desc), aq.ptr, ak.ptr, byref(out.bsr), None, 0, None))
-        return out.result()
-    import torch
-
-    dev = q.device
-    with torch.cuda.device(dev):
-        size = c_size_t()
-        check(F.sk_pool_select_topk_workspace_size(byref(desc), byref(size)))
-        out = _Out(grid, cap, dev)
-        ws = torch.empty(max(size.value, 1), dtype=torch.uint8, device=dev)
-        stream = _torch_stream(dev)
-        check(F.sk_pool_select_topk(byref(desc), aq.ptr, ak.ptr, byref(out.bsr), ws.data_ptr(), size.value,
-                                    stream.cuda_stream))
-    return out.result(stream)
+    return _select(
+        grid, cap, None if be == Backend.CPU else q.device,
+        lambda size: F.sk_pool_select_topk_workspace_size(byref(desc), size),
+        lambda out, ws, n, st: F.sk_pool_select_topk(byref(desc), aq.ptr, ak.ptr, byref(out.bsr), ws, n, st),
+    )
 
 
 def layout_from_scores(
@@ -437,21 +437,11 @@ def layout_from_scores(
     # not used by this call (8 satisfies the CUDA backend's rule).
     desc = _desc(be, dtype, B, Sq, Sk, H, H, 8, bq, bk, 0.0, kk, sinks, local, causal, False)
     grid, cap = _capacity(desc)
-    if be == Backend.CPU:
-        out = _Out(grid, cap)
-        check(F.sk_layout_from_scores(byref(desc), a.ptr, byref(out.bsr), None, 0, None))
-        return out.result()
-    import torch
-
-    dev = scores.device
-    with torch.cuda.device(dev):
-        size = c_size_t()
-        check(F.sk_topk_workspace_size(byref(desc), byref(size)))
-        out = _Out(grid, cap, dev)
-        ws = torch.empty(max(size.value, 1), dtype=torch.uint8, device=dev)
-        stream = _torch_stream(dev)
-        check(F.sk_layout_from_scores(byref(desc), a.ptr, byref(out.bsr), ws.data_ptr(), size.value, stream.cuda_stream))
-    return out.result(stream)
+    return _select(
+        grid, cap, None if be == Backend.CPU else scores.device,
+        lambda size: F.sk_topk_workspace_size(byref(desc), size),
+        lambda out, ws, n, st: F.sk_layout_from_scores(byref(desc), a.ptr, byref(out.bsr), ws, n, st),
+    )
 
 
 def topk_capacity(batch, seq_q, seq_k, heads_q, heads_kv, k, sink_blocks=0, local_blocks=0, causal=False,

@@ -306,13 +306,17 @@ static sk_status check_select_workspace(const sk_topk_problem *p, int with_score
     return check_layout_apart(p, layout, workspace, *ws, "workspace");
 }
 
-/* The checked selection on its backend, writing into `layout`. */
-static sk_status run_select(sk_topk_problem *p, sk_bsr *layout, void *workspace,
+/* The checked selection on its backend, writing into `layout`; with
+ * `pool`, the pooling first (p->q, p->k_in; sk_pool_select_topk's
+ * workspace). */
+static sk_status run_select(sk_topk_problem *p, int pool, sk_bsr *layout, void *workspace,
                             size_t workspace_size, struct CUstream_st *stream) {
     p->row_offsets = layout->row_offsets;
     p->col_indices = layout->col_indices;
     if (p->backend == SK_BACKEND_CPU)
-        SK_TRY(sk_cpu_topk_select(p));
+        SK_TRY(pool ? sk_cpu_topk_pool_select(p) : sk_cpu_topk_select(p));
+    else if (pool)
+        SK_TRY(sk_cuda_topk_pool_select(p, workspace, workspace_size, stream));
     else
         SK_TRY(sk_cuda_topk_select(p, workspace, workspace_size, stream));
     set_layout(p, layout);
@@ -339,7 +343,7 @@ sk_status sk_select_topk(const sk_topk_desc *desc, const float *pooled_q, const 
     }
     p.pooled_q = pooled_q;
     p.pooled_k = pooled_k;
-    return run_select(&p, layout, workspace, workspace_size, stream);
+    return run_select(&p, 0, layout, workspace, workspace_size, stream);
 }
 
 /* Workspace bytes of the pool-and-select chain (0 on the CPU). */
@@ -356,20 +360,6 @@ sk_status sk_pool_select_topk_workspace_size(const sk_topk_desc *desc, size_t *w
     SK_TRY(build_problem(desc, &p));
     SK_TRY(check_cuda_head_dim(&p));
     return pool_select_bytes(&p, workspace_bytes);
-}
-
-/* Pool and select into `layout` (p->q, p->k_in set, every check done; the
- * CUDA workspace of pool_select_bytes at `workspace`). */
-static sk_status run_pool_select(sk_topk_problem *p, sk_bsr *layout, void *workspace,
-                                 size_t workspace_size, struct CUstream_st *stream) {
-    p->row_offsets = layout->row_offsets;
-    p->col_indices = layout->col_indices;
-    if (p->backend == SK_BACKEND_CPU)
-        SK_TRY(sk_cpu_topk_pool_select(p));
-    else
-        SK_TRY(sk_cuda_topk_pool_select(p, workspace, workspace_size, stream));
-    set_layout(p, layout);
-    return SK_STATUS_SUCCESS;
 }
 
 sk_status sk_pool_select_topk(const sk_topk_desc *desc, const void *q, const void *k,
@@ -394,7 +384,7 @@ sk_status sk_pool_select_topk(const sk_topk_desc *desc, const void *q, const voi
     }
     p.q = q;
     p.k_in = k;
-    return run_pool_select(&p, layout, workspace, workspace_size, stream);
+    return run_select(&p, 1, layout, workspace, workspace_size, stream);
 }
 
 sk_status sk_layout_from_scores(const sk_topk_desc *desc, const float *scores, sk_bsr *layout,
@@ -412,7 +402,7 @@ sk_status sk_layout_from_scores(const sk_topk_desc *desc, const float *scores, s
     SK_TRY(check_select_workspace(&p, 0, layout, workspace, workspace_size, &ws));
     if (ws > 0) SK_TRY(sk_check_disjoint(workspace, ws, "workspace", scores, sb, "scores"));
     p.scores = scores;
-    return run_select(&p, layout, workspace, workspace_size, stream);
+    return run_select(&p, 0, layout, workspace, workspace_size, stream);
 }
 
 /* ---------------------------------------------------------------------------
@@ -560,7 +550,7 @@ sk_status sk_attention_topk(const sk_attention_desc *attn, const sk_topk_desc *t
     /* Selection, then the attention over the layout it wrote. */
     p.q = q;
     p.k_in = k;
-    SK_TRY(run_pool_select(&p, layout, workspace, cuda ? w.select_bytes : 0, stream));
+    SK_TRY(run_select(&p, 1, layout, workspace, cuda ? w.select_bytes : 0, stream));
     if (!cuda) {
         /* A host layout is checked in full: give it the real count (below
          * the capacity when NaN / -inf scores left rows short). */
