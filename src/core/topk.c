@@ -359,7 +359,10 @@ sk_status sk_pool_select_topk_workspace_size(const sk_topk_desc *desc, size_t *w
     sk_topk_problem p;
     SK_TRY(build_problem(desc, &p));
     SK_TRY(check_cuda_head_dim(&p));
-    return pool_select_bytes(&p, workspace_bytes);
+    size_t need;
+    SK_TRY(pool_select_bytes(&p, &need));
+    *workspace_bytes = need; /* written only on success */
+    return SK_STATUS_SUCCESS;
 }
 
 sk_status sk_pool_select_topk(const sk_topk_desc *desc, const void *q, const void *k,
