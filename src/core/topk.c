@@ -452,9 +452,8 @@ static sk_status check_same_problem(const sk_attention_desc *a, const sk_topk_pr
     return SK_STATUS_SUCCESS;
 }
 
-/* Workspace of sk_attention_topk on CUDA:
- * [selection (with scores)] [pooled_q] [pooled_k] [attention], each at a
- * multiple of WS_ALIGN. */
+/* Workspace of sk_attention_topk on CUDA: [sk_pool_select_topk's]
+ * [attention], the attention's at a multiple of WS_ALIGN. */
 typedef struct topk_ws_plan {
     size_t select_bytes, attn_off, attn_bytes, total; /* pool + select, then the attention's */
 } topk_ws_plan;

@@ -986,9 +986,6 @@ __global__ void __launch_bounds__(CMP_THREADS) sk_topk_place_kernel(const __grid
  * Entry points
  * ------------------------------------------------------------------------- */
 
-/* The device checks (sk_cuda_check_arch: 8.0 or later, 9.0 when the backend
- * forces the Hopper kernels). *hopper: score with the Hopper kernel (a 9.0
- * device, unless the backend forces the portable kernels). */
 /* The row scoring's split operands in the workspace; with presplit, the
  * pooling's Q tiles too (workspace_layout with_pool). */
 static split_operands split_at(const sk_topk_problem *p, char *base, const ws_layout *w,
@@ -999,10 +996,12 @@ static split_operands split_at(const sk_topk_problem *p, char *base, const ws_la
     so.q_tiles = presplit ? base + w->q_split_off : NULL;
     so.q_exp = presplit ? (int32_t *)(base + w->q_rows_off) : NULL;
     so.chunks = split_chunks(p->head_dim);
-    so.k_presplit = presplit;
     return so;
 }
 
+/* The device checks (sk_cuda_check_arch: 8.0 or later, 9.0 when the backend
+ * forces the Hopper kernels). *hopper: score with the Hopper kernel (a 9.0
+ * device, unless the backend forces the portable kernels). */
 static sk_status check_device(sk_backend backend, int *hopper) {
     SK_TRY(sk_cuda_check_arch(backend, hopper));
     if (backend == SK_BACKEND_CUDA_SM80) *hopper = 0;

@@ -105,10 +105,10 @@ enum { SPLIT_FAST_EXP = 87 }; /* |e| bound of the two-multiplication epilogue */
 typedef struct split_operands {
     char *k_tiles;        /* [kv slices * tiles_j] blocks of split_tile_bytes(chunks) */
     int32_t *k_exp;       /* [kv slices * tiles_j * 128] */
-    char *q_tiles;        /* pre-split A, [slices * tiles_i] blocks, or NULL */
+    char *q_tiles;        /* pre-split A, [slices * tiles_i] blocks, or NULL; non-NULL: the
+                             pooling split both operands (no split kernel) */
     int32_t *q_exp;       /* [slices * tiles_i * 128] */
     int32_t chunks;       /* split_chunks(head_dim): 1 or 2 */
-    int32_t k_presplit;   /* != 0: the pooling has split K (no split kernel) */
 } split_operands;
 
 /* 64-dim chunks of a split row; bytes of a split tile's panels, and of the

@@ -10,7 +10,8 @@
  *          with each row's epilogue factor (split_operands in
  *          topk_kernels.cuh). It waits for the pooling before it lets the
  *          scoring start (pdl_wait_then_release). Not launched when the
- *          pooling split K itself (sk_pool_select_topk, k_presplit).
+ *          pooling split both operands itself (sk_pool_select_topk:
+ *          split.q_tiles set).
  *   score  one CTA per 128-row tile of a slice, the heaviest tiles first
  *          (with causal the last row tile of each slice has the most column
  *          tiles), so that the in-order CTA dispatch balances the SMs,
@@ -361,7 +362,7 @@ sk_status sk_topk_score_rows_sm90(const score_params *sp, cudaStream_t stream) {
     if (k_tiles > INT32_MAX)
         return sk_error(SK_STATUS_NOT_SUPPORTED, "too many tiles for the Hopper split kernel");
     launch_cfg l;
-    if (!sp->split.k_presplit)
+    if (sp->split.q_tiles == NULL) /* else the pooling split K too */
         SK_CUDA_TRY(
             cudaLaunchKernelEx(launch_config(&l, (unsigned)k_tiles, SPLIT_THREADS, 0, stream, 1),
                                sk_topk_split_rows_kernel, s),
