@@ -36,9 +36,9 @@
  *   select   one warp per layout row. Scores become order-preserving 32-bit
  *            keys (NaN, -inf, forced and non-candidate blocks -> key 0,
  *            -0 -> +0). With k <= 32 and at most 1024 key blocks, the
- *            register selection (sk_topk_select_reg_kernel, two launches:
- *            rows of at most 512 candidates with 16 scores per lane, the
- *            rest with 32): the filter path below on register-resident
+ *            register selection (sk_topk_select_reg_kernel, one launch:
+ *            rows of more than 512 candidates with 32 scores per lane
+ *            first, then the rest with 16): the filter path below on register-resident
  *            scores, after which the take largest gathered composites and
  *            the forced blocks are written straight to their places in the
  *            row (a count of selected and forced blocks before each), both
@@ -709,11 +709,11 @@ __global__ void __launch_bounds__(SEL_WARPS * 32) sk_topk_select_kernel(const __
 
 /* The selection for rows of at most 32 * KEYS candidates and k <= 32, one
  * warp per row, each lane holding the keys of blocks lane + 32 e in
- * registers (same keys, rules and result as sk_topk_select_kernel). It
- * takes rows row_first .. row_first + row_count - 1 of every slice: the
+ * registers (same keys, rules and result as sk_topk_select_kernel). Warp w
+ * of rows row_first .. row_first + row_count - 1 of every slice: the
  * candidate count grows with the row, so the host splits the rows at the
  * last one with at most 16 * 32 candidates, and the shorter rows run with
- * KEYS = 16 (fewer registers, more warps per SM).
+ * KEYS = 16 (fewer instructions per row).
  *   1. the scores (only the 32-wide stripes that hold candidates), with
  *      forced and non-candidate blocks, NaN and -inf set to -inf: on the
  *      rest, the score order is the key order; the count of pickable
@@ -736,16 +736,13 @@ __global__ void __launch_bounds__(SEL_WARPS * 32) sk_topk_select_kernel(const __
  * A row shorter than its bound (NaN / -inf scores) raises the flag that
  * makes the placement compact. */
 template <int KEYS>
-__global__ void __launch_bounds__(SEL_WARPS * 32, KEYS == 32 ? 6 : 8) sk_topk_select_reg_kernel(
-    const __grid_constant__ select_params sp, int32_t row_first, int32_t row_count) {
-    pdl_enter();
+static __device__ __forceinline__ void select_reg_row(const select_params &sp, int32_t row_first,
+                                                      int32_t row_count, int32_t w,
+                                                      uint32_t *hist, int32_t *taken) {
     static_assert(KEYS % 8 == 0 && KEYS <= SEL_REG_KEYS, "keys per lane: loads in groups of 8");
     static_assert(SEL_REG_K <= 32 && SEL_FILTER * 8 <= 256 * 4, "filter bound and buffer");
-    __shared__ __align__(8) uint32_t hist_all[SEL_WARPS][256];
-    __shared__ int32_t taken_all[SEL_WARPS][SEL_REG_K]; /* selected blocks by rank */
     const sk_topk_problem *p = &sp.p;
-    const int warp = (int)(threadIdx.x >> 5), lane = (int)(threadIdx.x & 31);
-    const int32_t w = (int32_t)blockIdx.x * SEL_WARPS + warp;
+    const int lane = (int)(threadIdx.x & 31);
     if (w >= p->slices * row_count) return; /* whole warps leave; no block barrier follows */
     const int32_t slice = w / row_count, r = row_first + (w - slice * row_count);
     const int32_t g = slice * p->row_blocks + r;
@@ -753,8 +750,7 @@ __global__ void __launch_bounds__(SEL_WARPS * 32, KEYS == 32 ? 6 : 8) sk_topk_se
     const int32_t n = rule.x, sink_end = rule.y, lo = rule.z, hi = rule.w;
     const uint32_t local_len = hi >= lo ? (uint32_t)(hi - lo + 1) : 0u;
     const float *row = sp.scores + (int64_t)g * p->col_blocks;
-    uint32_t *hist = hist_all[warp];
-    uint64_t *cand = (uint64_t *)(void *)hist_all[warp]; /* SEL_FILTER entries, shares hist */
+    uint64_t *cand = (uint64_t *)(void *)hist; /* SEL_FILTER entries, shares hist */
     const uint32_t lt = (1u << lane) - 1u;
     const int32_t stripes = (n + 31) / 32;
 
@@ -829,7 +825,6 @@ __global__ void __launch_bounds__(SEL_WARPS * 32, KEYS == 32 ? 6 : 8) sk_topk_se
 
     int32_t written;
     if (m <= SEL_FILTER) {
-        int32_t *taken = taken_all[warp];
         for (int32_t e = lane; e < m; e += 32) {
             const uint64_t mine = cand[e];
             int32_t above = 0;
@@ -901,6 +896,27 @@ __global__ void __launch_bounds__(SEL_WARPS * 32, KEYS == 32 ? 6 : 8) sk_topk_se
         p->row_offsets[g] = first;
         if (written != bound) atomicOr(sp.table.flag, 1);
     }
+}
+
+/* The register selection of every row, one launch: the CTAs below
+ * long_ctas take rows split .. row_blocks - 1 of every slice (more than
+ * 16 * 32 candidates: KEYS = 32), the rest rows 0 .. split - 1 (KEYS = 16).
+ * One grid, so that the short rows fill the SMs while the long ones drain
+ * (two launches ran one after the other); the long rows first, as they
+ * take longer. */
+__global__ void __launch_bounds__(SEL_WARPS * 32, 6) sk_topk_select_reg_kernel(
+    const __grid_constant__ select_params sp, int32_t split, int32_t long_ctas) {
+    pdl_enter();
+    __shared__ __align__(8) uint32_t hist_all[SEL_WARPS][256];
+    __shared__ int32_t taken_all[SEL_WARPS][SEL_REG_K]; /* selected blocks by rank */
+    const int warp = (int)(threadIdx.x >> 5);
+    const int32_t cta = (int32_t)blockIdx.x;
+    if (cta < long_ctas)
+        select_reg_row<32>(sp, split, sp.p.row_blocks - split, cta * SEL_WARPS + warp,
+                           hist_all[warp], taken_all[warp]);
+    else
+        select_reg_row<16>(sp, 0, split, (cta - long_ctas) * SEL_WARPS + warp, hist_all[warp],
+                           taken_all[warp]);
 }
 
 typedef struct place_params {
@@ -1112,23 +1128,13 @@ static sk_status select_chain(const sk_topk_problem *p, char *base, ws_layout w,
                 split_hi = mid;
         }
         const int32_t split = split_lo;
-        if (split > 0) {
-            const int64_t warps = (int64_t)p->slices * split;
-            SK_CUDA_TRY(cudaLaunchKernelEx(launch_config(&l, (unsigned)((warps + SEL_WARPS - 1) /
-                                                                    SEL_WARPS),
-                                                         SEL_WARPS * 32, 0, stream, hopper),
-                                           sk_topk_select_reg_kernel<16>, sel, 0, split),
-                        "selection kernel launch");
-        }
-        if (split < p->row_blocks) {
-            const int64_t warps = (int64_t)p->slices * (p->row_blocks - split);
-            SK_CUDA_TRY(cudaLaunchKernelEx(launch_config(&l, (unsigned)((warps + SEL_WARPS - 1) /
-                                                                    SEL_WARPS),
-                                                         SEL_WARPS * 32, 0, stream, hopper),
-                                           sk_topk_select_reg_kernel<32>, sel, split,
-                                           p->row_blocks - split),
-                        "selection kernel launch");
-        }
+        const int64_t long_ctas =
+            ((int64_t)p->slices * (p->row_blocks - split) + SEL_WARPS - 1) / SEL_WARPS;
+        const int64_t short_ctas = ((int64_t)p->slices * split + SEL_WARPS - 1) / SEL_WARPS;
+        SK_CUDA_TRY(cudaLaunchKernelEx(launch_config(&l, (unsigned)(long_ctas + short_ctas),
+                                                     SEL_WARPS * 32, 0, stream, hopper),
+                                       sk_topk_select_reg_kernel, sel, split, (int32_t)long_ctas),
+                    "selection kernel launch");
     } else {
         const unsigned sel_blocks = (unsigned)((p->total_rows + SEL_WARPS - 1) / SEL_WARPS);
         SK_CUDA_TRY(cudaLaunchKernelEx(launch_config(&l, sel_blocks, SEL_WARPS * 32, 0, stream,
