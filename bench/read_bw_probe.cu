@@ -19,6 +19,12 @@
  *   pool regs, whole rows  the same loop with 512 threads, so that a CTA
  *                reads whole token rows (1 MB contiguous), 2 CTAs per SM;
  *   pool rows, staggered  whole rows, each CTA starting at another row;
+ *   pool rows, cluster P  whole rows, each block cut among a cluster of P
+ *                CTAs (128 / P tokens each), rank 0 adding the others'
+ *                sums from their shared memory (step 14);
+ *   pool rows, P parts  whole rows, P CTAs per block, each storing its own
+ *                partial sums (a bound for shorter CTAs); "no stores": the
+ *                reads alone (step 14);
  *   pool rows, 1024 thr   whole rows, even and odd rows by two halves of a
  *                1024-thread CTA, one CTA per SM;
  *   pool tma S R persistent CTAs, one producer lane issuing 4 KB bulk
@@ -36,9 +42,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cooperative_groups.h>
+
 #include "bench_check.h"
 
 #include "cuda/ptx.cuh"
+
+namespace cg = cooperative_groups;
 
 enum {
     ROW_BYTES = 8192,            /* one token row: 32 heads x 128 dims of bf16 */
@@ -125,6 +135,112 @@ __global__ void __launch_bounds__(2 * CONSUMERS, 2) pool_rows_stagger(const char
     float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     sum_rows(src, step, start, BLOCK, acc);
     store8(out, 2 * blk + (tid >> 8), tid & (CONSUMERS - 1), acc);
+}
+
+/* Whole rows, a block cut among a cluster of P CTAs (tokens r * 128 / P ..
+ * of rank r): shorter CTAs, so a shorter drain at the kernel's end. Rank 0
+ * adds the other ranks' sums (rank order) from their shared memory. */
+template <int P>
+__global__ void __launch_bounds__(2 * CONSUMERS, 2) pool_rows_cluster(const char *x, float *out) {
+    __shared__ float4 part[2 * CONSUMERS][2];
+    cg::cluster_group cluster = cg::this_cluster();
+    const int rank = (int)cluster.block_rank(), blk = blockIdx.x / P, tid = threadIdx.x;
+    const uint4 *src = (const uint4 *)(x + (int64_t)blk * BLOCK * ROW_BYTES) + tid;
+    const int64_t step = ROW_BYTES / 16;
+    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    sum_rows(src, step, rank * (BLOCK / P), BLOCK / P, acc);
+    part[tid][0] = make_float4(acc[0], acc[1], acc[2], acc[3]);
+    part[tid][1] = make_float4(acc[4], acc[5], acc[6], acc[7]);
+    cluster.sync();
+    if (rank == 0) {
+        for (int r = 1; r < P; ++r) {
+            const float4 *o = (const float4 *)cluster.map_shared_rank(&part[tid][0], r);
+            const float4 a = o[0], b = o[1];
+            acc[0] += a.x, acc[1] += a.y, acc[2] += a.z, acc[3] += a.w;
+            acc[4] += b.x, acc[5] += b.y, acc[6] += b.z, acc[7] += b.w;
+        }
+        store8(out, 2 * blk + (tid >> 8), tid & (CONSUMERS - 1), acc);
+    }
+    cluster.sync(); /* the other ranks' shared memory lives until rank 0 has read it */
+}
+
+/* Whole rows, P CTAs per block without a cluster, each storing its own
+ * partial sums (not a pooling: a bound on what shorter CTAs could gain);
+ * P = 1 with `store` 0: the pooling's reads alone, nothing stored. */
+template <int P>
+__global__ void __launch_bounds__(2 * CONSUMERS, 2) pool_rows_parts(const char *x, float *out, int store) {
+    const int part = blockIdx.x % P, blk = blockIdx.x / P, tid = threadIdx.x;
+    const uint4 *src = (const uint4 *)(x + (int64_t)blk * BLOCK * ROW_BYTES) + tid;
+    const int64_t step = ROW_BYTES / 16;
+    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    sum_rows(src, step, part * (BLOCK / P), BLOCK / P, acc);
+    if (store || acc[0] == 1.2345f)
+        store8(out, 2 * (blk * P + part) + (tid >> 8), tid & (CONSUMERS - 1), acc);
+}
+
+/* Whole rows, the sums stored with an L2 evict_last policy (so that the
+ * streaming reads do not push them out of L2 to DRAM). */
+__global__ void __launch_bounds__(2 * CONSUMERS, 2) pool_rows_keep(const char *x, float *out) {
+    const int blk = blockIdx.x, tid = threadIdx.x;
+    const uint4 *src = (const uint4 *)(x + (int64_t)blk * BLOCK * ROW_BYTES) + tid;
+    const int64_t step = ROW_BYTES / 16;
+    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    sum_rows(src, step, 0, BLOCK, acc);
+    const uint64_t pol = sk_policy_evict_last();
+    float *o = out + ((int64_t)(2 * blk + (tid >> 8)) * CONSUMERS + (tid & (CONSUMERS - 1))) * 8;
+    asm volatile("st.global.L2::cache_hint.v4.f32 [%0], {%1, %2, %3, %4}, %5;\n" ::"l"(o),
+                 "f"(acc[0] / BLOCK), "f"(acc[1] / BLOCK), "f"(acc[2] / BLOCK), "f"(acc[3] / BLOCK), "l"(pol)
+                 : "memory");
+    asm volatile("st.global.L2::cache_hint.v4.f32 [%0], {%1, %2, %3, %4}, %5;\n" ::"l"(o + 4),
+                 "f"(acc[4] / BLOCK), "f"(acc[5] / BLOCK), "f"(acc[6] / BLOCK), "f"(acc[7] / BLOCK), "l"(pol)
+                 : "memory");
+}
+
+/* Whole rows, persistent: CTA c pools blocks c, c + gridDim.x, ... (its
+ * stores of one block go out while it loads the next, instead of at its
+ * exit). */
+__global__ void __launch_bounds__(2 * CONSUMERS, 2) pool_rows_persistent(const char *x, float *out, int nblk, int store) {
+    const int tid = threadIdx.x;
+    const int64_t step = ROW_BYTES / 16;
+    for (int blk = blockIdx.x; blk < nblk; blk += gridDim.x) {
+        const uint4 *src = (const uint4 *)(x + (int64_t)blk * BLOCK * ROW_BYTES) + tid;
+        float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        sum_rows(src, step, 0, BLOCK, acc);
+        if (store || acc[0] == 1.2345f) store8(out, 2 * blk + (tid >> 8), tid & (CONSUMERS - 1), acc);
+    }
+}
+
+/* The consumer: every output read once (as the scoring reads the pooled
+ * tiles), summed into a sink. */
+__global__ void read_out(const float4 *y, int64_t n4, float *sink) {
+    float s = 0.f;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n4; i += (int64_t)gridDim.x * blockDim.x) {
+        const float4 v = __ldg(y + i);
+        s += v.x + v.w;
+    }
+    if (s == 1.2345f) sink[0] = s;
+}
+
+/* Drop the outputs' L2 lines without writing them back (discard.global.L2):
+ * they are dead once read. */
+__global__ void discard_out(char *y, int64_t lines) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < lines; i += (int64_t)gridDim.x * blockDim.x)
+        asm volatile("discard.global.L2 [%0], 128;\n" ::"l"(y + i * 128) : "memory");
+}
+
+template <int P>
+static void launch_cluster(const char *x, float *out) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(ITEMS / 2 * P);
+    cfg.blockDim = dim3(2 * CONSUMERS);
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = P;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    CUDA_OK(cudaLaunchKernelEx(&cfg, pool_rows_cluster<P>, x, out));
 }
 
 /* Whole rows with 1024 threads, one CTA per SM: threads 0-511 take the
@@ -252,6 +368,8 @@ int main(void) {
     const size_t out_bytes = (size_t)ITEMS * CONSUMERS * 8 * 4;
     CUDA_OK(cudaMalloc(&out_regs, out_bytes));
     CUDA_OK(cudaMalloc(&out_tma, out_bytes));
+    float *out_big; /* 4 partial sums per block */
+    CUDA_OK(cudaMalloc(&out_big, 4 * out_bytes));
     CUDA_OK(cudaMalloc(&sink, 64));
     /* Random bf16 in [-2, 2): a small host pattern tiled. */
     const size_t pat = 1 << 24;
@@ -277,6 +395,46 @@ int main(void) {
     TIME("pool regs, whole rows", (pool_regs_rows<<<ITEMS / 2, 2 * CONSUMERS>>>(x, out_tma)));
     TIME("pool rows, staggered", (pool_rows_stagger<<<ITEMS / 2, 2 * CONSUMERS>>>(x, out_tma)));
     TIME("pool rows, 1024 thr", (pool_rows_1024<<<ITEMS / 2, 4 * CONSUMERS>>>(x, out_tma)));
+    TIME("pool rows, cluster 2", launch_cluster<2>(x, out_tma));
+    TIME("pool rows, cluster 4", launch_cluster<4>(x, out_tma));
+    TIME("pool rows, cluster 8", launch_cluster<8>(x, out_tma));
+    TIME("pool regs, rows (again)", (pool_regs_rows<<<ITEMS / 2, 2 * CONSUMERS>>>(x, out_tma)));
+    TIME("pool rows, cluster 2 (again)", launch_cluster<2>(x, out_tma));
+    TIME("pool rows, cluster 4 (again)", launch_cluster<4>(x, out_tma));
+    TIME("pool rows, no stores", (pool_rows_parts<1><<<ITEMS / 2, 2 * CONSUMERS>>>(x, out_tma, 0)));
+    TIME("pool rows, 2 parts", (pool_rows_parts<2><<<ITEMS, 2 * CONSUMERS>>>(x, out_big, 1)));
+    TIME("pool rows, 4 parts", (pool_rows_parts<4><<<ITEMS * 2, 2 * CONSUMERS>>>(x, out_big, 1)));
+    TIME("pool rows, 2 parts, no st", (pool_rows_parts<2><<<ITEMS, 2 * CONSUMERS>>>(x, out_big, 0)));
+    TIME("pool regs, rows (again 2)", (pool_regs_rows<<<ITEMS / 2, 2 * CONSUMERS>>>(x, out_tma)));
+    TIME("persist 264, st", (pool_rows_persistent<<<2 * sms, 2 * CONSUMERS>>>(x, out_tma, ITEMS / 2, 1)));
+    TIME("persist 256, st", (pool_rows_persistent<<<256, 2 * CONSUMERS>>>(x, out_tma, ITEMS / 2, 1)));
+    TIME("persist 256, no st", (pool_rows_persistent<<<256, 2 * CONSUMERS>>>(x, out_tma, ITEMS / 2, 0)));
+    TIME("persist 512, st", (pool_rows_persistent<<<512, 2 * CONSUMERS>>>(x, out_tma, ITEMS / 2, 1)));
+    TIME("persist 1024, st", (pool_rows_persistent<<<1024, 2 * CONSUMERS>>>(x, out_tma, ITEMS / 2, 1)));
+    TIME("pool regs, whole rows 3", (pool_regs_rows<<<ITEMS / 2, 2 * CONSUMERS>>>(x, out_tma)));
+    {
+        const int64_t n4 = (int64_t)(out_bytes / 16), lines = (int64_t)(out_bytes / 128);
+        TIME("keep: pool rows st", (pool_regs_rows<<<ITEMS / 2, 2 * CONSUMERS>>>(x, out_tma)));
+        TIME("keep: pool rows evict_last", (pool_rows_keep<<<ITEMS / 2, 2 * CONSUMERS>>>(x, out_tma)));
+        TIME("keep: st + read", (pool_regs_rows<<<ITEMS / 2, 2 * CONSUMERS>>>(x, out_tma),
+                                 read_out<<<sms * 4, 512>>>((const float4 *)out_tma, n4, sink)));
+        TIME("keep: evict_last + read", (pool_rows_keep<<<ITEMS / 2, 2 * CONSUMERS>>>(x, out_tma),
+                                         read_out<<<sms * 4, 512>>>((const float4 *)out_tma, n4, sink)));
+        TIME("keep: el + read + discard", (pool_rows_keep<<<ITEMS / 2, 2 * CONSUMERS>>>(x, out_tma),
+                                           read_out<<<sms * 4, 512>>>((const float4 *)out_tma, n4, sink),
+                                           discard_out<<<sms * 4, 512>>>((char *)out_tma, lines)));
+        TIME("keep: st + read + discard", (pool_regs_rows<<<ITEMS / 2, 2 * CONSUMERS>>>(x, out_tma),
+                                           read_out<<<sms * 4, 512>>>((const float4 *)out_tma, n4, sink),
+                                           discard_out<<<sms * 4, 512>>>((char *)out_tma, lines)));
+        TIME("keep: el + read + discard + plain", (pool_rows_keep<<<ITEMS / 2, 2 * CONSUMERS>>>(x, out_tma),
+                                           read_out<<<sms * 4, 512>>>((const float4 *)out_tma, n4, sink),
+                                           discard_out<<<sms * 4, 512>>>((char *)out_tma, lines),
+                                           plain_read<4><<<sms * 4, 512>>>((const uint4 *)x, (int64_t)(nbytes / 16), sink)));
+        TIME("keep: st + read + plain", (pool_regs_rows<<<ITEMS / 2, 2 * CONSUMERS>>>(x, out_tma),
+                                           read_out<<<sms * 4, 512>>>((const float4 *)out_tma, n4, sink),
+                                           plain_read<4><<<sms * 4, 512>>>((const uint4 *)x, (int64_t)(nbytes / 16), sink)));
+        TIME("keep: read alone", (read_out<<<sms * 4, 512>>>((const float4 *)out_tma, n4, sink)));
+    }
     TIME("pool regs (again)", (pool_regs<<<ITEMS, CONSUMERS>>>(x, out_regs)));
     TIME("plain 4 (again)", (plain_read<4><<<sms * 4, 512>>>((const uint4 *)x, (int64_t)(nbytes / 16), sink)));
     run_ring<6, 8>("pool tma 6x8", "copy tma 6x8", x, out_tma, sms, bytes, e0, e1);

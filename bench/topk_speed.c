@@ -32,15 +32,24 @@
  *                   for SK_BACKEND_CUDA (the library's choice) and, for the
  *                   record, the forced SM80 and SM90 kernels where supported
  *        topk       sk_attention_topk (everything)
- *      Then selection, pool_select and attention again, `reps` calls enqueued
- *      back to back (pipelined_*_us: the mean per call, no host launch gap
- *      timed), and each call's host enqueue time from an idle stream
- *      (host_enqueue_*_us), which the per-call timings above include up to
- *      the call's first launch.
+ *      Each call above starts from an idle stream, so its time includes the
+ *      host's time to its first kernel (~16 us on the lent H200s: the start
+ *      event's record, the library's checks, the launch call and the
+ *      kernel's start; a CUPTI trace, docs/perf/topk.md step 14). Then
+ *      selection, pool_select, attention and topk again per call, each
+ *      enqueued behind a host function that holds the stream until the call
+ *      and its end event are enqueued (held_*_us: the GPU's time only, as
+ *      nvbench's blocking kernel does). Then selection, pool_select and
+ *      attention again, `reps` calls enqueued back to back (pipelined_*_us:
+ *      the mean per call, no host launch gap timed), and each call's host
+ *      enqueue time from an idle stream (host_enqueue_*_us), which the
+ *      per-call timings above include up to the call's first launch.
  *   3. One JSON object per configuration on stdout, with
  *        selection_over_attention = selection / attention
  *        pool_select_over_attention = pool_select / attention (target <= 0.05:
  *                   the selection that feeds sk_attention_topk's attention)
+ *        held_pool_select_over_attention = the same on GPU time (held_*)
+ *        held_rate_vs_attention_only = held attention / held topk
  *        rate_vs_attention_only   = attention / topk        (target >= 0.90)
  *      and the attention's TFLOPS over the selected blocks (4 D bq bk per
  *      block, causal masking inside the diagonal block not discounted).
@@ -176,9 +185,24 @@ static void time_pipelined(bench_ctx *c, region r, const sk_attention_desc *attn
     CUDA_OK(cudaEventDestroy(e1));
 }
 
-/* Median and minimum in microseconds; -1 when the region is not supported. */
-static int time_region(bench_ctx *c, region r, const sk_attention_desc *attn, int reps,
-                       double *median_us, double *min_us) {
+/* A host function that holds its stream until the host releases it: with it
+ * ahead of the timed call, the call is wholly enqueued before its first
+ * event runs, so that the timing holds the GPU's time only, not the host's
+ * time to its first launch (the "blocking kernel" of nvbench). It makes no
+ * CUDA call, as host functions must not. */
+static volatile int hold_released;
+
+static void CUDART_CB hold_stream(void *arg) {
+    (void)arg;
+    while (!__atomic_load_n(&hold_released, __ATOMIC_ACQUIRE)) {
+    }
+}
+
+/* Median and minimum in microseconds; -1 when the region is not supported.
+ * held: each call enqueued behind hold_stream (GPU time only); else from an
+ * idle stream, the host's time to the call's first launch included. */
+static int time_region_mode(bench_ctx *c, region r, const sk_attention_desc *attn, int reps,
+                            int held, double *median_us, double *min_us) {
     cudaEvent_t e0, e1;
     CUDA_OK(cudaEventCreate(&e0));
     CUDA_OK(cudaEventCreate(&e1));
@@ -194,9 +218,14 @@ static int time_region(bench_ctx *c, region r, const sk_attention_desc *attn, in
     }
     CUDA_OK(cudaDeviceSynchronize());
     for (int i = 0; i < reps; ++i) {
+        if (held) {
+            __atomic_store_n(&hold_released, 0, __ATOMIC_RELEASE);
+            CUDA_OK(cudaLaunchHostFunc(NULL, hold_stream, NULL));
+        }
         CUDA_OK(cudaEventRecord(e0, NULL));
         SK_OK(run_region(c, r, attn));
         CUDA_OK(cudaEventRecord(e1, NULL));
+        if (held) __atomic_store_n(&hold_released, 1, __ATOMIC_RELEASE);
         CUDA_OK(cudaEventSynchronize(e1));
         CUDA_OK(cudaEventElapsedTime(&ms[i], e0, e1));
     }
@@ -206,6 +235,11 @@ static int time_region(bench_ctx *c, region r, const sk_attention_desc *attn, in
     CUDA_OK(cudaEventDestroy(e0));
     CUDA_OK(cudaEventDestroy(e1));
     return 0;
+}
+
+static int time_region(bench_ctx *c, region r, const sk_attention_desc *attn, int reps,
+                       double *median_us, double *min_us) {
+    return time_region_mode(c, r, attn, reps, 0, median_us, min_us);
 }
 
 /* Fill n bf16 elements by repeating a random pattern, starting at `shift`. */
@@ -331,6 +365,11 @@ static void bench_config(const cfg *f, const char *commit, int reps, const sk_de
                                R_TOPK,  R_FROM_SCORES, R_POOL_SELECT};
     for (int i = 0; i < 7; ++i)
         if (time_region(&c, regions[i], &c.attn, reps, &med[i], &mn[i]) != 0) med[i] = mn[i] = -1;
+    /* Per call with the stream held until the call is enqueued (GPU time). */
+    double held[4], held_min[4];
+    const region held_regions[4] = {R_SELECTION, R_POOL_SELECT, R_ATTENTION, R_TOPK};
+    for (int i = 0; i < 4; ++i)
+        time_region_mode(&c, held_regions[i], &c.attn, reps, 1, &held[i], &held_min[i]);
     /* Back to back, and the host's enqueue time per call. */
     double pipe_sel, pipe_ps, pipe_attn, host_sel, host_ps, host_attn;
     time_pipelined(&c, R_SELECTION, &c.attn, reps, &pipe_sel, &host_sel);
@@ -371,6 +410,9 @@ static void bench_config(const cfg *f, const char *commit, int reps, const sk_de
            "\"sink_blocks\": %d, \"local_blocks\": %d, \"causal\": true, \"per_kv_head\": %s, "
            "\"capacity\": %d, \"selected_blocks\": %lld, \"rows_full\": %s, \"layout_valid\": %s, "
            "\"reps\": %d, "
+           "\"held_selection_us\": %.1f, \"held_pool_select_us\": %.1f, "
+           "\"held_attention_us\": %.1f, \"held_topk_us\": %.1f, "
+           "\"held_pool_select_over_attention\": %.4f, \"held_rate_vs_attention_only\": %.4f, "
            "\"pipelined_selection_us\": %.1f, \"pipelined_pool_select_us\": %.1f, "
            "\"pipelined_attention_us\": %.1f, \"pipelined_pool_select_over_attention\": %.4f, "
            "\"host_enqueue_selection_us\": %.1f, \"host_enqueue_pool_select_us\": %.1f, "
@@ -389,7 +431,8 @@ static void bench_config(const cfg *f, const char *commit, int reps, const sk_de
            sk_build_info(), (long long)f->b, (long long)f->hq, (long long)f->hkv, (long long)f->s,
            (long long)f->d, (int)f->block, (int)f->k, (int)f->sinks, (int)f->local,
            f->per_kv ? "true" : "false", (int)cap, (long long)nnz_blocks, full ? "true" : "false",
-           valid == SK_STATUS_SUCCESS ? "true" : "false", reps, pipe_sel, pipe_ps, pipe_attn,
+           valid == SK_STATUS_SUCCESS ? "true" : "false", reps, held[0], held[1], held[2], held[3],
+           held[1] / held[2], held[2] / held[3], pipe_sel, pipe_ps, pipe_attn,
            pipe_ps / pipe_attn, host_sel, host_ps, host_attn, med[0], med[1], med[2], med[6],
            mn[6], med[6] / med[3], med[3],
            med[4], med[5], med[1] - med[5], mn[2], mn[3], mn[4], med80, med90, med_sel80, med[2] / med[3], med[3] / med[4],
