@@ -21,9 +21,11 @@
  *          the pooling split them (q_tiles), then bulk-copies two K tiles
  *          (cp.async.bulk, one thread, mbarrier). Per column tile
  *          each warpgroup (64 rows) issues 3 x D/16 wgmma m64n128k16 and
- *          waits; the tile after next is copied into the buffer just read,
- *          and the fragments are scaled and stored (streaming: the
- *          selection reads the scores once). (Two accumulators, the next
+ *          waits; the tile after next is copied into the buffer just read
+ *          (by warp 0, once every warp has arrived at that buffer's named
+ *          barrier; the other warps do not wait), and the fragments are
+ *          scaled and stored (streaming: the selection reads the scores
+ *          once). (Two accumulators, the next
  *          tile's wgmma under this tile's stores, measured slower: 54.7
  *          against 47.7 us, docs/perf/topk.md step 12.)
  *
@@ -314,11 +316,23 @@ __global__ void __launch_bounds__(SR_THREADS, 1)
             cf[n] = *(const float2 *)(k_meta + 4 * (2 * (lane & 3) + 8 * n));
             fast &= cf[n].x != 0.f && cf[n].y != 0.f;
         }
-        __syncthreads(); /* both warpgroups are done with this K buffer */
-        if (tid == 0 && jt + 2 < ntj)
-            sr_copy_tile(s_base + SR_OPERAND * (1 + buf),
-                         so->k_tiles + (k_tile0 + jt + 2) * tile_bytes, tile_bytes,
-                         bar_k0 + 8 * buf);
+        /* This thread is done with K buffer `buf` (its wgmma group complete,
+         * its factors read). Only warp 0, which refills the buffer, waits
+         * for the others; the rest go straight on to their stores, so that
+         * one warpgroup's stores can run under the other's wgmma. One named
+         * barrier per buffer: a warp reaches its next arrival at a buffer's
+         * barrier only after the refill that follows this one. */
+        if (jt + 2 < ntj) {
+            if (warp == 0) {
+                sk_bar_sync(1 + buf, SR_THREADS);
+                if (lane == 0)
+                    sr_copy_tile(s_base + SR_OPERAND * (1 + buf),
+                                 so->k_tiles + (k_tile0 + jt + 2) * tile_bytes, tile_bytes,
+                                 bar_k0 + 8 * buf);
+            } else {
+                sk_bar_arrive(1 + buf, SR_THREADS);
+            }
+        }
         const int32_t j0 = jt * SC_TN + 2 * (lane & 3);
         /* Every factor of this thread exact, and the tile inside the row
          * with float2-aligned rows: the common case, straight-line. acc[4 n + e]:
