@@ -132,7 +132,9 @@ static int pool_splits(const sk_topk_problem *p, int hopper) {
 }
 
 /* with_pool: sk_pool_select_topk's workspace, the selection's (with scores)
- * followed by the pooled Q and K and the split Q tiles. */
+ * followed by one region that holds either the split Q tiles and their
+ * exponents (a pooling that splits, pool_splits) or the fp32 pooled Q and K
+ * (one that does not): a call uses one of the two, never both. */
 static ws_layout workspace_layout(const sk_topk_problem *p, int with_scores, int with_pool) {
     ws_layout w;
     w.scores_off = 0;
@@ -158,12 +160,15 @@ static ws_layout workspace_layout(const sk_topk_problem *p, int with_scores, int
             split ? (size_t)p->slices * (size_t)((p->row_blocks + SC_TM - 1) / SC_TM) : 0;
         w.q_split_off = align_up(w.total);
         w.q_rows_off = w.q_split_off + q_tiles * tile_bytes;
-        w.pooled_q_off = align_up(w.q_rows_off + q_tiles * SC_TM * 4);
+        const size_t split_end = w.q_rows_off + q_tiles * SC_TM * 4;
+        w.pooled_q_off = w.q_split_off;
         w.pooled_k_off =
             w.pooled_q_off + align_up((size_t)(p->batch * p->heads_q * p->row_blocks) *
                                       (size_t)p->head_dim * 4);
-        w.total = w.pooled_k_off + (size_t)(p->batch * p->heads_kv * p->col_blocks) *
-                                       (size_t)p->head_dim * 4;
+        const size_t pooled_end = w.pooled_k_off + (size_t)(p->batch * p->heads_kv *
+                                                            p->col_blocks) *
+                                                       (size_t)p->head_dim * 4;
+        w.total = split_end > pooled_end ? split_end : pooled_end;
     }
     return w;
 }

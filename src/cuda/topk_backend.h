@@ -39,9 +39,9 @@
  *                        tiles and row exponents (topk_kernels.cuh)
  * sk_layout_from_scores needs the regions from the counts on, from offset 0.
  * sk_pool_select_topk's workspace (sk_cuda_topk_pool_select_workspace_size)
- * is that of sk_select_topk followed by the split Q tiles and their row
- * exponents (written by the pooling when it splits), then the fp32 pooled
- * Q and K (written when it does not).
+ * is that of sk_select_topk followed by one region, 256-aligned, that holds
+ * either the split Q tiles and their row exponents (written by the pooling
+ * when it splits) or the fp32 pooled Q and K (written when it does not).
  */
 #ifndef SK_CUDA_TOPK_BACKEND_H
 #define SK_CUDA_TOPK_BACKEND_H
