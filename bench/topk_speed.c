@@ -369,7 +369,8 @@ static void bench_config(const cfg *f, const char *commit, int reps, const sk_de
     double held[4], held_min[4];
     const region held_regions[4] = {R_SELECTION, R_POOL_SELECT, R_ATTENTION, R_TOPK};
     for (int i = 0; i < 4; ++i)
-        time_region_mode(&c, held_regions[i], &c.attn, reps, 1, &held[i], &held_min[i]);
+        if (time_region_mode(&c, held_regions[i], &c.attn, reps, 1, &held[i], &held_min[i]) != 0)
+            held[i] = held_min[i] = -1;
     /* Back to back, and the host's enqueue time per call. */
     double pipe_sel, pipe_ps, pipe_attn, host_sel, host_ps, host_attn;
     time_pipelined(&c, R_SELECTION, &c.attn, reps, &pipe_sel, &host_sel);

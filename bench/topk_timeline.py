@@ -69,7 +69,8 @@ def run(fn, q, k, kk, reps, per_call):
 
 
 def kernels_of(prof):
-    """Every kernel and event-record marker on the device, in start order."""
+    """Every device activity (kernels, and memsets or copies if any) as
+    (start, end, name), in start order."""
     out = []
     for ev in prof.events():
         if ev.device_type == torch.autograd.DeviceType.CUDA:

@@ -37,8 +37,8 @@
  *            keys (NaN, -inf, forced and non-candidate blocks -> key 0,
  *            -0 -> +0). With k <= 32 and at most 1024 key blocks, the
  *            register selection (sk_topk_select_reg_kernel, one launch:
- *            rows of more than 512 candidates with 32 scores per lane
- *            first, then the rest with 16): the filter path below on register-resident
+ *            rows of over 512 candidates (32 scores per lane) first, the
+ *            rest with 16): the filter path below on register-resident
  *            scores, after which the take largest gathered composites and
  *            the forced blocks are written straight to their places in the
  *            row (a count of selected and forced blocks before each), both
