@@ -388,6 +388,16 @@ int main(void) {
     CUDA_OK(cudaEventCreate(&e0));
     CUDA_OK(cudaEventCreate(&e1));
 
+    /* SK_PROBE_KEEP_ONLY: only the "keep" group below (and plain 4), run
+     * twice when SK_PROBE_PERSIST_MB is set: before and after setting the
+     * device's persisting-L2 limit to that many MB (the part of L2 that
+     * evict_last lines may hold; 0 by default). */
+    const int keep_only = getenv("SK_PROBE_KEEP_ONLY") != NULL;
+    const char *persist_mb = getenv("SK_PROBE_PERSIST_MB");
+    if (keep_only) {
+        TIME("plain 4", (plain_read<4><<<sms * 4, 512>>>((const uint4 *)x, (int64_t)(nbytes / 16), sink)));
+        goto keep_group;
+    }
     TIME("plain 1", (plain_read<1><<<sms * 8, 512>>>((const uint4 *)x, (int64_t)(nbytes / 16), sink)));
     TIME("plain 4", (plain_read<4><<<sms * 4, 512>>>((const uint4 *)x, (int64_t)(nbytes / 16), sink)));
     TIME("plain 8", (plain_read<8><<<sms * 4, 256>>>((const uint4 *)x, (int64_t)(nbytes / 16), sink)));
@@ -412,29 +422,39 @@ int main(void) {
     TIME("persist 512, st", (pool_rows_persistent<<<512, 2 * CONSUMERS>>>(x, out_tma, ITEMS / 2, 1)));
     TIME("persist 1024, st", (pool_rows_persistent<<<1024, 2 * CONSUMERS>>>(x, out_tma, ITEMS / 2, 1)));
     TIME("pool regs, whole rows 3", (pool_regs_rows<<<ITEMS / 2, 2 * CONSUMERS>>>(x, out_tma)));
-    {
-        const int64_t n4 = (int64_t)(out_bytes / 16), lines = (int64_t)(out_bytes / 128);
-        TIME("keep: pool rows st", (pool_regs_rows<<<ITEMS / 2, 2 * CONSUMERS>>>(x, out_tma)));
-        TIME("keep: pool rows evict_last", (pool_rows_keep<<<ITEMS / 2, 2 * CONSUMERS>>>(x, out_tma)));
-        TIME("keep: st + read", (pool_regs_rows<<<ITEMS / 2, 2 * CONSUMERS>>>(x, out_tma),
-                                 read_out<<<sms * 4, 512>>>((const float4 *)out_tma, n4, sink)));
-        TIME("keep: evict_last + read", (pool_rows_keep<<<ITEMS / 2, 2 * CONSUMERS>>>(x, out_tma),
-                                         read_out<<<sms * 4, 512>>>((const float4 *)out_tma, n4, sink)));
-        TIME("keep: el + read + discard", (pool_rows_keep<<<ITEMS / 2, 2 * CONSUMERS>>>(x, out_tma),
-                                           read_out<<<sms * 4, 512>>>((const float4 *)out_tma, n4, sink),
-                                           discard_out<<<sms * 4, 512>>>((char *)out_tma, lines)));
-        TIME("keep: st + read + discard", (pool_regs_rows<<<ITEMS / 2, 2 * CONSUMERS>>>(x, out_tma),
-                                           read_out<<<sms * 4, 512>>>((const float4 *)out_tma, n4, sink),
-                                           discard_out<<<sms * 4, 512>>>((char *)out_tma, lines)));
-        TIME("keep: el + read + discard + plain", (pool_rows_keep<<<ITEMS / 2, 2 * CONSUMERS>>>(x, out_tma),
-                                           read_out<<<sms * 4, 512>>>((const float4 *)out_tma, n4, sink),
-                                           discard_out<<<sms * 4, 512>>>((char *)out_tma, lines),
-                                           plain_read<4><<<sms * 4, 512>>>((const uint4 *)x, (int64_t)(nbytes / 16), sink)));
-        TIME("keep: st + read + plain", (pool_regs_rows<<<ITEMS / 2, 2 * CONSUMERS>>>(x, out_tma),
-                                           read_out<<<sms * 4, 512>>>((const float4 *)out_tma, n4, sink),
-                                           plain_read<4><<<sms * 4, 512>>>((const uint4 *)x, (int64_t)(nbytes / 16), sink)));
-        TIME("keep: read alone", (read_out<<<sms * 4, 512>>>((const float4 *)out_tma, n4, sink)));
+keep_group:
+    for (int round = 0; round < (persist_mb != NULL ? 2 : 1); ++round) {
+        if (round == 1) {
+            size_t got = 0;
+            CUDA_OK(cudaDeviceSetLimit(cudaLimitPersistingL2CacheSize, (size_t)atoi(persist_mb) << 20));
+            CUDA_OK(cudaDeviceGetLimit(&got, cudaLimitPersistingL2CacheSize));
+            printf("persisting L2 limit: %zu bytes (device max %d)\n", got, prop.persistingL2CacheMaxSize);
+        }
+        {
+            const int64_t n4 = (int64_t)(out_bytes / 16), lines = (int64_t)(out_bytes / 128);
+            TIME("keep: pool rows st", (pool_regs_rows<<<ITEMS / 2, 2 * CONSUMERS>>>(x, out_tma)));
+            TIME("keep: pool rows evict_last", (pool_rows_keep<<<ITEMS / 2, 2 * CONSUMERS>>>(x, out_tma)));
+            TIME("keep: st + read", (pool_regs_rows<<<ITEMS / 2, 2 * CONSUMERS>>>(x, out_tma),
+                                     read_out<<<sms * 4, 512>>>((const float4 *)out_tma, n4, sink)));
+            TIME("keep: evict_last + read", (pool_rows_keep<<<ITEMS / 2, 2 * CONSUMERS>>>(x, out_tma),
+                                             read_out<<<sms * 4, 512>>>((const float4 *)out_tma, n4, sink)));
+            TIME("keep: el + read + discard", (pool_rows_keep<<<ITEMS / 2, 2 * CONSUMERS>>>(x, out_tma),
+                                               read_out<<<sms * 4, 512>>>((const float4 *)out_tma, n4, sink),
+                                               discard_out<<<sms * 4, 512>>>((char *)out_tma, lines)));
+            TIME("keep: st + read + discard", (pool_regs_rows<<<ITEMS / 2, 2 * CONSUMERS>>>(x, out_tma),
+                                               read_out<<<sms * 4, 512>>>((const float4 *)out_tma, n4, sink),
+                                               discard_out<<<sms * 4, 512>>>((char *)out_tma, lines)));
+            TIME("keep: el + read + discard + plain", (pool_rows_keep<<<ITEMS / 2, 2 * CONSUMERS>>>(x, out_tma),
+                                               read_out<<<sms * 4, 512>>>((const float4 *)out_tma, n4, sink),
+                                               discard_out<<<sms * 4, 512>>>((char *)out_tma, lines),
+                                               plain_read<4><<<sms * 4, 512>>>((const uint4 *)x, (int64_t)(nbytes / 16), sink)));
+            TIME("keep: st + read + plain", (pool_regs_rows<<<ITEMS / 2, 2 * CONSUMERS>>>(x, out_tma),
+                                               read_out<<<sms * 4, 512>>>((const float4 *)out_tma, n4, sink),
+                                               plain_read<4><<<sms * 4, 512>>>((const uint4 *)x, (int64_t)(nbytes / 16), sink)));
+            TIME("keep: read alone", (read_out<<<sms * 4, 512>>>((const float4 *)out_tma, n4, sink)));
+        }
     }
+    if (keep_only) return 0;
     TIME("pool regs (again)", (pool_regs<<<ITEMS, CONSUMERS>>>(x, out_regs)));
     TIME("plain 4 (again)", (plain_read<4><<<sms * 4, 512>>>((const uint4 *)x, (int64_t)(nbytes / 16), sink)));
     run_ring<6, 8>("pool tma 6x8", "copy tma 6x8", x, out_tma, sms, bytes, e0, e1);

@@ -513,6 +513,8 @@ typedef struct select_params {
     int32_t *scratch;    /* [total_rows, row_cap] */
     row_table table;     /* filled (register selection only) */
     int32_t per_slice;   /* capacity / slices: each slice's part of col_indices */
+    int32_t vec;         /* != 0: scores 16-byte aligned and col_blocks % 4 == 0 (16-byte
+                            row loads in the register selection) */
 } select_params;
 
 /* Larger score -> larger key; 0 for scores never picked (NaN, -inf). -0 and
@@ -573,16 +575,6 @@ static __device__ __forceinline__ uint32_t radix_pick(const uint32_t *hist, int 
     }
     *kk = __shfl_sync(0xffffffffu, rest, src);
     return (uint32_t)__shfl_sync(0xffffffffu, digit, src);
-}
-
-/* How many of the blocks lane, lane + 32, lane + 64, ... lie below `end`. */
-static __device__ __forceinline__ int32_t lane_count(int32_t end, int lane) {
-    return end > lane ? (end - lane + 31) / 32 : 0;
-}
-
-/* Bits 0 .. c - 1 set (c >= 0). */
-static __device__ __forceinline__ uint32_t bits_below(int32_t c) {
-    return c >= 32 ? 0xffffffffu : (1u << c) - 1u;
 }
 
 __global__ void __launch_bounds__(SEL_WARPS * 32) sk_topk_select_kernel(const __grid_constant__ select_params sp) {
@@ -712,6 +704,20 @@ __global__ void __launch_bounds__(SEL_WARPS * 32) sk_topk_select_kernel(const __
     if (lane == 0) sp.counts[g] = written < p->row_cap ? written : p->row_cap;
 }
 
+/* Whether block j of a row (n candidates, sinks below sink_end, the local
+ * window lo .. lo + local_len - 1) can be picked by score. */
+static __device__ __forceinline__ bool pickable(int32_t j, int32_t n, int32_t sink_end,
+                                                int32_t lo, uint32_t local_len) {
+    return (uint32_t)(j - sink_end) < (uint32_t)(n - sink_end) && (uint32_t)(j - lo) >= local_len;
+}
+
+/* Block j's key: 0 unless it is pickable. */
+static __device__ __forceinline__ uint32_t pick_key(const float *row, int32_t j, int32_t n,
+                                                    int32_t sink_end, int32_t lo,
+                                                    uint32_t local_len) {
+    return pickable(j, n, sink_end, lo, local_len) ? score_key(row[j]) : 0u;
+}
+
 /* The selection for rows of at most 32 * KEYS candidates and k <= 32, one
  * warp per row, each lane holding the keys of blocks lane + 32 e in
  * registers (same keys, rules and result as sk_topk_select_kernel). Warp w
@@ -719,16 +725,18 @@ __global__ void __launch_bounds__(SEL_WARPS * 32) sk_topk_select_kernel(const __
  * candidate count grows with the row, so the host splits the rows at the
  * last one with at most 16 * 32 candidates, and the shorter rows run with
  * KEYS = 16 (fewer instructions per row).
- *   1. the scores (only the 32-wide stripes that hold candidates), with
- *      forced and non-candidate blocks, NaN and -inf set to -inf: on the
- *      rest, the score order is the key order; the count of pickable
- *      blocks, each lane's largest score;
- *   2. t = the take-th largest lane maximum (-FLT_MAX when every pickable
- *      block is taken); gather the m pickable scores >= t as (key, ~index)
- *      composites, which hold the take largest: each lane marks its
- *      passing stripes in a bit mask, a warp scan of the mask counts gives
- *      each lane its place, and each lane then reloads only its passing
- *      scores (from L1) to write them, lane after lane;
+ *   1. the scores, register 4 q + c of a lane holding block
+ *      4 lane + 128 q + c (one 16-byte load per group of 128 blocks where
+ *      the rows are aligned); in each group that is not wholly pickable,
+ *      the forced and non-candidate blocks set to -inf; each lane's
+ *      largest score (fmaxf skips NaN);
+ *   2. t = the k-th largest lane maximum, or -FLT_MAX when fewer than k
+ *      lanes hold a pickable score; gather the m pickable scores >= t
+ *      (NaN and -inf never pass) as (key, ~index) composites, which hold
+ *      the take = min(k, m) largest: each lane marks its passing registers
+ *      in a bit mask, a warp scan of the mask counts gives each lane its
+ *      place, and each lane then reloads only its passing scores (from
+ *      L1) to write them, lane after lane;
  *   3. if m <= SEL_FILTER, the selected are the take largest composites:
  *      a composite's rank (the number of larger ones) below take puts its
  *      block at that rank in a table; the row is written straight from the
@@ -737,14 +745,15 @@ __global__ void __launch_bounds__(SEL_WARPS * 32) sk_topk_select_kernel(const __
  *      each entry's place is a count of selected blocks and forced blocks
  *      before it;
  *   4. else (many keys tied at t) the 4-pass radix select of
- *      sk_topk_select_kernel on the register keys and its index-ordered pass.
+ *      sk_topk_select_kernel on keys reloaded in 32-wide stripes, and its
+ *      index-ordered pass.
  * A row shorter than its bound (NaN / -inf scores) raises the flag that
  * makes the placement compact. */
 template <int KEYS>
 static __device__ __forceinline__ void select_reg_row(const select_params &sp, int32_t row_first,
                                                       int32_t row_count, int32_t w,
                                                       uint32_t *hist, int32_t *taken) {
-    static_assert(KEYS % 8 == 0 && KEYS <= SEL_REG_KEYS, "keys per lane: loads in groups of 8");
+    static_assert(KEYS % 4 == 0 && KEYS <= SEL_REG_KEYS, "keys per lane: groups of 4");
     static_assert(SEL_REG_K <= 32 && SEL_FILTER * 8 <= 256 * 4, "filter bound and buffer");
     const sk_topk_problem *p = &sp.p;
     const int lane = (int)(threadIdx.x & 31);
@@ -756,42 +765,64 @@ static __device__ __forceinline__ void select_reg_row(const select_params &sp, i
     const uint32_t local_len = hi >= lo ? (uint32_t)(hi - lo + 1) : 0u;
     const float *row = sp.scores + (int64_t)g * p->col_blocks;
     uint64_t *cand = (uint64_t *)(void *)hist; /* SEL_FILTER entries, shares hist */
-    const uint32_t lt = (1u << lane) - 1u;
-    const int32_t stripes = (n + 31) / 32;
 
-    /* Every load is issued before the first score is used. */
+    /* Register e = 4 q + c holds block 4 lane + 128 q + c: group q is 128
+     * consecutive blocks, 4 per lane, one 16-byte load where the rows allow
+     * it (sp.vec). A lane past the row reloads its last quad (the mask below
+     * drops those blocks), so that no load needs a predicate. Every load is
+     * issued before the first score is used. */
+    const int32_t lane4 = 4 * lane;
     float sc[KEYS];
+    if (n > 0) {
+        if (sp.vec) {
+            const int32_t last = (n - 1) & ~3; /* a whole quad: col_blocks % 4 == 0 */
 #pragma unroll
-    for (int e8 = 0; e8 < KEYS; e8 += 8) {
-        if (32 * e8 < n) {
+            for (int q = 0; q < KEYS / 4; ++q) {
+                if (128 * q < n) {
+                    const int32_t j = lane4 + 128 * q;
+                    const float4 v = *(const float4 *)(const void *)(row + (j < last ? j : last));
+                    sc[4 * q + 0] = v.x;
+                    sc[4 * q + 1] = v.y;
+                    sc[4 * q + 2] = v.z;
+                    sc[4 * q + 3] = v.w;
+                }
+            }
+        } else {
 #pragma unroll
-            for (int e = e8; e < e8 + 8; ++e) {
-                const int32_t j = lane + 32 * e;
-                sc[e] = j < n ? row[j] : 0.f;
+            for (int q = 0; q < KEYS / 4; ++q) {
+                if (128 * q < n) {
+#pragma unroll
+                    for (int c = 0; c < 4; ++c) {
+                        const int32_t j = lane4 + 128 * q + c;
+                        sc[4 * q + c] = row[j < n ? j : n - 1];
+                    }
+                }
             }
         }
     }
-    /* Bit e of `pick`: block lane + 32 e is a candidate and not forced. The
-     * scores of the other blocks, NaN and -inf become -inf, so that from
-     * here on comparing scores is comparing keys (the key order is the
-     * score order, with -0 == +0 in both). */
-    const uint32_t pick = bits_below(lane_count(n, lane)) & ~bits_below(lane_count(sink_end, lane)) &
-                          ~(bits_below(lane_count(hi + 1, lane)) & ~bits_below(lane_count(lo, lane)));
+    /* Only groups that are not wholly pickable are masked: there the
+     * forced blocks and those past the candidates become -inf, as does every
+     * block of a group past the row (whose registers were not loaded). NaN
+     * and -inf may stay elsewhere: fmaxf ignores NaN, and neither passes the
+     * threshold below (t >= -FLT_MAX), so from here on comparing scores is
+     * comparing keys (the key order is the score order, with -0 == +0 in
+     * both). */
     const float neg_inf = __int_as_float((int)0xff800000u);
-    /* No stripe test: stripes past the row have no bit in `pick` (their
-     * registers were not loaded and are overwritten here). */
-    int32_t valid = 0;
     float lane_max = neg_inf;
 #pragma unroll
-    for (int e = 0; e < KEYS; ++e) {
-        const bool ok = ((pick >> e) & 1u) != 0u && sc[e] > neg_inf; /* false for NaN */
-        sc[e] = ok ? sc[e] : neg_inf;
-        valid += ok;
-        lane_max = fmaxf(lane_max, sc[e]);
-    }
+    for (int q = 0; q < KEYS / 4; ++q) {
+        const int32_t g0 = 128 * q;
+        const bool whole = g0 >= sink_end && g0 + 128 <= n && (g0 + 128 <= lo || g0 > hi);
+        if (!whole) {
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) valid += __shfl_xor_sync(0xffffffffu, valid, o);
-    const int32_t take = p->k < valid ? p->k : valid;
+            for (int c = 0; c < 4; ++c) {
+                const int32_t j = lane4 + g0 + c;
+                sc[4 * q + c] = pickable(j, n, sink_end, lo, local_len) ? sc[4 * q + c] : neg_inf;
+            }
+        }
+        lane_max = fmaxf(lane_max, fmaxf(fmaxf(sc[4 * q], sc[4 * q + 1]),
+                                         fmaxf(sc[4 * q + 2], sc[4 * q + 3])));
+    }
     /* Forced: the sinks, then the local run lo2 .. hi beyond them. */
     const int32_t lo2 = lo > sink_end ? lo : sink_end;
     const int32_t local_cnt = hi >= lo2 ? hi - lo2 + 1 : 0;
@@ -806,12 +837,15 @@ static __device__ __forceinline__ void select_reg_row(const select_params &sp, i
     const int32_t first = slice * sp.per_slice + sp.table.place[r].x;
     int32_t *fin = p->col_indices + first;
 
+    /* t = the k-th largest lane maximum, or -FLT_MAX where fewer than k
+     * lanes hold a pickable score. In the first case at least k scores pass
+     * (the k lane maxima >= t), so take = k; in the second every pickable
+     * score passes, and m is their count. Either way the m passing scores
+     * hold the take largest. */
     int32_t m = 0;
-    if (take > 0) {
-        /* -FLT_MAX: every pickable score (finite or +inf) passes. */
-        float t = -FLT_MAX;
-        if (take < valid) t = fmaxf(warp_kth_largest(lane_max, lane, take), -FLT_MAX);
-        uint32_t passing = 0u; /* bit e: stripe e's score is >= t (never -inf: t >= -FLT_MAX) */
+    if (p->k > 0) {
+        const float t = fmaxf(warp_kth_largest(lane_max, lane, p->k), -FLT_MAX);
+        uint32_t passing = 0u; /* bit e: register e's score is >= t (never -inf or NaN) */
 #pragma unroll
         for (int e = 0; e < KEYS; ++e)
             if (sc[e] >= t) passing |= 1u << e;
@@ -821,12 +855,14 @@ static __device__ __forceinline__ void select_reg_row(const select_params &sp, i
          * be indexed at run time); they are pickable, so the raw score is
          * the masked one. */
         for (int32_t pos = incl - c; passing != 0u && pos < SEL_FILTER; ++pos) {
-            const int32_t j = lane + 32 * (__ffs((int)passing) - 1);
+            const int e = __ffs((int)passing) - 1;
+            const int32_t j = lane4 + 128 * (e >> 2) + (e & 3);
             passing &= passing - 1u;
             cand[pos] = ((uint64_t)score_key(row[j]) << 32) | (uint32_t)~(uint32_t)j;
         }
         __syncwarp();
     }
+    const int32_t take = p->k < m ? p->k : m;
 
     int32_t written;
     if (m <= SEL_FILTER) {
@@ -855,18 +891,21 @@ static __device__ __forceinline__ void select_reg_row(const select_params &sp, i
         }
         written = forced + take;
     } else {
+        /* Many ties at t: the keys are reloaded (from L1) in stripes, block
+         * lane + 32 e, as the general kernel holds them, so that no score
+         * register stays live here. */
         __syncwarp(); /* cand shares hist: every lane is past the gather */
+        const uint32_t lt = (1u << lane) - 1u;
+        const int32_t stripes = (n + 31) / 32;
         uint32_t prefix = 0u;
         int32_t kk = take; /* rank of the wanted key among those matching prefix */
         for (int pass = 0; pass < 4; ++pass) {
             const int shift = 24 - 8 * pass;
             for (int e = lane; e < 256; e += 32) hist[e] = 0u;
             __syncwarp();
-#pragma unroll
-            for (int e = 0; e < KEYS; ++e) {
-                const uint32_t key = score_key(sc[e]); /* 0 for the dropped blocks */
-                if (e < stripes && key != 0u &&
-                    (pass == 0 || (key >> (shift + 8)) == (prefix >> (shift + 8))))
+            for (int32_t e = 0; e < stripes; ++e) {
+                const uint32_t key = pick_key(row, lane + 32 * e, n, sink_end, lo, local_len);
+                if (key != 0u && (pass == 0 || (key >> (shift + 8)) == (prefix >> (shift + 8))))
                     atomicAdd(&hist[(key >> shift) & 255u], 1u);
             }
             __syncwarp();
@@ -876,23 +915,20 @@ static __device__ __forceinline__ void select_reg_row(const select_params &sp, i
         /* Forced blocks, keys > prefix and the first kk keys == prefix, in
          * index order. */
         int32_t wr = 0, eq_seen = 0;
-#pragma unroll
-        for (int e = 0; e < KEYS; ++e) {
-            if (e < stripes) {
-                const int32_t j = lane + 32 * e;
-                const uint32_t key = score_key(sc[e]);
-                const int is_eq = key != 0u && key == prefix;
-                const uint32_t eq_mask = __ballot_sync(0xffffffffu, is_eq);
-                const int eq_sel = is_eq && eq_seen + __popc(eq_mask & lt) < kk;
-                eq_seen += __popc(eq_mask);
-                const int sel = (j < n && (j < sink_end || (uint32_t)(j - lo) < local_len)) ||
-                                key > prefix || eq_sel;
-                const uint32_t sel_mask = __ballot_sync(0xffffffffu, sel);
-                const int32_t pos = wr + __popc(sel_mask & lt);
-                if (sel && pos < p->row_cap) out[pos] = j;
-                if (sel && pos < bound) fin[pos] = j;
-                wr += __popc(sel_mask);
-            }
+        for (int32_t e = 0; e < stripes; ++e) {
+            const int32_t j = lane + 32 * e;
+            const uint32_t key = pick_key(row, j, n, sink_end, lo, local_len);
+            const int is_eq = key != 0u && key == prefix;
+            const uint32_t eq_mask = __ballot_sync(0xffffffffu, is_eq);
+            const int eq_sel = is_eq && eq_seen + __popc(eq_mask & lt) < kk;
+            eq_seen += __popc(eq_mask);
+            const int sel = (j < n && (j < sink_end || (uint32_t)(j - lo) < local_len)) ||
+                            key > prefix || eq_sel;
+            const uint32_t sel_mask = __ballot_sync(0xffffffffu, sel);
+            const int32_t pos = wr + __popc(sel_mask & lt);
+            if (sel && pos < p->row_cap) out[pos] = j;
+            if (sel && pos < bound) fin[pos] = j;
+            wr += __popc(sel_mask);
         }
         written = wr < p->row_cap ? wr : p->row_cap;
     }
@@ -1121,6 +1157,7 @@ static sk_status select_chain(const sk_topk_problem *p, char *base, ws_layout w,
     sel.scratch = scratch;
     sel.table = table;
     sel.per_slice = p->slices > 0 ? (int32_t)(p->capacity / p->slices) : 0;
+    sel.vec = ((uintptr_t)scores % 16 == 0) && p->col_blocks % 4 == 0;
     if (reg) {
         /* n_cand does not decrease with the row: rows 0 .. split - 1 have at
          * most 16 * 32 candidates. */
