@@ -34,6 +34,10 @@
  *                bit for bit;
  *   copy tma S R the same ring over contiguous 4 KB rows, no sums (the TMA
  *                read roofline).
+ *   keep: ...    the sums stored plainly or with an L2 evict_last policy,
+ *                then read back (step 14). SK_PROBE_KEEP_ONLY=1 runs only
+ *                this group; SK_PROBE_PERSIST_MB=N runs it again after
+ *                raising the device's persisting-L2 limit to N MB (step 15).
  * One CTA per SM unless the name says 2/SM.
  */
 #include <cuda_runtime.h>
