@@ -291,16 +291,28 @@ sk_status sk_block_pool(const sk_topk_desc *desc, const void *q, const void *k, 
     return sk_cuda_topk_pool(&p, stream);
 }
 
-/* The CUDA workspace of a selection (with_scores: sk_select_topk's, else
- * sk_layout_from_scores'): present, large enough and apart from the
- * layout; its size out (0 on the CPU, which needs none). */
-static sk_status check_select_workspace(const sk_topk_problem *p, int with_scores,
+/* The selections, by the workspace each needs. */
+typedef enum { SEL_FROM_SCORES, SEL_SCORED, SEL_POOLED } select_kind;
+
+/* Workspace bytes of a selection (0 on the CPU, which needs none):
+ * sk_layout_from_scores' (SEL_FROM_SCORES), sk_select_topk's (SEL_SCORED)
+ * or sk_pool_select_topk's (SEL_POOLED). */
+static sk_status select_bytes(const sk_topk_problem *p, select_kind kind, size_t *bytes) {
+    *bytes = 0;
+    if (p->backend == SK_BACKEND_CPU) return SK_STATUS_SUCCESS;
+    if (kind == SEL_POOLED) return sk_cuda_topk_pool_select_workspace_size(p, bytes);
+    return sk_cuda_topk_workspace_size(p, kind == SEL_SCORED, bytes);
+}
+
+/* The workspace of a selection (select_bytes): present, large enough and
+ * apart from the layout; its size out (0 on the CPU). */
+static sk_status check_select_workspace(const sk_topk_problem *p, select_kind kind,
                                         const sk_bsr *layout, const void *workspace,
                                         size_t workspace_size, int64_t *ws) {
-    *ws = 0;
-    if (p->backend == SK_BACKEND_CPU) return SK_STATUS_SUCCESS;
     size_t need;
-    SK_TRY(sk_cuda_topk_workspace_size(p, with_scores, &need));
+    *ws = 0;
+    SK_TRY(select_bytes(p, kind, &need));
+    if (need == 0) return SK_STATUS_SUCCESS;
     SK_TRY(check_workspace(workspace, workspace_size, need));
     *ws = (int64_t)need;
     return check_layout_apart(p, layout, workspace, *ws, "workspace");
@@ -336,7 +348,7 @@ sk_status sk_select_topk(const sk_topk_desc *desc, const float *pooled_q, const 
     SK_TRY(check_layout_apart(&p, layout, pooled_q, pq, "pooled_q"));
     SK_TRY(check_layout_apart(&p, layout, pooled_k, pk, "pooled_k"));
     int64_t ws;
-    SK_TRY(check_select_workspace(&p, 1, layout, workspace, workspace_size, &ws));
+    SK_TRY(check_select_workspace(&p, SEL_SCORED, layout, workspace, workspace_size, &ws));
     if (ws > 0) {
         SK_TRY(sk_check_disjoint(workspace, ws, "workspace", pooled_q, pq, "pooled_q"));
         SK_TRY(sk_check_disjoint(workspace, ws, "workspace", pooled_k, pk, "pooled_k"));
@@ -346,13 +358,6 @@ sk_status sk_select_topk(const sk_topk_desc *desc, const float *pooled_q, const 
     return run_select(&p, 0, layout, workspace, workspace_size, stream);
 }
 
-/* Workspace bytes of the pool-and-select chain (0 on the CPU). */
-static sk_status pool_select_bytes(const sk_topk_problem *p, size_t *bytes) {
-    *bytes = 0;
-    if (p->backend == SK_BACKEND_CPU) return SK_STATUS_SUCCESS;
-    return sk_cuda_topk_pool_select_workspace_size(p, bytes);
-}
-
 sk_status sk_pool_select_topk_workspace_size(const sk_topk_desc *desc, size_t *workspace_bytes) {
     SK_ENTER("sk_pool_select_topk_workspace_size");
     SK_CHECK_NOT_NULL(workspace_bytes);
@@ -360,7 +365,7 @@ sk_status sk_pool_select_topk_workspace_size(const sk_topk_desc *desc, size_t *w
     SK_TRY(build_problem(desc, &p));
     SK_TRY(check_cuda_head_dim(&p));
     size_t need;
-    SK_TRY(pool_select_bytes(&p, &need));
+    SK_TRY(select_bytes(&p, SEL_POOLED, &need));
     *workspace_bytes = need; /* written only on success */
     return SK_STATUS_SUCCESS;
 }
@@ -376,12 +381,9 @@ sk_status sk_pool_select_topk(const sk_topk_desc *desc, const void *q, const voi
     SK_TRY(check_layout_out(&p, layout));
     SK_TRY(check_layout_apart(&p, layout, q, q_bytes, "q"));
     SK_TRY(check_layout_apart(&p, layout, k, k_bytes, "k"));
-    size_t need;
-    SK_TRY(pool_select_bytes(&p, &need));
-    if (need > 0) {
-        SK_TRY(check_workspace(workspace, workspace_size, need));
-        const int64_t ws = (int64_t)need;
-        SK_TRY(check_layout_apart(&p, layout, workspace, ws, "workspace"));
+    int64_t ws;
+    SK_TRY(check_select_workspace(&p, SEL_POOLED, layout, workspace, workspace_size, &ws));
+    if (ws > 0) {
         SK_TRY(sk_check_disjoint(workspace, ws, "workspace", q, q_bytes, "q"));
         SK_TRY(sk_check_disjoint(workspace, ws, "workspace", k, k_bytes, "k"));
     }
@@ -402,7 +404,7 @@ sk_status sk_layout_from_scores(const sk_topk_desc *desc, const float *scores, s
     const int64_t sb = (int64_t)p.total_rows * p.col_blocks * 4;
     SK_TRY(check_layout_apart(&p, layout, scores, sb, "scores"));
     int64_t ws;
-    SK_TRY(check_select_workspace(&p, 0, layout, workspace, workspace_size, &ws));
+    SK_TRY(check_select_workspace(&p, SEL_FROM_SCORES, layout, workspace, workspace_size, &ws));
     if (ws > 0) SK_TRY(sk_check_disjoint(workspace, ws, "workspace", scores, sb, "scores"));
     p.scores = scores;
     return run_select(&p, 0, layout, workspace, workspace_size, stream);
@@ -484,7 +486,7 @@ static sk_status plan_attention_topk(const sk_attention_desc *attn, const sk_top
     SK_TRY(sk_attention_problem_workspace_size(ap, &attn_bytes));
     memset(w, 0, sizeof *w);
     if (p->backend == SK_BACKEND_CPU) return SK_STATUS_SUCCESS;
-    SK_TRY(pool_select_bytes(p, &w->select_bytes));
+    SK_TRY(select_bytes(p, SEL_POOLED, &w->select_bytes));
     w->attn_off = align_up(w->select_bytes);
     w->attn_bytes = attn_bytes;
     w->total = w->attn_off + attn_bytes;
