@@ -99,6 +99,14 @@ def _backend_for(a, backend) -> Backend:
     return be
 
 
+def _qk_backend(aq, backend) -> Backend:
+    """The backend for q and k tokens: float16 / bfloat16, or float32 on the CPU."""
+    be = _backend_for(aq, backend)
+    if be != Backend.CPU and aq.dtype == DType.F32:
+        raise TypeError("float32 inputs are for the CPU backend only; use float16 or bfloat16 on CUDA")
+    return be
+
+
 def _desc(be, dtype, B, Sq, Sk, Hq, Hkv, D, block_q, block_k, scale, k, sinks, local, causal, per_kv_head,
           q_strides=None, k_strides=None) -> SkTopkDesc:
     d = SkTopkDesc()
@@ -208,9 +216,7 @@ def block_pool(q, k, block_q=128, block_k=128, *, backend=None):
     torch in, torch out on the same device.
     """
     aq, ak = _check_qk(q, k)
-    be = _backend_for(aq, backend)
-    if be != Backend.CPU and aq.dtype == DType.F32:
-        raise TypeError("float32 inputs are for the CPU backend only; use float16 or bfloat16 on CUDA")
+    be = _qk_backend(aq, backend)
     bq, bk = _block(block_q, "block_q"), _block(block_k, "block_k")
     B, Sq, Hq, D = aq.shape
     _, Sk, Hkv, _ = ak.shape
@@ -347,9 +353,7 @@ def pool_select_topk(
     DeviceLayout (CUDA tensors).
     """
     aq, ak = _check_qk(q, k)
-    be = _backend_for(aq, backend)
-    if be != Backend.CPU and aq.dtype == DType.F32:
-        raise TypeError("float32 inputs are for the CPU backend only; use float16 or bfloat16 on CUDA")
+    be = _qk_backend(aq, backend)
     bq, bk = _block(block_q, "block_q"), _block(block_k, "block_k")
     kk, sinks, local = _options(k_blocks, sink_blocks, local_blocks)
     B, Sq, Hq, D = aq.shape
@@ -487,9 +491,7 @@ def attention_topk(
     DeviceLayout (CUDA: nothing copied back). lse float32 [B, Hq, Sq].
     """
     aq, ak, av = _check_qkv(q, k, v)
-    be = _backend_for(aq, backend)
-    if be != Backend.CPU and aq.dtype == DType.F32:
-        raise TypeError("float32 inputs are for the CPU backend only; use float16 or bfloat16 on CUDA")
+    be = _qk_backend(aq, backend)
     bq, bk = _block(block_q, "block_q"), _block(block_k, "block_k")
     kk, sinks, local = _options(k_blocks, sink_blocks, local_blocks)
     sc = _scale(scale)
