@@ -128,6 +128,18 @@ typedef struct sel_cfg {
     int causal, per_kv, quant;
 } sel_cfg;
 
+/* A bf16 problem of c's shape and selection options (the data is the
+ * caller's). */
+static void sel_problem_init(tk_problem *t, const sel_cfg *c) {
+    tk_problem_init(t, gt_opt.backend, SK_DTYPE_BF16, c->b, c->sq, c->sk, c->hq, c->hkv, c->d,
+                    c->bq, c->bk);
+    t->desc.k = c->k;
+    t->desc.sink_blocks = c->sinks;
+    t->desc.local_blocks = c->local;
+    t->desc.mask = c->causal ? SK_MASK_CAUSAL : SK_MASK_NONE;
+    t->desc.per_kv_head = c->per_kv;
+}
+
 /* GPU selection output, downloaded. */
 typedef struct gpu_layout {
     int32_t rows, cap, nnz;
@@ -294,13 +306,7 @@ static int gpu_select_case(const sel_cfg *c, uint64_t seed) {
 
 static int gpu_select_case_range(const sel_cfg *c, uint64_t seed, int range) {
     tk_problem t;
-    tk_problem_init(&t, gt_opt.backend, SK_DTYPE_BF16, c->b, c->sq, c->sk, c->hq, c->hkv, c->d,
-                    c->bq, c->bk);
-    t.desc.k = c->k;
-    t.desc.sink_blocks = c->sinks;
-    t.desc.local_blocks = c->local;
-    t.desc.mask = c->causal ? SK_MASK_CAUSAL : SK_MASK_NONE;
-    t.desc.per_kv_head = c->per_kv;
+    sel_problem_init(&t, c);
     if (c->quant) t.desc.scale = 0.5f;
     char name[200];
     tk_describe(&t, name, sizeof name);
@@ -744,13 +750,7 @@ typedef struct ps_run {
  * that row's scores are NaN and it comes out short (the compaction path). */
 static int gpu_pool_select_case(const sel_cfg *c, int32_t nan_row, uint64_t seed) {
     tk_problem t;
-    tk_problem_init(&t, gt_opt.backend, SK_DTYPE_BF16, c->b, c->sq, c->sk, c->hq, c->hkv, c->d,
-                    c->bq, c->bk);
-    t.desc.k = c->k;
-    t.desc.sink_blocks = c->sinks;
-    t.desc.local_blocks = c->local;
-    t.desc.mask = c->causal ? SK_MASK_CAUSAL : SK_MASK_NONE;
-    t.desc.per_kv_head = c->per_kv;
+    sel_problem_init(&t, c);
     char name[200];
     tk_describe(&t, name, sizeof name);
     printf("    %s, NaN row %d, seed %llu\n", name, (int)nan_row, (unsigned long long)seed);
