@@ -577,6 +577,87 @@ static __device__ __forceinline__ uint32_t radix_pick(const uint32_t *hist, int 
     return (uint32_t)__shfl_sync(0xffffffffu, digit, src);
 }
 
+/* Whether block j of a row (n candidates, sinks below sink_end, the local
+ * window lo .. lo + local_len - 1) can be picked by score. */
+static __device__ __forceinline__ bool pickable(int32_t j, int32_t n, int32_t sink_end,
+                                                int32_t lo, uint32_t local_len) {
+    return (uint32_t)(j - sink_end) < (uint32_t)(n - sink_end) && (uint32_t)(j - lo) >= local_len;
+}
+
+/* A row's keys as both selection kernels read them in their slow paths:
+ * from the scores (0 for a block that is not pickable) or, where the
+ * general kernel cached them, from shared memory. Lane l reads only blocks
+ * l, l + 32, ... (the cache holds what the lane itself wrote). */
+typedef struct row_keys {
+    const float *row;      /* the row's scores */
+    const uint32_t *cache; /* or NULL */
+    int32_t n, sink_end, lo;
+    uint32_t local_len;
+} row_keys;
+
+static __device__ __forceinline__ uint32_t key_at(const row_keys *r, int32_t j) {
+    if (r->cache != NULL) return r->cache[j];
+    return pickable(j, r->n, r->sink_end, r->lo, r->local_len) ? score_key(r->row[j]) : 0u;
+}
+
+/* The radix select of a row's keys, MSB first (4 passes of 8 bits on the
+ * warp's 256-bin histogram): returns T, the take-th largest non-zero key
+ * (1 <= take <= their count), and *need_eq, how many keys equal to T are
+ * among the take largest. */
+static __device__ uint32_t radix_threshold(const row_keys *r, int32_t take, uint32_t *hist,
+                                           int lane, int32_t *need_eq) {
+    uint32_t prefix = 0u;
+    int32_t kk = take; /* rank of the wanted key among those matching prefix */
+    for (int pass = 0; pass < 4; ++pass) {
+        const int shift = 24 - 8 * pass;
+        for (int e = lane; e < 256; e += 32) hist[e] = 0u;
+        __syncwarp();
+        for (int32_t j = lane; j < r->n; j += 32) {
+            const uint32_t key = key_at(r, j);
+            if (key != 0u && (pass == 0 || (key >> (shift + 8)) == (prefix >> (shift + 8))))
+                atomicAdd(&hist[(key >> shift) & 255u], 1u);
+        }
+        __syncwarp();
+        prefix |= radix_pick(hist, lane, &kk) << shift;
+        __syncwarp(); /* every lane has read hist before the next pass clears it */
+    }
+    *need_eq = kk;
+    return prefix;
+}
+
+/* One pass in index order over the row: the forced blocks, keys > thr, and
+ * keys == thr either up to index thr_idx (by_index) or the first need_eq of
+ * them (the documented tie rule). Entry i goes to out[i] while i < cap and,
+ * when fin is not NULL, to fin[i] while i < bound. Returns the count. */
+static __device__ int32_t write_selected(const row_keys *r, uint32_t thr, int by_index,
+                                         uint32_t thr_idx, int32_t need_eq, int32_t *out,
+                                         int32_t cap, int32_t *fin, int32_t bound, int lane) {
+    const uint32_t lt = (1u << lane) - 1u;
+    int32_t written = 0, eq_seen = 0;
+    for (int32_t j0 = 0; j0 < r->n; j0 += 32) {
+        const int32_t j = j0 + lane;
+        const int in = j < r->n;
+        const uint32_t key = in ? key_at(r, j) : 0u;
+        const int is_eq = key != 0u && key == thr;
+        int eq_sel;
+        if (by_index) {
+            eq_sel = is_eq && (uint32_t)j <= thr_idx;
+        } else {
+            const uint32_t eq_mask = __ballot_sync(0xffffffffu, is_eq && need_eq > 0);
+            eq_sel = is_eq && eq_seen + __popc(eq_mask & lt) < need_eq;
+            eq_seen += __popc(eq_mask);
+        }
+        const int forced = in && (j < r->sink_end || (uint32_t)(j - r->lo) < r->local_len);
+        const int sel = forced || key > thr || eq_sel;
+        const uint32_t sel_mask = __ballot_sync(0xffffffffu, sel);
+        const int32_t pos = written + __popc(sel_mask & lt);
+        if (sel && pos < cap) out[pos] = j;
+        if (sel && fin != NULL && pos < bound) fin[pos] = j;
+        written += __popc(sel_mask);
+    }
+    return written;
+}
+
 __global__ void __launch_bounds__(SEL_WARPS * 32) sk_topk_select_kernel(const __grid_constant__ select_params sp) {
     pdl_enter();
     __shared__ __align__(8) uint32_t hist_all[SEL_WARPS][256];
@@ -659,63 +740,17 @@ __global__ void __launch_bounds__(SEL_WARPS * 32) sk_topk_select_kernel(const __
             __syncwarp(); /* cand shares hist: all reads done before any reuse */
         }
     }
-    if (!done) {
-        uint32_t prefix = 0u;
-        int32_t kk = take; /* rank of the wanted key among those matching prefix */
-        for (int pass = 0; pass < 4; ++pass) {
-            const int shift = 24 - 8 * pass;
-            for (int e = lane; e < 256; e += 32) hist[e] = 0u;
-            __syncwarp();
-            for (int32_t j = lane; j < n; j += 32) {
-                const uint32_t key = cached ? keys[j] : row_key(row, &rule, j);
-                if (key != 0u && (pass == 0 || (key >> (shift + 8)) == (prefix >> (shift + 8))))
-                    atomicAdd(&hist[(key >> shift) & 255u], 1u);
-            }
-            __syncwarp();
-            prefix |= radix_pick(hist, lane, &kk) << shift;
-            __syncwarp(); /* every lane has read hist before the next pass clears it */
-        }
-        thr = prefix;
-        need_eq = kk;
-    }
+    const row_keys rk = {row, cached ? keys : NULL, n, rule.sink_end, rule.local_lo,
+                         rule.local_hi >= rule.local_lo
+                             ? (uint32_t)(rule.local_hi - rule.local_lo + 1)
+                             : 0u};
+    if (!done) thr = radix_threshold(&rk, take, hist, lane, &need_eq);
 
     /* Forced and selected blocks in increasing order into the scratch row. */
-    int32_t *out = sp.scratch + (int64_t)g * p->row_cap;
-    int32_t written = 0, eq_seen = 0;
-    for (int32_t j0 = 0; j0 < n; j0 += 32) {
-        const int32_t j = j0 + lane;
-        const int in = j < n;
-        const uint32_t key = !in ? 0u : (cached ? keys[j] : row_key(row, &rule, j));
-        const int is_eq = key != 0u && key == thr;
-        int eq_sel;
-        if (by_index) {
-            eq_sel = is_eq && (uint32_t)j <= thr_idx;
-        } else {
-            const uint32_t eq_mask = __ballot_sync(0xffffffffu, is_eq && need_eq > 0);
-            eq_sel = is_eq && eq_seen + __popc(eq_mask & lt) < need_eq;
-            eq_seen += __popc(eq_mask);
-        }
-        const int sel = (in && sk_topk_is_forced(&rule, j)) || key > thr || eq_sel;
-        const uint32_t sel_mask = __ballot_sync(0xffffffffu, sel);
-        const int32_t pos = written + __popc(sel_mask & lt);
-        if (sel && pos < p->row_cap) out[pos] = j;
-        written += __popc(sel_mask);
-    }
+    const int32_t written = write_selected(&rk, thr, by_index, thr_idx, need_eq,
+                                           sp.scratch + (int64_t)g * p->row_cap, p->row_cap,
+                                           NULL, 0, lane);
     if (lane == 0) sp.counts[g] = written < p->row_cap ? written : p->row_cap;
-}
-
-/* Whether block j of a row (n candidates, sinks below sink_end, the local
- * window lo .. lo + local_len - 1) can be picked by score. */
-static __device__ __forceinline__ bool pickable(int32_t j, int32_t n, int32_t sink_end,
-                                                int32_t lo, uint32_t local_len) {
-    return (uint32_t)(j - sink_end) < (uint32_t)(n - sink_end) && (uint32_t)(j - lo) >= local_len;
-}
-
-/* Block j's key: 0 unless it is pickable. */
-static __device__ __forceinline__ uint32_t pick_key(const float *row, int32_t j, int32_t n,
-                                                    int32_t sink_end, int32_t lo,
-                                                    uint32_t local_len) {
-    return pickable(j, n, sink_end, lo, local_len) ? score_key(row[j]) : 0u;
 }
 
 /* The selection for rows of at most 32 * KEYS candidates and k <= 32, one
@@ -891,45 +926,15 @@ static __device__ __forceinline__ void select_reg_row(const select_params &sp, i
         }
         written = forced + take;
     } else {
-        /* Many ties at t: the keys are reloaded (from L1) in stripes, block
-         * lane + 32 e, as the general kernel holds them, so that no score
-         * register stays live here. */
+        /* Many ties at t: the radix select of sk_topk_select_kernel, on keys
+         * reloaded from the scores (from L1), so that no score register
+         * stays live here. */
         __syncwarp(); /* cand shares hist: every lane is past the gather */
-        const uint32_t lt = (1u << lane) - 1u;
-        const int32_t stripes = (n + 31) / 32;
-        uint32_t prefix = 0u;
-        int32_t kk = take; /* rank of the wanted key among those matching prefix */
-        for (int pass = 0; pass < 4; ++pass) {
-            const int shift = 24 - 8 * pass;
-            for (int e = lane; e < 256; e += 32) hist[e] = 0u;
-            __syncwarp();
-            for (int32_t e = 0; e < stripes; ++e) {
-                const uint32_t key = pick_key(row, lane + 32 * e, n, sink_end, lo, local_len);
-                if (key != 0u && (pass == 0 || (key >> (shift + 8)) == (prefix >> (shift + 8))))
-                    atomicAdd(&hist[(key >> shift) & 255u], 1u);
-            }
-            __syncwarp();
-            prefix |= radix_pick(hist, lane, &kk) << shift;
-            __syncwarp(); /* every lane has read hist before the next pass clears it */
-        }
-        /* Forced blocks, keys > prefix and the first kk keys == prefix, in
-         * index order. */
-        int32_t wr = 0, eq_seen = 0;
-        for (int32_t e = 0; e < stripes; ++e) {
-            const int32_t j = lane + 32 * e;
-            const uint32_t key = pick_key(row, j, n, sink_end, lo, local_len);
-            const int is_eq = key != 0u && key == prefix;
-            const uint32_t eq_mask = __ballot_sync(0xffffffffu, is_eq);
-            const int eq_sel = is_eq && eq_seen + __popc(eq_mask & lt) < kk;
-            eq_seen += __popc(eq_mask);
-            const int sel = (j < n && (j < sink_end || (uint32_t)(j - lo) < local_len)) ||
-                            key > prefix || eq_sel;
-            const uint32_t sel_mask = __ballot_sync(0xffffffffu, sel);
-            const int32_t pos = wr + __popc(sel_mask & lt);
-            if (sel && pos < p->row_cap) out[pos] = j;
-            if (sel && pos < bound) fin[pos] = j;
-            wr += __popc(sel_mask);
-        }
+        const row_keys rk = {row, NULL, n, sink_end, lo, local_len};
+        int32_t need_eq;
+        const uint32_t thr = radix_threshold(&rk, take, hist, lane, &need_eq);
+        const int32_t wr = write_selected(&rk, thr, 0, 0u, need_eq, out, p->row_cap, fin, bound,
+                                          lane);
         written = wr < p->row_cap ? wr : p->row_cap;
     }
     if (lane == 0) {
