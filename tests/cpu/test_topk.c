@@ -346,6 +346,47 @@ SK_TEST(topk_capacity_is_the_sum_of_row_bounds) {
     }
 }
 
+/* The row bounds of the last shape are kept per thread (row_bounds in
+ * src/core/topk.c): a shape that differs in any one field must not get the
+ * previous shape's capacity. Each variant changes the capacity, so a stale
+ * value fails the check. */
+SK_TEST(topk_capacity_follows_every_field_of_the_shape) {
+    enum { VARIANTS = 9 };
+    for (int v = 0; v < VARIANTS; ++v) {
+        tk_problem t[2];
+        for (int i = 0; i < 2; ++i) {
+            tk_problem_init(&t[i], SK_BACKEND_CPU, SK_DTYPE_BF16, 1, 1000, 1300, 4, 2, 64, 64, 128);
+            t[i].desc.k = 5;
+            t[i].desc.sink_blocks = 1;
+            t[i].desc.local_blocks = 2;
+            t[i].desc.mask = SK_MASK_CAUSAL;
+        }
+        sk_topk_desc *d = &t[1].desc;
+        switch (v) {
+        case 0: d->seq_q = 1100; break;
+        case 1: d->seq_k = 1500; break;
+        case 2: d->block_q = 128; break;
+        case 3: d->block_k = 64; break;
+        case 4: d->k = 7; break;
+        case 5: d->sink_blocks = 3; break;
+        case 6: d->local_blocks = 4; break;
+        case 7: d->mask = SK_MASK_NONE; break;
+        default: d->batch = 2; break;
+        }
+        const int64_t expect[2] = {tk_naive_capacity(&t[0]), tk_naive_capacity(&t[1])};
+        CHECK(expect[0] != expect[1], "variant %d does not change the capacity", v);
+        for (int call = 0; call < 4; ++call) { /* base, variant, base, variant */
+            int32_t cap = -1;
+            const sk_status st = sk_topk_layout_capacity(&t[call & 1].desc, NULL, &cap);
+            CHECK(st == SK_STATUS_SUCCESS && cap == expect[call & 1],
+                  "variant %d, call %d: capacity %d, naive %lld (%s)", v, call, (int)cap,
+                  (long long)expect[call & 1], sk_last_error());
+        }
+        tk_problem_free(&t[0]);
+        tk_problem_free(&t[1]);
+    }
+}
+
 /* ---------------------------------------------------------------------------
  * sk_attention_topk = pool + select + attention; sk_pool_select_topk = pool +
  * select
