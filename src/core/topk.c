@@ -60,8 +60,6 @@ static void make_grid(const sk_topk_desc *d, sk_grid *g) {
     g->heads = (int32_t)(d->per_kv_head ? d->heads_kv : d->heads_q);
 }
 
-/* The descriptor alone: every field, the grid, the capacity. Fills *p
- * (pointers NULL). */
 /* The rows' bounds, summed (per slice) and their largest. Each bound is at
  * most col_blocks, so the sum is at most the dense block count, which
  * sk_grid_check bounded by INT32_MAX. That is one rule per row (~4 us of
@@ -107,6 +105,8 @@ static void row_bounds(const sk_topk_problem *p, int64_t *per_slice, int32_t *ro
     *row_cap = last.row_cap;
 }
 
+/* The descriptor alone: every field, the grid, the capacity. Fills *p
+ * (pointers NULL). */
 static sk_status build_problem(const sk_topk_desc *d, sk_topk_problem *p) {
     if (d == NULL) return sk_error(SK_STATUS_BAD_PARAM_NULL_POINTER, "desc must not be NULL");
     SK_TRY(sk_check_desc_struct_size(d->struct_size, sizeof(sk_topk_desc), "desc", "sk_topk_desc_init"));
