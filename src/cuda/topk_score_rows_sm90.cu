@@ -21,13 +21,17 @@
  *          the pooling split them (q_tiles), then bulk-copies two K tiles
  *          (cp.async.bulk, one thread, mbarrier). Per column tile
  *          each warpgroup (64 rows) issues 3 x D/16 wgmma m64n128k16 and
- *          waits; the tile after next is copied into the buffer just read
- *          (by warp 0, once every warp has arrived at that buffer's named
- *          barrier; the other warps do not wait), and the fragments are
- *          scaled and stored (streaming: the selection reads the scores
- *          once). (Two accumulators, the next
- *          tile's wgmma under this tile's stores, measured slower: 54.7
- *          against 47.7 us, docs/perf/topk.md step 12.)
+ *          waits; warpgroup 1 issues a tile's wgmma only once warpgroup
+ *          0's are complete, so that one warpgroup's stores run under the
+ *          other's wgmma rather than both at once; the tile after next is
+ *          copied into the buffer just read (by warp 4, the first of the
+ *          later warpgroup, once every warp has arrived at that buffer's
+ *          named barrier; the other warps do not wait), and the fragments
+ *          are scaled and stored (streaming: the selection reads the scores
+ *          once). (Two accumulators, the next tile's wgmma under this
+ *          tile's stores, measured slower: 54.7 against 47.7 us,
+ *          docs/perf/topk.md step 12. Stores staged through shared memory
+ *          as whole rows, slower: step 17.)
  *
  * Numbers: hi * hi + hi * lo + lo * hi carries about 22 bits (the dropped
  * lo * lo term is below 2^-22 |x y|, as with the 3xTF32 split of
@@ -284,6 +288,13 @@ __global__ void __launch_bounds__(SR_THREADS, 1)
         sk_reg_fence_u32(a_lo);
         const uint64_t da = (d_a & ~0xffffffffull) | a_lo;
         const uint64_t dk = d_k + buf * buf_off;
+        /* Warpgroup 1 waits for warpgroup 0's wgmma of this tile (its
+         * arrival after the wait in the loop below): the two then take
+         * turns at the tensor cores and the stores (docs/perf/topk.md step
+         * 17). One barrier per buffer parity: warpgroup 0 reaches its
+         * arrival for tile jt + 2 only after this buffer's refill, which
+         * waits for warpgroup 1's wgmma of jt. */
+        if (wg == 1) sk_bar_sync(3 + buf, SR_THREADS);
         sk_mbar_wait(bar_k0 + 8 * buf, (uint32_t)(jt >> 1) & 1u);
 #pragma unroll
         for (int e = 0; e < 64; ++e) acc[e] = 0.f;
@@ -317,13 +328,14 @@ __global__ void __launch_bounds__(SR_THREADS, 1)
             fast &= cf[n].x != 0.f && cf[n].y != 0.f;
         }
         /* This thread is done with K buffer `buf` (its wgmma group complete,
-         * its factors read). Only warp 0, which refills the buffer, waits
-         * for the others; the rest go straight on to their stores, so that
-         * one warpgroup's stores can run under the other's wgmma. One named
-         * barrier per buffer: a warp reaches its next arrival at a buffer's
-         * barrier only after the refill that follows this one. */
+         * its factors read). Only warp 4, which refills the buffer, waits
+         * for the others; the rest go straight on to their stores. Warp 4 is
+         * in warpgroup 1, the later of the two, so that warpgroup 0 never
+         * waits here. One named barrier per buffer: a warp reaches its next
+         * arrival at a buffer's barrier only after the refill that follows
+         * this one. */
         if (jt + 2 < ntj) {
-            if (warp == 0) {
+            if (warp == 4) {
                 sk_bar_sync(1 + buf, SR_THREADS);
                 if (lane == 0)
                     sr_copy_tile(s_base + SR_OPERAND * (1 + buf),
@@ -360,6 +372,7 @@ __global__ void __launch_bounds__(SR_THREADS, 1)
     for (int32_t jt = 0; jt < ntj; ++jt) {
         issue(acc, jt);
         sk_wgmma_wait<0>();
+        if (wg == 0) sk_bar_arrive(3 + (jt & 1), SR_THREADS); /* warpgroup 1 may issue jt */
         finish(acc, jt);
     }
 }
