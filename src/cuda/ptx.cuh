@@ -75,6 +75,28 @@ __device__ __forceinline__ void sk_prefetch_l2(const void *a) {
     asm volatile("prefetch.global.L2 [%0];\n" ::"l"(a));
 }
 
+/* createpolicy.fractional.L2::evict_last.b64: an L2 policy keeping the lines (K/V,
+ * reread; the pooled blocks, read next). */
+__device__ __forceinline__ uint64_t sk_policy_evict_last(void) {
+    uint64_t policy;
+    asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\n" : "=l"(policy));
+    return policy;
+}
+
+/* createpolicy.fractional.L2::evict_first.b64: an L2 policy for lines read once (Q). */
+__device__ __forceinline__ uint64_t sk_policy_evict_first(void) {
+    uint64_t policy;
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
+    return policy;
+}
+
+/* st.global.L2::cache_hint.v4.u32 [a], v, policy: a 16-byte store under an L2 policy. */
+__device__ __forceinline__ void sk_st_global_v4_hint(void *a, uint4 v, uint64_t policy) {
+    asm volatile("st.global.L2::cache_hint.v4.u32 [%0], {%1, %2, %3, %4}, %5;\n" ::"l"(a), "r"(v.x),
+                 "r"(v.y), "r"(v.z), "r"(v.w), "l"(policy)
+                 : "memory");
+}
+
 /* ex2.approx.ftz.f32: 2^x (MUFU.EX2); ex2(-inf) = +0. */
 __device__ __forceinline__ float sk_ex2(float x) {
     float y;
@@ -407,20 +429,6 @@ __device__ __forceinline__ bool sk_mbar_try_wait(uint32_t bar, uint32_t parity) 
                  : "r"(bar), "r"(parity)
                  : "memory");
     return done != 0;
-}
-
-/* createpolicy.fractional.L2::evict_last.b64: an L2 policy keeping the lines (K/V, reread). */
-__device__ __forceinline__ uint64_t sk_policy_evict_last(void) {
-    uint64_t policy;
-    asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\n" : "=l"(policy));
-    return policy;
-}
-
-/* createpolicy.fractional.L2::evict_first.b64: an L2 policy for lines read once (Q). */
-__device__ __forceinline__ uint64_t sk_policy_evict_first(void) {
-    uint64_t policy;
-    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
-    return policy;
 }
 
 /* prefetch.tensormap [tmap]: bring a __grid_constant__ tensor map into the descriptor cache. */
