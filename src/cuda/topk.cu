@@ -253,7 +253,8 @@ static __device__ __forceinline__ void pool_store_split(const pool_tensor *t, co
  * a template so that the fp32 kernel keeps its own code. The outputs are
  * stored under an L2 evict_last policy: the scoring reads them next, and
  * lines kept in L2 are not written back into the middle of the 2 GiB read
- * stream (H200: the pooling 4-7 us shorter, docs/perf/topk.md step 18). */
+ * stream (H200: the pooling kernel 3-7 us shorter, the whole selection chain
+ * 0-4 us, docs/perf/topk.md step 18). */
 template <int SPLIT>
 __global__ void __launch_bounds__(POOL_THREADS, 2) sk_topk_pool_kernel(const __grid_constant__ pool_params p) {
     pdl_release();
