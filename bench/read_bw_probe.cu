@@ -192,12 +192,10 @@ __global__ void __launch_bounds__(2 * CONSUMERS, 2) pool_rows_keep(const char *x
     sum_rows(src, step, 0, BLOCK, acc);
     const uint64_t pol = sk_policy_evict_last();
     float *o = out + ((int64_t)(2 * blk + (tid >> 8)) * CONSUMERS + (tid & (CONSUMERS - 1))) * 8;
-    asm volatile("st.global.L2::cache_hint.v4.f32 [%0], {%1, %2, %3, %4}, %5;\n" ::"l"(o),
-                 "f"(acc[0] / BLOCK), "f"(acc[1] / BLOCK), "f"(acc[2] / BLOCK), "f"(acc[3] / BLOCK), "l"(pol)
-                 : "memory");
-    asm volatile("st.global.L2::cache_hint.v4.f32 [%0], {%1, %2, %3, %4}, %5;\n" ::"l"(o + 4),
-                 "f"(acc[4] / BLOCK), "f"(acc[5] / BLOCK), "f"(acc[6] / BLOCK), "f"(acc[7] / BLOCK), "l"(pol)
-                 : "memory");
+    uint32_t m[8];
+    for (int e = 0; e < 8; ++e) m[e] = __float_as_uint(acc[e] / BLOCK);
+    sk_st_global_v4_hint(o, make_uint4(m[0], m[1], m[2], m[3]), pol);
+    sk_st_global_v4_hint(o + 4, make_uint4(m[4], m[5], m[6], m[7]), pol);
 }
 
 /* Whole rows, persistent: CTA c pools blocks c, c + gridDim.x, ... (its
