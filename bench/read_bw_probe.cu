@@ -38,6 +38,13 @@
  *                then read back (step 14). SK_PROBE_KEEP_ONLY=1 runs only
  *                this group; SK_PROBE_PERSIST_MB=N runs it again after
  *                raising the device's persisting-L2 limit to N MB (step 15).
+ *                Step 20 added to it: the sums stored into one 16 KB
+ *                (store 2 of pool_rows_parts), into slot blk % S of an
+ *                L2-sized buffer of S x 16 KB (pool_rows_slot, plain or
+ *                evict_last), by one 16 KB bulk copy per CTA
+ *                (pool_rows_bulk), and a persistent 1024-thread pooling
+ *                whose first DEFER of 8 rounds of sums wait in shared
+ *                memory until after its last loads (pool_rows_deferred).
  * One CTA per SM unless the name says 2/SM.
  */
 #include <cuda_runtime.h>
@@ -178,8 +185,58 @@ __global__ void __launch_bounds__(2 * CONSUMERS, 2) pool_rows_parts(const char *
     const int64_t step = ROW_BYTES / 16;
     float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     sum_rows(src, step, part * (BLOCK / P), BLOCK / P, acc);
-    if (store || acc[0] == 1.2345f)
-        store8(out, 2 * (blk * P + part) + (tid >> 8), tid & (CONSUMERS - 1), acc);
+    if (store || acc[0] == 1.2345f) /* store 2: every CTA into the same 16 KB (L2 hits only) */
+        store8(out, (store == 2 ? 0 : 2 * (blk * P + part)) + (tid >> 8), tid & (CONSUMERS - 1), acc);
+}
+
+/* Whole rows, the sums stored into slot blk % 256 of a 4 MB buffer (L2-sized:
+ * the store path without DRAM writes, no line shared by CTAs in flight);
+ * `keep`: under an evict_last policy. */
+__global__ void __launch_bounds__(2 * CONSUMERS, 2) pool_rows_slot(const char *x, float *out, int keep,
+                                                                   int slots) {
+    const int blk = blockIdx.x, tid = threadIdx.x;
+    const uint4 *src = (const uint4 *)(x + (int64_t)blk * BLOCK * ROW_BYTES) + tid;
+    const int64_t step = ROW_BYTES / 16;
+    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    sum_rows(src, step, 0, BLOCK, acc);
+    float *o = out + ((int64_t)(2 * (blk % slots) + (tid >> 8)) * CONSUMERS + (tid & (CONSUMERS - 1))) * 8;
+    uint32_t m[8];
+    for (int e = 0; e < 8; ++e) m[e] = __float_as_uint(acc[e] / BLOCK);
+    if (keep) {
+        const uint64_t pol = sk_policy_evict_last();
+        sk_st_global_v4_hint(o, make_uint4(m[0], m[1], m[2], m[3]), pol);
+        sk_st_global_v4_hint(o + 4, make_uint4(m[4], m[5], m[6], m[7]), pol);
+    } else {
+        *(uint4 *)o = make_uint4(m[0], m[1], m[2], m[3]);
+        *(uint4 *)(o + 4) = make_uint4(m[4], m[5], m[6], m[7]);
+    }
+}
+
+/* Whole rows, the CTA's 16 KB of sums staged in shared memory and written by
+ * one bulk copy (cp.async.bulk.global.shared::cta), optionally evict_last. */
+__global__ void __launch_bounds__(2 * CONSUMERS, 2) pool_rows_bulk(const char *x, float *out, int keep) {
+    __shared__ __align__(128) float4 stage[2 * CONSUMERS * 2];
+    const int blk = blockIdx.x, tid = threadIdx.x;
+    const uint4 *src = (const uint4 *)(x + (int64_t)blk * BLOCK * ROW_BYTES) + tid;
+    const int64_t step = ROW_BYTES / 16;
+    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    sum_rows(src, step, 0, BLOCK, acc);
+    stage[2 * tid] = make_float4(acc[0] / BLOCK, acc[1] / BLOCK, acc[2] / BLOCK, acc[3] / BLOCK);
+    stage[2 * tid + 1] = make_float4(acc[4] / BLOCK, acc[5] / BLOCK, acc[6] / BLOCK, acc[7] / BLOCK);
+    sk_fence_proxy_async_smem();
+    __syncthreads();
+    if (tid == 0) {
+        float *o = out + (int64_t)blk * 2 * CONSUMERS * 8;
+        const uint32_t s = (uint32_t)__cvta_generic_to_shared(stage);
+        if (keep)
+            asm volatile("cp.async.bulk.global.shared::cta.bulk_group.L2::cache_hint [%0], [%1], %2, %3;\n" ::"l"(o),
+                         "r"(s), "r"(16384), "l"(sk_policy_evict_last()) : "memory");
+        else
+            asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n" ::"l"(o), "r"(s), "r"(16384)
+                         : "memory");
+        sk_bulk_commit();
+        sk_bulk_wait_read<0>();
+    }
 }
 
 /* Whole rows, the sums stored with an L2 evict_last policy (so that the
@@ -210,6 +267,61 @@ __global__ void __launch_bounds__(2 * CONSUMERS, 2) pool_rows_persistent(const c
         sum_rows(src, step, 0, BLOCK, acc);
         if (store || acc[0] == 1.2345f) store8(out, 2 * blk + (tid >> 8), tid & (CONSUMERS - 1), acc);
     }
+}
+
+/* Whole rows, persistent, 1024 threads (two blocks at a time), 128 CTAs of 8
+ * rounds: the sums of rounds 0 .. DEFER - 1 wait in shared memory and go out
+ * only after the last round's loads (mode 1: plain stores, 2: evict_last;
+ * 0: nothing stored; 3: every round stored at once, for reference). */
+template <int DEFER>
+__global__ void __launch_bounds__(4 * CONSUMERS, 1) pool_rows_deferred(const char *x, float *out, int mode) {
+    extern __shared__ float4 staged[]; /* [DEFER][1024][2] */
+    const int tid = threadIdx.x, half = tid >> 9, t = tid & 511;
+    const int64_t step = ROW_BYTES / 16;
+    const int rounds = ITEMS / 2 / 2 / gridDim.x;
+    const uint64_t pol = sk_policy_evict_last();
+    for (int r = 0; r < rounds; ++r) {
+        const int blk = (r * gridDim.x + blockIdx.x) * 2 + half;
+        const uint4 *src = (const uint4 *)(x + (int64_t)blk * BLOCK * ROW_BYTES) + t;
+        float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        sum_rows(src, step, 0, BLOCK, acc);
+        if (mode == 0) {
+            if (acc[0] == 1.2345f) store8(out, 2 * blk + (t >> 8), t & (CONSUMERS - 1), acc);
+        } else if (r < DEFER && mode != 3) {
+            staged[(r * 1024 + tid) * 2] = make_float4(acc[0], acc[1], acc[2], acc[3]);
+            staged[(r * 1024 + tid) * 2 + 1] = make_float4(acc[4], acc[5], acc[6], acc[7]);
+        } else {
+            store8(out, 2 * blk + (t >> 8), t & (CONSUMERS - 1), acc);
+        }
+    }
+    if (mode == 0 || mode == 3) return;
+    for (int r = 0; r < DEFER && r < rounds; ++r) {
+        const int blk = (r * gridDim.x + blockIdx.x) * 2 + half;
+        const float4 a = staged[(r * 1024 + tid) * 2], b = staged[(r * 1024 + tid) * 2 + 1];
+        float *o = out + ((int64_t)(2 * blk + (t >> 8)) * CONSUMERS + (t & (CONSUMERS - 1))) * 8;
+        const uint4 u = make_uint4(__float_as_uint(a.x / BLOCK), __float_as_uint(a.y / BLOCK),
+                                   __float_as_uint(a.z / BLOCK), __float_as_uint(a.w / BLOCK));
+        const uint4 v = make_uint4(__float_as_uint(b.x / BLOCK), __float_as_uint(b.y / BLOCK),
+                                   __float_as_uint(b.z / BLOCK), __float_as_uint(b.w / BLOCK));
+        if (mode == 2) {
+            sk_st_global_v4_hint(o, u, pol);
+            sk_st_global_v4_hint(o + 4, v, pol);
+        } else {
+            *(uint4 *)o = u;
+            *(uint4 *)(o + 4) = v;
+        }
+    }
+}
+
+template <int DEFER>
+static void launch_deferred(const char *x, float *out, int mode) {
+    const int smem = DEFER * 1024 * 32;
+    static int set = 0;
+    if (!set) {
+        CUDA_OK(cudaFuncSetAttribute(pool_rows_deferred<DEFER>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+        set = 1;
+    }
+    pool_rows_deferred<DEFER><<<128, 4 * CONSUMERS, smem>>>(x, out, mode);
 }
 
 /* The consumer: every output read once (as the scoring reads the pooled
@@ -453,6 +565,29 @@ keep_group:
             TIME("keep: st + read + plain", (pool_regs_rows<<<ITEMS / 2, 2 * CONSUMERS>>>(x, out_tma),
                                                read_out<<<sms * 4, 512>>>((const float4 *)out_tma, n4, sink),
                                                plain_read<4><<<sms * 4, 512>>>((const uint4 *)x, (int64_t)(nbytes / 16), sink)));
+            TIME("keep: persist 256x512, no st", (pool_rows_persistent<<<256, 2 * CONSUMERS>>>(x, out_tma, ITEMS / 2, 0)));
+            TIME("keep: persist 256x512, st", (pool_rows_persistent<<<256, 2 * CONSUMERS>>>(x, out_tma, ITEMS / 2, 1)));
+            TIME("keep: deferred 1 (32 KB), no st", launch_deferred<1>(x, out_tma, 0));
+            TIME("keep: deferred 1 (32 KB), direct st", launch_deferred<1>(x, out_tma, 3));
+            TIME("keep: deferred 3 (96 KB), no st", launch_deferred<3>(x, out_tma, 0));
+            TIME("keep: deferred 3 (96 KB), 3 of 8", launch_deferred<3>(x, out_tma, 1));
+            TIME("keep: deferred 5 (160 KB), no st", launch_deferred<5>(x, out_tma, 0));
+            TIME("keep: deferred 5 (160 KB), 5 of 8", launch_deferred<5>(x, out_tma, 1));
+            TIME("keep: deferred 7 (224 KB), no st", launch_deferred<7>(x, out_tma, 0));
+            TIME("keep: deferred 7 (224 KB), 7 of 8", launch_deferred<7>(x, out_tma, 1));
+            TIME("keep: slot 4 MB st", (pool_rows_slot<<<ITEMS / 2, 2 * CONSUMERS>>>(x, out_tma, 0, 256)));
+            TIME("keep: slot 4 MB evict_last", (pool_rows_slot<<<ITEMS / 2, 2 * CONSUMERS>>>(x, out_tma, 1, 256)));
+            TIME("keep: slot 8 MB evict_last", (pool_rows_slot<<<ITEMS / 2, 2 * CONSUMERS>>>(x, out_tma, 1, 512)));
+            TIME("keep: slot 12 MB evict_last", (pool_rows_slot<<<ITEMS / 2, 2 * CONSUMERS>>>(x, out_tma, 1, 768)));
+            TIME("keep: slot 16 MB evict_last", (pool_rows_slot<<<ITEMS / 2, 2 * CONSUMERS>>>(x, out_tma, 1, 1024)));
+            TIME("keep: slot 20 MB evict_last", (pool_rows_slot<<<ITEMS / 2, 2 * CONSUMERS>>>(x, out_tma, 1, 1280)));
+            TIME("keep: slot 24 MB evict_last", (pool_rows_slot<<<ITEMS / 2, 2 * CONSUMERS>>>(x, out_tma, 1, 1536)));
+            TIME("keep: slot 28 MB evict_last", (pool_rows_slot<<<ITEMS / 2, 2 * CONSUMERS>>>(x, out_tma, 1, 1792)));
+            TIME("keep: bulk st", (pool_rows_bulk<<<ITEMS / 2, 2 * CONSUMERS>>>(x, out_tma, 0)));
+            TIME("keep: bulk evict_last", (pool_rows_bulk<<<ITEMS / 2, 2 * CONSUMERS>>>(x, out_tma, 1)));
+            TIME("keep: pool rows st (again)", (pool_regs_rows<<<ITEMS / 2, 2 * CONSUMERS>>>(x, out_tma)));
+            TIME("keep: pool rows, stores to 16 KB", (pool_rows_parts<1><<<ITEMS / 2, 2 * CONSUMERS>>>(x, out_tma, 2)));
+            TIME("keep: pool rows, no stores", (pool_rows_parts<1><<<ITEMS / 2, 2 * CONSUMERS>>>(x, out_tma, 0)));
             TIME("keep: read alone", (read_out<<<sms * 4, 512>>>((const float4 *)out_tma, n4, sink)));
         }
     }

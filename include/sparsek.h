@@ -425,7 +425,11 @@ SK_API sk_status sk_attention_forward(const sk_attention_desc *desc, const sk_bs
  * bound above (a and k the two pooled rows: entries below about 2^-24 of
  * their row's largest keep that absolute accuracy, not their own 22 bits;
  * rows whose largest |x| is below 2^-112 lose more); with a larger
- * head_dim a 3xTF32 split, within the bound above. Every backend is
+ * head_dim a 3xTF32 split, within the bound above. Pooled entries that
+ * are not finite give every backend's scores the value of the sum over
+ * heads of fp32 dot products (+-inf or NaN as IEEE arithmetic has it, e.g.
+ * inf * 0 = NaN, inf - inf = NaN), not an artefact of a split or of the
+ * per_kv_head group's summed query rows. Every backend is
  * deterministic; SK_BACKEND_CUDA_SM80 forces the portable kernels,
  * SK_BACKEND_CUDA_SM90 needs a 9.0 device.
  * Selection per layout row, over candidate blocks (all blocks; with causal,

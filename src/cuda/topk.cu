@@ -30,6 +30,13 @@
  *            tiles wholly past the candidates of their last row are skipped
  *            (those scores are never read). Streaming stores keep the
  *            operands in L2. One extra CTA (the first) fills the row table.
+ *            A score that comes out inf or NaN (a pooled entry not
+ *            finite) gets the fp32 value, per head and then summed over
+ *            the group (topk_nonfinite_score): what the split's hi * lo
+ *            terms or the group's summed rows would lose (inf * 0, inf -
+ *            inf). Rows holding such an entry are marked by a split factor
+ *            of 0 (split_row_factor), so the Hopper row scoring handles
+ *            them on its general epilogue only.
  *   row table  (sk_layout_from_scores: its own one-CTA kernel) the rules of
  *            every row of a slice, each row's place in its slice when every
  *            row fills its bound, and the short-row flag cleared.
@@ -229,7 +236,11 @@ static __device__ __forceinline__ void pool_store_split(const pool_tensor *t, co
                                ? 0xffffffffu
                                : ((1u << row_threads) - 1u) << (lane & ~(row_threads - 1));
     float m = fmaxf(split_abs_max4(v[0], v[1], v[2], v[3]), split_abs_max4(v[4], v[5], v[6], v[7]));
-    for (int o = row_threads >> 1; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(group, m, o));
+    int bad = split_any_nonfinite4(v[0], v[1], v[2], v[3]) | split_any_nonfinite4(v[4], v[5], v[6], v[7]);
+    for (int o = row_threads >> 1; o > 0; o >>= 1) {
+        m = fmaxf(m, __shfl_xor_sync(group, m, o));
+        bad |= __shfl_xor_sync(group, bad, o);
+    }
     const int32_t e = split_exponent(m);
     const float f = split_pow2(e);
     uint4 hi, lo;
@@ -244,7 +255,7 @@ static __device__ __forceinline__ void pool_store_split(const pool_tensor *t, co
     sk_st_global_v4_hint(block + off, hi, keep);
     sk_st_global_v4_hint(block + (size_t)chunks * ROWS_PANEL + off, lo, keep);
     if (c == 0) {
-        ((float *)(block + split_panel_bytes(chunks)))[r] = split_factor(t->split_mult, e);
+        ((float *)(block + split_panel_bytes(chunks)))[r] = split_row_factor(t->split_mult, e, bad);
         t->split_exp[tile * SC_TN + r] = e;
     }
 }
@@ -499,8 +510,15 @@ __global__ void __launch_bounds__(SC_THREADS, 2) sk_topk_score_kernel(const __gr
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
             const int32_t j = j0 + half * 64 + tx * 4;
-            const float v0 = scale * acc[r][half * 4 + 0], v1 = scale * acc[r][half * 4 + 1];
-            const float v2 = scale * acc[r][half * 4 + 2], v3 = scale * acc[r][half * 4 + 3];
+            float d[4];
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                d[e] = acc[r][half * 4 + e];
+                /* inf or NaN from a group sum: the per-head sum's value */
+                if (!(fabsf(d[e]) <= FLT_MAX) && p->group > 1 && p->per_kv_head && j + e < cb)
+                    d[e] = topk_nonfinite_score(p, slice, i, j + e);
+            }
+            const float v0 = scale * d[0], v1 = scale * d[1], v2 = scale * d[2], v3 = scale * d[3];
             if (vec && j + 3 < cb) {
                 __stcs((float4 *)(out + j), make_float4(v0, v1, v2, v3));
             } else {

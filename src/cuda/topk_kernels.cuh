@@ -151,6 +151,45 @@ static __device__ __forceinline__ float split_factor(float mult, int32_t e) {
     return fast ? factor : 0.f;
 }
 
+/* A score whose product on the fast path came out inf or NaN: some pooled
+ * entry is not finite. Recomputed as the fp32 sum, over the layout head's
+ * query heads (one, or the per_kv_head group), of each head's dot product
+ * with the key row, from the fp32 pooled blocks p->pooled_q / pooled_k:
+ * the inf or NaN that the CPU reference gives (a sum over heads of
+ * per-head products), where the split's hi * lo terms (inf * 0) or a
+ * product of the group's summed Q rows (inf - inf lost) could give
+ * another. Unscaled. Rare: only scores that are not finite come here (not
+ * inlined, so that the callers keep their registers). */
+static __device__ __noinline__ float topk_nonfinite_score(const sk_topk_problem *p, int32_t slice, int32_t i,
+                                             int32_t j) {
+    const int64_t dim = p->head_dim, b = slice / p->heads, hs = slice % p->heads;
+    const int64_t h0 = p->per_kv_head ? hs * p->group : hs, nh = p->per_kv_head ? p->group : 1;
+    const int64_t hk = p->per_kv_head ? hs : hs / p->group;
+    const float *k = p->pooled_k + ((b * p->heads_kv + hk) * p->col_blocks + j) * dim;
+    float s = 0.f;
+    for (int64_t h = h0; h < h0 + nh; ++h) {
+        const float *q = p->pooled_q + ((b * p->heads_q + h) * p->row_blocks + i) * dim;
+        float dot = 0.f;
+        for (int64_t d = 0; d < dim; ++d) dot = fmaf(q[d], k[d], dot);
+        s += dot;
+    }
+    return s;
+}
+
+/* Whether any of four values is not finite (inf or NaN). */
+static __device__ __forceinline__ int split_any_nonfinite4(float x0, float x1, float x2, float x3) {
+    return !(fabsf(x0) <= FLT_MAX && fabsf(x1) <= FLT_MAX && fabsf(x2) <= FLT_MAX &&
+             fabsf(x3) <= FLT_MAX);
+}
+
+/* The factor a split row stores: 0 (the epilogue's general path) for a row
+ * holding a value that is not finite, so that the general path can give
+ * its non-finite scores the fp32 dot product's value (split_nonfinite_dot);
+ * else split_factor. */
+static __device__ __forceinline__ float split_row_factor(float mult, int32_t e, int nonfinite) {
+    return nonfinite ? 0.f : split_factor(mult, e);
+}
+
 /* hi/lo fp16 pairs of two scaled values (lo = 0 where x is not finite). */
 static __device__ __forceinline__ void split_pair(float x0, float x1, uint32_t *hi, uint32_t *lo) {
     const uint32_t h = sk_cvt_f16x2(x1, x0);

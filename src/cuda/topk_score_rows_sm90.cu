@@ -44,8 +44,11 @@
  * largest rather than their own 22 bits; the fp32 dot-product tolerance is
  * relative to sum |terms|, which such entries do not dominate. Rows whose
  * largest |x| is below 2^-112 lose precision (the scale is clamped at
- * 2^126). Non-finite entries keep hi = x, lo = 0 (as the tf32 kernel:
- * inf * 0 terms give NaN where the fp32 sum gives +-inf).
+ * 2^126). Non-finite entries keep hi = x, lo = 0. Their hi * lo terms can
+ * then be inf * 0 = NaN where the fp32 dot product gives +-inf, so a row
+ * holding such an entry gets factor 0 (split_row_factor): its scores take
+ * the general epilogue, which rewrites an inf or NaN score with the fp32
+ * dot product's inf or NaN (sr_fix_nonfinite).
  *
  * Tiles past the candidates of the row tile's last row are skipped, as in
  * the other scoring kernels (those scores are never read).
@@ -104,6 +107,8 @@ static __device__ __forceinline__ void sr_split_tile(const float4 x[SPLIT_ROWS],
         float m = split_abs_max4(x[t].x, x[t].y, x[t].z, x[t].w);
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+        const int bad =
+            __any_sync(0xffffffffu, split_any_nonfinite4(x[t].x, x[t].y, x[t].z, x[t].w));
         const int32_t e = split_exponent(m);
         if (chunk < chunks) {
             const float f = split_pow2(e);
@@ -117,7 +122,7 @@ static __device__ __forceinline__ void sr_split_tile(const float4 x[SPLIT_ROWS],
         }
         if (lane == 0) {
             exp_out[r] = e;
-            factor_out[r] = split_factor(mult, e);
+            factor_out[r] = split_row_factor(mult, e, bad);
         }
     }
 }
@@ -147,18 +152,72 @@ static __device__ __forceinline__ void sr_copy_tile(uint32_t dst, const char *sr
         sk_bulk_load(dst + o, src + o, bytes - o < ROWS_PANEL ? bytes - o : ROWS_PANEL, bar);
 }
 
+/* The hi value of dim d of row `row` of a split tile (panels as
+ * pool_store_split and sr_split_tile write them): x 2^e in fp16, x itself
+ * where x is not finite. */
+static __device__ __forceinline__ float sr_hi(const char *tile, int32_t row, int32_t d) {
+    const uint32_t off = (uint32_t)(d / ROWS_CHUNK) * ROWS_PANEL +
+                         sk_sw128_offset(row, (d % ROWS_CHUNK) / 8) + (uint32_t)(d % 8) * 2;
+    return __half2float(*(const __half *)(const void *)(tile + off));
+}
+
+/* A score whose split product came out inf or NaN: some operand entry is
+ * not finite, so the hi * lo terms may hold inf * 0 = NaN where the fp32
+ * dot product gives +-inf. Where the pooling split the operands itself
+ * (no fp32 pooled blocks, and no group sums), the hi * hi products alone,
+ * summed in fp32 over the dims of the two rows, give the fp32 dot
+ * product's inf or NaN (signs kept; only entries under ~2^-39 of their
+ * row's largest, zero in hi, would differ), scaled as the general
+ * epilogue scales; else topk_nonfinite_score from the fp32 blocks. */
+static __device__ float sr_nonfinite_score(const score_params *sp, int32_t slice, int32_t i,
+                                           int32_t jj, const char *a_tile, int32_t a_row,
+                                           const char *k_tile, int32_t k_row, int32_t dims,
+                                           int32_t exps) {
+    if (sp->split.q_tiles == NULL) return sp->p.scale * topk_nonfinite_score(&sp->p, slice, i, jj);
+    float s = 0.f;
+    for (int32_t d = 0; d < dims; ++d) s += sr_hi(a_tile, a_row, d) * sr_hi(k_tile, k_row, d);
+    return sp->p.scale * ldexpf(s, -exps);
+}
+
+/* Rewrite the scores that sr_store_general found not finite (bit 2 (16 half
+ * + n) + e of `bad`), one call per thread and tile, so that the common
+ * path keeps its registers. Rare: only rows holding a value that is not
+ * finite reach the general epilogue with such scores (their factor is 0,
+ * split_row_factor). */
+static __device__ __noinline__ void sr_fix_nonfinite(const score_params *sp, uint64_t bad,
+                                                     int32_t slice, int32_t i, int32_t j,
+                                                     int32_t re0, int32_t re1,
+                                                     const int32_t *k_exp, const char *a_tile,
+                                                     int32_t a_row, const char *k_tile,
+                                                     int32_t k_col, int32_t dims) {
+    const int32_t rb = sp->p.row_blocks, cb = sp->p.col_blocks;
+    for (; bad != 0u; bad &= bad - 1u) {
+        const int b = __ffsll((long long)bad) - 1, half = b >> 5, n = (b >> 1) & 15, e = b & 1;
+        const int32_t jj = j + 8 * n + e;
+        const int32_t exps = (half ? re1 : re0) + k_exp[8 * n + e];
+        sp->scores[((int64_t)slice * rb + i + half * 8) * cb + jj] =
+            sr_nonfinite_score(sp, slice, i + half * 8, jj, a_tile, a_row + half * 8, k_tile,
+                               k_col + 8 * n + e, dims, exps);
+    }
+}
+
 /* The epilogue's general case: row tails, column tails, odd column counts
- * and factors that are not exact (then ldexpf by the exponents). Rows i and
- * i + 8, columns j + 8 n (+ 1); acc as the kernel's. Each score takes the
- * two multiplications when its own two factors are exact, so that the
- * factors of rows and columns past the end (unwritten when the pooling
- * split the operands) never change a stored score. */
+ * and factors that are not exact (then ldexpf by the exponents), and rows
+ * with values that are not finite (sr_fix_nonfinite). Rows a_row and
+ * a_row + 8 of the CTA's tile (i = its first row), columns j + 8 n (+ 1) of
+ * column tile k_tile (k_col = j's place in it); acc as the kernel's. Each
+ * score takes the two multiplications when its own two factors are exact,
+ * so that the factors of rows and columns past the end (unwritten when the
+ * pooling split the operands) never change a stored score. */
 static __device__ __forceinline__ void sr_store_general(const score_params *sp, const float acc[64],
                                                         int32_t slice, int32_t i, int32_t j,
                                                         float rf0, float rf1, int32_t re0,
                                                         int32_t re1, const float2 (&cf)[16],
-                                                        const int32_t *k_exp) {
+                                                        const int32_t *k_exp, const char *a_tile,
+                                                        int32_t a_row, const char *k_tile,
+                                                        int32_t k_col, int32_t dims) {
     const int32_t rb = sp->p.row_blocks, cb = sp->p.col_blocks;
+    uint64_t bad = 0u; /* bit 2 (16 half + n) + e: a stored score that is not finite */
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
         if (i + half * 8 >= rb) continue;
@@ -172,11 +231,14 @@ static __device__ __forceinline__ void sr_store_general(const score_params *sp, 
                 const int32_t jj = j + 8 * n + e;
                 if (jj >= cb) continue;
                 const float v = acc[4 * n + 2 * half + e], c = e ? cf[n].y : cf[n].x;
+                if (!(fabsf(v) <= FLT_MAX)) bad |= 1ull << (2 * (16 * half + n) + e);
                 __stcs(out + jj, rf != 0.f && c != 0.f
                                      ? v * c * rf
                                      : sp->p.scale * ldexpf(v, -(re + k_exp[8 * n + e])));
             }
     }
+    if (bad != 0u)
+        sr_fix_nonfinite(sp, bad, slice, i, j, re0, re1, k_exp, a_tile, a_row, k_tile, k_col, dims);
 }
 
 template <int CHUNKS>
@@ -364,7 +426,9 @@ __global__ void __launch_bounds__(SR_THREADS, 1)
             }
         } else {
             sr_store_general(&sp, acc, slice, i0 + r0, j0, rf0, rf1, re0, re1, cf,
-                             so->k_exp + (k_tile0 + jt) * SC_TN + 2 * (lane & 3));
+                             so->k_exp + (k_tile0 + jt) * SC_TN + 2 * (lane & 3), base, r0,
+                             so->k_tiles + (k_tile0 + jt) * tile_bytes, 2 * (lane & 3),
+                             CHUNKS * ROWS_CHUNK);
         }
     };
 

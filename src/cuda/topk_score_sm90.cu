@@ -25,9 +25,12 @@
  *   3. each warpgroup issues 4 K steps x 3 wgmma m64n128k8 (small terms
  *      first) into its 64 x 128 fp32 accumulator.
  * The epilogue scales and writes the tile with streaming stores, as the
- * portable kernel does (the selection reads the scores once).
+ * portable kernel does (the selection reads the scores once). A score that
+ * comes out inf or NaN (an operand entry not finite: the big * small terms
+ * may hold inf * 0) is recomputed by topk_nonfinite_score, the fp32 value.
  */
 #include <cuda_runtime.h>
+#include <float.h>
 #include <stdint.h>
 
 #include "cuda/cuda_check.cuh"
@@ -166,7 +169,11 @@ __global__ void __launch_bounds__(S90_THREADS, 2)
 #pragma unroll
         for (int n = 0; n < 16; ++n) {
             const int32_t j = col0 + 8 * n;
-            const float v0 = scale * acc[4 * n + 2 * half], v1 = scale * acc[4 * n + 2 * half + 1];
+            float d0 = acc[4 * n + 2 * half], d1 = acc[4 * n + 2 * half + 1];
+            /* inf or NaN: the fp32 value (the big * small terms may hold inf * 0) */
+            if (!(fabsf(d0) <= FLT_MAX) && j < cb) d0 = topk_nonfinite_score(p, slice, i, j);
+            if (!(fabsf(d1) <= FLT_MAX) && j + 1 < cb) d1 = topk_nonfinite_score(p, slice, i, j + 1);
+            const float v0 = scale * d0, v1 = scale * d1;
             if (even && j < cb) {
                 __stcs((float2 *)(out + j), make_float2(v0, v1));
             } else {

@@ -285,9 +285,25 @@ static int same_as_cpu_backend(tk_problem t, const float *pq, const float *pk,
  *   2  Q rows x 2^-110, K rows x 2^110 (scale x 2^-e not normal: the slow
  *      epilogue);
  *   3  each row x 2^-30, 1 or 2^30 by row, and within a row the entries
- *      x 2^(-10 (d % 4)) (entries far below the row's largest).
- * Scores stay finite, so the fp64 check applies unchanged. */
+ *      x 2^(-10 (d % 4)) (entries far below the row's largest);
+ *   4  entries that are not finite: dim 5 of Q rows 3 mod 7 is +inf, dim 9
+ *      of Q rows 4 mod 11 is -inf, dim 2 of Q rows 6 mod 13 is NaN; dim 5 of
+ *      K rows 2 mod 5 is 0 (inf x 0), dim 9 of K rows 8 mod 17 is +inf. The
+ *      scores are then +-inf or NaN as the fp32 dot product gives them
+ *      (the fp64 check wants the same), not the NaN of a split's inf x 0.
+ * In patterns 1-3 the scores stay finite. */
 static void spread_range(float *x, int64_t rows, int64_t dim, int range, int is_q) {
+    if (range == 4) {
+        for (int64_t r = 0; r < rows; ++r) {
+            float *row = x + r * dim;
+            if (is_q && r % 7 == 3) row[5] = INFINITY;
+            if (is_q && r % 11 == 4) row[9] = -INFINITY;
+            if (is_q && r % 13 == 6) row[2] = NAN;
+            if (!is_q && r % 5 == 2) row[5] = 0.f;
+            if (!is_q && r % 17 == 8) row[9] = INFINITY;
+        }
+        return;
+    }
     for (int64_t r = 0; r < rows; ++r)
         for (int64_t e = 0; e < dim; ++e) {
             int ex = 0;
@@ -383,6 +399,24 @@ SK_TEST(topk_gpu_scores_wide_range) {
         for (int i = 0; i < (int)(sizeof cfgs / sizeof cfgs[0]); ++i, ++want)
             ran += gpu_select_case_range(&cfgs[i], tu_base_seed() ^ (0x2400u + (unsigned)(4 * i + range)),
                                          range);
+    CHECK(ran == want, "%d of %d cases ran", ran, want);
+}
+
+/* Pooled blocks with +-inf and NaN entries (spread_range pattern 4): the
+ * scores must be the fp32 dot product's inf or NaN, on the Hopper split
+ * (D <= 128), the 3xTF32 (D > 128) and the portable scoring; with exact
+ * (quantised) inputs the CPU backend must agree end to end. */
+SK_TEST(topk_gpu_scores_not_finite) {
+    /* b sq sk hq hkv d | bq bk k sinks local | causal per_kv quant */
+    static const sel_cfg cfgs[] = {
+        {1, 1024, 1024, 4, 4, 64, 128, 128, 4, 1, 2, 1, 0, 1},
+        {2, 700, 900, 2, 2, 72, 64, 64, 3, 0, 1, 0, 0, 0},
+        {1, 2048, 2048, 4, 2, 128, 64, 64, 16, 2, 8, 1, 1, 1},
+        {1, 1024, 1100, 2, 1, 256, 64, 64, 6, 1, 2, 1, 0, 1}, /* D > 128: the tf32 scoring */
+    };
+    int ran = 0, want = 0;
+    for (int i = 0; i < (int)(sizeof cfgs / sizeof cfgs[0]); ++i, ++want)
+        ran += gpu_select_case_range(&cfgs[i], tu_base_seed() ^ (0x2480u + (unsigned)i), 4);
     CHECK(ran == want, "%d of %d cases ran", ran, want);
 }
 
@@ -746,19 +780,46 @@ typedef struct ps_run {
     float *scores;
 } ps_run;
 
-/* nan_row >= 0: one token of head 0 in query row block nan_row is NaN, so
- * that row's scores are NaN and it comes out short (the compaction path). */
-static int gpu_pool_select_case(const sel_cfg *c, int32_t nan_row, uint64_t seed) {
+/* The scores of query row block `row` of slice 0 when dim 0 of its pooled
+ * Q is +inf and the rest is finite: per candidate block j, +inf, -inf or
+ * NaN as dim 0 of pooled K block j is positive, negative or zero (the fp32
+ * dot product's value; scale > 0). Returns the mismatches. */
+static int inf_row_mismatches(const tk_problem *t, const float *scores, const float *pk,
+                              int32_t row, const char *name) {
+    const int32_t cb = tk_col_blocks(t);
+    uint8_t *cand = (uint8_t *)malloc((size_t)cb), *forced = (uint8_t *)malloc((size_t)cb);
+    if (cand == NULL || forced == NULL) return 1;
+    tk_row_sets(t, row, cand, forced);
+    int bad = 0;
+    for (int32_t j = 0; j < cb; ++j) {
+        if (!cand[j]) continue;
+        const float k0 = pk[(int64_t)j * t->desc.head_dim], got = scores[(int64_t)row * cb + j];
+        const int ok = k0 > 0.f ? got == INFINITY : k0 < 0.f ? got == -INFINITY : isnan(got);
+        if (!ok && bad++ < 3)
+            printf("    %s: score[0, %d, %d] = %g with pooled k0 %g\n", name, (int)row, (int)j,
+                   (double)got, (double)k0);
+    }
+    free(cand), free(forced);
+    return bad;
+}
+
+/* bad_row >= 0: one token of head 0 in query row block bad_row is `bad`.
+ * NaN: that row's scores are NaN and it comes out short (the compaction
+ * path). +inf: that row's scores are +-inf or NaN as the fp32 dot product
+ * gives them (inf_row_mismatches), both where the pooling splits the
+ * operands and in the two-call chain. */
+static int gpu_pool_select_case(const sel_cfg *c, int32_t bad_row, float bad, uint64_t seed) {
     tk_problem t;
     sel_problem_init(&t, c);
     char name[200];
     tk_describe(&t, name, sizeof name);
-    printf("    %s, NaN row %d, seed %llu\n", name, (int)nan_row, (unsigned long long)seed);
+    printf("    %s, row %d token %g, seed %llu\n", name, (int)bad_row, (double)bad,
+           (unsigned long long)seed);
     tu_rng rng;
     tu_rng_seed(&rng, seed);
     if (!tk_problem_alloc_host(&t, &rng, c->quant ? TK_QUANT : 0)) return 0;
-    if (nan_row >= 0) /* head 0, the row block's first token, dim 0 */
-        tu_store(t.q, SK_DTYPE_BF16, (int64_t)nan_row * c->bq * t.qs[1], NAN);
+    if (bad_row >= 0) /* head 0, the row block's first token, dim 0 */
+        tu_store(t.q, SK_DTYPE_BF16, (int64_t)bad_row * c->bq * t.qs[1], bad);
     int32_t cap = 0;
     size_t ws_sel = 0, ws_ps = 0;
     if (sk_topk_layout_capacity(&t.desc, NULL, &cap) != SK_STATUS_SUCCESS ||
@@ -811,7 +872,7 @@ static int gpu_pool_select_case(const sel_cfg *c, int32_t nan_row, uint64_t seed
         const int32_t n = r[0].off[rows];
         CHECK(n >= 0 && n <= cap, "%s: count %d outside [0, %d]", name, (int)n, (int)cap);
         ok = n >= 0 && n <= cap;
-        if (nan_row >= 0) CHECK(n < cap, "%s: the NaN row did not come out short", name);
+        if (bad_row >= 0 && isnan(bad)) CHECK(n < cap, "%s: the NaN row did not come out short", name);
         for (int i = 1; ok && i < 3; ++i) {
             const int same = memcmp(r[i].off, r[0].off, off_bytes) == 0 &&
                              memcmp(r[i].idx, r[0].idx, (size_t)n * 4) == 0 &&
@@ -828,6 +889,16 @@ static int gpu_pool_select_case(const sel_cfg *c, int32_t nan_row, uint64_t seed
             gpu_layout g = {rows, cap, cap, r[1].off, r[1].idx};
             ok = same_as_cpu_selection(&t, r[1].scores, &g, name);
             CHECK(ok, "%s: layout is not the CPU selection on the GPU scores", name);
+        }
+        if (ok && bad_row >= 0 && isinf(bad)) {
+            const size_t pk_bytes = (size_t)tk_pooled_k_len(&t) * 4;
+            float *pk = (float *)malloc(pk_bytes);
+            ok = pk != NULL && gt_download(pk, dpk, pk_bytes) == 0;
+            const int wrong = ok ? inf_row_mismatches(&t, r[1].scores, pk, bad_row, name) : 1;
+            CHECK(wrong == 0, "%s: %d scores of the +inf row are not the fp32 dot product's", name,
+                  wrong);
+            ok = ok && wrong == 0;
+            free(pk);
         }
     }
     for (int i = 0; i < 3; ++i) free(r[i].off), free(r[i].idx), free(r[i].scores);
@@ -854,9 +925,12 @@ SK_TEST(topk_gpu_pool_select_matches_two_calls) {
     const int n = (int)(sizeof cfgs / sizeof cfgs[0]);
     int ran = 0, runs = 0;
     for (int i = 0; i < n; ++i, ++runs)
-        ran += gpu_pool_select_case(&cfgs[i], -1, tu_base_seed() ^ (0x6000u + (unsigned)i));
+        ran += gpu_pool_select_case(&cfgs[i], -1, 0.f, tu_base_seed() ^ (0x6000u + (unsigned)i));
     /* A NaN query block: that row comes out short, the placement compacts. */
-    ran += gpu_pool_select_case(&cfgs[0], 5, tu_base_seed() ^ 0x6100u), ++runs;
-    ran += gpu_pool_select_case(&cfgs[2], 20, tu_base_seed() ^ 0x6101u), ++runs;
+    ran += gpu_pool_select_case(&cfgs[0], 5, NAN, tu_base_seed() ^ 0x6100u), ++runs;
+    ran += gpu_pool_select_case(&cfgs[2], 20, NAN, tu_base_seed() ^ 0x6101u), ++runs;
+    /* A +inf query token: its row's scores are +-inf or NaN as in fp32. */
+    ran += gpu_pool_select_case(&cfgs[0], 5, INFINITY, tu_base_seed() ^ 0x6102u), ++runs;
+    ran += gpu_pool_select_case(&cfgs[1], 20, INFINITY, tu_base_seed() ^ 0x6103u), ++runs;
     CHECK(ran == runs, "%d of %d cases ran", ran, runs);
 }
