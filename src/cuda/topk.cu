@@ -236,7 +236,8 @@ static __device__ __forceinline__ void pool_store_split(const pool_tensor *t, co
                                ? 0xffffffffu
                                : ((1u << row_threads) - 1u) << (lane & ~(row_threads - 1));
     float m = fmaxf(split_abs_max4(v[0], v[1], v[2], v[3]), split_abs_max4(v[4], v[5], v[6], v[7]));
-    int bad = split_any_nonfinite4(v[0], v[1], v[2], v[3]) | split_any_nonfinite4(v[4], v[5], v[6], v[7]);
+    int bad = split_any_nonfinite4(v[0], v[1], v[2], v[3]) |
+              split_any_nonfinite4(v[4], v[5], v[6], v[7]); /* this row: its factor 0 */
     for (int o = row_threads >> 1; o > 0; o >>= 1) {
         m = fmaxf(m, __shfl_xor_sync(group, m, o));
         bad |= __shfl_xor_sync(group, bad, o);

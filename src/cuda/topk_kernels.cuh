@@ -160,8 +160,8 @@ static __device__ __forceinline__ float split_factor(float mult, int32_t e) {
  * product of the group's summed Q rows (inf - inf lost) could give
  * another. Unscaled. Rare: only scores that are not finite come here (not
  * inlined, so that the callers keep their registers). */
-static __device__ __noinline__ float topk_nonfinite_score(const sk_topk_problem *p, int32_t slice, int32_t i,
-                                             int32_t j) {
+static __device__ __noinline__ float topk_nonfinite_score(const sk_topk_problem *p,
+                                                          int32_t slice, int32_t i, int32_t j) {
     const int64_t dim = p->head_dim, b = slice / p->heads, hs = slice % p->heads;
     const int64_t h0 = p->per_kv_head ? hs * p->group : hs, nh = p->per_kv_head ? p->group : 1;
     const int64_t hk = p->per_kv_head ? hs : hs / p->group;
@@ -183,9 +183,9 @@ static __device__ __forceinline__ int split_any_nonfinite4(float x0, float x1, f
 }
 
 /* The factor a split row stores: 0 (the epilogue's general path) for a row
- * holding a value that is not finite, so that the general path can give
- * its non-finite scores the fp32 dot product's value (split_nonfinite_dot);
- * else split_factor. */
+ * holding a value that is not finite, so that the Hopper row scoring's
+ * general epilogue gives its non-finite scores the fp32 dot product's
+ * value (sr_fix_nonfinite); else split_factor. */
 static __device__ __forceinline__ float split_row_factor(float mult, int32_t e, int nonfinite) {
     return nonfinite ? 0.f : split_factor(mult, e);
 }

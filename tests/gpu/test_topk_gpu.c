@@ -872,7 +872,8 @@ static int gpu_pool_select_case(const sel_cfg *c, int32_t bad_row, float bad, ui
         const int32_t n = r[0].off[rows];
         CHECK(n >= 0 && n <= cap, "%s: count %d outside [0, %d]", name, (int)n, (int)cap);
         ok = n >= 0 && n <= cap;
-        if (bad_row >= 0 && isnan(bad)) CHECK(n < cap, "%s: the NaN row did not come out short", name);
+        if (bad_row >= 0 && isnan(bad))
+            CHECK(n < cap, "%s: the NaN row did not come out short", name);
         for (int i = 1; ok && i < 3; ++i) {
             const int same = memcmp(r[i].off, r[0].off, off_bytes) == 0 &&
                              memcmp(r[i].idx, r[0].idx, (size_t)n * 4) == 0 &&
