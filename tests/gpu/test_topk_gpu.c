@@ -780,34 +780,13 @@ typedef struct ps_run {
     float *scores;
 } ps_run;
 
-/* The scores of query row block `row` of slice 0 when dim 0 of its pooled
- * Q is +inf and the rest is finite: per candidate block j, +inf, -inf or
- * NaN as dim 0 of pooled K block j is positive, negative or zero (the fp32
- * dot product's value; scale > 0). Returns the mismatches. */
-static int inf_row_mismatches(const tk_problem *t, const float *scores, const float *pk,
-                              int32_t row, const char *name) {
-    const int32_t cb = tk_col_blocks(t);
-    uint8_t *cand = (uint8_t *)malloc((size_t)cb), *forced = (uint8_t *)malloc((size_t)cb);
-    if (cand == NULL || forced == NULL) return 1;
-    tk_row_sets(t, row, cand, forced);
-    int bad = 0;
-    for (int32_t j = 0; j < cb; ++j) {
-        if (!cand[j]) continue;
-        const float k0 = pk[(int64_t)j * t->desc.head_dim], got = scores[(int64_t)row * cb + j];
-        const int ok = k0 > 0.f ? got == INFINITY : k0 < 0.f ? got == -INFINITY : isnan(got);
-        if (!ok && bad++ < 3)
-            printf("    %s: score[0, %d, %d] = %g with pooled k0 %g\n", name, (int)row, (int)j,
-                   (double)got, (double)k0);
-    }
-    free(cand), free(forced);
-    return bad;
-}
-
 /* bad_row >= 0: one token of head 0 in query row block bad_row is `bad`.
  * NaN: that row's scores are NaN and it comes out short (the compaction
  * path). +inf: that row's scores are +-inf or NaN as the fp32 dot product
- * gives them (inf_row_mismatches), both where the pooling splits the
- * operands and in the two-call chain. */
+ * gives them, both where the pooling splits the operands and in the
+ * two-call chain. Every case checks the scores against the naive ones from
+ * the pooled blocks of sk_block_pool (tk_check_scores_ex: within the
+ * tolerance, or the same inf / NaN). */
 static int gpu_pool_select_case(const sel_cfg *c, int32_t bad_row, float bad, uint64_t seed) {
     tk_problem t;
     sel_problem_init(&t, c);
@@ -891,15 +870,16 @@ static int gpu_pool_select_case(const sel_cfg *c, int32_t bad_row, float bad, ui
             ok = same_as_cpu_selection(&t, r[1].scores, &g, name);
             CHECK(ok, "%s: layout is not the CPU selection on the GPU scores", name);
         }
-        if (ok && bad_row >= 0 && isinf(bad)) {
+        if (ok) {
+            const size_t pq_bytes = (size_t)tk_pooled_q_len(&t) * 4;
             const size_t pk_bytes = (size_t)tk_pooled_k_len(&t) * 4;
-            float *pk = (float *)malloc(pk_bytes);
-            ok = pk != NULL && gt_download(pk, dpk, pk_bytes) == 0;
-            const int wrong = ok ? inf_row_mismatches(&t, r[1].scores, pk, bad_row, name) : 1;
-            CHECK(wrong == 0, "%s: %d scores of the +inf row are not the fp32 dot product's", name,
-                  wrong);
+            float *pq = (float *)malloc(pq_bytes), *pk = (float *)malloc(pk_bytes);
+            ok = pq != NULL && pk != NULL && gt_download(pq, dpq, pq_bytes) == 0 &&
+                 gt_download(pk, dpk, pk_bytes) == 0;
+            const int wrong = ok ? tk_check_scores_ex(&t, pq, pk, r[1].scores, 1.0, c->causal) : 1;
+            CHECK(wrong == 0, "%s: %d GPU scores off the naive ones", name, wrong);
             ok = ok && wrong == 0;
-            free(pk);
+            free(pq), free(pk);
         }
     }
     for (int i = 0; i < 3; ++i) free(r[i].off), free(r[i].idx), free(r[i].scores);
