@@ -505,7 +505,11 @@ SK_API sk_status sk_select_topk(const sk_topk_desc *desc, const float *pooled_q,
 
 /* Pool and select in one call: the layout from Q and K (as sk_block_pool
  * then sk_select_topk, with the same layout bit for bit), the pooled blocks
- * kept in the workspace. This is the selection that sk_attention_topk runs
+ * kept in the workspace. It reads only the Q and K blocks that a score it
+ * uses depends on: query row blocks with a candidate to pick by score, and
+ * key blocks that some row may pick by score (so never the sinks, nor, with
+ * causal, the key blocks that are local to every row that reaches them).
+ * This is the selection that sk_attention_topk runs
  * before its attention; use it to select once and run sk_attention_forward
  * (or several) on the layout. On a 9.0 device with head_dim 64 or 128 (and
  * no group sums: per_kv_head with a group of one head, or per query head)

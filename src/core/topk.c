@@ -60,23 +60,28 @@ static void make_grid(const sk_topk_desc *d, sk_grid *g) {
     g->heads = (int32_t)(d->per_kv_head ? d->heads_kv : d->heads_q);
 }
 
-/* The rows' bounds, summed (per slice) and their largest. Each bound is at
- * most col_blocks, so the sum is at most the dense block count, which
- * sk_grid_check bounded by INT32_MAX. That is one rule per row (~4 us of
- * host time at 1024 rows, before every call's first kernel), so each
- * thread keeps the last shape's result: the bounds depend only on the
- * fields in the key. */
+/* The rows' bounds, summed (per slice) and their largest, and the score
+ * span (sk_topk_score_span). Each bound is at most col_blocks, so the sum is
+ * at most the dense block count, which sk_grid_check bounded by INT32_MAX.
+ * That is one rule per row (~4 us of host time at 1024 rows, before every
+ * call's first kernel), so each thread keeps the last shape's result: both
+ * depend only on the fields in the key. */
 typedef struct bounds_key {
     int64_t seq_q, seq_k;
     int32_t block_q, block_k, k, sink_blocks, local_blocks, causal;
 } bounds_key;
 
-static void row_bounds(const sk_topk_problem *p, int64_t *per_slice, int32_t *row_cap) {
+typedef struct row_summary {
+    int64_t per_slice;
+    int32_t row_cap;
+    int32_t score_rows[2], score_cols[2];
+} row_summary;
+
+static void summarize_rows(sk_topk_problem *p, int64_t *per_slice) {
     static __thread struct {
         int valid;
         bounds_key key;
-        int64_t per_slice;
-        int32_t row_cap;
+        row_summary sum;
     } last;
     bounds_key key;
     memset(&key, 0, sizeof key); /* padding too: the keys are compared with memcmp */
@@ -89,20 +94,22 @@ static void row_bounds(const sk_topk_problem *p, int64_t *per_slice, int32_t *ro
     key.local_blocks = p->local_blocks;
     key.causal = p->causal;
     if (!last.valid || memcmp(&key, &last.key, sizeof key) != 0) {
-        int64_t sum = 0;
-        int32_t cap = 0;
+        row_summary s;
+        memset(&s, 0, sizeof s);
         for (int32_t r = 0; r < p->row_blocks; ++r) {
             const sk_topk_row rule = sk_topk_row_rules(p, r);
-            sum += rule.bound;
-            if (rule.bound > cap) cap = rule.bound;
+            s.per_slice += rule.bound;
+            if (rule.bound > s.row_cap) s.row_cap = rule.bound;
         }
+        sk_topk_score_span(p, s.score_rows, s.score_cols);
         last.key = key;
-        last.per_slice = sum;
-        last.row_cap = cap;
+        last.sum = s;
         last.valid = 1;
     }
-    *per_slice = last.per_slice;
-    *row_cap = last.row_cap;
+    *per_slice = last.sum.per_slice;
+    p->row_cap = last.sum.row_cap;
+    memcpy(p->score_rows, last.sum.score_rows, sizeof p->score_rows);
+    memcpy(p->score_cols, last.sum.score_cols, sizeof p->score_cols);
 }
 
 /* The descriptor alone: every field, the grid, the capacity. Fills *p
@@ -179,7 +186,7 @@ static sk_status build_problem(const sk_topk_desc *d, sk_topk_problem *p) {
     p->per_kv_head = d->per_kv_head != 0;
 
     int64_t per_slice;
-    row_bounds(p, &per_slice, &p->row_cap);
+    summarize_rows(p, &per_slice);
     p->capacity = (int32_t)(per_slice * slices);
     return SK_STATUS_SUCCESS;
 }

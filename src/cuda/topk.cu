@@ -14,7 +14,9 @@
  *            device with D = 64 or 128 and no group sums (pool_splits), the
  *            means go straight into the row scoring's split operands (Q and
  *            K tiles, pool_store_split) instead of fp32, and the split
- *            kernel is not launched (step 13).
+ *            kernel is not launched (step 13). There, blocks outside the
+ *            score span (sk_topk_score_span) are not read, only zeroed
+ *            (step 21).
  *   group sum  with per_kv_head and a group > 1 only: the fp32 sum of each group's pooled
  *            Q rows (ascending head order), the scoring's A operand.
  *   score    scores[slice, i, j] = scale * sum_d A[i, d] * pooled_k[j, d],
@@ -189,6 +191,7 @@ typedef struct pool_tensor {
     int64_t stride_b, stride_s, stride_h; /* elements */
     int64_t seq;
     int32_t heads, block, nblocks;
+    int32_t read_lo, read_hi;             /* blocks read; the others are stored as zeros */
     float *dst;                           /* [B, H, nblocks, D], or NULL: */
     char *split;         /* the block means split for the Hopper row scoring instead (split
                             blocks per 128-row tile of each (batch, head), topk_kernels.cuh) */
@@ -277,7 +280,10 @@ __global__ void __launch_bounds__(POOL_THREADS, 2) sk_topk_pool_kernel(const __g
     if (item >= t.heads * p.chunks) return;
     const int32_t h = item / p.chunks, c = item - h * p.chunks;
     const int64_t t0 = (int64_t)blk * t.block;
-    const int32_t count = (int32_t)(t.seq - t0 < t.block ? t.seq - t0 : t.block);
+    const int32_t tokens = (int32_t)(t.seq - t0 < t.block ? t.seq - t0 : t.block);
+    /* A block outside [read_lo, read_hi) reads nothing and stores zeros:
+     * no score that depends on it is ever read (sk_topk_score_span). */
+    const int32_t count = blk >= t.read_lo && blk < t.read_hi ? tokens : 0;
     /* The sequence stride is a multiple of 16 bytes whenever it is stepped. */
     const int64_t step = t.stride_s / 8;
     const uint64_t keep = sk_policy_evict_last();
@@ -295,8 +301,10 @@ __global__ void __launch_bounds__(POOL_THREADS, 2) sk_topk_pool_kernel(const __g
         }
         for (; u0 < count; ++u0) add8(acc, __ldg(src + (int64_t)u0 * step), p.bf16);
         const float n = (float)count;
+        if (count > 0) {
 #pragma unroll
-        for (int e = 0; e < 8; ++e) acc[e] /= n;
+            for (int e = 0; e < 8; ++e) acc[e] /= n;
+        }
         const int64_t bh = (int64_t)b * t.heads + h;
         if (SPLIT) {
             pool_store_split(&t, acc, p.chunks, p.split_chunks, bh, c, blk, keep);
@@ -323,6 +331,8 @@ static void pool_tensor_set(pool_tensor *t, const void *src, const int64_t strid
     t->heads = (int32_t)heads;
     t->block = block;
     t->nblocks = nblocks;
+    t->read_lo = 0;
+    t->read_hi = nblocks;
     t->dst = dst;
     t->split = NULL;
     t->split_exp = NULL;
@@ -340,14 +350,22 @@ static void pool_tensor_split(pool_tensor *t, char *tiles, int32_t *exps, float 
 
 /* One launch pools Q (the first row_blocks CTAs along x) and K: into fp32,
  * or with `split` (pool_splits) straight into the row scoring's split
- * operands. */
-static sk_status launch_pool(const sk_topk_problem *p, const split_operands *split,
+ * operands. `span_only`: for the selection's own use, only the blocks in
+ * p->score_rows / p->score_cols are read (the others are zeros); else
+ * (sk_block_pool) every block. */
+static sk_status launch_pool(const sk_topk_problem *p, const split_operands *split, int span_only,
                              cudaStream_t stream) {
     pool_params pp;
     pool_tensor_set(&pp.t[0], p->q, p->q_stride, p->seq_q, p->heads_q, p->block_q, p->row_blocks,
                     p->pooled_q_out);
     pool_tensor_set(&pp.t[1], p->k_in, p->k_stride, p->seq_k, p->heads_kv, p->block_k,
                     p->col_blocks, p->pooled_k_out);
+    if (span_only) {
+        pp.t[0].read_lo = p->score_rows[0];
+        pp.t[0].read_hi = p->score_rows[1];
+        pp.t[1].read_lo = p->score_cols[0];
+        pp.t[1].read_hi = p->score_cols[1];
+    }
     pp.split_chunks = 0;
     if (split != NULL) {
         pool_tensor_split(&pp.t[0], split->q_tiles, split->q_exp, p->scale);
@@ -1115,7 +1133,7 @@ extern "C" sk_status sk_cuda_topk_pool_select_workspace_size(const sk_topk_probl
 extern "C" sk_status sk_cuda_topk_pool(const sk_topk_problem *p, cudaStream_t stream) {
     int hopper;
     SK_TRY(check_device(p->backend, &hopper));
-    return launch_pool(p, NULL, stream);
+    return launch_pool(p, NULL, 0, stream);
 }
 
 static sk_status check_workspace_size(size_t workspace_size, const ws_layout *w) {
@@ -1267,9 +1285,9 @@ extern "C" sk_status sk_cuda_topk_pool_select(const sk_topk_problem *p, void *wo
     const int presplit = pool_splits(p, hopper);
     if (presplit) {
         const split_operands so = split_at(p, base, &w, 1);
-        SK_TRY(launch_pool(&q, &so, stream));
+        SK_TRY(launch_pool(&q, &so, 1, stream));
     } else {
-        SK_TRY(launch_pool(&q, NULL, stream));
+        SK_TRY(launch_pool(&q, NULL, 1, stream));
     }
     return select_chain(&q, base, w, hopper, presplit, stream);
 }

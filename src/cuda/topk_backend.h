@@ -42,6 +42,8 @@
  * is that of sk_select_topk followed by one region, 256-aligned, that holds
  * either the split Q tiles and their row exponents (written by the pooling
  * when it splits) or the fp32 pooled Q and K (written when it does not).
+ * There, the blocks outside the score span (sk_topk_score_span) are zeros,
+ * and so are the scores that depend on them.
  */
 #ifndef SK_CUDA_TOPK_BACKEND_H
 #define SK_CUDA_TOPK_BACKEND_H
@@ -78,6 +80,7 @@ typedef struct sk_topk_problem {
     float scale;                      /* resolved: 1/sqrt(D) when the desc says 0 */
     int32_t k, sink_blocks, local_blocks;
     int32_t causal, per_kv_head;
+    int32_t score_rows[2], score_cols[2]; /* sk_topk_score_span */
 
     /* Set per call; NULL where the call has none. */
     const void *q, *k_in;        /* [B, Sq, Hq, D], [B, Sk, Hkv, D] */
@@ -133,6 +136,48 @@ SK_TOPK_HD static inline sk_topk_row sk_topk_row_rules(const sk_topk_problem *p,
 
 SK_TOPK_HD static inline int sk_topk_is_forced(const sk_topk_row *r, int32_t j) {
     return j < r->sink_end || (j >= r->local_lo && j <= r->local_hi);
+}
+
+/* The blocks a row may pick by score: its candidates that are not forced,
+ * and none when k == 0. Returns 0 when there are none; else *first and
+ * *last are the lowest and highest such block (blocks in between may be
+ * forced). The sinks are a prefix and the local blocks one run, so each end
+ * steps over at most one of them. */
+SK_TOPK_HD static inline int sk_topk_row_pickable(const sk_topk_problem *p, const sk_topk_row *r,
+                                                  int32_t *first, int32_t *last) {
+    if (p->k <= 0 || r->n_cand - r->forced <= 0) return 0;
+    int32_t lo = r->sink_end, hi = r->n_cand - 1;
+    if (lo >= r->local_lo && lo <= r->local_hi) lo = r->local_hi + 1;
+    if (hi >= r->local_lo && hi <= r->local_hi) hi = r->local_lo - 1;
+    *first = lo;
+    *last = hi;
+    return lo <= hi;
+}
+
+/* Which pooled blocks a selection's scores can depend on (the same for
+ * every slice): query row blocks [rows[0], rows[1]) hold every row with a
+ * block to pick by score, and key blocks [cols[0], cols[1]) every block some
+ * row may pick. Outside them no score is ever read, so sk_pool_select_topk
+ * does not pool those blocks (it writes zeros; docs/perf/topk.md step 21).
+ * Both ranges are empty ([0, 0)) when no row picks by score. One rule per
+ * row: src/core/topk.c keeps the result per shape with the row bounds. */
+static inline void sk_topk_score_span(const sk_topk_problem *p, int32_t rows[2], int32_t cols[2]) {
+    rows[0] = rows[1] = cols[0] = cols[1] = 0;
+    int any = 0;
+    for (int32_t i = 0; i < p->row_blocks; ++i) {
+        const sk_topk_row r = sk_topk_row_rules(p, i);
+        int32_t first, last;
+        if (!sk_topk_row_pickable(p, &r, &first, &last)) continue;
+        if (!any) {
+            rows[0] = i;
+            cols[0] = first;
+            cols[1] = last + 1;
+            any = 1;
+        }
+        rows[1] = i + 1;
+        if (first < cols[0]) cols[0] = first;
+        if (last + 1 > cols[1]) cols[1] = last + 1;
+    }
 }
 
 /* CUDA backend. Problems arrive validated; these check the device and the

@@ -136,8 +136,13 @@ static __device__ __forceinline__ float split_abs_max4(float x0, float x1, float
 }
 
 /* The row exponent e from the row's largest finite |x| = m: m 2^e lies in
- * [2^14, 2^15); zero (or tiny) rows get the clamp. */
+ * [2^14, 2^15); tiny rows get the clamp. A row with no finite non-zero
+ * value gets 0: any exponent splits it exactly, and 0 keeps its factor on
+ * the fast epilogue (the clamp sent every tile holding such a row, e.g. the
+ * zero blocks that sk_pool_select_topk does not pool, to ldexpf: +33 us at
+ * the issue's shape, docs/perf/topk.md step 21). */
 static __device__ __forceinline__ int32_t split_exponent(float m) {
+    if (m == 0.f) return 0;
     const int32_t e = 14 - ((int32_t)(__float_as_uint(m) >> 23) - 127);
     return e < -126 ? -126 : (e > 126 ? 126 : e);
 }

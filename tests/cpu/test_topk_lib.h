@@ -261,12 +261,16 @@ static inline double tk_naive_score(const tk_problem *t, const float *pq, const 
     return scale * s;
 }
 
+/* Which scores tk_check_scores_ex compares: every block; the candidates
+ * only (the GPU leaves the others unwritten with causal); the blocks a row
+ * may pick by score (candidates, not forced, k > 0). */
+enum { TK_SCORES_ALL = 0, TK_SCORES_CANDIDATES = 1, TK_SCORES_PICKABLE = 2 };
+
 /* scores [slices, rb, cb] against the naive ones: error <= factor x 2 x the
- * error of a naive fp32 dot product ((terms + 2) u sum|terms|) + 1e-30.
- * `only_candidates`: skip blocks that are no candidate (left unwritten by
- * the GPU with causal). Returns the mismatches. */
+ * error of a naive fp32 dot product ((terms + 2) u sum|terms|) + 1e-30, on
+ * the blocks `which` (TK_SCORES_*) names. Returns the mismatches. */
 static inline int tk_check_scores_ex(const tk_problem *t, const float *pq, const float *pk,
-                                     const float *scores, double factor, int only_candidates);
+                                     const float *scores, double factor, int which);
 
 static inline int tk_check_scores(const tk_problem *t, const float *pq, const float *pk,
                                   const float *scores, double factor) {
@@ -325,8 +329,33 @@ static inline int64_t tk_naive_capacity(const tk_problem *t) {
     return per_slice * t->desc.batch * tk_heads(t);
 }
 
+/* Brute force over token positions (tk_row_sets): the query row blocks
+ * [rows[0], rows[1]) that hold every row with a block to pick by score, and
+ * the key blocks [cols[0], cols[1]) that hold every such block; [0, 0) when
+ * there are none (what sk_topk_score_span must give). */
+static inline int tk_score_span_naive(const tk_problem *t, int32_t rows[2], int32_t cols[2]) {
+    const int32_t rb = tk_row_blocks(t), cb = tk_col_blocks(t);
+    rows[0] = rows[1] = cols[0] = cols[1] = 0;
+    uint8_t *cand = (uint8_t *)malloc((size_t)cb), *forced = (uint8_t *)malloc((size_t)cb);
+    if (cand == NULL || forced == NULL) return 0;
+    int any = 0;
+    for (int32_t i = 0; i < rb && t->desc.k > 0; ++i) {
+        tk_row_sets(t, i, cand, forced);
+        for (int32_t j = 0; j < cb; ++j) {
+            if (!cand[j] || forced[j]) continue;
+            if (!any) rows[0] = i, cols[0] = j, cols[1] = j + 1, any = 1;
+            rows[1] = i + 1;
+            if (j < cols[0]) cols[0] = j;
+            if (j + 1 > cols[1]) cols[1] = j + 1;
+        }
+    }
+    free(cand);
+    free(forced);
+    return 1;
+}
+
 static inline int tk_check_scores_ex(const tk_problem *t, const float *pq, const float *pk,
-                                     const float *scores, double factor, int only_candidates) {
+                                     const float *scores, double factor, int which) {
     const int64_t rb = tk_row_blocks(t), cb = tk_col_blocks(t);
     const int64_t slices = t->desc.batch * tk_heads(t);
     const int64_t g = t->desc.per_kv_head ? t->desc.heads_q / t->desc.heads_kv : 1;
@@ -338,7 +367,8 @@ static inline int tk_check_scores_ex(const tk_problem *t, const float *pq, const
         tk_row_sets(t, (int32_t)i, cand, forced);
         for (int64_t s = 0; s < slices; ++s)
             for (int64_t j = 0; j < cb; ++j) {
-                if (only_candidates && !cand[j]) continue;
+                if (which != TK_SCORES_ALL && !cand[j]) continue;
+                if (which == TK_SCORES_PICKABLE && (forced[j] || t->desc.k <= 0)) continue;
                 double a;
                 const double ref = tk_naive_score(t, pq, pk, s, i, j, &a);
                 const double tol = factor * 2.0 * terms * 0x1.0p-24 * a + 1e-30;

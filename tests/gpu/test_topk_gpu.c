@@ -344,7 +344,8 @@ static int gpu_select_case_range(const sel_cfg *c, uint64_t seed, int range) {
     int ok = dpq != NULL && dpk != NULL && scores != NULL &&
              run_gpu_select(&t, dpq, dpk, NULL, &g, scores, name);
     if (ok) {
-        const int bad = tk_check_scores_ex(&t, pq, pk, scores, 1.0, c->causal);
+        const int bad = tk_check_scores_ex(&t, pq, pk, scores, 1.0,
+                                           c->causal ? TK_SCORES_CANDIDATES : TK_SCORES_ALL);
         CHECK(bad == 0, "%s: %d GPU scores off the naive ones", name, bad);
         CHECK(same_as_cpu_selection(&t, scores, &g, name), "%s: GPU layout != CPU selection on "
               "the GPU's scores", name);
@@ -780,14 +781,56 @@ typedef struct ps_run {
     float *scores;
 } ps_run;
 
+/* Scores of sk_pool_select_topk (`got`) against the two-call chain's
+ * (`ref`): bit for bit on the blocks a row may pick by score. Where the
+ * query row block lies outside the score span (sk_topk_score_span, by brute
+ * force here), every candidate's score must be exactly 0: the pooling did not
+ * read those Q blocks (with `unread_nan` they hold NaN, which a read would
+ * carry into the scores). Returns the mismatches. */
+static int pool_select_scores_differ(const tk_problem *t, const float *got, const float *ref) {
+    const int32_t rb = tk_row_blocks(t), cb = tk_col_blocks(t);
+    const int64_t slices = tk_total_rows(t) / rb;
+    int32_t span_r[2], span_c[2];
+    uint8_t *cand = (uint8_t *)malloc((size_t)cb), *forced = (uint8_t *)malloc((size_t)cb);
+    if (cand == NULL || forced == NULL || !tk_score_span_naive(t, span_r, span_c)) {
+        free(cand), free(forced);
+        return 1;
+    }
+    int bad = 0;
+    for (int32_t i = 0; i < rb; ++i) {
+        tk_row_sets(t, i, cand, forced);
+        const int row_read = i >= span_r[0] && i < span_r[1];
+        for (int64_t s = 0; s < slices; ++s)
+            for (int32_t j = 0; j < cb; ++j) {
+                const int64_t e = (s * rb + i) * cb + j;
+                const int pickable = cand[j] && !forced[j] && t->desc.k > 0;
+                int ok = 1;
+                if (pickable)
+                    ok = memcmp(&got[e], &ref[e], 4) == 0;
+                else if (!row_read && cand[j])
+                    ok = got[e] == 0.f;
+                if (!ok && bad++ < 3)
+                    printf("    score[slice %lld, %d, %d] = %.9g, two calls %.9g (%s)\n",
+                           (long long)s, (int)i, (int)j, (double)got[e], (double)ref[e],
+                           pickable ? "pickable" : "row not pooled: 0");
+            }
+    }
+    free(cand), free(forced);
+    return bad;
+}
+
 /* bad_row >= 0: one token of head 0 in query row block bad_row is `bad`.
  * NaN: that row's scores are NaN and it comes out short (the compaction
  * path). +inf: that row's scores are +-inf or NaN as the fp32 dot product
  * gives them, both where the pooling splits the operands and in the
- * two-call chain. Every case checks the scores against the naive ones from
- * the pooled blocks of sk_block_pool (tk_check_scores_ex: within the
- * tolerance, or the same inf / NaN). */
-static int gpu_pool_select_case(const sel_cfg *c, int32_t bad_row, float bad, uint64_t seed) {
+ * two-call chain. unread_nan: every token of the Q and K blocks outside the
+ * score span is NaN; the layout must not change, and sk_pool_select_topk
+ * must not read them (pool_select_scores_differ). Every case checks the
+ * pickable scores against the naive ones from the pooled blocks of
+ * sk_block_pool (tk_check_scores_ex: within the tolerance, or the same inf /
+ * NaN). */
+static int gpu_pool_select_case(const sel_cfg *c, int32_t bad_row, float bad, int unread_nan,
+                                uint64_t seed) {
     tk_problem t;
     sel_problem_init(&t, c);
     char name[200];
@@ -799,6 +842,29 @@ static int gpu_pool_select_case(const sel_cfg *c, int32_t bad_row, float bad, ui
     if (!tk_problem_alloc_host(&t, &rng, c->quant ? TK_QUANT : 0)) return 0;
     if (bad_row >= 0) /* head 0, the row block's first token, dim 0 */
         tu_store(t.q, SK_DTYPE_BF16, (int64_t)bad_row * c->bq * t.qs[1], bad);
+    int unread = 0; /* Q and K blocks outside the span */
+    if (unread_nan) {
+        int32_t sr[2], sc[2];
+        if (!tk_score_span_naive(&t, sr, sc)) return 0;
+        for (int q = 0; q < 2; ++q) {
+            const int32_t blocks = q ? tk_col_blocks(&t) : tk_row_blocks(&t);
+            const int32_t *span = q ? sc : sr;
+            const int64_t bs = q ? c->bk : c->bq, seq = q ? c->sk : c->sq;
+            const int64_t heads = q ? c->hkv : c->hq, *st = q ? t.ks : t.qs;
+            for (int32_t blk = 0; blk < blocks; ++blk) {
+                if (blk >= span[0] && blk < span[1]) continue;
+                ++unread;
+                for (int64_t b = 0; b < c->b; ++b)
+                    for (int64_t tok = blk * bs; tok < (blk + 1) * bs && tok < seq; ++tok)
+                        for (int64_t h = 0; h < heads; ++h)
+                            for (int64_t e = 0; e < c->d; ++e)
+                                tu_store(q ? t.k : t.q, SK_DTYPE_BF16,
+                                         b * st[0] + tok * st[1] + h * st[2] + e, NAN);
+            }
+        }
+        printf("    %d blocks outside the score span set to NaN\n", unread);
+        CHECK(unread > 0, "no block outside the span: the case tests nothing");
+    }
     int32_t cap = 0;
     size_t ws_sel = 0, ws_ps = 0;
     if (sk_topk_layout_capacity(&t.desc, NULL, &cap) != SK_STATUS_SUCCESS ||
@@ -854,10 +920,13 @@ static int gpu_pool_select_case(const sel_cfg *c, int32_t bad_row, float bad, ui
         if (bad_row >= 0 && isnan(bad))
             CHECK(n < cap, "%s: the NaN row did not come out short", name);
         for (int i = 1; ok && i < 3; ++i) {
-            const int same = memcmp(r[i].off, r[0].off, off_bytes) == 0 &&
-                             memcmp(r[i].idx, r[0].idx, (size_t)n * 4) == 0 &&
-                             memcmp(r[i].scores, r[0].scores, score_bytes) == 0;
-            CHECK(same, "%s: sk_pool_select_topk (run %d) differs from pool + select", name, i);
+            const int same =
+                memcmp(r[i].off, r[0].off, off_bytes) == 0 &&
+                memcmp(r[i].idx, r[0].idx, (size_t)n * 4) == 0 &&
+                (i == 2 ? memcmp(r[2].scores, r[1].scores, score_bytes) == 0
+                        : pool_select_scores_differ(&t, r[1].scores, r[0].scores) == 0);
+            CHECK(same, "%s: sk_pool_select_topk (run %d) differs from %s", name, i,
+                  i == 2 ? "its first run" : "pool + select");
             ok = same;
             for (int32_t e = cap; ok && e < cap + 16; ++e)
                 if (r[i].idx[e] != -1) {
@@ -876,7 +945,8 @@ static int gpu_pool_select_case(const sel_cfg *c, int32_t bad_row, float bad, ui
             float *pq = (float *)malloc(pq_bytes), *pk = (float *)malloc(pk_bytes);
             ok = pq != NULL && pk != NULL && gt_download(pq, dpq, pq_bytes) == 0 &&
                  gt_download(pk, dpk, pk_bytes) == 0;
-            const int wrong = ok ? tk_check_scores_ex(&t, pq, pk, r[1].scores, 1.0, c->causal) : 1;
+            const int wrong =
+                ok ? tk_check_scores_ex(&t, pq, pk, r[1].scores, 1.0, TK_SCORES_PICKABLE) : 1;
             CHECK(wrong == 0, "%s: %d GPU scores off the naive ones", name, wrong);
             ok = ok && wrong == 0;
             free(pq), free(pk);
@@ -890,9 +960,10 @@ static int gpu_pool_select_case(const sel_cfg *c, int32_t bad_row, float bad, ui
 }
 
 /* On a 9.0 device with D = 64 or 128 and no group sums the pooling writes
- * the split operands itself: the scores and layout must equal the two-call
- * chain's bit for bit. The other cases (D = 96, group sums, the portable
- * backend) take the two-call chain inside and are checked the same way. */
+ * the split operands itself: the layout and the pickable scores must equal
+ * the two-call chain's bit for bit. The other cases (D = 96, group sums, the
+ * portable backend) take the two-call chain inside and are checked the same
+ * way. Either way the blocks outside the score span are not read. */
 SK_TEST(topk_gpu_pool_select_matches_two_calls) {
     /* b sq sk hq hkv d | bq bk k sinks local | causal per_kv quant */
     static const sel_cfg cfgs[] = {
@@ -906,12 +977,16 @@ SK_TEST(topk_gpu_pool_select_matches_two_calls) {
     const int n = (int)(sizeof cfgs / sizeof cfgs[0]);
     int ran = 0, runs = 0;
     for (int i = 0; i < n; ++i, ++runs)
-        ran += gpu_pool_select_case(&cfgs[i], -1, 0.f, tu_base_seed() ^ (0x6000u + (unsigned)i));
+        ran += gpu_pool_select_case(&cfgs[i], -1, 0.f, 0, tu_base_seed() ^ (0x6000u + (unsigned)i));
     /* A NaN query block: that row comes out short, the placement compacts. */
-    ran += gpu_pool_select_case(&cfgs[0], 5, NAN, tu_base_seed() ^ 0x6100u), ++runs;
-    ran += gpu_pool_select_case(&cfgs[2], 20, NAN, tu_base_seed() ^ 0x6101u), ++runs;
+    ran += gpu_pool_select_case(&cfgs[0], 5, NAN, 0, tu_base_seed() ^ 0x6100u), ++runs;
+    ran += gpu_pool_select_case(&cfgs[2], 20, NAN, 0, tu_base_seed() ^ 0x6101u), ++runs;
     /* A +inf query token: its row's scores are +-inf or NaN as in fp32. */
-    ran += gpu_pool_select_case(&cfgs[0], 5, INFINITY, tu_base_seed() ^ 0x6102u), ++runs;
-    ran += gpu_pool_select_case(&cfgs[1], 20, INFINITY, tu_base_seed() ^ 0x6103u), ++runs;
+    ran += gpu_pool_select_case(&cfgs[0], 5, INFINITY, 0, tu_base_seed() ^ 0x6102u), ++runs;
+    ran += gpu_pool_select_case(&cfgs[1], 20, INFINITY, 0, tu_base_seed() ^ 0x6103u), ++runs;
+    /* NaN in every block outside the score span: Q and K split by the
+     * pooling (cfgs[2]), fp32 pooled blocks (cfgs[3]), group sums (cfgs[4]). */
+    for (int i = 2; i <= 4; ++i, ++runs)
+        ran += gpu_pool_select_case(&cfgs[i], -1, 0.f, 1, tu_base_seed() ^ (0x6200u + (unsigned)i));
     CHECK(ran == runs, "%d of %d cases ran", ran, runs);
 }
