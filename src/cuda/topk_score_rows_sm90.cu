@@ -343,7 +343,10 @@ __global__ void __launch_bounds__(SR_THREADS, 1)
     const uint64_t panel = ROWS_PANEL >> 4, lo_off = CHUNKS * panel, buf_off = SR_OPERAND >> 4;
     const int even = (cb & 1) == 0;
 
-    /* Column tile jt into acc: wait for its K buffer, issue the wgmma group. */
+    /* Column tile jt into acc: wait for its K buffer, issue the wgmma group.
+     * (issue and finish stay lambdas: as device functions over a struct of
+     * these locals the kernel executed 16 % more instructions, ncu,
+     * docs/perf/topk.md step 21.) */
     auto issue = [&](float(&acc)[64], int32_t jt) {
         const int buf = jt & 1;
         uint32_t a_lo = (uint32_t)d_a; /* recomputed per tile, not held: registers */
@@ -459,8 +462,8 @@ sk_status sk_topk_score_rows_sm90(const score_params *sp, cudaStream_t stream) {
                                sk_topk_split_rows_kernel, s),
             "Hopper split kernel launch");
     const int64_t units = (int64_t)p->slices * sp->tiles_i;
-    auto kernel = sp->split.chunks == 1 ? sk_topk_score_rows_sm90_kernel<1>
-                                        : sk_topk_score_rows_sm90_kernel<2>;
+    void (*kernel)(score_params) = sp->split.chunks == 1 ? sk_topk_score_rows_sm90_kernel<1>
+                                                         : sk_topk_score_rows_sm90_kernel<2>;
     SK_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, SR_SMEM),
                 "cudaFuncSetAttribute");
     return sk_cuda_status(
