@@ -14,9 +14,9 @@
  *            device with D = 64 or 128 and no group sums (pool_splits), the
  *            means go straight into the row scoring's split operands (Q and
  *            K tiles, pool_store_split) instead of fp32, and the split
- *            kernel is not launched (step 13). There, blocks outside the
- *            score span (sk_topk_score_span) are not read, only zeroed
- *            (step 21).
+ *            kernel is not launched (step 13). In sk_pool_select_topk, in
+ *            either form, the blocks outside the score span
+ *            (sk_topk_score_span) are not read, only zeroed (step 21).
  *   group sum  with per_kv_head and a group > 1 only: the fp32 sum of each group's pooled
  *            Q rows (ascending head order), the scoring's A operand.
  *   score    scores[slice, i, j] = scale * sum_d A[i, d] * pooled_k[j, d],
