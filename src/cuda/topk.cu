@@ -44,10 +44,12 @@
  *            row fills its bound, and the short-row flag cleared.
  *   select   one warp per layout row. Scores become order-preserving 32-bit
  *            keys (NaN, -inf, forced and non-candidate blocks -> key 0,
- *            -0 -> +0). With k <= 32 and at most 1024 key blocks, the
- *            register selection (sk_topk_select_reg_kernel, one launch:
- *            rows of over 512 candidates (32 scores per lane) first, the
- *            rest with 16): the filter path below on register-resident
+ *            -0 -> +0). With k <= 32 and at most 2048 key blocks, the
+ *            register selection (sk_topk_select_reg_kernel, one launch: up
+ *            to 1024 key blocks, rows of over 512 candidates (32 scores per
+ *            lane) first, the rest with 16; past 1024, rows of over 1024
+ *            candidates with 64 scores per lane, the rest with 32, at
+ *            fewer CTAs per SM): the filter path below on register-resident
  *            scores, after which the take largest gathered composites and
  *            the forced blocks are written straight to their places in the
  *            row (a count of selected and forced blocks before each), both
@@ -102,8 +104,8 @@ enum {
     SEL_CACHE = 1024,  /* keys of a row kept in shared memory (4 KB per warp) */
     SEL_FILTER = 128,  /* filter-path candidates (uint64, in the warp's 1 KB histogram) */
     SEL_UNROLL = 8,    /* score loads in flight per lane in the first pass */
-    SEL_REG_KEYS = 32, /* register selection: keys per lane */
-    SEL_REG_MAX = 32 * SEL_REG_KEYS, /* ... for rows of at most 1024 key blocks */
+    SEL_REG_KEYS = 64, /* register selection: the most keys per lane */
+    SEL_REG_MAX = 32 * SEL_REG_KEYS, /* ... for rows of at most 2048 key blocks */
     SEL_REG_K = 32,    /* ... and k <= 32 */
     CMP_THREADS = 256, /* compaction: one row per thread in the scan, a warp per row in the copy */
     CMP_MAX_CTAS = 128
@@ -801,6 +803,15 @@ __global__ void __launch_bounds__(SEL_WARPS * 32) sk_topk_select_kernel(const __
     if (lane == 0) sp.counts[g] = written < p->row_cap ? written : p->row_cap;
 }
 
+/* The register selection's bit mask of a lane's passing registers (bit e:
+ * register e), as wide as KEYS needs. */
+template <int KEYS> struct reg_mask { typedef uint32_t type; };
+template <> struct reg_mask<64> { typedef uint64_t type; };
+static __device__ __forceinline__ int mask_count(uint32_t m) { return __popc(m); }
+static __device__ __forceinline__ int mask_count(uint64_t m) { return __popcll(m); }
+static __device__ __forceinline__ int mask_lowest(uint32_t m) { return __ffs((int)m) - 1; }
+static __device__ __forceinline__ int mask_lowest(uint64_t m) { return __ffsll((long long)m) - 1; }
+
 /* The selection for rows of at most 32 * KEYS candidates and k <= 32, one
  * warp per row, each lane holding the keys of blocks lane + 32 e in
  * registers (same keys, rules and result as sk_topk_select_kernel). Warp w
@@ -928,17 +939,18 @@ static __device__ __forceinline__ void select_reg_row(const select_params &sp, i
     int32_t m = 0;
     if (p->k > 0) {
         const float t = fmaxf(warp_kth_largest(lane_max, lane, p->k), -FLT_MAX);
-        uint32_t passing = 0u; /* bit e: register e's score is >= t (never -inf or NaN) */
+        typedef typename reg_mask<KEYS>::type mask_t;
+        mask_t passing = 0u; /* bit e: register e's score is >= t (never -inf or NaN) */
 #pragma unroll
         for (int e = 0; e < KEYS; ++e)
-            if (sc[e] >= t) passing |= 1u << e;
-        const int32_t c = __popc(passing), incl = warp_inclusive_sum(c, lane);
+            if (sc[e] >= t) passing |= (mask_t)1u << e;
+        const int32_t c = mask_count(passing), incl = warp_inclusive_sum(c, lane);
         m = __shfl_sync(0xffffffffu, incl, 31);
         /* The passing scores are reloaded by index (a register array cannot
          * be indexed at run time); they are pickable, so the raw score is
          * the masked one. */
         for (int32_t pos = incl - c; passing != 0u && pos < SEL_FILTER; ++pos) {
-            const int e = __ffs((int)passing) - 1;
+            const int e = mask_lowest(passing);
             const int32_t j = lane4 + 128 * (e >> 2) + (e & 3);
             passing &= passing - 1u;
             cand[pos] = ((uint64_t)score_key(row[j]) << 32) | (uint32_t)~(uint32_t)j;
@@ -994,11 +1006,14 @@ static __device__ __forceinline__ void select_reg_row(const select_params &sp, i
 
 /* The register selection of every row, one launch: the CTAs below
  * long_ctas take rows split .. row_blocks - 1 of every slice (more than
- * 16 * 32 candidates: KEYS = 32), the rest rows 0 .. split - 1 (KEYS = 16).
- * One grid, so that the short rows fill the SMs while the long ones drain
- * (two launches ran one after the other); the long rows first, as they
- * take longer. */
-__global__ void __launch_bounds__(SEL_WARPS * 32, 6) sk_topk_select_reg_kernel(
+ * LONG_KEYS / 2 * 32 candidates: KEYS = LONG_KEYS), the rest rows 0 ..
+ * split - 1 (KEYS = LONG_KEYS / 2). One grid, so that the short rows fill
+ * the SMs while the long ones drain (two launches ran one after the other);
+ * the long rows first, as they take longer. LONG_KEYS = 32 up to 1024 key
+ * blocks (8 CTAs per SM); 64 up to 2048, whose 64 score registers per lane
+ * leave room for 4. */
+template <int LONG_KEYS>
+__global__ void __launch_bounds__(SEL_WARPS * 32, LONG_KEYS == 64 ? 4 : 6) sk_topk_select_reg_kernel(
     const __grid_constant__ select_params sp, int32_t split, int32_t long_ctas) {
     pdl_enter();
     __shared__ __align__(8) uint32_t hist_all[SEL_WARPS][256];
@@ -1006,11 +1021,11 @@ __global__ void __launch_bounds__(SEL_WARPS * 32, 6) sk_topk_select_reg_kernel(
     const int warp = (int)(threadIdx.x >> 5);
     const int32_t cta = (int32_t)blockIdx.x;
     if (cta < long_ctas)
-        select_reg_row<32>(sp, split, sp.p.row_blocks - split, cta * SEL_WARPS + warp,
-                           hist_all[warp], taken_all[warp]);
+        select_reg_row<LONG_KEYS>(sp, split, sp.p.row_blocks - split, cta * SEL_WARPS + warp,
+                                  hist_all[warp], taken_all[warp]);
     else
-        select_reg_row<16>(sp, 0, split, (cta - long_ctas) * SEL_WARPS + warp, hist_all[warp],
-                           taken_all[warp]);
+        select_reg_row<LONG_KEYS / 2>(sp, 0, split, (cta - long_ctas) * SEL_WARPS + warp,
+                                      hist_all[warp], taken_all[warp]);
 }
 
 typedef struct place_params {
@@ -1212,12 +1227,14 @@ static sk_status select_chain(const sk_topk_problem *p, char *base, ws_layout w,
     sel.per_slice = p->slices > 0 ? (int32_t)(p->capacity / p->slices) : 0;
     sel.vec = ((uintptr_t)scores % 16 == 0) && p->col_blocks % 4 == 0;
     if (reg) {
-        /* n_cand does not decrease with the row: rows 0 .. split - 1 have at
-         * most 16 * 32 candidates. */
+        /* 32 keys per lane for up to 1024 key blocks, else 64. n_cand does
+         * not decrease with the row: rows 0 .. split - 1 have at most
+         * long_keys / 2 * 32 candidates. */
+        const int32_t long_keys = p->col_blocks <= 32 * 32 ? 32 : 64;
         int32_t split_lo = 0, split_hi = p->row_blocks; /* first row with more, in [lo, hi] */
         while (split_lo < split_hi) {
             const int32_t mid = split_lo + (split_hi - split_lo) / 2;
-            if (sk_topk_row_rules(p, mid).n_cand <= 16 * 32)
+            if (sk_topk_row_rules(p, mid).n_cand <= long_keys / 2 * 32)
                 split_lo = mid + 1;
             else
                 split_hi = mid;
@@ -1228,7 +1245,9 @@ static sk_status select_chain(const sk_topk_problem *p, char *base, ws_layout w,
         const int64_t short_ctas = ((int64_t)p->slices * split + SEL_WARPS - 1) / SEL_WARPS;
         SK_CUDA_TRY(cudaLaunchKernelEx(launch_config(&l, (unsigned)(long_ctas + short_ctas),
                                                      SEL_WARPS * 32, 0, stream, hopper),
-                                       sk_topk_select_reg_kernel, sel, split, (int32_t)long_ctas),
+                                       long_keys == 32 ? sk_topk_select_reg_kernel<32>
+                                                       : sk_topk_select_reg_kernel<64>,
+                                       sel, split, (int32_t)long_ctas),
                     "selection kernel launch");
     } else {
         const unsigned sel_blocks = (unsigned)((p->total_rows + SEL_WARPS - 1) / SEL_WARPS);

@@ -377,7 +377,9 @@ SK_TEST(topk_gpu_select_layouts_exact) {
         {1, 64, 2100 * 64, 1, 1, 16, 64, 64, 9, 1, 2, 0, 0, 1},  /* 2100 keys: no key cache */
         {1, 200, 2100 * 64, 2, 1, 16, 64, 64, 30, 0, 0, 1, 1, 0},
         {1, 8192, 8192, 2, 2, 64, 64, 64, 16, 2, 8, 1, 0, 0},    /* filter path, cached keys */
-        {1, 256, 1500 * 64, 1, 1, 16, 64, 64, 16, 1, 2, 1, 0, 0}, /* filter path, uncached */
+        {1, 256, 1500 * 64, 1, 1, 16, 64, 64, 16, 1, 2, 1, 0, 0}, /* 1500 keys: 64 per lane */
+        {1, 300, 1301 * 64 - 10, 2, 1, 16, 64, 64, 16, 1, 2, 0, 0, 1}, /* the same, ties, a tail */
+        {1, 2000 * 64, 2000 * 64, 1, 1, 16, 64, 64, 16, 2, 8, 1, 0, 0}, /* rows of 32 and 64 per lane */
         {1, 2048, 2048, 4, 4, 64, 64, 64, 40, 1, 1, 0, 0, 0},     /* k > 32: radix path */
         {1, 1024, 1100, 2, 1, 256, 64, 64, 6, 1, 2, 1, 0, 0},     /* D > 128: the Hopper tf32 scoring */
         {1, 900, 900, 2, 2, 136, 64, 64, 5, 0, 1, 0, 1, 1},       /* D > 128, a short last chunk */
@@ -429,7 +431,8 @@ SK_TEST(topk_gpu_scores_not_finite) {
  *   3  lane-grouped, f(j) = j - 1000 (j % 32): every warp lane's largest
  *      score is high and most scores pass the lane-maximum threshold (the
  *      filter path's radix fallback, with k = 32).
- * 1000 key blocks go to the register selection, 1100 to the general one. */
+ * 1000 key blocks go to the register selection with 32 scores per lane,
+ * 1100 with 64, 2100 to the general one. */
 static int gpu_order_case(int pattern, int32_t k, int causal, int64_t key_blocks) {
     tk_problem t;
     tk_problem_init(&t, gt_opt.backend, SK_DTYPE_BF16, 1, 64 * 300, 64 * key_blocks, 2, 2, 16, 64,
@@ -475,11 +478,11 @@ static int gpu_order_case(int pattern, int32_t k, int causal, int64_t key_blocks
 
 SK_TEST(topk_gpu_select_adversarial_orders) {
     static const int32_t ks[] = {5, 16, 32};
+    static const int64_t key_blocks[] = {1000, 1100, 2100};
     int ran = 0, n = 0;
     for (int pattern = 0; pattern < 4; ++pattern)
         for (int e = 0; e < 3; ++e, ++n)
-            ran += gpu_order_case(pattern, ks[e], (pattern + e) % 2,
-                                  (pattern + e) % 3 == 0 ? 1100 : 1000);
+            ran += gpu_order_case(pattern, ks[e], (pattern + e) % 2, key_blocks[(pattern + e) % 3]);
     CHECK(ran == n, "%d of %d cases ran", ran, n);
 }
 
