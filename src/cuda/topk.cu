@@ -807,10 +807,18 @@ __global__ void __launch_bounds__(SEL_WARPS * 32) sk_topk_select_kernel(const __
  * register e), as wide as KEYS needs. */
 template <int KEYS> struct reg_mask { typedef uint32_t type; };
 template <> struct reg_mask<64> { typedef uint64_t type; };
-static __device__ __forceinline__ int mask_count(uint32_t m) { return __popc(m); }
-static __device__ __forceinline__ int mask_count(uint64_t m) { return __popcll(m); }
-static __device__ __forceinline__ int mask_lowest(uint32_t m) { return __ffs((int)m) - 1; }
-static __device__ __forceinline__ int mask_lowest(uint64_t m) { return __ffsll((long long)m) - 1; }
+static __device__ __forceinline__ int mask_count(uint32_t m) {
+    return __popc(m);
+}
+static __device__ __forceinline__ int mask_count(uint64_t m) {
+    return __popcll(m);
+}
+static __device__ __forceinline__ int mask_lowest(uint32_t m) {
+    return __ffs((int)m) - 1;
+}
+static __device__ __forceinline__ int mask_lowest(uint64_t m) {
+    return __ffsll((long long)m) - 1;
+}
 
 /* The selection for rows of at most 32 * KEYS candidates and k <= 32, one
  * warp per row, each lane holding the keys of blocks lane + 32 e in
@@ -1010,8 +1018,8 @@ static __device__ __forceinline__ void select_reg_row(const select_params &sp, i
  * split - 1 (KEYS = LONG_KEYS / 2). One grid, so that the short rows fill
  * the SMs while the long ones drain (two launches ran one after the other);
  * the long rows first, as they take longer. LONG_KEYS = 32 up to 1024 key
- * blocks (8 CTAs per SM); 64 up to 2048, whose 64 score registers per lane
- * leave room for 4. */
+ * blocks (63 registers: 8 CTAs per SM); 64 up to 2048, whose 64 score
+ * registers per lane leave room for 5 (96 registers; at least 4). */
 template <int LONG_KEYS>
 __global__ void __launch_bounds__(SEL_WARPS * 32, LONG_KEYS == 64 ? 4 : 6) sk_topk_select_reg_kernel(
     const __grid_constant__ select_params sp, int32_t split, int32_t long_ctas) {
