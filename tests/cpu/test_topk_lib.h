@@ -310,6 +310,13 @@ static inline void tk_row_sets(const tk_problem *t, int32_t i, uint8_t *cand, ui
     }
 }
 
+/* Block j of a row (cand and forced from tk_row_sets) may be picked by
+ * score: a candidate, not forced, and k > 0. */
+static inline int tk_pickable(const tk_problem *t, const uint8_t *cand, const uint8_t *forced,
+                              int32_t j) {
+    return t->desc.k > 0 && cand[j] && !forced[j];
+}
+
 static inline int64_t tk_naive_capacity(const tk_problem *t) {
     const int32_t rb = tk_row_blocks(t), cb = tk_col_blocks(t);
     uint8_t *cand = (uint8_t *)malloc((size_t)cb), *forced = (uint8_t *)malloc((size_t)cb);
@@ -339,10 +346,10 @@ static inline int tk_score_span_naive(const tk_problem *t, int32_t rows[2], int3
     uint8_t *cand = (uint8_t *)malloc((size_t)cb), *forced = (uint8_t *)malloc((size_t)cb);
     if (cand == NULL || forced == NULL) return 0;
     int any = 0;
-    for (int32_t i = 0; i < rb && t->desc.k > 0; ++i) {
+    for (int32_t i = 0; i < rb; ++i) {
         tk_row_sets(t, i, cand, forced);
         for (int32_t j = 0; j < cb; ++j) {
-            if (!cand[j] || forced[j]) continue;
+            if (!tk_pickable(t, cand, forced, j)) continue;
             if (!any) rows[0] = i, cols[0] = j, cols[1] = j + 1, any = 1;
             rows[1] = i + 1;
             if (j < cols[0]) cols[0] = j;
@@ -368,7 +375,8 @@ static inline int tk_check_scores_ex(const tk_problem *t, const float *pq, const
         for (int64_t s = 0; s < slices; ++s)
             for (int64_t j = 0; j < cb; ++j) {
                 if (which != TK_SCORES_ALL && !cand[j]) continue;
-                if (which == TK_SCORES_PICKABLE && (forced[j] || t->desc.k <= 0)) continue;
+                if (which == TK_SCORES_PICKABLE && !tk_pickable(t, cand, forced, (int32_t)j))
+                    continue;
                 double a;
                 const double ref = tk_naive_score(t, pq, pk, s, i, j, &a);
                 const double tol = factor * 2.0 * terms * 0x1.0p-24 * a + 1e-30;

@@ -806,7 +806,7 @@ static int pool_select_scores_differ(const tk_problem *t, const float *got, cons
         for (int64_t s = 0; s < slices; ++s)
             for (int32_t j = 0; j < cb; ++j) {
                 const int64_t e = (s * rb + i) * cb + j;
-                const int pickable = cand[j] && !forced[j] && t->desc.k > 0;
+                const int pickable = tk_pickable(t, cand, forced, j);
                 int ok = 1;
                 if (pickable)
                     ok = memcmp(&got[e], &ref[e], 4) == 0;
@@ -820,6 +820,20 @@ static int pool_select_scores_differ(const tk_problem *t, const float *got, cons
     }
     free(cand), free(forced);
     return bad;
+}
+
+/* Every token of block blk of Q (is_k 0) or K, in every batch and head,
+ * set to NaN. */
+static void set_block_nan(tk_problem *t, const sel_cfg *c, int is_k, int32_t blk) {
+    const int64_t bs = is_k ? c->bk : c->bq, seq = is_k ? c->sk : c->sq;
+    const int64_t heads = is_k ? c->hkv : c->hq, *st = is_k ? t->ks : t->qs;
+    const int64_t end = (blk + 1) * bs < seq ? (blk + 1) * bs : seq;
+    void *x = is_k ? t->k : t->q;
+    for (int64_t b = 0; b < c->b; ++b)
+        for (int64_t tok = blk * bs; tok < end; ++tok)
+            for (int64_t h = 0; h < heads; ++h)
+                for (int64_t e = 0; e < c->d; ++e)
+                    tu_store(x, SK_DTYPE_BF16, b * st[0] + tok * st[1] + h * st[2] + e, NAN);
 }
 
 /* bad_row >= 0: one token of head 0 in query row block bad_row is `bad`.
@@ -848,22 +862,18 @@ static int gpu_pool_select_case(const sel_cfg *c, int32_t bad_row, float bad, in
     int unread = 0; /* Q and K blocks outside the span */
     if (unread_nan) {
         int32_t sr[2], sc[2];
-        if (!tk_score_span_naive(&t, sr, sc)) return 0;
-        for (int q = 0; q < 2; ++q) {
-            const int32_t blocks = q ? tk_col_blocks(&t) : tk_row_blocks(&t);
-            const int32_t *span = q ? sc : sr;
-            const int64_t bs = q ? c->bk : c->bq, seq = q ? c->sk : c->sq;
-            const int64_t heads = q ? c->hkv : c->hq, *st = q ? t.ks : t.qs;
-            for (int32_t blk = 0; blk < blocks; ++blk) {
-                if (blk >= span[0] && blk < span[1]) continue;
-                ++unread;
-                for (int64_t b = 0; b < c->b; ++b)
-                    for (int64_t tok = blk * bs; tok < (blk + 1) * bs && tok < seq; ++tok)
-                        for (int64_t h = 0; h < heads; ++h)
-                            for (int64_t e = 0; e < c->d; ++e)
-                                tu_store(q ? t.k : t.q, SK_DTYPE_BF16,
-                                         b * st[0] + tok * st[1] + h * st[2] + e, NAN);
-            }
+        if (!tk_score_span_naive(&t, sr, sc)) {
+            tk_problem_free(&t);
+            return 0;
+        }
+        for (int is_k = 0; is_k < 2; ++is_k) {
+            const int32_t blocks = is_k ? tk_col_blocks(&t) : tk_row_blocks(&t);
+            const int32_t *span = is_k ? sc : sr;
+            for (int32_t blk = 0; blk < blocks; ++blk)
+                if (blk < span[0] || blk >= span[1]) {
+                    set_block_nan(&t, c, is_k, blk);
+                    ++unread;
+                }
         }
         printf("    %d blocks outside the score span set to NaN\n", unread);
         CHECK(unread > 0, "no block outside the span: the case tests nothing");
