@@ -119,6 +119,11 @@ $(BUILD)/gemm_speed: $(BUILD)/obj/bench/gemm_speed.o $(BUILD)/libsparsek.a
 $(BUILD)/topk_speed: $(BUILD)/obj/bench/topk_speed.o $(BUILD)/libsparsek.a
 	$(CC) -o $@ $^ $(CUDA_LIBS) $(LDLIBS)
 
+# The fingerprint of every GPU output on fixed cases (tests/bitwise/): two
+# builds of a change that must not change results print the same lines.
+$(BUILD)/sk_fingerprint: $(BUILD)/obj/tests/bitwise/fingerprint.o $(BUILD)/libsparsek.a
+	$(CC) -o $@ $^ $(CUDA_LIBS) $(LDLIBS)
+
 run: $(BUILD)/sparsek
 	$(BUILD)/sparsek run
 
