@@ -10,10 +10,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/harness.h"
 #include "common/test_util.h"
 #include "cpu/test_topk_lib.h"
 #include "cpu/topk_ref.h"
-#include "harness.h"
 #include "sparsek.h"
 
 SK_TEST(topk_desc_init_sets_defaults) {

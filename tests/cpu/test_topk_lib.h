@@ -14,10 +14,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/harness.h"
 #include "common/test_util.h"
 #include "cpu/topk_ref.h"
 #include "cuda/topk_backend.h"
-#include "harness.h"
 #include "sparsek.h"
 
 #define FLT_MAX_TEST FLT_MAX
