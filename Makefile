@@ -33,7 +33,8 @@ NVCCFLAGS := -O3 -std=c++17 -Iinclude -Isrc -Xcompiler -fPIC,-fvisibility=hidden
 
 CORE_SRC := $(sort $(wildcard src/core/*.c) $(wildcard src/cpu/*.c))
 CUDA_SRC := $(sort $(wildcard src/cuda/*.cu))
-# Shared by the CPU and GPU test runners: harness, naive fp64 reference, helpers.
+# Shared by the CPU and GPU test runners: harness, naive fp64 references
+# (attention, GEMM, top-k), helpers.
 TEST_COMMON_SRC := $(sort $(wildcard tests/common/*.c))
 TEST_SRC := $(sort $(wildcard tests/cpu/*.c)) $(TEST_COMMON_SRC)
 GPU_TEST_SRC := $(sort $(wildcard tests/gpu/*.c)) $(TEST_COMMON_SRC)

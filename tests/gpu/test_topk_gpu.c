@@ -27,7 +27,8 @@
 
 #include "common/harness.h"
 #include "common/test_util.h"
-#include "cpu/test_topk_lib.h"
+#include "common/topk_check.h"
+#include "common/topk_naive.h"
 #include "gpu/cuda_api.h"
 #include "gpu/gpu_util.h"
 #include "sparsek.h"
