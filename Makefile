@@ -33,8 +33,9 @@ NVCCFLAGS := -O3 -std=c++17 -Iinclude -Isrc -Xcompiler -fPIC,-fvisibility=hidden
 
 CORE_SRC := $(sort $(wildcard src/core/*.c) $(wildcard src/cpu/*.c))
 CUDA_SRC := $(sort $(wildcard src/cuda/*.cu))
-# Shared by the CPU and GPU test runners: harness, naive fp64 reference, helpers.
-TEST_COMMON_SRC := tests/harness.c $(sort $(wildcard tests/common/*.c))
+# Shared by the CPU and GPU test runners: harness, naive fp64 references
+# (attention, GEMM, top-k), helpers.
+TEST_COMMON_SRC := $(sort $(wildcard tests/common/*.c))
 TEST_SRC := $(sort $(wildcard tests/cpu/*.c)) $(TEST_COMMON_SRC)
 GPU_TEST_SRC := $(sort $(wildcard tests/gpu/*.c)) $(TEST_COMMON_SRC)
 
@@ -154,7 +155,7 @@ gpu-test: $(BUILD)/sk_gpu_tests
 	$(BUILD)/sk_gpu_tests $(GPU_TEST_ARGS)
 
 format:
-	clang-format -i include/*.h src/*/*.c src/*/*.h src/cuda/*.cu src/cuda/*.cuh tools/*.c tests/*.c tests/*.h tests/*/*.c 2>/dev/null || true
+	clang-format -i include/*.h src/*/*.c src/*/*.h src/cuda/*.cu src/cuda/*.cuh tools/*.c tests/*/*.c tests/*/*.h 2>/dev/null || true
 
 clean:
 	rm -rf $(BUILD)

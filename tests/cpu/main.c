@@ -3,7 +3,7 @@
  */
 #include <stdlib.h>
 
-#include "harness.h"
+#include "common/harness.h"
 
 int main(int argc, char **argv) {
     return sk_test_run_all(argc > 1 ? argv[1] : NULL) == 0 ? EXIT_SUCCESS : EXIT_FAILURE;

@@ -19,9 +19,9 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/harness.h"
 #include "common/naive_ref.h"
 #include "common/test_util.h"
-#include "harness.h"
 #include "sparsek.h"
 
 typedef enum stride_mode {

@@ -14,9 +14,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/harness.h"
 #include "common/naive_ref.h"
 #include "common/test_util.h"
-#include "harness.h"
 #include "sparsek.h"
 
 enum { SENTINEL = 0xA5 };

@@ -3,7 +3,7 @@
  */
 #include <string.h>
 
-#include "harness.h"
+#include "common/harness.h"
 #include "sparsek.h"
 
 SK_TEST(errors_status_names_are_their_enum_names) {

@@ -15,9 +15,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/harness.h"
 #include "common/naive_ref.h"
 #include "common/test_util.h"
-#include "harness.h"
 #include "sparsek.h"
 
 typedef struct gemm_case {

@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/harness.h"
 #include "common/test_util.h"
-#include "harness.h"
 #include "sparsek.h"
 
 static sk_grid conv_grid(int64_t rows, int64_t cols, int32_t br, int32_t bc, int32_t batch,

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "harness.h"
+#include "common/harness.h"
 #include "sparsek.h"
 
 /* Expect `call` to fail with `want` and a message containing `needle`. */

@@ -14,8 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/harness.h"
 #include "common/test_util.h"
-#include "harness.h"
 #include "sparsek.h"
 
 static const int64_t k_sizes[] = {1, 63, 64, 65, 127, 200, 300};

@@ -8,9 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/harness.h"
 #include "common/test_util.h"
 #include "gpu/cuda_api.h"
-#include "harness.h"
 
 gt_options gt_opt = {SK_BACKEND_CUDA, 0, 0, 0};
 int gt_cases_run, gt_cases_failed, gt_cases_declined;

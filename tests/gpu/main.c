@@ -15,9 +15,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/harness.h"
 #include "common/test_util.h"
 #include "gpu/gpu_util.h"
-#include "harness.h"
 
 static void usage(void) {
     printf("usage: sk_gpu_tests [--backend cuda|sm80|sm90] [--quick] [--ref cpu|fp64] "

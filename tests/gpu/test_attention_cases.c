@@ -9,10 +9,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/harness.h"
 #include "common/test_util.h"
 #include "gpu/cuda_api.h"
 #include "gpu/gpu_util.h"
-#include "harness.h"
 
 static gt_case base_case(sk_dtype dtype, int64_t d, int64_t sq, int64_t sk, int32_t bq, int32_t bk,
                          int causal) {

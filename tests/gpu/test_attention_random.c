@@ -15,9 +15,9 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "common/harness.h"
 #include "common/test_util.h"
 #include "gpu/gpu_util.h"
-#include "harness.h"
 
 enum { GT_VARIANTS = 7 };
 

@@ -45,10 +45,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/harness.h"
 #include "common/test_util.h"
 #include "gpu/cuda_api.h"
 #include "gpu/gpu_util.h"
-#include "harness.h"
 #include "sparsek.h"
 
 int gt_gemm_cases_run, gt_gemm_cases_failed, gt_gemm_cases_declined;

@@ -25,11 +25,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/harness.h"
 #include "common/test_util.h"
-#include "cpu/test_topk_lib.h"
+#include "common/topk_check.h"
+#include "common/topk_naive.h"
 #include "gpu/cuda_api.h"
 #include "gpu/gpu_util.h"
-#include "harness.h"
 #include "sparsek.h"
 
 /* A device copy of n bytes of host memory (NULL on failure). */

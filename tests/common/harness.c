@@ -1,7 +1,7 @@
 /*
  * harness.c - registry and runner of the test harness (see harness.h).
  */
-#include "harness.h"
+#include "common/harness.h"
 
 #include <stdarg.h>
 #include <stdlib.h>

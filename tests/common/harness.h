@@ -11,8 +11,8 @@
  * suite's main) runs the tests whose names contain its argument and prints
  * one line per test and a closing line "N passed, M failed".
  */
-#ifndef SK_TESTS_HARNESS_H
-#define SK_TESTS_HARNESS_H
+#ifndef SK_TESTS_COMMON_HARNESS_H
+#define SK_TESTS_COMMON_HARNESS_H
 
 #include <stdio.h>
 
@@ -48,4 +48,4 @@ int sk_test_run_all(const char *filter);
         }                                                                                          \
     } while (0)
 
-#endif /* SK_TESTS_HARNESS_H */
+#endif /* SK_TESTS_COMMON_HARNESS_H */
