@@ -3,9 +3,11 @@
 #   make            library (build/libsparsek.so, .a), CLI (build/sparsek), CPU tests
 #   make run        build, then `sparsek run` on the default workload
 #   make test       build, then every test that runs without a GPU: the CPU
-#                   tests, the same under ASan+UBSan, the CLI tests and the
-#                   Python tests (in a venv under build/)
+#                   tests, the same under ASan+UBSan, the CLI tests, the
+#                   Python tests (in a venv under build/) and the install test
 #   make gpu-test   build and run the GPU test suite (needs a GPU)
+#   make install    PREFIX=/usr/local (and DESTDIR): header, libraries, CLI,
+#                   pkg-config file and CMake package (see "Install" below)
 #
 # CUDA sources are compiled whenever nvcc is found, for sm_80 and sm_90a,
 # GPU or not. Set NVCC= (empty) to build without CUDA.
@@ -153,5 +155,39 @@ format:
 
 clean:
 	rm -rf $(BUILD)
+
+# Install: $(DESTDIR)$(PREFIX)/{include,lib,bin}, plus lib/pkgconfig/sparsek.pc
+# and lib/cmake/sparsek/ (find_package(sparsek)). Those two are written from
+# packaging/*.in at install time: the prefix, the version in
+# include/sparsek.h, and the static library's dependencies taken from the
+# link flags above (CUDA_LIBS, LDLIBS), so they cannot drift from the build.
+# libsparsek.so links cudart statically: a shared link needs no CUDA flags.
+PREFIX ?= /usr/local
+INSTALL ?= install
+INSTALL_PREFIX = $(abspath $(PREFIX))
+INSTALL_ROOT = $(DESTDIR)$(INSTALL_PREFIX)
+INSTALL_CMAKE_DIR = $(INSTALL_ROOT)/lib/cmake/sparsek
+# MAJOR.MINOR.PATCH of include/sparsek.h's SK_VERSION_* (defined in that order).
+SK_VERSION_TEXT = $(shell sed -n 's/^.define SK_VERSION_[A-Z]*  *\([0-9][0-9]*\)$$/\1/p' \
+	include/sparsek.h | paste -sd. -)
+# packaging/<name>.in -> <destination>, its @NAMES@ filled in.
+sk_configure = sed -e 's|@PREFIX@|$(INSTALL_PREFIX)|g' -e 's|@VERSION@|$(SK_VERSION_TEXT)|g' \
+	-e 's|@LIBS_PRIVATE@|$(strip $(CUDA_LIBS) $(LDLIBS))|g' packaging/$(1).in > $(2)
+
+.PHONY: install test-install
+install: lib $(BUILD)/sparsek
+	$(INSTALL) -d $(INSTALL_ROOT)/include $(INSTALL_ROOT)/bin $(INSTALL_ROOT)/lib/pkgconfig \
+		$(INSTALL_CMAKE_DIR)
+	$(INSTALL) -m 644 include/sparsek.h $(INSTALL_ROOT)/include/
+	$(INSTALL) -m 644 $(BUILD)/libsparsek.so $(BUILD)/libsparsek.a $(INSTALL_ROOT)/lib/
+	$(INSTALL) -m 755 $(BUILD)/sparsek $(INSTALL_ROOT)/bin/
+	$(call sk_configure,sparsek.pc,$(INSTALL_ROOT)/lib/pkgconfig/sparsek.pc)
+	$(call sk_configure,sparsekConfig.cmake,$(INSTALL_CMAKE_DIR)/sparsekConfig.cmake)
+	$(call sk_configure,sparsekConfigVersion.cmake,$(INSTALL_CMAKE_DIR)/sparsekConfigVersion.cmake)
+
+# Installs into build/test-install/ and builds a C program against it with
+# pkg-config (shared and static) and CMake: tests/install/test_install.sh.
+test-install: lib $(BUILD)/sparsek
+	CC="$(CC)" sh tests/install/test_install.sh "$(MAKE)" $(BUILD)/test-install
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
