@@ -4,10 +4,13 @@
 #   make run        build, then `sparsek run` on the default workload
 #   make test       build, then every test that runs without a GPU: the CPU
 #                   tests, the same under ASan+UBSan, the CLI tests, the
-#                   Python tests (in a venv under build/) and the install test
+#                   Python tests and the install test
 #   make gpu-test   build and run the GPU test suite (needs a GPU)
 #   make install    PREFIX=/usr/local (and DESTDIR): header, libraries, CLI,
 #                   pkg-config file and CMake package (see "Install" below)
+#
+# The Python tests run on $(PYTHON) when numpy and pytest import there;
+# otherwise on a venv, build/venv, made once with both from PyPI.
 #
 # CUDA sources are compiled whenever nvcc is found, for sm_80 and sm_90a,
 # GPU or not. Set NVCC= (empty) to build without CUDA.
@@ -124,11 +127,19 @@ $(BUILD)/topk_speed: $(BUILD)/obj/bench/topk_speed.o $(BUILD)/libsparsek.a
 run: $(BUILD)/sparsek
 	$(BUILD)/sparsek run
 
-# The venv holds the Python test dependencies; it is made once per build dir.
+# The Python tests need numpy and pytest: $(PYTHON)'s own when both import
+# (no network needed), else a venv made once per build dir from PyPI.
+PYTHON_HAS_TEST_DEPS = $(PYTHON) -c "import numpy, pytest" 2>/dev/null
+
 $(BUILD)/venv/.ready:
+	@echo "numpy or pytest missing in $(PYTHON): installing both from PyPI into $(BUILD)/venv"
 	$(PYTHON) -m venv $(BUILD)/venv
 	$(BUILD)/venv/bin/python -m pip install -q --disable-pip-version-check numpy pytest
 	@touch $@
+
+.PHONY: python-test-deps
+python-test-deps:
+	@$(PYTHON_HAS_TEST_DEPS) || $(MAKE) --no-print-directory -s $(BUILD)/venv/.ready
 
 test-c: $(BUILD)/sk_tests
 	$(BUILD)/sk_tests
@@ -139,12 +150,14 @@ test-asan: $(BUILD)/sk_tests_asan
 test-cli: $(BUILD)/sparsek
 	sh tests/cli/test_cli.sh $(BUILD)/sparsek
 
-test-python: lib $(BUILD)/venv/.ready
+test-python: lib python-test-deps
+	@py=$$($(PYTHON_HAS_TEST_DEPS) && echo $(PYTHON) || echo $(BUILD)/venv/bin/python); \
+	echo "python tests on $$py"; \
 	SPARSEK_LIBRARY=$(CURDIR)/$(BUILD)/libsparsek.so PYTHONPATH=$(CURDIR)/python \
-		$(BUILD)/venv/bin/python -m pytest -q python/tests
+		$$py -m pytest -q python/tests
 
 # Runs every suite even when one fails, then prints one closing line.
-test: all $(BUILD)/sk_tests_asan $(BUILD)/venv/.ready
+test: all $(BUILD)/sk_tests_asan python-test-deps
 	@sh tests/run_all.sh $(MAKE)
 
 gpu-test: $(BUILD)/sk_gpu_tests
