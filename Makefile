@@ -3,9 +3,14 @@
 #   make            library (build/libsparsek.so, .a), CLI (build/sparsek), CPU tests
 #   make run        build, then `sparsek run` on the default workload
 #   make test       build, then every test that runs without a GPU: the CPU
-#                   tests, the same under ASan+UBSan, the CLI tests and the
-#                   Python tests (in a venv under build/)
+#                   tests, the same under ASan+UBSan, the CLI tests, the
+#                   Python tests and the install test
 #   make gpu-test   build and run the GPU test suite (needs a GPU)
+#   make install    PREFIX=/usr/local (and DESTDIR): header, libraries, CLI,
+#                   pkg-config file and CMake package (see "Install" below)
+#
+# The Python tests run on $(PYTHON) when numpy and pytest import there;
+# otherwise on a venv, build/venv, made once with both from PyPI.
 #
 # CUDA sources are compiled whenever nvcc is found, for sm_80 and sm_90a,
 # GPU or not. Set NVCC= (empty) to build without CUDA.
@@ -128,11 +133,19 @@ $(BUILD)/sk_fingerprint: $(BUILD)/obj/tests/bitwise/fingerprint.o $(BUILD)/libsp
 run: $(BUILD)/sparsek
 	$(BUILD)/sparsek run
 
-# The venv holds the Python test dependencies; it is made once per build dir.
+# The Python tests need numpy and pytest: $(PYTHON)'s own when both import
+# (no network needed), else a venv made once per build dir from PyPI.
+PYTHON_HAS_TEST_DEPS = $(PYTHON) -c "import numpy, pytest" 2>/dev/null
+
 $(BUILD)/venv/.ready:
+	@echo "numpy or pytest missing in $(PYTHON): installing both from PyPI into $(BUILD)/venv"
 	$(PYTHON) -m venv $(BUILD)/venv
 	$(BUILD)/venv/bin/python -m pip install -q --disable-pip-version-check numpy pytest
 	@touch $@
+
+.PHONY: python-test-deps
+python-test-deps:
+	@$(PYTHON_HAS_TEST_DEPS) || $(MAKE) --no-print-directory -s $(BUILD)/venv/.ready
 
 test-c: $(BUILD)/sk_tests
 	$(BUILD)/sk_tests
@@ -143,12 +156,14 @@ test-asan: $(BUILD)/sk_tests_asan
 test-cli: $(BUILD)/sparsek
 	sh tests/cli/test_cli.sh $(BUILD)/sparsek
 
-test-python: lib $(BUILD)/venv/.ready
+test-python: lib python-test-deps
+	@py=$$($(PYTHON_HAS_TEST_DEPS) && echo $(PYTHON) || echo $(BUILD)/venv/bin/python); \
+	echo "python tests on $$py"; \
 	SPARSEK_LIBRARY=$(CURDIR)/$(BUILD)/libsparsek.so PYTHONPATH=$(CURDIR)/python \
-		$(BUILD)/venv/bin/python -m pytest -q python/tests
+		$$py -m pytest -q python/tests
 
 # Runs every suite even when one fails, then prints one closing line.
-test: all $(BUILD)/sk_tests_asan $(BUILD)/venv/.ready
+test: all $(BUILD)/sk_tests_asan python-test-deps
 	@sh tests/run_all.sh $(MAKE)
 
 gpu-test: $(BUILD)/sk_gpu_tests
@@ -159,5 +174,39 @@ format:
 
 clean:
 	rm -rf $(BUILD)
+
+# Install: $(DESTDIR)$(PREFIX)/{include,lib,bin}, plus lib/pkgconfig/sparsek.pc
+# and lib/cmake/sparsek/ (find_package(sparsek)). Those two are written from
+# packaging/*.in at install time: the prefix, the version in
+# include/sparsek.h, and the static library's dependencies taken from the
+# link flags above (CUDA_LIBS, LDLIBS), so they cannot drift from the build.
+# libsparsek.so links cudart statically: a shared link needs no CUDA flags.
+PREFIX ?= /usr/local
+INSTALL ?= install
+INSTALL_PREFIX = $(abspath $(PREFIX))
+INSTALL_ROOT = $(DESTDIR)$(INSTALL_PREFIX)
+INSTALL_CMAKE_DIR = $(INSTALL_ROOT)/lib/cmake/sparsek
+# MAJOR.MINOR.PATCH of include/sparsek.h's SK_VERSION_* (defined in that order).
+SK_VERSION_TEXT = $(shell sed -n 's/^.define SK_VERSION_[A-Z]*  *\([0-9][0-9]*\)$$/\1/p' \
+	include/sparsek.h | paste -sd. -)
+# packaging/<name>.in -> <destination>, its @NAMES@ filled in.
+sk_configure = sed -e 's|@PREFIX@|$(INSTALL_PREFIX)|g' -e 's|@VERSION@|$(SK_VERSION_TEXT)|g' \
+	-e 's|@LIBS_PRIVATE@|$(strip $(CUDA_LIBS) $(LDLIBS))|g' packaging/$(1).in > $(2)
+
+.PHONY: install test-install
+install: lib $(BUILD)/sparsek
+	$(INSTALL) -d $(INSTALL_ROOT)/include $(INSTALL_ROOT)/bin $(INSTALL_ROOT)/lib/pkgconfig \
+		$(INSTALL_CMAKE_DIR)
+	$(INSTALL) -m 644 include/sparsek.h $(INSTALL_ROOT)/include/
+	$(INSTALL) -m 644 $(BUILD)/libsparsek.so $(BUILD)/libsparsek.a $(INSTALL_ROOT)/lib/
+	$(INSTALL) -m 755 $(BUILD)/sparsek $(INSTALL_ROOT)/bin/
+	$(call sk_configure,sparsek.pc,$(INSTALL_ROOT)/lib/pkgconfig/sparsek.pc)
+	$(call sk_configure,sparsekConfig.cmake,$(INSTALL_CMAKE_DIR)/sparsekConfig.cmake)
+	$(call sk_configure,sparsekConfigVersion.cmake,$(INSTALL_CMAKE_DIR)/sparsekConfigVersion.cmake)
+
+# Installs into build/test-install/ and builds a C program against it with
+# pkg-config (shared and static) and CMake: tests/install/test_install.sh.
+test-install: lib $(BUILD)/sparsek
+	CC="$(CC)" sh tests/install/test_install.sh "$(MAKE)" $(BUILD)/test-install
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

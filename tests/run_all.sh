@@ -39,6 +39,7 @@ run_suite c-tests test-c
 run_suite asan-ubsan test-asan
 run_suite cli test-cli
 run_suite python test-python
+run_suite install test-install
 
 echo "=== summary"
 [ -n "$failed_suites" ] && echo "failing suites:$failed_suites"
