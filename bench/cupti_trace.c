@@ -3,7 +3,7 @@
  * the library): loaded by the CUDA driver into any CUDA program through
  * CUDA_INJECTION64_PATH, it records every CUDA runtime call (start, end)
  * and every kernel (start, end on the device) on one clock, and writes them
- * as CSV when the program exits. It is how docs/perf/topk.md step 14 saw
+ * as CSV when the program exits. It is how docs/perf/topk_log.md step 14 saw
  * where the host spends the time before a call's first kernel; the lent
  * machines have no Nsight Systems.
  *

@@ -1,7 +1,7 @@
 /*
  * pool_residency.cu - how many resident pooling CTAs it takes to read Q and K
  * at full DRAM bandwidth (the premise of an overlapped top-k selection,
- * docs/perf/topk.md step 3). A tuning experiment, not built by make:
+ * docs/perf/topk_log.md step 3). A tuning experiment, not built by make:
  *
  *   nvcc -O3 -std=c++17 -arch=sm_90a bench/pool_residency.cu -o build/pool_residency
  *   build/pool_residency            # one JSON line per configuration

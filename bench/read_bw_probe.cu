@@ -2,7 +2,7 @@
  * read_bw_probe.cu - a tuning experiment (not part of the library or the
  * Makefile): how fast can the top-k pooling's 2 GiB be read on this GPU, by
  * plain loads and by TMA bulk copies (cp.async.bulk into a shared-memory
- * ring)? Step 9 of docs/perf/topk.md. Timed with CUDA events, median of 20
+ * ring)? Step 9 of docs/perf/topk_log.md. Timed with CUDA events, median of 20
  * after 3 warm-ups, on one 2 GiB bf16 buffer laid out as the pooling sees Q
  * and K together: 262144 token rows of 8 KB (32 heads x 128 dims).
  *

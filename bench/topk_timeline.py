@@ -1,4 +1,4 @@
-"""Device timeline of the top-k selection (docs/perf/topk.md step 14).
+"""Device timeline of the top-k selection (docs/perf/topk_log.md step 14).
 
 Runs sparsek.pool_select_topk (the selection sk_attention_topk runs) and the
 two-call chain block_pool + select_topk at the issue 7 shape under

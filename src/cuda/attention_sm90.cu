@@ -80,7 +80,7 @@
  * Tile shapes and shared-memory layout
  * ------------------------------------------------------------------------- */
 
-/* Tuning knobs (compile-time; dev/hopper builds variants with other values):
+/* Tuning knobs (compile-time; step 9 measured variants built with other values):
  * K and V pipeline stages and Q buffers at D = 128 (up to 7 tiles of 32 KB
  * fit, O's included; docs/perf/hopper.md, step 9: one Q buffer measured
  * +1.5..2.6 % over two, a third V or K stage +-0), K/V stages at D = 64 (with
