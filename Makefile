@@ -37,6 +37,9 @@ CUDA_SRC := $(sort $(wildcard src/cuda/*.cu))
 TEST_COMMON_SRC := tests/harness.c $(sort $(wildcard tests/common/*.c))
 TEST_SRC := $(sort $(wildcard tests/cpu/*.c)) $(TEST_COMMON_SRC)
 GPU_TEST_SRC := $(sort $(wildcard tests/gpu/*.c)) $(TEST_COMMON_SRC)
+# tools/common/host_data.h (fp16/bf16, the seeded generator): the bench
+# programs' host data.
+TOOLS_INC := -Itools/common
 
 ifeq ($(strip $(NVCC)),)
 HAVE_CUDA := 0
@@ -111,7 +114,7 @@ $(BUILD)/sk_gpu_tests: $(patsubst %.c,$(BUILD)/obj/%.o,$(GPU_TEST_SRC)) $(BUILD)
 # Benchmark programs (bench/*.c): GPU timing, built on demand.
 $(BUILD)/obj/bench/%.o: bench/%.c include/sparsek.h
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -c $< -o $@
+	$(CC) $(CFLAGS) $(TOOLS_INC) -c $< -o $@
 
 $(BUILD)/gemm_speed: $(BUILD)/obj/bench/gemm_speed.o $(BUILD)/libsparsek.a
 	$(CC) -o $@ $^ $(CUDA_LIBS) $(LDLIBS)
