@@ -43,6 +43,10 @@ CUDA_SRC := $(sort $(wildcard src/cuda/*.cu))
 TEST_COMMON_SRC := $(sort $(wildcard tests/common/*.c))
 TEST_SRC := $(sort $(wildcard tests/cpu/*.c)) $(TEST_COMMON_SRC)
 GPU_TEST_SRC := $(sort $(wildcard tests/gpu/*.c)) $(TEST_COMMON_SRC)
+# The CLI, one file per job; tools/common/host_data.h (fp16/bf16, the seeded
+# generator) is shared with the bench programs.
+CLI_SRC := $(sort $(wildcard tools/sparsek/*.c))
+TOOLS_INC := -Itools/common
 
 ifeq ($(strip $(NVCC)),)
 HAVE_CUDA := 0
@@ -61,9 +65,12 @@ ASAN_OBJ := $(patsubst src/%.c,$(BUILD)/asan/%.o,$(CORE_SRC))
 TEST_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(TEST_SRC))
 ASAN_TEST_OBJ := $(patsubst %.c,$(BUILD)/asan/%.o,$(TEST_SRC))
 LIB_OBJ := $(CORE_OBJ) $(CUDA_OBJ)
+CLI_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(CLI_SRC))
+# All of the CLI but main(): its check test links these.
+CLI_CORE_OBJ := $(filter-out %/main.o,$(CLI_OBJ))
 
 .PHONY: all lib run test test-c test-asan test-cli test-python gpu-test format clean
-all: lib $(BUILD)/sparsek $(BUILD)/sk_tests
+all: lib $(BUILD)/sparsek $(BUILD)/sk_tests $(BUILD)/test_cli_check
 
 lib: $(BUILD)/libsparsek.so $(BUILD)/libsparsek.a
 
@@ -77,7 +84,12 @@ $(BUILD)/obj/tests/%.o: tests/%.c
 
 $(BUILD)/obj/tools/%.o: tools/%.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -c $< -o $@
+	$(CC) $(CFLAGS) $(TOOLS_INC) -c $< -o $@
+
+# The CLI's own tests build on its files.
+$(BUILD)/obj/tests/cli/%.o: tests/cli/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Itools/sparsek $(TOOLS_INC) -c $< -o $@
 
 # Every CUDA object keeps its ptxas report (registers, spills, stack) in
 # build/ptxas/, the evidence for "no spills, no local memory".
@@ -102,7 +114,10 @@ $(BUILD)/libsparsek.a: $(LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
-$(BUILD)/sparsek: $(BUILD)/obj/tools/sparsek.o $(BUILD)/libsparsek.a
+$(BUILD)/sparsek: $(CLI_OBJ) $(BUILD)/libsparsek.a
+	$(CC) -o $@ $^ $(CUDA_LIBS) $(LDLIBS)
+
+$(BUILD)/test_cli_check: $(BUILD)/obj/tests/cli/test_check.o $(CLI_CORE_OBJ) $(BUILD)/libsparsek.a
 	$(CC) -o $@ $^ $(CUDA_LIBS) $(LDLIBS)
 
 $(BUILD)/sk_tests: $(TEST_OBJ) $(BUILD)/libsparsek.a
@@ -117,7 +132,7 @@ $(BUILD)/sk_gpu_tests: $(patsubst %.c,$(BUILD)/obj/%.o,$(GPU_TEST_SRC)) $(BUILD)
 # Benchmark programs (bench/*.c): GPU timing, built on demand.
 $(BUILD)/obj/bench/%.o: bench/%.c include/sparsek.h
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -c $< -o $@
+	$(CC) $(CFLAGS) $(TOOLS_INC) -c $< -o $@
 
 $(BUILD)/gemm_speed: $(BUILD)/obj/bench/gemm_speed.o $(BUILD)/libsparsek.a
 	$(CC) -o $@ $^ $(CUDA_LIBS) $(LDLIBS)
@@ -153,8 +168,8 @@ test-c: $(BUILD)/sk_tests
 test-asan: $(BUILD)/sk_tests_asan
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 $(BUILD)/sk_tests_asan
 
-test-cli: $(BUILD)/sparsek
-	sh tests/cli/test_cli.sh $(BUILD)/sparsek
+test-cli: $(BUILD)/sparsek $(BUILD)/test_cli_check
+	sh tests/cli/test_cli.sh $(BUILD)/sparsek $(BUILD)/test_cli_check
 
 test-python: lib python-test-deps
 	@py=$$($(PYTHON_HAS_TEST_DEPS) && echo $(PYTHON) || echo $(BUILD)/venv/bin/python); \
@@ -170,7 +185,7 @@ gpu-test: $(BUILD)/sk_gpu_tests
 	$(BUILD)/sk_gpu_tests $(GPU_TEST_ARGS)
 
 format:
-	clang-format -i include/*.h src/*/*.c src/*/*.h src/cuda/*.cu src/cuda/*.cuh tools/*.c tests/*/*.c tests/*/*.h 2>/dev/null || true
+	clang-format -i include/*.h src/*/*.c src/*/*.h src/cuda/*.cu src/cuda/*.cuh tools/*/*.c tools/*/*.h tests/*/*.c tests/*/*.h 2>/dev/null || true
 
 clean:
 	rm -rf $(BUILD)

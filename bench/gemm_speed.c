@@ -33,6 +33,7 @@
 
 #define BENCH_ERROR_EXIT 2 /* 1 is a failed result check */
 #include "bench_check.h"
+#include "host_data.h"
 
 enum { WARMUP = 3, CHECKS = 512, MAX_SWEEP = 16 };
 
@@ -49,51 +50,8 @@ typedef struct opts {
     const char *commit;
 } opts;
 
-static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
-static uint64_t rng_next(void) {
-    uint64_t x = rng_state;
-    x ^= x >> 12;
-    x ^= x << 25;
-    x ^= x >> 27;
-    rng_state = x;
-    return x * 0x2545F4914F6CDD1Dull;
-}
-static float rng_uniform(void) { return (float)((rng_next() >> 40) * (1.0 / 16777216.0)) * 2.0f - 1.0f; }
-
-/* fp32 -> fp16 / bf16 bits, round to nearest even (finite inputs in [-1, 1)). */
-static uint16_t to_f16(float f) {
-    uint32_t x;
-    memcpy(&x, &f, 4);
-    const uint32_t sign = (x >> 16) & 0x8000u;
-    const float a = fabsf(f);
-    if (a < 6.103515625e-05f) { /* subnormal */
-        const uint32_t v = (uint32_t)lrintf(a * 16777216.0f);
-        return (uint16_t)(sign | v);
-    }
-    uint32_t ax = x & 0x7FFFFFFFu;
-    const uint32_t exp = (ax >> 23) - 127 + 15, man = ax & 0x7FFFFFu;
-    uint32_t h = (exp << 10) | (man >> 13);
-    const uint32_t rest = man & 0x1FFFu;
-    if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) ++h;
-    return (uint16_t)(sign | h);
-}
-static uint16_t to_bf16(float f) {
-    uint32_t x;
-    memcpy(&x, &f, 4);
-    x += 0x7FFFu + ((x >> 16) & 1u);
-    return (uint16_t)(x >> 16);
-}
-static double from_16(uint16_t h, sk_dtype dt) {
-    if (dt == SK_DTYPE_BF16) {
-        uint32_t x = (uint32_t)h << 16;
-        float f;
-        memcpy(&f, &x, 4);
-        return f;
-    }
-    const uint32_t sign = h >> 15, exp = (h >> 10) & 31u, man = h & 1023u;
-    double v = exp == 0 ? ldexp((double)man, -24) : ldexp(1.0 + man / 1024.0, (int)exp - 15);
-    return sign ? -v : v;
-}
+/* Streams of host_data.h's generator; every run of a density draws the same values. */
+enum { SEED = 1, STREAM_LAYOUT = 1, STREAM_A = 2, STREAM_B = 3, STREAM_CHECK = 4 };
 
 static int parse_list(const char *s, int32_t *out) {
     int n = 0;
@@ -168,7 +126,8 @@ static int run_one(const opts *o, int32_t per_row, const char *gpu) {
         for (int32_t c = 0; c < cb; ++c) perm[c] = c;
         for (int32_t c = 0; c < cb; ++c) pick[c] = 0;
         for (int32_t i = 0; i < per_row; ++i) {
-            const int32_t j = i + (int32_t)(rng_next() % (uint64_t)(cb - i));
+            const uint64_t word = host_rng_word(SEED, STREAM_LAYOUT, (uint64_t)r * cb + i);
+            const int32_t j = i + (int32_t)(word % (uint64_t)(cb - i));
             const int32_t t = perm[i];
             perm[i] = perm[j];
             perm[j] = t;
@@ -185,9 +144,9 @@ static int run_one(const opts *o, int32_t per_row, const char *gpu) {
     const size_t a_elems = (size_t)nnz * blk, b_elems = (size_t)o->k * (size_t)o->n;
     uint16_t *ha = malloc(2 * (a_elems > 0 ? a_elems : 1)), *hb = malloc(2 * b_elems);
     for (size_t i = 0; i < a_elems; ++i)
-        ha[i] = o->dtype == SK_DTYPE_BF16 ? to_bf16(rng_uniform()) : to_f16(rng_uniform());
+        host_store(ha, o->dtype, (int64_t)i, host_rng_uniform(SEED, STREAM_A, i));
     for (size_t i = 0; i < b_elems; ++i)
-        hb[i] = o->dtype == SK_DTYPE_BF16 ? to_bf16(rng_uniform()) : to_f16(rng_uniform());
+        host_store(hb, o->dtype, (int64_t)i, host_rng_uniform(SEED, STREAM_B, i));
 
     const size_t cs = o->c_dtype == SK_DTYPE_F32 ? 4 : 2;
     const size_t c_bytes = (size_t)o->m * (size_t)o->n * cs;
@@ -239,30 +198,24 @@ static int run_one(const opts *o, int32_t per_row, const char *gpu) {
     if (o->beta == 0.0f) {
         uint8_t *hc = malloc(cs);
         for (int t = 0; t < CHECKS; ++t) {
-            const int64_t r = (int64_t)(rng_next() % (uint64_t)o->m);
-            const int64_t c = (int64_t)(rng_next() % (uint64_t)o->n);
+            const int64_t r =
+                (int64_t)(host_rng_word(SEED, STREAM_CHECK, 2 * (uint64_t)t) % (uint64_t)o->m);
+            const int64_t c =
+                (int64_t)(host_rng_word(SEED, STREAM_CHECK, 2 * (uint64_t)t + 1) % (uint64_t)o->n);
             CUDA_OK(cudaMemcpy(hc, (char *)dc + ((size_t)r * (size_t)o->n + (size_t)c) * cs, cs,
                                cudaMemcpyDeviceToHost));
-            double got;
-            if (cs == 4) {
-                float f;
-                memcpy(&f, hc, 4);
-                got = f;
-            } else {
-                uint16_t h;
-                memcpy(&h, hc, 2);
-                got = from_16(h, o->c_dtype);
-            }
+            const double got = host_load(hc, o->c_dtype, 0);
             const int32_t row = (int32_t)(r / o->block_m), rr = (int32_t)(r % o->block_m);
             double ref = 0.0, mag = 0.0;
             for (int32_t e = offs[row]; e < offs[row + 1]; ++e)
                 for (int32_t j = 0; j < o->block_k; ++j) {
                     const int64_t kk = (int64_t)cols[e] * o->block_k + j;
                     if (kk >= o->k) break;
-                    const double a = from_16(ha[(size_t)e * blk + (size_t)rr * o->block_k + j], o->dtype);
+                    const int64_t ai = (int64_t)e * (int64_t)blk + (int64_t)rr * o->block_k + j;
+                    const double a = host_load(ha, o->dtype, ai);
                     const size_t bi = o->b_order == SK_ORDER_ROW_MAJOR ? (size_t)kk * o->n + c
                                                                        : (size_t)c * o->k + kk;
-                    const double b = from_16(hb[bi], o->dtype);
+                    const double b = host_load(hb, o->dtype, (int64_t)bi);
                     ref += a * b;
                     mag += fabs(a * b);
                 }

@@ -1,13 +1,16 @@
 #!/bin/sh
 # CLI tests for build/sparsek: info, run on the CPU backend (every pattern,
-# every dtype, GQA, tails), --json output, and every kind of bad flag.
-# Tiny shapes: the whole script takes seconds.
+# every dtype, GQA, tails), --json output, progress lines, and every kind of
+# bad flag; first the check's own test (build/test_cli_check: corrupted
+# outputs must fail the check), whose counts join this script's.
+# Small shapes: the whole script takes seconds.
 #
-# Usage: sh tests/cli/test_cli.sh build/sparsek
+# Usage: sh tests/cli/test_cli.sh build/sparsek [build/test_cli_check]
 # Prints one line per test and a closing "N passed, M failed"; exits
 # non-zero when any test failed.
 
 BIN=${1:-build/sparsek}
+CHECK_TEST=${2:-$(dirname "$BIN")/test_cli_check}
 PYTHON=${PYTHON:-python3}
 pass=0
 fail=0
@@ -67,32 +70,54 @@ expect_usage() {
     fi
 }
 
-# json_check name python-expression-on-d args...: run with --json; stdout must
-# parse as one JSON object, and the expression must hold.
-json_check() {
-    name=$1
-    expr=$2
-    shift 2
+# json_ok python-expression-on-d args...: runs with --json; succeeds when the
+# exit status is 0 and stdout parses as one JSON object for which the
+# expression holds; else says why in $why.
+json_ok() {
+    expr=$1
+    shift
     run_cmd "$@" --json
     if [ "$rc" -ne 0 ]; then
-        bad "$name" "exit status $rc, expected 0"
-        return
+        why="exit status $rc, expected 0"
+        return 1
     fi
-    if "$PYTHON" -c "
+    if ! "$PYTHON" -c "
 import json, sys
 d = json.load(sys.stdin)
 sys.exit(0 if ($expr) else 1)
 " <"$out" 2>>"$err"; then
-        ok "$name"
-    else
-        bad "$name" "JSON did not parse or did not satisfy: $expr"
+        why="JSON did not parse or did not satisfy: $expr"
+        return 1
     fi
+}
+
+# json_check name python-expression-on-d args...
+json_check() {
+    name=$1
+    expr=$2
+    shift 2
+    if json_ok "$expr" "$@"; then ok "$name"; else bad "$name" "$why"; fi
 }
 
 if [ ! -x "$BIN" ]; then
     echo "FAIL setup: $BIN is not an executable"
     echo "0 passed, 1 failed"
     exit 1
+fi
+
+# --- the check fails on a wrong output (tests/cli/test_check.c) ---------------
+if [ -x "$CHECK_TEST" ]; then
+    "$CHECK_TEST" >"$out" 2>"$err"
+    rc=$?
+    grep -E "^(PASS|FAIL) " "$out"
+    p=$(grep -oE "^[0-9]+ passed" "$out" | grep -oE "[0-9]+")
+    f=$(grep -oE "[0-9]+ failed" "$out" | grep -oE "[0-9]+")
+    pass=$((pass + ${p:-0}))
+    fail=$((fail + ${f:-0}))
+    if [ "$rc" -ne 0 ] && [ "${f:-0}" -eq 0 ]; then bad "$CHECK_TEST" "exit status $rc"; fi
+else
+    fail=$((fail + 1))
+    echo "FAIL setup: $CHECK_TEST is not an executable"
 fi
 
 # --- help and commands -------------------------------------------------------
@@ -221,6 +246,48 @@ json_check "--json: --check-rows 0 skips the check" \
     "d['check_passed'] is None and d['max_abs_err'] is None" run $TINY --check-rows 0
 json_check "--json: the seed is reported" "d['seed'] == 42" run $TINY --seed 42
 
+json_check "--json: the CPU check compares with fp64, not with the CPU backend (error > 0)" \
+    "d['backend'] == 'cpu' and d['max_abs_err'] > 0 and d['max_abs_err_lse'] > 0" run $TINY
+json_check "--json: median, minimum and plan times" \
+    "d['iters'] == 5 and 0 < d['time_min_ms'] <= d['time_ms'] and d['plan_ms'] >= 0" \
+    run $TINY --iters 5
+
+# --- progress lines on stderr ------------------------------------------------
+# progress_check name grep-pattern-on-stderr (empty: stderr must be empty)
+# args...: the run's stdout must still be one JSON object.
+progress_check() {
+    name=$1
+    pattern=$2
+    shift 2
+    if ! json_ok True "$@"; then
+        bad "$name" "$why"
+    elif [ -z "$pattern" ] && [ -s "$err" ]; then
+        bad "$name" "unexpected output on stderr"
+    elif [ -n "$pattern" ] && ! grep -q -E "$pattern" "$err"; then
+        bad "$name" "no '$pattern' on stderr"
+    else
+        ok "$name"
+    fi
+}
+progress_check "a quick run prints no progress" "" run $TINY
+progress_check "--progress: built, timed, checked, on stderr only" \
+    "^sparsek \[ *[0-9.]+ s\] workload built" run $TINY --progress
+for line in "expected to take" "call 1 of 1 done" "checking 2 heads" "check done .*: pass"; do
+    grep -q "$line" "$err" || bad "--progress: '$line'" "missing"
+done
+progress_check "--progress with topk" "sk_attention_topk: call 1 of 1" run $TINY --pattern topk --progress
+progress_check "--progress: one line per call at most 4 a second" "call 50 of 50 done" \
+    run $TINY --progress --iters 50
+n=$(grep -c "call [0-9]* of 50 done" "$err")
+if [ "$n" -ge 1 ] && [ "$n" -le 6 ]; then ok "--progress: $n call lines for 50 quick calls"; else
+    bad "--progress: at most 4 call lines a second" "$n lines"; fi
+# A run expected to pass 2 s (one thread: 6 calls of about 0.5 s estimated
+# each) prints progress unasked; --quiet silences it.
+LONG="run --backend cpu --batch 1 --heads 2 --seq 4096 --dim 64 --iters 6 --check-rows 0"
+OMP_NUM_THREADS=1 progress_check "a run expected to take over 2 s prints progress unasked" \
+    "expected to take about [0-9.]+ s" $LONG
+OMP_NUM_THREADS=1 progress_check "--quiet silences it" "" $LONG --quiet
+
 # --- bad flags: usage on stderr, exit 2 ----------------------------------------
 expect_usage "unknown flag" run --frobnicate
 expect_usage "non-numeric --dim abc" run --dim abc
@@ -242,6 +309,8 @@ expect_usage "trailing garbage 12x" run --seq 12x
 expect_usage "stray argument" run extra
 expect_usage "--causal with a bad value" run --causal=maybe
 expect_usage "--json takes no value" run --json=1
+expect_usage "--quiet takes no value" run --quiet=yes
+expect_usage "--quiet and --progress together" run --quiet --progress
 expect_usage "info: unknown argument" info --bogus
 expect_usage "--topk-k -1" run --pattern topk --topk-k -1
 expect_usage "--topk-k abc" run --pattern topk --topk-k abc

@@ -159,7 +159,4 @@ int gt_sync(void);
 /* sk_attention_desc for a case (strides resolved by gt_case_strides). */
 void gt_case_desc(const gt_case *c, sk_backend backend, sk_attention_desc *d);
 
-/* Benchmarks (bench.c): run when the runner gets --bench; returns failures. */
-int gt_bench_main(const char *filter);
-
 #endif /* SK_TESTS_GPU_UTIL_H */

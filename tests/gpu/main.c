@@ -1,13 +1,13 @@
 /*
  * main.c - the GPU test runner:
  *   sk_gpu_tests [--backend cuda|sm80|sm90] [--quick] [--ref cpu|fp64]
- *                [--verbose] [--bench] [name-filter]
+ *                [--verbose] [name-filter]
  * --backend   the descriptor backend of every GPU call (default cuda: the
  *             library's choice), so one suite serves every CUDA kernel;
  * --quick     a few small cases only (for compute-sanitizer);
  * --ref fp64  compare with the suite's own fp64 values instead of the CPU
- *             backend (for when the CPU reference itself is in doubt);
- * --bench     run the timing benchmarks (bench.c) instead of the tests.
+ *             backend (for when the CPU reference itself is in doubt).
+ * Timing lives in `sparsek run --json` (bench/README.md).
  * Prints "N passed, M failed" last (tests); each test that runs attention
  * cases prints how many it ran.
  */
@@ -21,12 +21,11 @@
 
 static void usage(void) {
     printf("usage: sk_gpu_tests [--backend cuda|sm80|sm90] [--quick] [--ref cpu|fp64] "
-           "[--verbose] [--bench] [name-filter]\n");
+           "[--verbose] [name-filter]\n");
 }
 
 int main(int argc, char **argv) {
     const char *filter = NULL;
-    int bench = 0;
     for (int i = 1; i < argc; ++i) {
         if (strcmp(argv[i], "--backend") == 0 && i + 1 < argc) {
             const char *b = argv[++i];
@@ -46,8 +45,6 @@ int main(int argc, char **argv) {
             gt_opt.use_naive_ref = strcmp(argv[++i], "fp64") == 0;
         } else if (strcmp(argv[i], "--verbose") == 0) {
             gt_opt.verbose = 1;
-        } else if (strcmp(argv[i], "--bench") == 0) {
-            bench = 1;
         } else if (argv[i][0] == '-') {
             usage();
             return EXIT_FAILURE;
@@ -72,7 +69,6 @@ int main(int argc, char **argv) {
                                                     : "cuda",
            gt_opt.quick ? " (quick)" : "", gt_opt.use_naive_ref ? "fp64 (suite)" : "CPU backend");
     (void)tu_base_seed(); /* prints the seed */
-    if (bench) return gt_bench_main(filter) == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
     const int failed = sk_test_run_all(filter);
     printf("cases: %d run, %d failed, %d declined as documented by the forced backend\n",
            gt_cases_run, gt_cases_failed, gt_cases_declined);
