@@ -142,6 +142,7 @@ $(BUILD)/topk_speed: $(BUILD)/obj/bench/topk_speed.o $(BUILD)/libsparsek.a
 
 # The fingerprint of every GPU output on fixed cases (tests/bitwise/): two
 # builds of a change that must not change results print the same lines.
+$(BUILD)/obj/tests/bitwise/fingerprint.o: CFLAGS += $(TOOLS_INC)
 $(BUILD)/sk_fingerprint: $(BUILD)/obj/tests/bitwise/fingerprint.o $(BUILD)/libsparsek.a
 	$(CC) -o $@ $^ $(CUDA_LIBS) $(LDLIBS)
 

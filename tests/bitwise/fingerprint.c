@@ -34,6 +34,7 @@
 #include <cuda_runtime_api.h>
 #pragma GCC diagnostic pop
 
+#include "host_data.h"
 #include "sparsek.h"
 
 /* ------------------------------------------------------------------------
@@ -63,46 +64,12 @@ static float rng_value(void) {
     return (float)((double)(rng_next() >> 40) / (double)(1 << 24) * 4.0 - 2.0);
 }
 
-/* Round to nearest even, finite inputs only (all values here are small). */
-static uint16_t to_bf16(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-
-static uint16_t to_f16(float f) { /* |f| < 65504, normal or subnormal: truncation is enough here */
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    const uint32_t sign = (u >> 16) & 0x8000u;
-    const int32_t exp = (int32_t)((u >> 23) & 0xff) - 127 + 15;
-    uint32_t mant = u & 0x7fffffu;
-    if (exp <= 0) {
-        if (exp < -10) return (uint16_t)sign;
-        mant |= 0x800000u;
-        return (uint16_t)(sign | (mant >> (14 - exp)));
-    }
-    return (uint16_t)(sign | ((uint32_t)exp << 10) | (mant >> 13));
-}
-
-static size_t dtype_bytes(sk_dtype t) {
-    return t == SK_DTYPE_F32 ? 4 : 2;
-}
-
 /* n random elements of dtype t on the device. */
 static void *dev_random(sk_dtype t, size_t n) {
-    const size_t es = dtype_bytes(t);
+    const size_t es = host_dtype_size(t);
     unsigned char *h = malloc(n * es + 1);
     if (!h) die("malloc", "out of memory");
-    for (size_t i = 0; i < n; ++i) {
-        const float v = rng_value();
-        if (t == SK_DTYPE_F32) {
-            memcpy(h + 4 * i, &v, 4);
-        } else {
-            const uint16_t b = t == SK_DTYPE_BF16 ? to_bf16(v) : to_f16(v);
-            memcpy(h + 2 * i, &b, 2);
-        }
-    }
+    for (size_t i = 0; i < n; ++i) host_store(h, t, (int64_t)i, rng_value());
     void *d = NULL;
     cuda_ok(cudaMalloc(&d, n * es + 1), "cudaMalloc");
     cuda_ok(cudaMemcpy(d, h, n * es, cudaMemcpyHostToDevice), "cudaMemcpy");
@@ -296,7 +263,7 @@ static void run_attn_case(const attn_case *c, sk_backend backend) {
     const size_t nq = (size_t)(c->b * c->sq * qs), nk = (size_t)(c->b * c->sk * ks);
     void *q = dev_random(c->dtype, nq), *k = dev_random(c->dtype, nk),
          *v = dev_random(c->dtype, nk);
-    const size_t o_bytes = nq * dtype_bytes(c->dtype),
+    const size_t o_bytes = nq * host_dtype_size(c->dtype),
                  lse_bytes = (size_t)(c->b * c->hq * c->sq) * 4;
     void *o = dev_poisoned(o_bytes);
     float *lse = dev_poisoned(lse_bytes);
@@ -362,7 +329,7 @@ static void run_gemm_case(const gemm_case *c, sk_backend backend) {
     desc.beta = c->beta;
     void *a = dev_random(c->ab, (size_t)l.nnz * (size_t)c->bm * (size_t)c->bk);
     void *b = dev_random(c->ab, (size_t)(c->k * c->n));
-    const size_t c_bytes = (size_t)(c->m * c->n) * dtype_bytes(c->c);
+    const size_t c_bytes = (size_t)(c->m * c->n) * host_dtype_size(c->c);
     void *cm = dev_random(c->c, (size_t)(c->m * c->n)); /* read when beta != 0 */
     size_t ws_bytes = 0;
     void *ws = NULL;
