@@ -12,7 +12,7 @@
 
 #include "common/test_util.h"
 #include "cpu/test_topk_lib.h"
-#include "cpu/topk_ref.h"
+#include "cpu/cpu_backend.h"
 #include "harness.h"
 #include "sparsek.h"
 

@@ -15,8 +15,8 @@
 #include <string.h>
 
 #include "common/test_util.h"
-#include "cpu/topk_ref.h"
-#include "cuda/topk_backend.h"
+#include "core/topk_rules.h"
+#include "cpu/cpu_backend.h"
 #include "harness.h"
 #include "sparsek.h"
 

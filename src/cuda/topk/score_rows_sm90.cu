@@ -1,5 +1,5 @@
 /*
- * topk_score_rows_sm90.cu - the Hopper block scoring of the top-k selection
+ * score_rows_sm90.cu - the Hopper block scoring of the top-k selection
  * for head_dim <= 128: scores[slice, i, j] = scale * sum_d A[i, d] *
  * pooled_k[j, d] on the tensor cores. Two kernels:
  *
@@ -8,7 +8,7 @@
  *          [2^14, 2^15) (exact), then hi = fp16(x 2^e), lo = fp16(x 2^e -
  *          hi), stored as the scoring's 128B-swizzled shared-memory panels
  *          with each row's epilogue factor (split_operands in
- *          topk_kernels.cuh). It waits for the pooling before it lets the
+ *          kernels.cuh). It waits for the pooling before it lets the
  *          scoring start (pdl_wait_then_release). Not launched when the
  *          pooling split both operands itself (sk_pool_select_topk:
  *          split.q_tiles set).
@@ -35,7 +35,7 @@
  *
  * Numbers: hi * hi + hi * lo + lo * hi carries about 22 bits (the dropped
  * lo * lo term is below 2^-22 |x y|, as with the 3xTF32 split of
- * topk_score_sm90.cu) at twice the tf32 rate; the fp32 accumulator is
+ * score_sm90.cu) at twice the tf32 rate; the fp32 accumulator is
  * scaled back by scale 2^-(e_i + f_j): two multiplications (exact powers of
  * two, then one rounding) when every factor a thread holds is normal and
  * |e| <= SPLIT_FAST_EXP, else ldexpf (each thread decides for its 2 rows
@@ -58,9 +58,9 @@
 #include <float.h>
 #include <stdint.h>
 
-#include "cuda/cuda_check.cuh"
-#include "cuda/hopper.cuh"
-#include "cuda/topk_kernels.cuh"
+#include "cuda/common/cuda_check.cuh"
+#include "cuda/common/hopper.cuh"
+#include "cuda/topk/kernels.cuh"
 
 enum {
     SPLIT_THREADS = 256,                     /* a CTA per 128-row tile */
@@ -93,7 +93,7 @@ static __device__ __forceinline__ void sr_load_tile(float4 x[SPLIT_ROWS], const 
 }
 
 /* Split the tile loaded by sr_load_tile into a split block at `block`
- * (global or shared memory; layout in topk_kernels.cuh): panels, and each
+ * (global or shared memory; layout in kernels.cuh): panels, and each
  * row's factor (mult 2^-e, or 0) and exponent (exp_out[row]). */
 static __device__ __forceinline__ void sr_split_tile(const float4 x[SPLIT_ROWS], char *block,
                                                      int32_t chunks, float mult, int32_t *exp_out) {

@@ -1,8 +1,7 @@
 /*
- * topk_backend.h - the validated top-k selection call (sk_topk_problem), the
- * per-row selection rules shared by the host and the device, and the C
- * interface of the CUDA top-k backend (src/cuda/topk.cu; stand-ins in
- * src/core/no_cuda.c when built without nvcc).
+ * topk_rules.h - the per-row selection rules of the top-k block selection,
+ * one definition for the host (src/core/topk.c, the CPU reference) and the
+ * device (the CUDA kernels tabulate them with the same function).
  *
  * Row rules (one layout row = query row block `row`, identical for every
  * slice). With q_last the row's last valid query token and
@@ -19,40 +18,15 @@
  *               remaining candidate has a NaN or -inf score, and its most.
  * The layout capacity is the sum of the bounds; the real count can be lower
  * only when NaN / -inf scores leave fewer than k pickable candidates.
- *
- * CUDA workspace of sk_select_topk (sk_cuda_topk_workspace_size):
- *   [0, scores)          fp32 block scores [slices, row_blocks, col_blocks]
- *                        (with causal, blocks past a row's candidates may
- *                        be left unwritten); left there after the call,
- *                        which the GPU tests read
- *   then, 256-aligned    per_kv_head with a group > 1 only: fp32 group sums
- *                        of the pooled Q [slices, row_blocks, D]
- *   then, 256-aligned    int32 counts [total_rows]
- *   then, 256-aligned    int32 scratch [total_rows, row_cap]
- *   then, 256-aligned    the row table: int32x4 rules [row_blocks]
- *                        {n_cand, sink_end, local_lo, local_hi},
- *   then, 256-aligned    int32x2 places [row_blocks] {first entry of the
- *                        row within its slice when every row fills its
- *                        bound, bound},
- *   then, 256-aligned    int32 short-row flag
- *   then                 (head_dim <= 128) the Hopper row scoring's split K
- *                        tiles and row exponents (topk_kernels.cuh)
- * sk_layout_from_scores needs the regions from the counts on, from offset 0.
- * sk_pool_select_topk's workspace (sk_cuda_topk_pool_select_workspace_size)
- * is that of sk_select_topk followed by one region, 256-aligned, that holds
- * either the split Q tiles and their row exponents (written by the pooling
- * when it splits) or the fp32 pooled Q and K (written when it does not).
- * There, the blocks outside the score span (sk_topk_score_span) are zeros,
- * and so are the scores that depend on them.
  */
-#ifndef SK_CUDA_TOPK_BACKEND_H
-#define SK_CUDA_TOPK_BACKEND_H
+#ifndef SK_CORE_TOPK_RULES_H
+#define SK_CORE_TOPK_RULES_H
 
-#include <stddef.h>
 #include <stdint.h>
 
-#include "sparsek.h"
+#include "core/problem.h"
 
+/* Compiled by nvcc, the rules are host and device functions. */
 #if defined(__CUDACC__)
 #define SK_TOPK_HD __host__ __device__
 #else
@@ -62,36 +36,6 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-typedef struct sk_topk_problem {
-    sk_backend backend;
-    sk_dtype dtype;
-    int64_t batch, seq_q, seq_k, heads_q, heads_kv, head_dim;
-    int64_t q_stride[3], k_stride[3]; /* resolved element strides over [batch, seq, head] */
-    int32_t group;                    /* heads_q / heads_kv */
-    int32_t block_q, block_k;         /* 64 or 128 */
-    int32_t row_blocks, col_blocks;   /* ceil(Sq / block_q), ceil(Sk / block_k) */
-    int32_t heads;                    /* layout heads: heads_kv (per_kv_head) or heads_q */
-    sk_grid grid;                     /* the output layout's grid (checked) */
-    int32_t slices;                   /* batch * heads */
-    int32_t total_rows;               /* slices * row_blocks */
-    int32_t row_cap;                  /* the largest row bound */
-    int32_t capacity;                 /* sum of the row bounds over all slices (max nnz) */
-    float scale;                      /* resolved: 1/sqrt(D) when the desc says 0 */
-    int32_t k, sink_blocks, local_blocks;
-    int32_t causal, per_kv_head;
-    int32_t score_rows[2], score_cols[2]; /* sk_topk_score_span */
-
-    /* Set per call; NULL where the call has none. */
-    const void *q, *k_in;        /* [B, Sq, Hq, D], [B, Sk, Hkv, D] */
-    float *pooled_q_out;         /* [B, Hq, row_blocks, D] (sk_block_pool) */
-    float *pooled_k_out;         /* [B, Hkv, col_blocks, D] */
-    const float *pooled_q;       /* inputs of the scoring (sk_select_topk) */
-    const float *pooled_k;
-    const float *scores;         /* [slices, row_blocks, col_blocks] (sk_layout_from_scores) */
-    int32_t *row_offsets;        /* [total_rows + 1] */
-    int32_t *col_indices;        /* [capacity] */
-} sk_topk_problem;
 
 /* The rules of one row (see the file header). */
 typedef struct sk_topk_row {
@@ -180,27 +124,8 @@ static inline void sk_topk_score_span(const sk_topk_problem *p, int32_t rows[2],
     }
 }
 
-/* CUDA backend. Problems arrive validated; these check the device and the
- * workspace, and enqueue on `stream` without allocating or synchronising. */
-
-/* with_scores != 0: the size for sk_select_topk (scores + selection);
- * 0: for sk_layout_from_scores (selection only). */
-sk_status sk_cuda_topk_workspace_size(const sk_topk_problem *p, int with_scores, size_t *bytes);
-/* p->q, p->k_in -> p->pooled_q_out, p->pooled_k_out. */
-sk_status sk_cuda_topk_pool(const sk_topk_problem *p, struct CUstream_st *stream);
-/* From p->pooled_q / p->pooled_k (scored into the workspace) or, when those
- * are NULL, from p->scores: writes p->row_offsets and p->col_indices. */
-sk_status sk_cuda_topk_select(const sk_topk_problem *p, void *workspace, size_t workspace_size,
-                              struct CUstream_st *stream);
-/* sk_pool_select_topk: p->q, p->k_in -> p->row_offsets, p->col_indices,
- * everything in between (pooled Q and K, or their split operands) in the
- * workspace, whose size sk_cuda_topk_pool_select_workspace_size gives. */
-sk_status sk_cuda_topk_pool_select_workspace_size(const sk_topk_problem *p, size_t *bytes);
-sk_status sk_cuda_topk_pool_select(const sk_topk_problem *p, void *workspace,
-                                   size_t workspace_size, struct CUstream_st *stream);
-
 #ifdef __cplusplus
 }
 #endif
 
-#endif /* SK_CUDA_TOPK_BACKEND_H */
+#endif /* SK_CORE_TOPK_RULES_H */
