@@ -10,12 +10,12 @@ set -e
 OUT=build/dev_hopper
 mkdir -p $OUT/gen
 NVFLAGS="-O3 -std=c++17 -Iinclude -Isrc -I. -gencode=arch=compute_90a,code=sm_90a -lineinfo"
-nvcc $NVFLAGS --Werror all-warnings -Xptxas -v,--warn-on-spills -c src/cuda/attention_sm90.cu \
-    -o $OUT/attention_sm90.o 2> $OUT/ptxas.log || { cat $OUT/ptxas.log; exit 1; }
+nvcc $NVFLAGS --Werror all-warnings -Xptxas -v,--warn-on-spills -c src/cuda/attention/fwd_sm90.cu \
+    -o $OUT/fwd_sm90.o 2> $OUT/ptxas.log || { cat $OUT/ptxas.log; exit 1; }
 grep -i -E "warning|error|C75" $OUT/ptxas.log || true
 
 # name | source | defines
-VARIANTS="${SK90_VARIANTS:-lib|src/cuda/attention_sm90.cu|
+VARIANTS="${SK90_VARIANTS:-lib|src/cuda/attention/fwd_sm90.cu|
 step8|dev/hopper/versions/attention_sm90_step8.cu|}"
 objs=""
 list=""
@@ -30,9 +30,9 @@ echo "$VARIANTS" | while IFS='|' read name src defs; do
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
-#include "cuda/attention_kernels.h"
-#include "cuda/cuda_check.cuh"
-#include "cuda/ptx.cuh"
+#include "cuda/attention/kernels.h"
+#include "cuda/common/cuda_check.cuh"
+#include "cuda/common/ptx.cuh"
 #define sk_attention_sm90_supports sk90_supports_impl
 #define sk_attention_sm90_launch sk90_launch_impl
 namespace sk90_$name {
@@ -60,5 +60,5 @@ done
 } > $OUT/gen/variants.inc
 gcc -O2 -std=c99 -Iinclude -Isrc -c src/core/error.c -o $OUT/error.o
 nvcc $NVFLAGS -DSK_VARIANTS_INC="\"$OUT/gen/variants.inc\"" -o $OUT/harness dev/hopper/harness.cu \
-    $OUT/gen/variant_*.o $OUT/attention_sm90.o $OUT/error.o
+    $OUT/gen/variant_*.o $OUT/fwd_sm90.o $OUT/error.o
 echo built $OUT/harness

@@ -14,7 +14,7 @@ SK_BENCH_JSON=$OUT/bench.json timeout 120 $B/harness bench > $OUT/bench.log 2>&1
 timeout 40 build/sparsek run --backend sm90 --json > $OUT/cli.json 2>&1; echo "cli rc=$?"
 kill $smi
 cut -c1-100 $OUT/bench.log; head -c 400 $OUT/cli.json; echo
-cuobjdump --dump-sass build/obj/cuda/attention_sm90.o > /tmp/sass.txt 2>&1
+cuobjdump --dump-sass build/obj/cuda/attention/fwd_sm90.o > /tmp/sass.txt 2>&1
 { echo "HGMMA: $(grep -c HGMMA /tmp/sass.txt)  LDL/STL: $(grep -c -E 'LDL|STL' /tmp/sass.txt)";
   grep -o -E "USETMAXREG[^;]*" /tmp/sass.txt | sort | uniq -c; } >> $OUT/gpu.txt
 SK_VARIANT_ONLY=lib timeout 60 $B/harness check > $OUT/check.log 2>&1; echo "check rc=$?"; grep -E "FAIL|check:" $OUT/check.log

@@ -32,7 +32,7 @@ if [ -n "$NCU_CASE" ]; then
     echo "ncu $v rc=$?"; grep -E "^\s+(sm|smsp|lts|dram|gpu)__" $OUT/ncu_$v.log | awk '$NF+0 > 0.05 || /hmma|xu|fma|alu|issue_active|per_second|inst_executed|hit|dram|duration/' | sed 's/smsp__average_warps_issue_stalled_//'
   done
 fi
-cuobjdump --dump-sass $B/attention_sm90.o > /tmp/sass.txt 2>&1
+cuobjdump --dump-sass $B/fwd_sm90.o > /tmp/sass.txt 2>&1
 { echo "HGMMA count: $(grep -c HGMMA /tmp/sass.txt)"; echo "LDL/STL: $(grep -c -E 'LDL|STL' /tmp/sass.txt)";
   grep -o -E "USETMAXREG[^;]*" /tmp/sass.txt | sort | uniq -c; } >> $OUT/gpu.txt
 tail -4 $OUT/gpu.txt

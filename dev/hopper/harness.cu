@@ -1,5 +1,5 @@
 /*
- * harness.cu - development harness for the Hopper kernel (attention_sm90.cu),
+ * harness.cu - development harness for the Hopper kernel (src/cuda/attention/fwd_sm90.cu),
  * usable before the CUDA dispatch and the GPU suite exist: it fills an
  * sk_attention_problem and a host-built schedule itself and calls
  * sk_attention_sm90_launch directly.
@@ -26,7 +26,7 @@
 #include <cmath>
 #include <vector>
 
-#include "cuda/attention_kernels.h"
+#include "cuda/attention/kernels.h"
 
 #define CK(x)                                                                                      \
     do {                                                                                           \
