@@ -31,13 +31,14 @@ LDLIBS := -fopenmp -lm
 
 # Portable kernels: sm_80 machine code plus sm_90a (sm_80 code does not run on
 # Hopper). Files named *_sm90*.cu hold Hopper-only kernels: sm_90a alone.
+# CUDA sources live in one folder per family: src/cuda/<family>/*.cu.
 GENCODE_PORTABLE := -gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_90a,code=sm_90a
 GENCODE_HOPPER := -gencode=arch=compute_90a,code=sm_90a
 NVCCFLAGS := -O3 -std=c++17 -Iinclude -Isrc -Xcompiler -fPIC,-fvisibility=hidden \
 	--Werror all-warnings -Xptxas -v,--warn-on-spills -lineinfo
 
 CORE_SRC := $(sort $(wildcard src/core/*.c) $(wildcard src/cpu/*.c))
-CUDA_SRC := $(sort $(wildcard src/cuda/*.cu))
+CUDA_SRC := $(sort $(wildcard src/cuda/*/*.cu))
 # Shared by the CPU and GPU test runners: harness, naive fp64 references
 # (attention, GEMM, top-k), helpers.
 TEST_COMMON_SRC := $(sort $(wildcard tests/common/*.c))
@@ -92,10 +93,11 @@ $(BUILD)/obj/tests/cli/%.o: tests/cli/%.c
 	$(CC) $(CFLAGS) -Itools/sparsek $(TOOLS_INC) -c $< -o $@
 
 # Every CUDA object keeps its ptxas report (registers, spills, stack) in
-# build/ptxas/, the evidence for "no spills, no local memory".
-$(BUILD)/obj/cuda/%.o: src/cuda/%.cu $(wildcard src/cuda/*.cuh src/cuda/*.h src/core/*.h) include/sparsek.h
-	@mkdir -p $(dir $@) $(BUILD)/ptxas
-	$(NVCC) $(NVCCFLAGS) $(if $(findstring _sm90,$*),$(GENCODE_HOPPER),$(GENCODE_PORTABLE)) \
+# build/ptxas/<family>/, the evidence for "no spills, no local memory".
+CUDA_HEADERS := $(wildcard src/cuda/*.h src/cuda/*/*.h src/cuda/*/*.cuh src/core/*.h)
+$(BUILD)/obj/cuda/%.o: src/cuda/%.cu $(CUDA_HEADERS) include/sparsek.h
+	@mkdir -p $(dir $@) $(dir $(BUILD)/ptxas/$*)
+	$(NVCC) $(NVCCFLAGS) $(if $(findstring _sm90,$(notdir $*)),$(GENCODE_HOPPER),$(GENCODE_PORTABLE)) \
 		-c $< -o $@ 2> $(BUILD)/ptxas/$*.log || { cat $(BUILD)/ptxas/$*.log; exit 1; }
 	@grep -i -E "warning|error" $(BUILD)/ptxas/$*.log || true
 
@@ -186,7 +188,8 @@ gpu-test: $(BUILD)/sk_gpu_tests
 	$(BUILD)/sk_gpu_tests $(GPU_TEST_ARGS)
 
 format:
-	clang-format -i include/*.h src/*/*.c src/*/*.h src/cuda/*.cu src/cuda/*.cuh tools/*/*.c tools/*/*.h tests/*/*.c tests/*/*.h 2>/dev/null || true
+	clang-format -i include/*.h src/*/*.c src/*/*.h src/cuda/*/*.h src/cuda/*/*.cu src/cuda/*/*.cuh \
+		tools/*/*.c tools/*/*.h tests/*/*.c tests/*/*.h 2>/dev/null || true
 
 clean:
 	rm -rf $(BUILD)

@@ -11,7 +11,7 @@
  * `ctas` CTAs of 256 threads takes work items from a counter; an item is
  * the pooling kernel's: 128 tokens x half of the heads (4 KB per token),
  * each thread summing one 16-byte column with INFLIGHT loads in flight,
- * as src/cuda/topk.cu does. Reported: time and bandwidth per (ctas per
+ * as src/cuda/topk/pool.cu does. Reported: time and bandwidth per (ctas per
  * SM x SMs, INFLIGHT).
  */
 #include <cuda_runtime.h>

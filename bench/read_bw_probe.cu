@@ -13,7 +13,7 @@
  * Kernels:
  *   plain U      grid-stride 16-byte loads, U independent loads per thread
  *                per step (a read roofline);
- *   pool regs    the library's pooling loop (src/cuda/topk.cu, before step
+ *   pool regs    the library's pooling loop (src/cuda/topk/pool.cu, before step
  *                9): a thread per (block, head, 8 dims), 8 loads in flight,
  *                256 threads (half of each token row) and 4 CTAs per SM;
  *   pool regs, whole rows  the same loop with 512 threads, so that a CTA
@@ -57,7 +57,7 @@
 
 #include "bench_check.h"
 
-#include "cuda/ptx.cuh"
+#include "cuda/common/ptx.cuh"
 
 namespace cg = cooperative_groups;
 

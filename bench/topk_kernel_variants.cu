@@ -3,7 +3,7 @@
  * the Makefile): variants of the top-k pooling and scoring kernels side by
  * side on the issue-7 shape (H32, S128K, D128, blocks 128, causal), timed
  * with CUDA events (median of 20 after 3 warm-ups). The library ships one of
- * each (src/cuda/topk.cu); docs/perf/topk_log.md (step 1) records which won and why.
+ * each (src/cuda/topk/); docs/perf/topk_log.md (step 1) records which won and why.
  *
  *   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a \
  *        -o build/topk_variants bench/topk_kernel_variants.cu

@@ -35,7 +35,7 @@
  *      Each call above starts from an idle stream, so its time includes the
  *      host's time to its first kernel (~16 us on the lent H200s: the start
  *      event's record, the library's checks, the launch call and the
- *      kernel's start; a CUPTI trace, docs/perf/topk.md step 14). Then
+ *      kernel's start; a CUPTI trace, docs/perf/topk_log.md step 14). Then
  *      selection, pool_select, attention and topk again per call, each
  *      enqueued behind a host function that holds the stream until the call
  *      and its end event are enqueued (held_*_us: the GPU's time only, as
@@ -55,7 +55,7 @@
  *      block, causal masking inside the diagonal block not discounted).
  * Every input is several GB, far beyond L2, so one set of inputs suffices.
  * --overlap-chunks N adds one more JSON object per configuration: the
- * two-stream probe of step 7 in docs/perf/topk.md (time_overlap below).
+ * two-stream probe of step 7 in docs/perf/topk_log.md (time_overlap below).
  */
 #include <cuda_runtime_api.h>
 #include <math.h>
@@ -440,7 +440,7 @@ static void bench_config(const cfg *f, const char *commit, int reps, const sk_de
     cudaFree(c.ws_topk), cudaFree(c.ws_attn), cudaFree(c.ws_all), cudaFree(c.ws_fs);
 }
 
-/* --overlap-chunks N (a measurement of step 7 in docs/perf/topk.md, not a
+/* --overlap-chunks N (a measurement of step 7 in docs/perf/topk_log.md, not a
  * library path): the selection (pool + select) with the heads cut into N
  * parts, each a strided view of Q and K (B = 1, heads divisible by N). Two
  * timings, median of reps:

@@ -1,7 +1,7 @@
 /*
  * no_cuda.c - the CUDA backend's stand-in for builds without nvcc (and for
- * the sanitizer build): every GPU call reports that the backend is absent,
- * and the device count is 0.
+ * the sanitizer build): every call of src/cuda/backend.h reports that the
+ * backend is absent, and the device count is 0.
  */
 #include "core/internal.h"
 #include "cuda/backend.h"
@@ -59,11 +59,6 @@ sk_status sk_cuda_bsr_gemm_run(const sk_bsr_gemm_problem *p, void *workspace,
     return sk_error(SK_STATUS_NOT_SUPPORTED_BACKEND, SK_NO_CUDA_TEXT);
 }
 
-/* ---------------------------------------------------------------------------
- * Top-k selection (src/cuda/topk.cu) stand-ins
- * ------------------------------------------------------------------------- */
-#include "cuda/topk_backend.h"
-
 sk_status sk_cuda_topk_workspace_size(const sk_topk_problem *p, int with_scores, size_t *bytes) {
     (void)p, (void)with_scores, (void)bytes;
     return sk_error(SK_STATUS_NOT_SUPPORTED_BACKEND, SK_NO_CUDA_TEXT);
@@ -90,7 +85,6 @@ sk_status sk_cuda_topk_pool_select(const sk_topk_problem *p, void *workspace,
     (void)p, (void)workspace, (void)workspace_size, (void)stream;
     return sk_error(SK_STATUS_NOT_SUPPORTED_BACKEND, SK_NO_CUDA_TEXT);
 }
-/* ------------------------------------------------------------ end top-k -- */
 
 #else
 /* Built with CUDA: src/cuda/ provides these. ISO C wants a declaration. */

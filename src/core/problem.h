@@ -1,9 +1,10 @@
 /*
  * problem.h - the checked, normalised form of a call, handed to a backend.
  *
- * The core (src/core/attention.c, src/core/bsr_gemm.c) validates the public
- * descriptor, layout and pointers, resolves defaults (packed strides, the
- * 1/sqrt(D) scale, the layout's slice mapping) and fills one of these. A
+ * The core (src/core/attention.c, src/core/bsr_gemm.c, src/core/topk.c)
+ * validates the public descriptor, layout and pointers, resolves defaults
+ * (packed strides, the 1/sqrt(D) scale, the layout's slice mapping) and
+ * fills one of these. A
  * backend may then assume every field is consistent and every size product
  * fits int64; it still must not trust the layout's array CONTENT when the
  * layout lives on the device (see "Robustness" in sparsek.h).
@@ -54,5 +55,37 @@ typedef struct sk_bsr_gemm_problem {
     const void *b;
     void *c;
 } sk_bsr_gemm_problem;
+
+/* A top-k block selection (src/core/topk.c): its row rules are in
+ * src/core/topk_rules.h. */
+typedef struct sk_topk_problem {
+    sk_backend backend;
+    sk_dtype dtype;
+    int64_t batch, seq_q, seq_k, heads_q, heads_kv, head_dim;
+    int64_t q_stride[3], k_stride[3]; /* resolved element strides over [batch, seq, head] */
+    int32_t group;                    /* heads_q / heads_kv */
+    int32_t block_q, block_k;         /* 64 or 128 */
+    int32_t row_blocks, col_blocks;   /* ceil(Sq / block_q), ceil(Sk / block_k) */
+    int32_t heads;                    /* layout heads: heads_kv (per_kv_head) or heads_q */
+    sk_grid grid;                     /* the output layout's grid (checked) */
+    int32_t slices;                   /* batch * heads */
+    int32_t total_rows;               /* slices * row_blocks */
+    int32_t row_cap;                  /* the largest row bound */
+    int32_t capacity;                 /* sum of the row bounds over all slices (max nnz) */
+    float scale;                      /* resolved: 1/sqrt(D) when the desc says 0 */
+    int32_t k, sink_blocks, local_blocks;
+    int32_t causal, per_kv_head;
+    int32_t score_rows[2], score_cols[2]; /* sk_topk_score_span */
+
+    /* Set per call; NULL where the call has none. */
+    const void *q, *k_in;        /* [B, Sq, Hq, D], [B, Sk, Hkv, D] */
+    float *pooled_q_out;         /* [B, Hq, row_blocks, D] (sk_block_pool) */
+    float *pooled_k_out;         /* [B, Hkv, col_blocks, D] */
+    const float *pooled_q;       /* inputs of the scoring (sk_select_topk) */
+    const float *pooled_k;
+    const float *scores;         /* [slices, row_blocks, col_blocks] (sk_layout_from_scores) */
+    int32_t *row_offsets;        /* [total_rows + 1] */
+    int32_t *col_indices;        /* [capacity] */
+} sk_topk_problem;
 
 #endif /* SK_CORE_PROBLEM_H */

@@ -1,7 +1,9 @@
 /*
  * topk.c - the public top-k selection entry points (sk_topk_*, sk_block_pool,
- * sk_select_topk, sk_layout_from_scores, sk_attention_topk*): descriptor
- * defaults, every argument check, dispatch to the CPU or CUDA backend.
+ * sk_select_topk, sk_pool_select_topk, sk_layout_from_scores): descriptor
+ * defaults, every argument check, dispatch to the CPU or CUDA backend. Its
+ * checks and the dispatch are also the steps of sk_attention_topk
+ * (attention_topk.c, through topk_internal.h).
  *
  * As in attention.c, every check runs before a backend is called, so a
  * failed call writes nothing: descriptor and shapes (with the layout grid
@@ -11,8 +13,8 @@
  * sk_topk_layout_capacity gives (row_offsets: slices * row_blocks + 1,
  * col_indices: max_nnz), which is documented, not checked.
  *
- * The selection rules are in src/cuda/topk_backend.h (sk_topk_row_rules);
- * the CPU backend is src/cpu/topk_ref.c, the CUDA one src/cuda/topk.cu.
+ * The selection rules are in src/core/topk_rules.h (sk_topk_row_rules);
+ * the CPU backend is src/cpu/topk_ref.c, the CUDA one src/cuda/topk/.
  */
 #include <math.h>
 #include <stdio.h>
@@ -20,16 +22,14 @@
 
 #include "core/check.h"
 #include "core/internal.h"
-#include "core/attention_internal.h"
 #include "core/layout.h"
-#include "cpu/topk_ref.h"
-#include "cuda/topk_backend.h"
+#include "core/topk_internal.h"
+#include "core/topk_rules.h"
+#include "cpu/cpu_backend.h"
+#include "cuda/backend.h"
 
-/* Sub-allocations of a workspace start at multiples of this (relative to
- * its base); the base itself must be 16-byte aligned. */
-enum { WS_ALIGN = 256, WS_BASE_ALIGN = 16 };
-
-static size_t align_up(size_t x) { return (x + WS_ALIGN - 1) / WS_ALIGN * WS_ALIGN; }
+/* A workspace base must be 16-byte aligned. */
+enum { WS_BASE_ALIGN = 16 };
 
 sk_status sk_topk_desc_init(sk_topk_desc *desc, size_t struct_size) {
     SK_ENTER("sk_topk_desc_init");
@@ -112,9 +112,7 @@ static void summarize_rows(sk_topk_problem *p, int64_t *per_slice) {
     memcpy(p->score_cols, last.sum.score_cols, sizeof p->score_cols);
 }
 
-/* The descriptor alone: every field, the grid, the capacity. Fills *p
- * (pointers NULL). */
-static sk_status build_problem(const sk_topk_desc *d, sk_topk_problem *p) {
+sk_status sk_topk_build_problem(const sk_topk_desc *d, sk_topk_problem *p) {
     if (d == NULL) return sk_error(SK_STATUS_BAD_PARAM_NULL_POINTER, "desc must not be NULL");
     SK_TRY(sk_check_desc_struct_size(d->struct_size, sizeof(sk_topk_desc), "desc", "sk_topk_desc_init"));
     const int64_t sizes[6] = {d->batch, d->seq_q, d->seq_k, d->heads_q, d->heads_kv, d->head_dim};
@@ -191,8 +189,7 @@ static sk_status build_problem(const sk_topk_desc *d, sk_topk_problem *p) {
     return SK_STATUS_SUCCESS;
 }
 
-/* The CUDA kernels read and write 16-byte vectors of one row. */
-static sk_status check_cuda_head_dim(const sk_topk_problem *p) {
+sk_status sk_topk_check_cuda_head_dim(const sk_topk_problem *p) {
     if (sk_backend_is_cuda(p->backend) && p->head_dim % 8 != 0)
         return sk_error(SK_STATUS_BAD_PARAM_ALIGNMENT,
                         "desc->head_dim = %lld is not a multiple of 8, as the CUDA backend needs "
@@ -201,9 +198,8 @@ static sk_status check_cuda_head_dim(const sk_topk_problem *p) {
     return SK_STATUS_SUCCESS;
 }
 
-/* Q and K of the pooling: extents and alignment; their byte spans out. */
-static sk_status check_qk(const sk_topk_problem *p, const void *q, const void *k,
-                          int64_t *q_bytes, int64_t *k_bytes) {
+sk_status sk_topk_check_qk(const sk_topk_problem *p, const void *q, const void *k, int64_t *q_bytes,
+                           int64_t *k_bytes) {
     SK_CHECK_NOT_NULL(q);
     SK_CHECK_NOT_NULL(k);
     const size_t es = sk_dtype_size(p->dtype);
@@ -215,7 +211,7 @@ static sk_status check_qk(const sk_topk_problem *p, const void *q, const void *k
     SK_TRY(sk_check_tensor_extent(&tk, "k", &span_k));
     if (span_q > INT64_MAX / 4 || span_k > INT64_MAX / 4)
         return sk_error(SK_STATUS_BAD_PARAM_OVERFLOW, "a tensor's byte span overflows int64");
-    SK_TRY(check_cuda_head_dim(p));
+    SK_TRY(sk_topk_check_cuda_head_dim(p));
     const int cuda = sk_backend_is_cuda(p->backend);
     const size_t align = cuda ? 16 : es, stride_align = cuda ? 16 : 0;
     SK_TRY(sk_check_alignment(q, &tq, es, align, stride_align, "q"));
@@ -243,8 +239,7 @@ static sk_status check_pooled(const sk_topk_problem *p, const float *pooled_q,
     return SK_STATUS_SUCCESS;
 }
 
-/* The caller's output layout arrays. */
-static sk_status check_layout_out(const sk_topk_problem *p, const sk_bsr *layout) {
+sk_status sk_topk_check_layout_out(const sk_topk_problem *p, const sk_bsr *layout) {
     SK_CHECK_NOT_NULL(layout);
     if (layout->row_offsets == NULL)
         return sk_error(SK_STATUS_BAD_PARAM_NULL_POINTER, "layout->row_offsets must not be NULL");
@@ -261,9 +256,8 @@ static sk_status check_layout_out(const sk_topk_problem *p, const sk_bsr *layout
     return SK_STATUS_SUCCESS;
 }
 
-/* Output layout arrays do not overlap an input of `bytes` bytes. */
-static sk_status check_layout_apart(const sk_topk_problem *p, const sk_bsr *layout,
-                                    const void *ptr, int64_t bytes, const char *what) {
+sk_status sk_topk_check_layout_apart(const sk_topk_problem *p, const sk_bsr *layout,
+                                     const void *ptr, int64_t bytes, const char *what) {
     SK_TRY(sk_check_disjoint(layout->row_offsets, ((int64_t)p->total_rows + 1) * 4,
                              "layout->row_offsets", ptr, bytes, what));
     SK_TRY(sk_check_disjoint(layout->col_indices, (int64_t)p->capacity * 4,
@@ -271,8 +265,7 @@ static sk_status check_layout_apart(const sk_topk_problem *p, const sk_bsr *layo
     return SK_STATUS_SUCCESS;
 }
 
-/* A CUDA workspace of at least `need` bytes, 16-byte aligned. */
-static sk_status check_workspace(const void *workspace, size_t workspace_size, size_t need) {
+sk_status sk_topk_check_workspace(const void *workspace, size_t workspace_size, size_t need) {
     if (need == 0) return SK_STATUS_SUCCESS;
     if (workspace == NULL)
         return sk_error(SK_STATUS_BAD_PARAM_WORKSPACE,
@@ -295,7 +288,7 @@ static void set_layout(const sk_topk_problem *p, sk_bsr *layout) {
 sk_status sk_topk_layout_capacity(const sk_topk_desc *desc, sk_grid *grid, int32_t *max_nnz) {
     SK_ENTER("sk_topk_layout_capacity");
     sk_topk_problem p;
-    SK_TRY(build_problem(desc, &p));
+    SK_TRY(sk_topk_build_problem(desc, &p));
     if (grid != NULL) *grid = p.grid;
     if (max_nnz != NULL) *max_nnz = p.capacity;
     return SK_STATUS_SUCCESS;
@@ -305,7 +298,7 @@ sk_status sk_topk_workspace_size(const sk_topk_desc *desc, size_t *workspace_byt
     SK_ENTER("sk_topk_workspace_size");
     SK_CHECK_NOT_NULL(workspace_bytes);
     sk_topk_problem p;
-    SK_TRY(build_problem(desc, &p));
+    SK_TRY(sk_topk_build_problem(desc, &p));
     if (p.backend == SK_BACKEND_CPU) {
         *workspace_bytes = 0;
         return SK_STATUS_SUCCESS;
@@ -317,9 +310,9 @@ sk_status sk_block_pool(const sk_topk_desc *desc, const void *q, const void *k, 
                         float *pooled_k, struct CUstream_st *stream) {
     SK_ENTER("sk_block_pool");
     sk_topk_problem p;
-    SK_TRY(build_problem(desc, &p));
+    SK_TRY(sk_topk_build_problem(desc, &p));
     int64_t q_bytes, k_bytes;
-    SK_TRY(check_qk(&p, q, k, &q_bytes, &k_bytes));
+    SK_TRY(sk_topk_check_qk(&p, q, k, &q_bytes, &k_bytes));
     SK_TRY(check_pooled(&p, pooled_q, pooled_k));
     const int64_t pq = pooled_q_bytes(&p), pk = pooled_k_bytes(&p);
     SK_TRY(sk_check_disjoint(pooled_q, pq, "pooled_q", pooled_k, pk, "pooled_k"));
@@ -335,38 +328,29 @@ sk_status sk_block_pool(const sk_topk_desc *desc, const void *q, const void *k, 
     return sk_cuda_topk_pool(&p, stream);
 }
 
-/* The selections, by the workspace each needs. */
-typedef enum { SEL_FROM_SCORES, SEL_SCORED, SEL_POOLED } select_kind;
-
-/* Workspace bytes of a selection (0 on the CPU, which needs none):
- * sk_layout_from_scores' (SEL_FROM_SCORES), sk_select_topk's (SEL_SCORED)
- * or sk_pool_select_topk's (SEL_POOLED). */
-static sk_status select_bytes(const sk_topk_problem *p, select_kind kind, size_t *bytes) {
+sk_status sk_topk_select_bytes(const sk_topk_problem *p, sk_topk_select_kind kind, size_t *bytes) {
     *bytes = 0;
     if (p->backend == SK_BACKEND_CPU) return SK_STATUS_SUCCESS;
-    if (kind == SEL_POOLED) return sk_cuda_topk_pool_select_workspace_size(p, bytes);
-    return sk_cuda_topk_workspace_size(p, kind == SEL_SCORED, bytes);
+    if (kind == SK_TOPK_POOLED) return sk_cuda_topk_pool_select_workspace_size(p, bytes);
+    return sk_cuda_topk_workspace_size(p, kind == SK_TOPK_SCORED, bytes);
 }
 
-/* The workspace of a selection (select_bytes): present, large enough and
- * apart from the layout; its size out (0 on the CPU). */
-static sk_status check_select_workspace(const sk_topk_problem *p, select_kind kind,
+/* The workspace of a selection (sk_topk_select_bytes): present, large
+ * enough and apart from the layout; its size out (0 on the CPU). */
+static sk_status check_select_workspace(const sk_topk_problem *p, sk_topk_select_kind kind,
                                         const sk_bsr *layout, const void *workspace,
                                         size_t workspace_size, int64_t *ws) {
     size_t need;
     *ws = 0;
-    SK_TRY(select_bytes(p, kind, &need));
+    SK_TRY(sk_topk_select_bytes(p, kind, &need));
     if (need == 0) return SK_STATUS_SUCCESS;
-    SK_TRY(check_workspace(workspace, workspace_size, need));
+    SK_TRY(sk_topk_check_workspace(workspace, workspace_size, need));
     *ws = (int64_t)need;
-    return check_layout_apart(p, layout, workspace, *ws, "workspace");
+    return sk_topk_check_layout_apart(p, layout, workspace, *ws, "workspace");
 }
 
-/* The checked selection on its backend, writing into `layout`; with
- * `pool`, the pooling first (p->q, p->k_in; sk_pool_select_topk's
- * workspace). */
-static sk_status run_select(sk_topk_problem *p, int pool, sk_bsr *layout, void *workspace,
-                            size_t workspace_size, struct CUstream_st *stream) {
+sk_status sk_topk_run_select(sk_topk_problem *p, int pool, sk_bsr *layout, void *workspace,
+                             size_t workspace_size, struct CUstream_st *stream) {
     p->row_offsets = layout->row_offsets;
     p->col_indices = layout->col_indices;
     if (p->backend == SK_BACKEND_CPU)
@@ -384,32 +368,32 @@ sk_status sk_select_topk(const sk_topk_desc *desc, const float *pooled_q, const 
                          struct CUstream_st *stream) {
     SK_ENTER("sk_select_topk");
     sk_topk_problem p;
-    SK_TRY(build_problem(desc, &p));
+    SK_TRY(sk_topk_build_problem(desc, &p));
     SK_TRY(check_pooled(&p, pooled_q, pooled_k));
-    SK_TRY(check_cuda_head_dim(&p));
-    SK_TRY(check_layout_out(&p, layout));
+    SK_TRY(sk_topk_check_cuda_head_dim(&p));
+    SK_TRY(sk_topk_check_layout_out(&p, layout));
     const int64_t pq = pooled_q_bytes(&p), pk = pooled_k_bytes(&p);
-    SK_TRY(check_layout_apart(&p, layout, pooled_q, pq, "pooled_q"));
-    SK_TRY(check_layout_apart(&p, layout, pooled_k, pk, "pooled_k"));
+    SK_TRY(sk_topk_check_layout_apart(&p, layout, pooled_q, pq, "pooled_q"));
+    SK_TRY(sk_topk_check_layout_apart(&p, layout, pooled_k, pk, "pooled_k"));
     int64_t ws;
-    SK_TRY(check_select_workspace(&p, SEL_SCORED, layout, workspace, workspace_size, &ws));
+    SK_TRY(check_select_workspace(&p, SK_TOPK_SCORED, layout, workspace, workspace_size, &ws));
     if (ws > 0) {
         SK_TRY(sk_check_disjoint(workspace, ws, "workspace", pooled_q, pq, "pooled_q"));
         SK_TRY(sk_check_disjoint(workspace, ws, "workspace", pooled_k, pk, "pooled_k"));
     }
     p.pooled_q = pooled_q;
     p.pooled_k = pooled_k;
-    return run_select(&p, 0, layout, workspace, workspace_size, stream);
+    return sk_topk_run_select(&p, 0, layout, workspace, workspace_size, stream);
 }
 
 sk_status sk_pool_select_topk_workspace_size(const sk_topk_desc *desc, size_t *workspace_bytes) {
     SK_ENTER("sk_pool_select_topk_workspace_size");
     SK_CHECK_NOT_NULL(workspace_bytes);
     sk_topk_problem p;
-    SK_TRY(build_problem(desc, &p));
-    SK_TRY(check_cuda_head_dim(&p));
+    SK_TRY(sk_topk_build_problem(desc, &p));
+    SK_TRY(sk_topk_check_cuda_head_dim(&p));
     size_t need;
-    SK_TRY(select_bytes(&p, SEL_POOLED, &need));
+    SK_TRY(sk_topk_select_bytes(&p, SK_TOPK_POOLED, &need));
     *workspace_bytes = need; /* written only on success */
     return SK_STATUS_SUCCESS;
 }
@@ -419,21 +403,21 @@ sk_status sk_pool_select_topk(const sk_topk_desc *desc, const void *q, const voi
                               struct CUstream_st *stream) {
     SK_ENTER("sk_pool_select_topk");
     sk_topk_problem p;
-    SK_TRY(build_problem(desc, &p));
+    SK_TRY(sk_topk_build_problem(desc, &p));
     int64_t q_bytes, k_bytes;
-    SK_TRY(check_qk(&p, q, k, &q_bytes, &k_bytes));
-    SK_TRY(check_layout_out(&p, layout));
-    SK_TRY(check_layout_apart(&p, layout, q, q_bytes, "q"));
-    SK_TRY(check_layout_apart(&p, layout, k, k_bytes, "k"));
+    SK_TRY(sk_topk_check_qk(&p, q, k, &q_bytes, &k_bytes));
+    SK_TRY(sk_topk_check_layout_out(&p, layout));
+    SK_TRY(sk_topk_check_layout_apart(&p, layout, q, q_bytes, "q"));
+    SK_TRY(sk_topk_check_layout_apart(&p, layout, k, k_bytes, "k"));
     int64_t ws;
-    SK_TRY(check_select_workspace(&p, SEL_POOLED, layout, workspace, workspace_size, &ws));
+    SK_TRY(check_select_workspace(&p, SK_TOPK_POOLED, layout, workspace, workspace_size, &ws));
     if (ws > 0) {
         SK_TRY(sk_check_disjoint(workspace, ws, "workspace", q, q_bytes, "q"));
         SK_TRY(sk_check_disjoint(workspace, ws, "workspace", k, k_bytes, "k"));
     }
     p.q = q;
     p.k_in = k;
-    return run_select(&p, 1, layout, workspace, workspace_size, stream);
+    return sk_topk_run_select(&p, 1, layout, workspace, workspace_size, stream);
 }
 
 sk_status sk_layout_from_scores(const sk_topk_desc *desc, const float *scores, sk_bsr *layout,
@@ -441,180 +425,16 @@ sk_status sk_layout_from_scores(const sk_topk_desc *desc, const float *scores, s
                                 struct CUstream_st *stream) {
     SK_ENTER("sk_layout_from_scores");
     sk_topk_problem p;
-    SK_TRY(build_problem(desc, &p));
+    SK_TRY(sk_topk_build_problem(desc, &p));
     SK_CHECK_NOT_NULL(scores);
     SK_TRY(sk_check_alignment(scores, NULL, 4, 4, 0, "scores"));
-    SK_TRY(check_layout_out(&p, layout));
+    SK_TRY(sk_topk_check_layout_out(&p, layout));
     const int64_t sb = (int64_t)p.total_rows * p.col_blocks * 4;
-    SK_TRY(check_layout_apart(&p, layout, scores, sb, "scores"));
+    SK_TRY(sk_topk_check_layout_apart(&p, layout, scores, sb, "scores"));
     int64_t ws;
-    SK_TRY(check_select_workspace(&p, SEL_FROM_SCORES, layout, workspace, workspace_size, &ws));
+    SK_TRY(check_select_workspace(&p, SK_TOPK_FROM_SCORES, layout, workspace, workspace_size, &ws));
     if (ws > 0) SK_TRY(sk_check_disjoint(workspace, ws, "workspace", scores, sb, "scores"));
     p.scores = scores;
-    return run_select(&p, 0, layout, workspace, workspace_size, stream);
+    return sk_topk_run_select(&p, 0, layout, workspace, workspace_size, stream);
 }
 
-/* ---------------------------------------------------------------------------
- * Selection + attention
- * ------------------------------------------------------------------------- */
-
-/* The attention descriptor against the top-k one: present, initialised, and
- * describing the same problem. Its other fields are checked by the attention
- * entry points. */
-static sk_status check_same_problem(const sk_attention_desc *a, const sk_topk_problem *p) {
-    if (a == NULL) return sk_error(SK_STATUS_BAD_PARAM_NULL_POINTER, "attn must not be NULL");
-    SK_TRY(sk_check_desc_struct_size(a->struct_size, sizeof(sk_attention_desc), "attn",
-                                     "sk_attention_desc_init"));
-    if (a->backend != p->backend)
-        return sk_error(SK_STATUS_BAD_PARAM_VALUE,
-                        "attn->backend = %d differs from topk->backend = %d", (int)a->backend,
-                        (int)p->backend);
-    if (a->dtype != p->dtype)
-        return sk_error(SK_STATUS_BAD_PARAM_DTYPE, "attn->dtype = %s differs from topk->dtype = %s",
-                        sk_dtype_name(a->dtype), sk_dtype_name(p->dtype));
-    const int64_t as[6] = {a->batch, a->seq_q, a->seq_k, a->heads_q, a->heads_kv, a->head_dim};
-    const int64_t ts[6] = {p->batch, p->seq_q, p->seq_k, p->heads_q, p->heads_kv, p->head_dim};
-    static const char *const names[6] = {"batch",   "seq_q",    "seq_k",
-                                         "heads_q", "heads_kv", "head_dim"};
-    for (int i = 0; i < 6; ++i)
-        if (as[i] != ts[i])
-            return sk_error(SK_STATUS_BAD_PARAM_SHAPE, "attn->%s = %lld differs from topk->%s = %lld",
-                            names[i], (long long)as[i], names[i], (long long)ts[i]);
-    int64_t aq[3], ak[3];
-    sk_resolve_strides(a->q_strides, a->seq_q, a->heads_q, a->head_dim, aq);
-    sk_resolve_strides(a->k_strides, a->seq_k, a->heads_kv, a->head_dim, ak);
-    for (int i = 0; i < 3; ++i) {
-        if (aq[i] != p->q_stride[i])
-            return sk_error(SK_STATUS_BAD_PARAM_STRIDE,
-                            "attn->q_strides[%d] = %lld differs from topk->q_strides[%d] = %lld "
-                            "(after resolving packed strides)",
-                            i, (long long)aq[i], i, (long long)p->q_stride[i]);
-        if (ak[i] != p->k_stride[i])
-            return sk_error(SK_STATUS_BAD_PARAM_STRIDE,
-                            "attn->k_strides[%d] = %lld differs from topk->k_strides[%d] = %lld "
-                            "(after resolving packed strides)",
-                            i, (long long)ak[i], i, (long long)p->k_stride[i]);
-    }
-    return SK_STATUS_SUCCESS;
-}
-
-/* Workspace of sk_attention_topk on CUDA: [sk_pool_select_topk's]
- * [attention], the attention's at a multiple of WS_ALIGN. */
-typedef struct topk_ws_plan {
-    size_t select_bytes, attn_off, attn_bytes, total; /* pool + select, then the attention's */
-} topk_ws_plan;
-
-static int32_t geometry_dummy; /* a non-NULL array for geometry-only layout views */
-
-/* Byte span of a checked [b, s, h, dim] tensor (fits: checked already). */
-static int64_t tensor_bytes(int64_t b, int64_t s, int64_t h, int64_t dim, const int64_t st[3],
-                            int64_t elem_size) {
-    return ((b - 1) * st[0] + (s - 1) * st[1] + (h - 1) * st[2] + dim) * elem_size;
-}
-
-/* Checks the attention descriptor against the output layout's geometry
- * (filling *ap) and sizes the workspace. `layout` may be NULL (workspace
- * size call): a geometry-only view is checked then. */
-static sk_status plan_attention_topk(const sk_attention_desc *attn, const sk_topk_problem *p,
-                                     const sk_bsr *layout, sk_attention_problem *ap,
-                                     topk_ws_plan *w) {
-    sk_bsr geom;
-    memset(&geom, 0, sizeof geom);
-    geom.grid = p->grid;
-    geom.nnz = p->capacity;
-    geom.row_offsets = layout != NULL ? layout->row_offsets : &geometry_dummy;
-    geom.col_indices = layout != NULL && layout->col_indices != NULL ? layout->col_indices
-                                                                     : &geometry_dummy;
-    SK_TRY(sk_attention_check_geometry(attn, &geom, ap));
-    size_t attn_bytes = 0;
-    SK_TRY(sk_attention_problem_workspace_size(ap, &attn_bytes));
-    memset(w, 0, sizeof *w);
-    if (p->backend == SK_BACKEND_CPU) return SK_STATUS_SUCCESS;
-    SK_TRY(select_bytes(p, SEL_POOLED, &w->select_bytes));
-    w->attn_off = align_up(w->select_bytes);
-    w->attn_bytes = attn_bytes;
-    w->total = w->attn_off + attn_bytes;
-    return SK_STATUS_SUCCESS;
-}
-
-sk_status sk_attention_topk_workspace_size(const sk_attention_desc *attn, const sk_topk_desc *topk,
-                                           size_t *workspace_bytes) {
-    SK_ENTER("sk_attention_topk_workspace_size");
-    SK_CHECK_NOT_NULL(workspace_bytes);
-    sk_topk_problem p;
-    SK_TRY(build_problem(topk, &p));
-    SK_TRY(check_same_problem(attn, &p));
-    SK_TRY(check_cuda_head_dim(&p));
-    topk_ws_plan w;
-    sk_attention_problem ap;
-    SK_TRY(plan_attention_topk(attn, &p, NULL, &ap, &w));
-    *workspace_bytes = w.total;
-    return SK_STATUS_SUCCESS;
-}
-
-sk_status sk_attention_topk(const sk_attention_desc *attn, const sk_topk_desc *topk, const void *q,
-                            const void *k, const void *v, void *o, float *lse, sk_bsr *layout,
-                            void *workspace, size_t workspace_size, struct CUstream_st *stream) {
-    SK_ENTER("sk_attention_topk");
-    sk_topk_problem p;
-    SK_TRY(build_problem(topk, &p));
-    SK_TRY(check_same_problem(attn, &p));
-
-    /* Q and K as the pooling checks them; then the attention's own checks
-     * of its descriptor against the output layout's geometry, and of all
-     * five tensors. */
-    int64_t q_bytes, k_bytes;
-    SK_TRY(check_qk(&p, q, k, &q_bytes, &k_bytes));
-    SK_TRY(check_layout_out(&p, layout));
-    topk_ws_plan w;
-    sk_attention_problem ap;
-    SK_TRY(plan_attention_topk(attn, &p, layout, &ap, &w));
-    SK_TRY(sk_attention_check_tensors(&ap, q, k, v, o, lse));
-
-    /* The output layout lies apart from every tensor (and the workspace). */
-    const int64_t es = (int64_t)sk_dtype_size(p.dtype);
-    SK_TRY(check_layout_apart(&p, layout, q, q_bytes, "q"));
-    SK_TRY(check_layout_apart(&p, layout, k, k_bytes, "k"));
-    SK_TRY(check_layout_apart(&p, layout, v, tensor_bytes(ap.batch, ap.seq_k, ap.heads_kv, ap.head_dim, ap.v_stride, es), "v"));
-    SK_TRY(check_layout_apart(&p, layout, o, tensor_bytes(ap.batch, ap.seq_q, ap.heads_q, ap.head_dim, ap.o_stride, es), "o"));
-    const int64_t lse_bytes = lse != NULL ? p.batch * p.heads_q * p.seq_q * 4 : 0;
-    if (lse != NULL) SK_TRY(check_layout_apart(&p, layout, lse, lse_bytes, "lse"));
-    const int cuda = sk_backend_is_cuda(p.backend);
-    if (cuda) {
-        SK_TRY(check_workspace(workspace, workspace_size, w.total));
-        const int64_t ws = (int64_t)w.total;
-        SK_TRY(check_layout_apart(&p, layout, workspace, ws, "workspace"));
-        const void *tensors[5] = {q, k, v, o, lse};
-        const int64_t bytes[5] = {
-            q_bytes, k_bytes,
-            tensor_bytes(ap.batch, ap.seq_k, ap.heads_kv, ap.head_dim, ap.v_stride, es),
-            tensor_bytes(ap.batch, ap.seq_q, ap.heads_q, ap.head_dim, ap.o_stride, es), lse_bytes};
-        static const char *const names[5] = {"q", "k", "v", "o", "lse"};
-        for (int i = 0; i < 5; ++i)
-            if (tensors[i] != NULL)
-                SK_TRY(sk_check_disjoint(workspace, ws, "workspace", tensors[i], bytes[i], names[i]));
-    }
-
-    /* Selection, then the attention over the layout it wrote. */
-    p.q = q;
-    p.k_in = k;
-    SK_TRY(run_select(&p, 1, layout, workspace, cuda ? w.select_bytes : 0, stream));
-    if (!cuda) {
-        /* A host layout is checked in full: give it the real count (below
-         * the capacity when NaN / -inf scores left rows short). */
-        sk_bsr view;
-        memset(&view, 0, sizeof view);
-        view.grid = p.grid;
-        view.row_offsets = layout->row_offsets;
-        view.col_indices = layout->col_indices;
-        view.nnz = layout->row_offsets[p.total_rows];
-        ap.nnz = view.nnz;
-        SK_TRY(sk_attention_check_layout_content(&ap, &view));
-        SK_TRY(sk_attention_enqueue(&ap, NULL, 0, stream));
-    } else {
-        char *base = (char *)workspace;
-        SK_TRY(sk_attention_enqueue(&ap, w.attn_bytes > 0 ? base + w.attn_off : NULL, w.attn_bytes,
-                                    stream));
-    }
-    return SK_STATUS_SUCCESS;
-}

@@ -7,8 +7,42 @@
 #define SK_CPU_BACKEND_H
 
 #include "core/problem.h"
+#include "core/topk_rules.h"
 
 sk_status sk_cpu_attention_run(const sk_attention_problem *p);
 sk_status sk_cpu_bsr_gemm_run(const sk_bsr_gemm_problem *p);
+
+/* Top-k block selection (topk_ref.c): block means and block scores in fp32
+ * with fp64 sums, and the rules of src/core/topk_rules.h applied row by
+ * row. Problems arrive validated (src/core/topk.c) with host pointers. */
+
+/* p->q, p->k_in -> p->pooled_q_out, p->pooled_k_out:
+ * pooled[b, h, i, :] = (float)(fp64 sum of the block's valid tokens / count). */
+sk_status sk_cpu_topk_pool(const sk_topk_problem *p);
+
+/* Block scores from p->pooled_q / p->pooled_k into scores
+ * [slices, row_blocks, col_blocks] (every entry written):
+ * scores = (float)(scale * fp64 sum over the group's query heads (per_kv_head)
+ * or the one head, and over D, of pooled_q * pooled_k). */
+void sk_cpu_topk_scores(const sk_topk_problem *p, float *scores);
+
+/* Selection into p->row_offsets / p->col_indices, from p->scores or, when it
+ * is NULL, from scores computed from p->pooled_q / p->pooled_k. Allocates
+ * host scratch: SK_STATUS_ALLOC_FAILED (nothing written) when that fails. */
+sk_status sk_cpu_topk_select(const sk_topk_problem *p);
+
+/* One row: the selected blocks of row `r` (rules `rule`) in increasing
+ * order into out[0 .. count), from its scores row[0 .. col_blocks); `pairs`
+ * is scratch for col_blocks entries. Returns count (<= rule->bound). */
+typedef struct sk_topk_pair {
+    float score;
+    int32_t index;
+} sk_topk_pair;
+int32_t sk_cpu_topk_select_row(const sk_topk_problem *p, const sk_topk_row *rule,
+                               const float *row, sk_topk_pair *pairs, int32_t *out);
+
+/* sk_cpu_topk_pool into fresh host buffers, then sk_cpu_topk_select: the
+ * selection half of sk_attention_topk on the CPU (p->q, p->k_in set). */
+sk_status sk_cpu_topk_pool_select(const sk_topk_problem *p);
 
 #endif /* SK_CPU_BACKEND_H */

@@ -1,6 +1,6 @@
 /*
- * topk_ref.c - the CPU reference of the top-k block selection (see
- * topk_ref.h and the rules in src/cuda/topk_backend.h).
+ * topk_ref.c - the CPU reference of the top-k block selection (declared in
+ * cpu_backend.h; the rules are src/core/topk_rules.h).
  *
  * Pooling: fp64 sums of the block's valid tokens, divided by their count,
  * rounded once to fp32. Scoring: fp64 dot products (summed over the group's
@@ -10,13 +10,12 @@
  * first k taken; the row is written in increasing block order. -0 and +0
  * compare equal, so they tie and the lower index wins.
  */
-#include "cpu/topk_ref.h"
-
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/internal.h"
+#include "cpu/cpu_backend.h"
 #include "cpu/half.h"
 
 enum { POOL_CHUNK = 64 }; /* fp64 partial sums kept on the stack per pass over a block */

@@ -1,13 +1,15 @@
 /*
  * backend.h - the C interface between the core and the CUDA backend.
  *
- * Implemented by the .cu files of src/cuda when the library is built with nvcc, and by
- * src/cuda/no_cuda.c (every call: SK_STATUS_NOT_SUPPORTED_BACKEND) when it
- * is not. Problems arrive validated (src/core/problem.h); these functions
- * check only what needs the device: that one is present, its compute
- * capability, the kernel's supported combinations, the workspace size.
- * Errors are recorded with sk_error (the entry point's name is already set).
- * Nothing here allocates or synchronises except the sk_cuda_device_* calls.
+ * Implemented by the .cu files of src/cuda/ (common/device_info.cu,
+ * attention/fwd.cu, gemm/gemm.cu, topk/chain.cu) when the library is built
+ * with nvcc, and by src/core/no_cuda.c (every call:
+ * SK_STATUS_NOT_SUPPORTED_BACKEND) when it is not. Problems arrive validated
+ * (src/core/problem.h); these functions check only what needs the device:
+ * that one is present, its compute capability, the kernel's supported
+ * combinations, the workspace size. Errors are recorded with sk_error (the
+ * entry point's name is already set). Nothing here allocates or
+ * synchronises except the sk_cuda_device_* calls.
  */
 #ifndef SK_CUDA_BACKEND_H
 #define SK_CUDA_BACKEND_H
@@ -36,6 +38,23 @@ sk_status sk_cuda_bsr_gemm_plan(const sk_bsr_gemm_problem *p, void *workspace,
                                 size_t workspace_size, struct CUstream_st *stream);
 sk_status sk_cuda_bsr_gemm_run(const sk_bsr_gemm_problem *p, void *workspace,
                                size_t workspace_size, struct CUstream_st *stream);
+
+/* Top-k selection (topk/chain.cu, which also lays out the workspace).
+ * with_scores != 0: the size for sk_select_topk (scores + selection);
+ * 0: for sk_layout_from_scores (selection only). */
+sk_status sk_cuda_topk_workspace_size(const sk_topk_problem *p, int with_scores, size_t *bytes);
+/* p->q, p->k_in -> p->pooled_q_out, p->pooled_k_out. */
+sk_status sk_cuda_topk_pool(const sk_topk_problem *p, struct CUstream_st *stream);
+/* From p->pooled_q / p->pooled_k (scored into the workspace) or, when those
+ * are NULL, from p->scores: writes p->row_offsets and p->col_indices. */
+sk_status sk_cuda_topk_select(const sk_topk_problem *p, void *workspace, size_t workspace_size,
+                              struct CUstream_st *stream);
+/* sk_pool_select_topk: p->q, p->k_in -> p->row_offsets, p->col_indices,
+ * everything in between (pooled Q and K, or their split operands) in the
+ * workspace, whose size sk_cuda_topk_pool_select_workspace_size gives. */
+sk_status sk_cuda_topk_pool_select_workspace_size(const sk_topk_problem *p, size_t *bytes);
+sk_status sk_cuda_topk_pool_select(const sk_topk_problem *p, void *workspace,
+                                   size_t workspace_size, struct CUstream_st *stream);
 
 #ifdef __cplusplus
 }

@@ -2,34 +2,20 @@
  * test_topk_span.c - sk_topk_score_span, the library-internal rule that
  * tells the CUDA sk_pool_select_topk which pooled blocks it may leave
  * unread: nothing of it reaches a CPU output, so it is tested here directly,
- * the one top-k test that includes a header of src/. The expectation is the
- * brute force over token positions of tests/common/topk_naive.h.
+ * the one top-k test that includes a header of src/: the span as the core
+ * computes it for a descriptor (sk_topk_build_problem, which keeps it per
+ * shape), against the brute force over token positions of
+ * tests/common/topk_naive.h.
  */
 #include <string.h>
 
 #include "common/harness.h"
 #include "common/test_util.h"
 #include "common/topk_naive.h"
-#include "cuda/topk_backend.h"
+#include "core/topk_internal.h"
 #include "sparsek.h"
 
-/* The inputs of the row rules (sk_topk_row_rules) from the descriptor, as
- * include/sparsek.h defines them; the rest of the problem stays zero. */
-static void rule_inputs(const tk_problem *t, sk_topk_problem *p) {
-    memset(p, 0, sizeof *p);
-    p->seq_q = t->desc.seq_q;
-    p->seq_k = t->desc.seq_k;
-    p->block_q = t->desc.block_q;
-    p->block_k = t->desc.block_k;
-    p->row_blocks = tk_row_blocks(t);
-    p->col_blocks = tk_col_blocks(t);
-    p->k = t->desc.k;
-    p->sink_blocks = t->desc.sink_blocks;
-    p->local_blocks = t->desc.local_blocks;
-    p->causal = t->desc.mask == SK_MASK_CAUSAL;
-}
-
-/* sk_topk_score_span against brute force over token positions
+/* The core's span against brute force over token positions
  * (tk_score_span_naive): the rows with a block to pick by score, and the
  * hull of those blocks, exactly. */
 SK_TEST(topk_score_span_is_the_hull_of_the_pickable_blocks) {
@@ -46,9 +32,8 @@ SK_TEST(topk_score_span_is_the_hull_of_the_pickable_blocks) {
         t.desc.local_blocks = (int32_t)tu_rng_range(&rng, 0, 12);
         t.desc.mask = (c & 4) ? SK_MASK_CAUSAL : SK_MASK_NONE;
         sk_topk_problem p;
-        rule_inputs(&t, &p);
-        int32_t rows[2] = {-7, -7}, cols[2] = {-7, -7};
-        sk_topk_score_span(&p, rows, cols);
+        REQUIRE(sk_topk_build_problem(&t.desc, &p) == SK_STATUS_SUCCESS, "%s", sk_last_error());
+        const int32_t *rows = p.score_rows, *cols = p.score_cols;
         const int32_t cb = tk_col_blocks(&t);
         int32_t er[2], ec[2];
         REQUIRE(tk_score_span_naive(&t, er, ec), "no memory");

@@ -41,17 +41,17 @@ done
 } > "$OUT/sanitizer.log" 2>&1
 cat "$OUT/sanitizer.log"
 
-if [ -f "$BUILD/obj/cuda/attention_sm90.o" ]; then
-    cuobjdump --dump-sass "$BUILD/obj/cuda/attention_sm90.o" > /tmp/sass90.txt 2>&1
+if [ -f "$BUILD/obj/cuda/attention/fwd_sm90.o" ]; then
+    cuobjdump --dump-sass "$BUILD/obj/cuda/attention/fwd_sm90.o" > /tmp/sass90.txt 2>&1
     echo "sm90 SASS: HGMMA $(grep -c HGMMA /tmp/sass90.txt), LDL/STL $(grep -c -E '\bLDL|\bSTL' /tmp/sass90.txt), $(grep -o -E 'USETMAXREG[^;]*' /tmp/sass90.txt | sort | uniq -c | tr '\n' ' ')" | tee -a "$OUT/gpu.txt"
 fi
 
-if [ -f "$BUILD/obj/cuda/bsr_gemm_sm90.o" ]; then
-    cuobjdump --dump-sass "$BUILD/obj/cuda/bsr_gemm_sm90.o" > /tmp/sass_gemm90.txt 2>&1
+if [ -f "$BUILD/obj/cuda/gemm/gemm_sm90.o" ]; then
+    cuobjdump --dump-sass "$BUILD/obj/cuda/gemm/gemm_sm90.o" > /tmp/sass_gemm90.txt 2>&1
     echo "sm90 GEMM SASS: HGMMA $(grep -c HGMMA /tmp/sass_gemm90.txt), STSM $(grep -c STSM /tmp/sass_gemm90.txt), UTMALDG $(grep -c UTMALDG /tmp/sass_gemm90.txt), UTMASTG $(grep -c UTMASTG /tmp/sass_gemm90.txt), LDL/STL $(grep -c -E '\bLDL|\bSTL' /tmp/sass_gemm90.txt)" | tee -a "$OUT/gpu.txt"
 fi
 
-if [ -f "$BUILD/obj/cuda/bsr_gemm_sm80.o" ]; then
-    cuobjdump --dump-sass "$BUILD/obj/cuda/bsr_gemm_sm80.o" > /tmp/sass_gemm80.txt 2>&1
+if [ -f "$BUILD/obj/cuda/gemm/gemm_sm80.o" ]; then
+    cuobjdump --dump-sass "$BUILD/obj/cuda/gemm/gemm_sm80.o" > /tmp/sass_gemm80.txt 2>&1
     echo "sm80 GEMM SASS: HMMA $(grep -c HMMA /tmp/sass_gemm80.txt), LDSM $(grep -c LDSM /tmp/sass_gemm80.txt), LDGSTS $(grep -c LDGSTS /tmp/sass_gemm80.txt), LDL/STL $(grep -c -E '\bLDL|\bSTL' /tmp/sass_gemm80.txt)" | tee -a "$OUT/gpu.txt"
 fi

@@ -4,7 +4,7 @@
  *   pooling   GPU block means vs the naive fp64 loop and the CPU backend,
  *             under the tolerance rule (2 x a naive fp32 sum + atol);
  *   scores    the GPU scores (left at the start of the workspace by
- *             sk_select_topk, see src/cuda/topk_backend.h) vs the naive fp64
+ *             sk_select_topk, see src/cuda/topk/chain.cu) vs the naive fp64
  *             scores, under the tolerance rule;
  *   layouts   EXACT: the CPU selection run on the very scores the GPU
  *             computed must give the same row_offsets and col_indices, so
@@ -281,7 +281,7 @@ static int same_as_cpu_backend(tk_problem t, const float *pq, const float *pk,
 }
 
 /* Pooled blocks of a wide dynamic range (the Hopper scoring scales each row
- * by a power of two before its fp16 split, topk_score_rows_sm90.cu):
+ * by a power of two before its fp16 split, src/cuda/topk/score_rows_sm90.cu):
  *   1  Q rows x 2^100, K rows x 2^-100 (exponents past the fast epilogue);
  *   2  Q rows x 2^-110, K rows x 2^110 (scale x 2^-e not normal: the slow
  *      epilogue);

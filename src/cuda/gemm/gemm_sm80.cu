@@ -1,12 +1,12 @@
 /*
- * bsr_gemm_sm80.cu - the portable BSR x dense GEMM (sm_80+):
+ * gemm_sm80.cu - the portable BSR x dense GEMM (sm_80+):
  *   C = alpha * A * B + beta * C,  A [m, k] in BSR (bm x bk blocks),
  * mma.sync tensor cores, ldmatrix, a cp.async pipeline of three stages.
  *
  * Work. One CTA per output tile: block row `row` of A (bm = 64 or 128 rows
  * of C) times 128 columns of B and C. CTA t takes schedule slot t / n_tiles
  * and column tile t % n_tiles: the plan lists the block rows longest first
- * (bsr_gemm_kernels.h), and the hardware starts CTAs in index order, so the
+ * (kernels.h), and the hardware starts CTAs in index order, so the
  * long rows start first and the CTAs of one row (sharing its A blocks in
  * L2) run side by side. The tile's K loop walks the row's visited entries
  * (the visiting rule: clamped range, columns outside [0, col_blocks)
@@ -53,9 +53,9 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include "cuda/bsr_gemm_kernels.h"
-#include "cuda/cuda_check.cuh"
-#include "cuda/ptx.cuh"
+#include "cuda/common/cuda_check.cuh"
+#include "cuda/common/ptx.cuh"
+#include "cuda/gemm/kernels.h"
 
 enum {
     SK_GEMM_WARPS = 8, /* per CTA: 2 along M, 4 along N */

@@ -1,13 +1,13 @@
 /*
  * schedule.cu - the longest-first tile order of the attention and BSR GEMM
- * plans (schedule.h says what it is; attention_sm80_sched.cuh holds the
- * workspace layout and the visiting rule the kernels share).
+ * plans (schedule.h says what it is; plan_contract.cuh holds the workspace
+ * layout and the visiting rule the kernels share).
  */
 #include <stdint.h>
 
-#include "cuda/attention_sm80_sched.cuh"
-#include "cuda/cuda_check.cuh"
-#include "cuda/schedule.h"
+#include "cuda/common/cuda_check.cuh"
+#include "cuda/common/plan_contract.cuh"
+#include "cuda/common/schedule.h"
 
 enum { SK_PLAN_THREADS = SK_SCHED_SEGMENT, SK_PLAN_SCAN_UNROLL = 4 };
 

@@ -1,5 +1,5 @@
 /*
- * device.cu - device queries and the build text of the CUDA backend.
+ * device_info.cu - device queries and the build text of the CUDA backend.
  * These are the only backend calls that may talk to the driver outside a
  * stream; none of them allocates device memory.
  */
@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "cuda/backend.h"
-#include "cuda/cuda_check.cuh"
+#include "cuda/common/cuda_check.cuh"
 
 #define SK_STR2(x) #x
 #define SK_STR(x) SK_STR2(x)

@@ -1,5 +1,5 @@
 /*
- * topk_score_rows_sm90.cu - the Hopper block scoring of the top-k selection
+ * score_rows_sm90.cu - the Hopper block scoring of the top-k selection
  * for head_dim <= 128: scores[slice, i, j] = scale * sum_d A[i, d] *
  * pooled_k[j, d] on the tensor cores. Two kernels:
  *
@@ -8,7 +8,7 @@
  *          [2^14, 2^15) (exact), then hi = fp16(x 2^e), lo = fp16(x 2^e -
  *          hi), stored as the scoring's 128B-swizzled shared-memory panels
  *          with each row's epilogue factor (split_operands in
- *          topk_kernels.cuh). It waits for the pooling before it lets the
+ *          kernels.cuh). It waits for the pooling before it lets the
  *          scoring start (pdl_wait_then_release). Not launched when the
  *          pooling split both operands itself (sk_pool_select_topk:
  *          split.q_tiles set).
@@ -30,12 +30,12 @@
  *          are scaled and stored (streaming: the selection reads the scores
  *          once). (Two accumulators, the next tile's wgmma under this
  *          tile's stores, measured slower: 54.7 against 47.7 us,
- *          docs/perf/topk.md step 12. Stores staged through shared memory
+ *          docs/perf/topk_log.md step 12. Stores staged through shared memory
  *          as whole rows, slower: step 17.)
  *
  * Numbers: hi * hi + hi * lo + lo * hi carries about 22 bits (the dropped
  * lo * lo term is below 2^-22 |x y|, as with the 3xTF32 split of
- * topk_score_sm90.cu) at twice the tf32 rate; the fp32 accumulator is
+ * score_sm90.cu) at twice the tf32 rate; the fp32 accumulator is
  * scaled back by scale 2^-(e_i + f_j): two multiplications (exact powers of
  * two, then one rounding) when every factor a thread holds is normal and
  * |e| <= SPLIT_FAST_EXP, else ldexpf (each thread decides for its 2 rows
@@ -58,9 +58,9 @@
 #include <float.h>
 #include <stdint.h>
 
-#include "cuda/cuda_check.cuh"
-#include "cuda/hopper.cuh"
-#include "cuda/topk_kernels.cuh"
+#include "cuda/common/cuda_check.cuh"
+#include "cuda/common/hopper.cuh"
+#include "cuda/topk/kernels.cuh"
 
 enum {
     SPLIT_THREADS = 256,                     /* a CTA per 128-row tile */
@@ -93,7 +93,7 @@ static __device__ __forceinline__ void sr_load_tile(float4 x[SPLIT_ROWS], const 
 }
 
 /* Split the tile loaded by sr_load_tile into a split block at `block`
- * (global or shared memory; layout in topk_kernels.cuh): panels, and each
+ * (global or shared memory; layout in kernels.cuh): panels, and each
  * row's factor (mult 2^-e, or 0) and exponent (exp_out[row]). */
 static __device__ __forceinline__ void sr_split_tile(const float4 x[SPLIT_ROWS], char *block,
                                                      int32_t chunks, float mult, int32_t *exp_out) {
@@ -346,7 +346,7 @@ __global__ void __launch_bounds__(SR_THREADS, 1)
     /* Column tile jt into acc: wait for its K buffer, issue the wgmma group.
      * (issue and finish stay lambdas: as device functions over a struct of
      * these locals the kernel executed 16 % more instructions, ncu,
-     * docs/perf/topk.md step 21.) */
+     * docs/perf/topk_log.md step 21.) */
     auto issue = [&](float(&acc)[64], int32_t jt) {
         const int buf = jt & 1;
         uint32_t a_lo = (uint32_t)d_a; /* recomputed per tile, not held: registers */
@@ -355,7 +355,7 @@ __global__ void __launch_bounds__(SR_THREADS, 1)
         const uint64_t dk = d_k + buf * buf_off;
         /* Warpgroup 1 waits for warpgroup 0's wgmma of this tile (its
          * arrival after the wait in the loop below): the two then take
-         * turns at the tensor cores and the stores (docs/perf/topk.md step
+         * turns at the tensor cores and the stores (docs/perf/topk_log.md step
          * 17). One barrier per buffer parity: warpgroup 0 reaches its
          * arrival for tile jt + 2 only after this buffer's refill, which
          * waits for warpgroup 1's wgmma of jt. */

@@ -1,8 +1,11 @@
 /*
- * topk_kernels.cuh - what the top-k scoring kernels share: the portable one
- * in topk.cu (fp32 SIMT) and the Hopper one in topk_score_sm90.cu (3xTF32
- * wgmma). Both score 128 x 128 tiles of one slice, skip causal tiles that
- * hold no candidate, and give their extra first CTA the row table.
+ * kernels.cuh - what the top-k kernel files share (included by the .cu
+ * files of src/cuda/topk/ only): the row table, the scoring kernels' tile
+ * walk and split operands, programmatic dependent launch, and the launch
+ * of each kernel file that chain.cu strings together. The scoring kernels
+ * (score_sm80.cu: fp32 SIMT; score_sm90.cu: 3xTF32 wgmma; score_rows_sm90.cu)
+ * score 128 x 128 tiles of one slice, skip causal tiles that hold no
+ * candidate, and give their extra first CTA the row table.
  */
 #ifndef SK_CUDA_TOPK_KERNELS_CUH
 #define SK_CUDA_TOPK_KERNELS_CUH
@@ -12,8 +15,8 @@
 #include <float.h>
 #include <stdint.h>
 
-#include "cuda/ptx.cuh"
-#include "cuda/topk_backend.h"
+#include "core/topk_rules.h"
+#include "cuda/common/ptx.cuh"
 
 enum {
     SC_TM = 128,       /* score tile rows (query blocks) */
@@ -21,7 +24,7 @@ enum {
     TBL_THREADS = 256  /* the row table: one CTA */
 };
 
-/* Workspace pointers of the per-call row table (see topk_backend.h). */
+/* Workspace pointers of the per-call row table (see chain.cu). */
 typedef struct row_table {
     int4 *rule;    /* [row_blocks] {n_cand, sink_end, local_lo, local_hi} */
     int2 *place;   /* [row_blocks] {first entry of the row within its slice, bound} */
@@ -84,7 +87,7 @@ static __device__ void fill_row_table(const sk_topk_problem *p, const row_table 
     if (tid == 0) *t->flag = 0;
 }
 
-/* The Hopper row scoring's operands (topk_score_rows_sm90.cu), split into
+/* The Hopper row scoring's operands (score_rows_sm90.cu), split into
  * fp16 hi/lo pairs with a power-of-two scale per row. Every 128-row tile of
  * pooled K (per batch and KV head) is one block that the scoring
  * bulk-copies into shared memory as it is: 2 x chunks panels of ROWS_PANEL
@@ -140,7 +143,7 @@ static __device__ __forceinline__ float split_abs_max4(float x0, float x1, float
  * value gets 0: any exponent splits it exactly, and 0 keeps its factor on
  * the fast epilogue (the clamp sent every tile holding such a row, e.g. the
  * zero blocks that sk_pool_select_topk does not pool, to ldexpf: +33 us at
- * the issue's shape, docs/perf/topk.md step 21). */
+ * the issue's shape, docs/perf/topk_log.md step 21). */
 static __device__ __forceinline__ int32_t split_exponent(float m) {
     if (m == 0.f) return 0;
     const int32_t e = 14 - ((int32_t)(__float_as_uint(m) >> 23) - 127);
@@ -304,15 +307,63 @@ static __device__ __forceinline__ int score_tile_begin(const score_params *sp, s
     return 1;
 }
 
-/* The Hopper scoring (topk_score_sm90.cu): same grid and outputs as the
+/* ---------------------------------------------------------------------------
+ * The launches chain.cu strings together, one or more per kernel file, in
+ * chain order. Each enqueues on `stream` (with programmatic serialization
+ * when `hopper`, as pdl_enter expects) and returns the launch's status.
+ * ------------------------------------------------------------------------- */
+
+/* pool.cu. One launch pools Q (the first row_blocks CTAs along x) and K:
+ * into fp32, or with `split` (pool_splits) straight into the row scoring's
+ * split operands. `span_only`: for the selection's own use, only the blocks
+ * in p->score_rows / p->score_cols are read (the others are zeros); else
+ * (sk_block_pool) every block. The first kernel of a chain: no
+ * programmatic serialization. */
+sk_status sk_topk_launch_pool(const sk_topk_problem *p, const split_operands *split, int span_only,
+                              cudaStream_t stream);
+
+/* score_sm80.cu. The group sums of the pooled Q rows (per_kv_head with a
+ * group > 1) into qsum [slices, row_blocks, D], the scoring's A operand. */
+sk_status sk_topk_launch_group_sum(const sk_topk_problem *p, float *qsum, int hopper,
+                                   cudaStream_t stream);
+
+/* score_sm80.cu. The portable scoring, tiles + 1 CTAs (no programmatic
+ * serialization: it runs on every device). */
+sk_status sk_topk_score_sm80(const score_params *sp, cudaStream_t stream);
+
+/* The Hopper scoring (score_sm90.cu): same grid and outputs as the
  * portable kernel, tiles + 1 CTAs. Call on a compute capability 9.0 device. */
 sk_status sk_topk_score_sm90(const score_params *sp, cudaStream_t stream);
 
-/* The Hopper scoring for head_dim <= 128 (topk_score_rows_sm90.cu): splits
+/* The Hopper scoring for head_dim <= 128 (score_rows_sm90.cu): splits
  * K once into sp->split, then scores with slices * tiles_i + 1 CTAs, each
  * splitting its own A rows and walking the column tiles of one row tile.
  * Same outputs as the other scoring kernels. Call on a compute capability
  * 9.0 device. */
 sk_status sk_topk_score_rows_sm90(const score_params *sp, cudaStream_t stream);
+
+/* select.cu. Whether the register selection takes the rows (k <= 32, at
+ * most 2048 key blocks): it then needs the row table, and places each row
+ * itself. */
+int sk_topk_select_in_registers(const sk_topk_problem *p);
+
+/* score_sm80.cu. The row table alone, one CTA (when no scoring kernel fills
+ * it). */
+sk_status sk_topk_launch_row_table(const sk_topk_problem *p, const row_table *table, int hopper,
+                                   cudaStream_t stream);
+
+/* select.cu. The selection of every row from scores [total_rows,
+ * col_blocks] into counts and the scratch rows (and, by the register
+ * selection, into p->col_indices and p->row_offsets). */
+sk_status sk_topk_launch_select(const sk_topk_problem *p, const float *scores, int32_t *counts,
+                                int32_t *scratch, const row_table *table, int hopper,
+                                cudaStream_t stream);
+
+/* place.cu. The row offsets and packed column indices: `compact` forces the
+ * compaction of the scratch rows (after the general selection), else the
+ * short-row flag decides. */
+sk_status sk_topk_launch_place(const sk_topk_problem *p, const int32_t *counts,
+                               const int32_t *scratch, const row_table *table, int compact,
+                               int hopper, cudaStream_t stream);
 
 #endif /* SK_CUDA_TOPK_KERNELS_CUH */

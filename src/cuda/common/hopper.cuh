@@ -1,15 +1,16 @@
 /*
- * hopper.cuh - small device helpers the Hopper kernels (attention_sm90.cu,
- * bsr_gemm_sm90.cu, the top-k scoring) share, built on ptx.cuh's wrappers
+ * hopper.cuh - small device helpers the Hopper kernels (attention/fwd_sm90.cu,
+ * gemm/gemm_sm90.cu, the top-k scoring) share, built on ptx.cuh's wrappers
  * (no inline PTX here). The swizzle offset is plain arithmetic, also used
- * by the portable pooling kernel (topk.cu) when it writes split operands.
+ * by the portable pooling kernel (topk/pool.cu) when it writes split
+ * operands.
  */
 #ifndef SK_CUDA_HOPPER_CUH
 #define SK_CUDA_HOPPER_CUH
 
 #include <stdint.h>
 
-#include "cuda/ptx.cuh"
+#include "cuda/common/ptx.cuh"
 
 #if !defined(__CUDA_ARCH__) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
 /* Wait until the mbarrier's phase with this parity has completed

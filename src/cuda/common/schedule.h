@@ -6,7 +6,7 @@
  * A "tile" is one layout row read by one unit of work: for attention, one
  * (batch, query head, query block); for the GEMM, one block row of A (the
  * GEMM kernels then split it over N themselves). Three small kernels sort
- * the tiles by their number of visited entries (attention_sm80_sched.cuh's
+ * the tiles by their number of visited entries (plan_contract.cuh's
  * visiting rule), longest first, ties in tile-id order: a stable counting
  * sort, integer only, so the order is the same on every run. Keys are
  * capped at SK_SCHED_KEY_CAP blocks (longer rows tie, in tile-id order).
@@ -42,7 +42,7 @@ typedef struct sk_schedule_geometry {
 } sk_schedule_geometry;
 
 /* Byte offsets of the workspace parts from the aligned base
- * (attention_sm80_sched.cuh lists them), and the total with alignment slack. */
+ * (plan_contract.cuh lists them), and the total with alignment slack. */
 typedef struct sk_plan_layout {
     size_t counter, order, info, keys, hist, total;
     int32_t tiles, segs, bins;

@@ -1,5 +1,5 @@
 /*
- * bsr_gemm_sm90.cu - the Hopper BSR GEMM: C = alpha * A * B + beta * C with
+ * gemm_sm90.cu - the Hopper BSR GEMM: C = alpha * A * B + beta * C with
  * A block-sparse (BSR, 128-row blocks), on TMA, wgmma, warp specialisation
  * and a persistent grid.
  *
@@ -49,7 +49,7 @@
  *   - B chunk, column-major B (N rows with K contiguous): one box of 256
  *     n-rows x 64 k: a K-major operand, like attention's K.
  *
- * Tails and robustness (bsr_gemm_kernels.h's contract):
+ * Tails and robustness (kernels.h's contract):
  *   - The k tail: the last column block's A chunks are loaded through a
  *     second tensor map whose K extent ends at k, so TMA zero-fills the
  *     elements past k (they may hold anything, NaN included); B's map ends
@@ -71,11 +71,11 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "cuda/bsr_gemm_kernels.h"
-#include "cuda/cuda_check.cuh"
-#include "cuda/hopper.cuh"
-#include "cuda/ptx.cuh"
-#include "cuda/tensor_map.h"
+#include "cuda/common/cuda_check.cuh"
+#include "cuda/common/hopper.cuh"
+#include "cuda/common/ptx.cuh"
+#include "cuda/common/tensor_map.h"
+#include "cuda/gemm/kernels.h"
 
 /* Tuning knobs (compile-time; docs/perf/bsr_gemm.md): N tiles per group of
  * the tile order (4: +2.5 % over 8 at the issue's shape, 16: -6 %). */

@@ -1,9 +1,9 @@
 /*
- * bsr_gemm_kernels.h - the interface between the CUDA BSR GEMM dispatch
- * (bsr_gemm.cu: workspace, plan, kernel choice) and the kernel families
- * (bsr_gemm_sm80.cu, bsr_gemm_sm90.cu). C = alpha * A * B + beta * C.
+ * kernels.h - the interface between the CUDA BSR GEMM dispatch (gemm.cu:
+ * workspace, plan, kernel choice) and the kernels (gemm_sm80.cu,
+ * gemm_sm90.cu). C = alpha * A * B + beta * C.
  *
- * Rows. The plan (schedule.h, one tile per block row of A) writes into the
+ * Rows. The plan (common/schedule.h, one tile per block row of A) writes into the
  * workspace the block rows of A in descending order of visited blocks, ties
  * in row order, and per slot {row, first visited entry, end, its column}.
  *
@@ -22,8 +22,8 @@
  * chooses its N width and how it walks the tiles (the schedule's rows
  * first, so long rows start first).
  */
-#ifndef SK_CUDA_BSR_GEMM_KERNELS_H
-#define SK_CUDA_BSR_GEMM_KERNELS_H
+#ifndef SK_CUDA_GEMM_KERNELS_H
+#define SK_CUDA_GEMM_KERNELS_H
 
 #include <cuda_runtime.h>
 
@@ -50,4 +50,4 @@ int sk_bsr_gemm_sm90_supports(const sk_bsr_gemm_problem *p);
 sk_status sk_bsr_gemm_sm90_launch(const sk_bsr_gemm_problem *p, const sk_bsr_gemm_schedule *s,
                                   cudaStream_t stream);
 
-#endif /* SK_CUDA_BSR_GEMM_KERNELS_H */
+#endif /* SK_CUDA_GEMM_KERNELS_H */

@@ -1,13 +1,15 @@
 /*
- * attention_sm80_sched.cuh - what the plan (attention.cu) and the portable
- * kernel (attention_sm80.cu) must agree on: the workspace layout, the
- * per-tile information the plan precomputes for the kernel, and the rule
- * that says which selected blocks a tile really visits.
+ * plan_contract.cuh - what a plan (schedule.cu, run by the attention and
+ * the BSR GEMM dispatch: attention/fwd.cu, gemm/gemm.cu) and the kernels
+ * that read it must agree on: the workspace layout, the per-tile
+ * information the plan precomputes, and the rule that says which selected
+ * blocks a tile really visits. The GEMM reads the same parts with one tile
+ * per block row of A (gemm/kernels.h); below, "tile" is the attention's.
  *
  * Workspace (every part 256-byte aligned; the caller's pointer is rounded
  * up to 256 first, and the size includes that slack):
  *   counter     int32            tile counter of the persistent kernels
- *   tile_order  int32 [tiles]    tile ids, longest rows first (attention_kernels.h)
+ *   tile_order  int32 [tiles]    tile ids, longest rows first (attention/kernels.h)
  *   tile_info   int4  [tiles]    per slot: {tile id, first position, end, first column}
  *   keys        int32 [tiles]    plan scratch: sort key of each tile
  *   hist        int32 [segs, bins] plan scratch: per-segment histograms / offsets
@@ -22,8 +24,8 @@
  * out-of-range ones as if absent, fully masked ones because they would
  * contribute nothing. A tile with no visited entry is "empty".
  */
-#ifndef SK_CUDA_ATTENTION_SM80_SCHED_CUH
-#define SK_CUDA_ATTENTION_SM80_SCHED_CUH
+#ifndef SK_CUDA_PLAN_CONTRACT_CUH
+#define SK_CUDA_PLAN_CONTRACT_CUH
 
 #include <stddef.h>
 #include <stdint.h>
@@ -31,7 +33,6 @@
 #include <cuda_runtime.h>
 
 #include "core/problem.h"
-#include "cuda/attention_kernels.h"
 
 enum {
     SK_SCHED_ALIGN = 256,      /* bytes; alignment of each workspace part */
@@ -72,8 +73,4 @@ __device__ __forceinline__ bool sk_sched_visit(int32_t col, int32_t col_blocks, 
     return (uint32_t)col < (uint32_t)col_blocks && (!causal || col * block_k <= kmax);
 }
 
-/* Host side: the sm80 kernel's own checks, before anything is enqueued
- * (SK_STATUS_NOT_SUPPORTED with a message naming the value). */
-sk_status sk_attention_sm80_check(const sk_attention_problem *p);
-
-#endif /* SK_CUDA_ATTENTION_SM80_SCHED_CUH */
+#endif /* SK_CUDA_PLAN_CONTRACT_CUH */

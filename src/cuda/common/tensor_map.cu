@@ -3,7 +3,7 @@
  */
 #include <cuda_runtime.h>
 
-#include "cuda/tensor_map.h"
+#include "cuda/common/tensor_map.h"
 
 static PFN_cuTensorMapEncodeTiled_v12000 sk_load_encoder(void) {
     void *fn = NULL;

@@ -1,7 +1,7 @@
 /*
- * attention_kernels.h - the interface between the CUDA attention dispatch
- * (attention.cu: workspace, plan, kernel choice) and the kernel families
- * (attention_sm80*.cu, attention_sm90*.cu).
+ * kernels.h - the interface between the CUDA attention dispatch (fwd.cu:
+ * workspace, plan, kernel choice) and the forward kernels (fwd_sm80.cu,
+ * fwd_sm90.cu).
  *
  * Tiles. A tile is one layout row for one query head: tile id
  *     t = (b * heads_q + h) * row_blocks + i
@@ -34,7 +34,9 @@ typedef struct sk_attention_schedule {
 
 /* The portable kernel (mma.sync, cp.async), any compute capability >= 8.0.
  * Returns SK_STATUS_NOT_SUPPORTED (with a message) for a combination it
- * lacks, before enqueuing anything. */
+ * lacks, before enqueuing anything; check() is that test alone, which the
+ * dispatch runs before its plan. */
+sk_status sk_attention_sm80_check(const sk_attention_problem *p);
 sk_status sk_attention_sm80_launch(const sk_attention_problem *p, const sk_attention_schedule *s,
                                    cudaStream_t stream);
 

@@ -1,6 +1,6 @@
 /*
- * topk_score_sm90.cu - the Hopper block scoring of the top-k selection for
- * head_dim > 128 (topk_score_rows_sm90.cu takes the rest):
+ * score_sm90.cu - the Hopper block scoring of the top-k selection for
+ * head_dim > 128 (score_rows_sm90.cu takes the rest):
  * scores[slice, i, j] = scale * sum_d A[i, d] * pooled_k[j, d] on the tensor
  * cores (wgmma), with fp32 accuracy through the 3xTF32 split.
  *
@@ -14,7 +14,7 @@
  * own order. The layout is still exact for the scores computed (the
  * selection runs on them), and two runs are identical.
  *
- * One CTA per 128 x 128 tile (the portable kernel's grid, topk_kernels.cuh),
+ * One CTA per 128 x 128 tile (the portable kernel's grid, kernels.cuh),
  * 256 threads = two warpgroups of 64 rows each; two CTAs per SM, so one
  * CTA's loads and splits overlap the other's wgmma. D in chunks of 32
  * (one 128-byte swizzle row of fp32; a last short chunk is zero-padded):
@@ -33,9 +33,9 @@
 #include <float.h>
 #include <stdint.h>
 
-#include "cuda/cuda_check.cuh"
-#include "cuda/hopper.cuh"
-#include "cuda/topk_kernels.cuh"
+#include "cuda/common/cuda_check.cuh"
+#include "cuda/common/hopper.cuh"
+#include "cuda/topk/kernels.cuh"
 
 enum {
     S90_THREADS = 256,             /* two warpgroups */

@@ -1,7 +1,8 @@
 /*
- * bsr_gemm.cu - the CUDA BSR GEMM backend: workspace size, the plan (block
- * rows of A, longest first, on the GPU: schedule.h), and the choice of
- * kernel (bsr_gemm_kernels.h).
+ * gemm.cu - the dispatch of the CUDA BSR GEMM (the sk_cuda_bsr_gemm_* calls
+ * of backend.h): workspace size, the plan (block rows of A, longest first,
+ * on the GPU: common/schedule.h), and the choice of kernel (gemm_sm80.cu,
+ * gemm_sm90.cu; their interface is kernels.h).
  *
  * Run. Checks device, kernel support and workspace first (nothing is
  * enqueued on failure), resets the tile counter with cudaMemsetAsync on the
@@ -12,9 +13,9 @@
 #include <stdint.h>
 
 #include "cuda/backend.h"
-#include "cuda/bsr_gemm_kernels.h"
-#include "cuda/cuda_check.cuh"
-#include "cuda/schedule.h"
+#include "cuda/common/cuda_check.cuh"
+#include "cuda/common/schedule.h"
+#include "cuda/gemm/kernels.h"
 
 /* The schedule's view of a GEMM: one tile per block row of A. */
 static sk_schedule_geometry sk_gemm_geometry(const sk_bsr_gemm_problem *p) {

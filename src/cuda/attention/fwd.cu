@@ -1,10 +1,13 @@
 /*
- * attention.cu - the CUDA attention backend: workspace size, the plan
- * (tile order on the GPU), and the choice of kernel.
+ * fwd.cu - the dispatch of the CUDA attention forward (the sk_cuda_attention_*
+ * calls of backend.h): workspace size, the plan (tile order on the GPU), and
+ * the choice of kernel (fwd_sm80.cu, fwd_sm90.cu; their interface is
+ * kernels.h).
  *
- * Plan. The longest-first tile order (schedule.h: three small sort kernels,
- * no host synchronisation), one tile per (batch, query head, query block),
- * plus the sm80 kernel's tile_info (first visited entry of each slot).
+ * Plan. The longest-first tile order (common/schedule.h: three small sort
+ * kernels, no host synchronisation), one tile per (batch, query head, query
+ * block), plus the sm80 kernel's tile_info (first visited entry of each
+ * slot; common/plan_contract.cuh).
  *
  * Run. Checks device, kernel support and workspace first (nothing is
  * enqueued on failure), resets the tile counter with cudaMemsetAsync on the
@@ -14,11 +17,10 @@
  */
 #include <stdint.h>
 
-#include "cuda/attention_kernels.h"
-#include "cuda/attention_sm80_sched.cuh"
+#include "cuda/attention/kernels.h"
 #include "cuda/backend.h"
-#include "cuda/cuda_check.cuh"
-#include "cuda/schedule.h"
+#include "cuda/common/cuda_check.cuh"
+#include "cuda/common/schedule.h"
 
 /* The schedule's view of an attention problem: one tile per (batch, query
  * head, query block). */
@@ -98,8 +100,8 @@ static sk_status sk_prepare_enqueue(const sk_attention_problem *p, void *workspa
     const sk_schedule_geometry g = sk_attention_geometry(p);
     SK_TRY(sk_schedule_layout_of(&g, w));
     SK_TRY(sk_choose_kernel(p, choice));
-    SK_TRY(sk_schedule_check_workspace(w, workspace, workspace_size,
-                                       "sk_attention_workspace_size"));
+    SK_TRY(
+        sk_schedule_check_workspace(w, workspace, workspace_size, "sk_attention_workspace_size"));
     *base = sk_schedule_base(workspace);
     return SK_STATUS_SUCCESS;
 }

@@ -1,0 +1,360 @@
+/*
+ * fwd_sm90_consumer.cuh - the Hopper attention kernel's consumer
+ * warpgroups (part of fwd_sm90.cu, included there only): the wgmma GEMMs
+ * S = Q K^T and O += P V, masking, the base-2 online softmax, the turn
+ * taking between the two warpgroups, and the epilogue.
+ */
+#ifndef SK_CUDA_ATTENTION_FWD_SM90_CONSUMER_CUH
+#define SK_CUDA_ATTENTION_FWD_SM90_CONSUMER_CUH
+
+/* ---------------------------------------------------------------------------
+ * Consumers: two warpgroups of 64 rows
+ * ------------------------------------------------------------------------- */
+
+template <sk_dtype DT>
+__device__ __forceinline__ uint32_t sk90_pack(float lo, float hi) {
+    if constexpr (DT == SK_DTYPE_BF16)
+        return sk_cvt_bf16x2(hi, lo);
+    else
+        return sk_cvt_f16x2(hi, lo);
+}
+
+/* S (64 x 128, fp32) = Q (64 x D) K^T: D/16 wgmma, one commit group. The
+ * descriptors are made once; a K step adds its byte offset >> 4 to the start
+ * address field (no carry: shared addresses stay below 2^18). */
+template <sk_dtype DT, int HD>
+__device__ __forceinline__ void sk90_gemm_qk(float s[64], uint32_t q_base, uint32_t k_base) {
+    using L = sk90_smem<HD>;
+    const uint64_t da0 = sk_wgmma_desc_sw128(q_base, 16, kSwizzleAtom);
+    const uint64_t db0 = sk_wgmma_desc_sw128(k_base, 16, kSwizzleAtom);
+#pragma unroll
+    for (int kk = 0; kk < HD / 16; ++kk) {
+        /* K step of 16 columns: +32 B inside the swizzle atom, a new slab every 4. */
+        const uint32_t off = ((kk / 4) * L::kSlab128 + (kk % 4) * 32) >> 4;
+        const uint64_t da = da0 + off, db = db0 + off;
+        if constexpr (DT == SK_DTYPE_BF16) {
+            if (kk == 0)
+                sk_wgmma_m64n128k16_ss_bf16_zero(s, da, db);
+            else
+                sk_wgmma_m64n128k16_ss_bf16(s, da, db, 1);
+        } else {
+            if (kk == 0)
+                sk_wgmma_m64n128k16_ss_f16_zero(s, da, db);
+            else
+                sk_wgmma_m64n128k16_ss_f16(s, da, db, 1);
+        }
+    }
+    sk_wgmma_commit();
+}
+
+/* O (64 x D) += P (64 x 128, registers) V (128 x D, N-major): 8 wgmma. */
+template <sk_dtype DT, int HD>
+__device__ __forceinline__ void sk90_gemm_pv(float o[HD / 2], const uint32_t pf[32],
+                                             uint32_t v_base) {
+    using L = sk90_smem<HD>;
+    /* The 64-column slabs of V are kSlab128 apart (the leading byte offset). */
+    const uint64_t db0 = sk_wgmma_desc_sw128(v_base, L::kSlab128, kSwizzleAtom);
+#pragma unroll
+    for (int kk = 0; kk < kBlockN / 16; ++kk) {
+        /* 16 keys = two 8-row groups of 1024 B. */
+        const uint64_t db = db0 + ((kk * 2 * kSwizzleAtom) >> 4);
+        if constexpr (HD == 128) {
+            if constexpr (DT == SK_DTYPE_BF16)
+                sk_wgmma_m64n128k16_rs_bf16(o, pf + 4 * kk, db, 1);
+            else
+                sk_wgmma_m64n128k16_rs_f16(o, pf + 4 * kk, db, 1);
+        } else {
+            if constexpr (DT == SK_DTYPE_BF16)
+                sk_wgmma_m64n64k16_rs_bf16(o, pf + 4 * kk, db, 1);
+            else
+                sk_wgmma_m64n64k16_rs_f16(o, pf + 4 * kk, db, 1);
+        }
+    }
+    sk_wgmma_commit();
+}
+
+/* Accumulator layout (m64nN fp32): register i of lane (g = lane / 4,
+ * t = lane % 4) holds row 16 * warp + g + 8 * ((i >> 1) & 1), column
+ * 8 * (i >> 2) + 2 * t + (i & 1). */
+
+/* Set to -inf the scores of keys past Sk or, when causal, past a row's
+ * diagonal. lim0/lim1: the last visible key column (relative to the block)
+ * of the thread's two rows. */
+__device__ __forceinline__ void sk90_mask(float s[64], int lim0, int lim1, int t4) {
+#pragma unroll
+    for (int i = 0; i < 64; ++i) {
+        const int col = 8 * (i >> 2) + 2 * t4 + (i & 1);
+        const int lim = ((i >> 1) & 1) ? lim1 : lim0;
+        if (col > lim) s[i] = -INFINITY;
+    }
+}
+
+/* Prepare the scores of block c for the softmax: negated when the scale is
+ * negative (the max trick needs a positive scale: s * scale = (-s) * |scale|),
+ * then the masks block c needs for this warpgroup: the key tail (keys past
+ * Sk) and, when causal, the diagonal. Blocks needing none are untouched. */
+__device__ __forceinline__ void sk90_mask_block(float s[64], const sk90_params &p, int c,
+                                                int wg_first_row, int row0, int t4) {
+    if (p.negate) {
+#pragma unroll
+        for (int i = 0; i < 64; ++i) s[i] = -s[i];
+    }
+    const int kbase = c * kBlockN, diag = p.seq_k - p.seq_q;
+    const bool tail = kbase + kBlockN > p.seq_k;
+    const bool cross = p.causal && kbase + kBlockN - 1 > wg_first_row + diag;
+    if (!tail && !cross) return;
+    int lim0 = p.seq_k - 1 - kbase, lim1 = lim0;
+    if (p.causal) {
+        lim0 = min(lim0, row0 + diag - kbase);
+        lim1 = min(lim1, row0 + 8 + diag - kbase);
+    }
+    sk90_mask(s, lim0, lim1, t4);
+}
+
+/* Online softmax of one block, in place: new row maxima, p = 2^(s *
+ * scale_log2 - m'), per-thread row sums, and corr[r] = 2^(m_old' - m_new'),
+ * the factor for O and the row sum. (Measured and dropped: FA4's lazy
+ * rescaling and tree reductions of the max, docs/perf/hopper.md.) */
+__device__ __forceinline__ void sk90_softmax(float s[64], float m[2], float l[2], float corr[2],
+                                             float scale_log2) {
+    float mx[2] = {m[0], m[1]};
+#pragma unroll
+    for (int i = 0; i < 64; ++i) mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], s[i]);
+    float ms[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+        /* A row with no visible key yet keeps m = -inf: subtract 0 so that
+         * 2^(-inf - 0) = 0 instead of NaN. */
+        ms[r] = mx[r] == -INFINITY ? 0.0f : mx[r] * scale_log2;
+        corr[r] = sk_ex2(m[r] * scale_log2 - ms[r]);
+        m[r] = mx[r];
+    }
+    float sum[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int i = 0; i < 64; ++i) {
+        const int r = (i >> 1) & 1;
+        s[i] = sk_ex2(fmaf(s[i], scale_log2, -ms[r]));
+        sum[r] += s[i];
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) l[r] = l[r] * corr[r] + sum[r];
+}
+
+template <sk_dtype DT>
+__device__ __forceinline__ void sk90_pack_p(uint32_t pf[32], const float s[64]) {
+    /* The register-A fragment of keys 16kk..16kk+15 is accumulator registers
+     * 8kk..8kk+7, pairwise. */
+#pragma unroll
+    for (int j = 0; j < 32; ++j) pf[j] = sk90_pack<DT>(s[2 * j], s[2 * j + 1]);
+}
+
+/* Compiler barriers on the P*V operands: before the wgmma fence, so that the
+ * O rescale and the P packing are complete when the wgmma reads them; after
+ * its wait, so that nothing reuses P's registers or reads O while the wgmma
+ * is in flight. */
+template <int HD>
+__device__ __forceinline__ void sk90_fence_operands(float o[HD / 2], uint32_t pf[32]) {
+#pragma unroll
+    for (int i = 0; i < HD / 2; ++i) sk_reg_fence(o[i]);
+#pragma unroll
+    for (int i = 0; i < 32; ++i) sk_reg_fence_u32(pf[i]);
+}
+
+/* K stage release: lane 0 of every consumer warp arrives, after the warp
+ * has converged (one thread per warpgroup after a named barrier is correct
+ * too, but compute-sanitizer racecheck does not follow that chain). */
+static constexpr int kKEmptyArrivals = 8; /* 2 consumer warpgroups x 4 warps */
+
+__device__ __forceinline__ void sk90_release_k(uint32_t bar, int lane) {
+    __syncwarp();
+    if (lane == 0) sk_mbar_arrive(bar);
+}
+
+/* A K stage's block info, read by lane 0 of each consumer warp (the lane
+ * that releases the stage) and shared with the warp: the one thread that
+ * reads is the one whose arrival orders the read before the producer's
+ * next write, which racecheck can follow. */
+__device__ __forceinline__ int sk90_read_info(const volatile int32_t *block_info, int stage,
+                                              int lane) {
+    int v = 0;
+    if (lane == 0) v = block_info[stage];
+    return __shfl_sync(0xffffffffu, v, 0);
+}
+
+/* A consumer warpgroup (wg 0 or 1: query rows 64 wg .. 64 wg + 63 of each
+ * tile): per tile, the first S alone, the steady steps (S_j with
+ * P_{j-1} V_{j-1}), the last P V alone, then the epilogue. */
+template <sk_dtype DT, int HD>
+__device__ void sk90_consumer(const sk90_params &p, uint32_t base, const int32_t *tile_ids,
+                              const volatile int32_t *block_info, int wg) {
+    using L = sk90_smem<HD>;
+    constexpr int kOAcc = HD / 2; /* O accumulator registers per thread */
+    const int wtid = threadIdx.x % 128;
+    const int warp = wtid / 32, lane = wtid % 32;
+    const int g = lane / 4, t4 = lane % 4;
+    const bool leader = wtid == 0; /* arrives on the warpgroup's behalf */
+    const uint32_t bar_mine = wg == 0 ? kBarTurn0 : kBarTurn1;
+    const uint32_t bar_other = wg == 0 ? kBarTurn1 : kBarTurn0;
+    const uint32_t bar_epi = wg == 0 ? kBarEpilogue0 : kBarEpilogue1;
+    const uint32_t q_wg = base + L::kQ + wg * kWgRows * kSlabRowBytes;
+    const uint32_t o_base = base + L::kO + wg * L::kOWgBytes;
+    const float scale_log2 = p.scale_log2;
+
+    sk90_pipe<L::kKStages> kp = {0, 0};
+    sk90_pipe<L::kVStages> vp = {0, 0};
+    sk90_pipe<L::kQBufs> qp = {0, 0};
+    if (wg == 1) sk_bar_arrive(kBarTurn0, 256); /* consumer 0 issues first */
+
+    for (uint32_t n = 0;; ++n) {
+        const uint32_t slot = n % kTileSlots, slot_phase = (n / kTileSlots) & 1;
+        sk_mbar_wait(base + L::kBarTileFull + 8 * slot, slot_phase);
+        const int slot_value = *(volatile const int32_t *)(tile_ids + slot);
+        sk_mbar_arrive(base + L::kBarTileEmpty + 8 * slot);
+        if (slot_value == kTileEnd) break;
+        if (slot_value == kTileSkip) continue;
+        const bool has_blocks = slot_value >= 0;
+        const sk90_tile t =
+            sk90_tile_coords(p, has_blocks ? slot_value : kTileEmptyBase - slot_value);
+        const int row0 = t.i * kBlockM + wg * kWgRows + 16 * warp + g; /* query of o[i], (i>>1)&1 == 0 */
+        const int row1 = row0 + 8;
+        const int wg_first_row = t.i * kBlockM + wg * kWgRows;
+
+        float o[kOAcc];
+#pragma unroll
+        for (int i = 0; i < kOAcc; ++i) o[i] = 0.0f;
+        float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+
+        if (has_blocks) {
+            const uint32_t q_base = q_wg + qp.stage * L::kQBytes;
+            const uint32_t q_empty = base + L::kBarQEmpty + 8 * qp.stage;
+            sk_mbar_wait(base + L::kBarQFull + 8 * qp.stage, qp.phase);
+            qp.advance();
+            float s[64];
+            uint32_t pf[32];
+            float corr[2];
+
+            /* Prologue: S_0 alone. (The three phases are written out: ptxas
+             * serializes wgmma issued under run-time conditions.) The block
+             * index and whether another block follows come with the K stage. */
+            sk_mbar_wait(base + L::kBarKFull + 8 * kp.stage, kp.phase);
+            int info = sk90_read_info(block_info, kp.stage, lane);
+            sk_bar_sync(bar_mine, 256);
+            sk_wgmma_fence();
+            sk90_gemm_qk<DT, HD>(s, q_base, base + L::kK + kp.stage * L::kBlockBytes);
+            sk_bar_arrive(bar_other, 256);
+            sk_wgmma_wait<0>();
+#pragma unroll
+            for (int i = 0; i < 64; ++i) sk_reg_fence(s[i]);
+            sk90_release_k(base + L::kBarKEmpty + 8 * kp.stage, lane);
+            if (leader && !(info & kInfoMore)) sk_mbar_arrive(q_empty); /* last use of Q */
+            kp.advance();
+            sk90_mask_block(s, p, info & ~kInfoMore, wg_first_row, row0, t4);
+            sk90_softmax(s, m, l, corr, scale_log2); /* O = 0: nothing to rescale */
+            sk90_pack_p<DT>(pf, s);
+
+            /* Steady state: S_j and P_{j-1} V_{j-1} in flight together. */
+            while (info & kInfoMore) {
+                /* V_{j-1} was loaded right after K_j: waiting for both before
+                 * the issue keeps the two GEMMs in one fenced sequence. */
+                sk_mbar_wait(base + L::kBarKFull + 8 * kp.stage, kp.phase);
+                sk_mbar_wait(base + L::kBarVFull + 8 * vp.stage, vp.phase);
+                info = sk90_read_info(block_info, kp.stage, lane);
+                sk_bar_sync(bar_mine, 256);
+                sk90_fence_operands<HD>(o, pf);
+                sk_wgmma_fence();
+                sk90_gemm_qk<DT, HD>(s, q_base, base + L::kK + kp.stage * L::kBlockBytes);
+                if constexpr (L::kRescaleEarly) {
+                    /* O is not in flight: rescale it for the previous block's
+                     * max while S_j runs, off the softmax's critical path. */
+#pragma unroll
+                    for (int i = 0; i < kOAcc; ++i) o[i] *= corr[(i >> 1) & 1];
+                    sk90_fence_operands<HD>(o, pf);
+                    sk_wgmma_fence();
+                }
+                sk90_gemm_pv<DT, HD>(o, pf, base + L::kV + vp.stage * L::kBlockBytes);
+                sk_bar_arrive(bar_other, 256);
+                sk_wgmma_wait<1>(); /* S_j done; P V still running */
+#pragma unroll
+                for (int i = 0; i < 64; ++i) sk_reg_fence(s[i]);
+                sk90_release_k(base + L::kBarKEmpty + 8 * kp.stage, lane);
+                if (leader && !(info & kInfoMore)) sk_mbar_arrive(q_empty);
+                kp.advance();
+                sk90_mask_block(s, p, info & ~kInfoMore, wg_first_row, row0, t4);
+                sk90_softmax(s, m, l, corr, scale_log2);
+                sk_wgmma_wait<0>(); /* P_{j-1} V_{j-1} done */
+                sk90_fence_operands<HD>(o, pf);
+                if (leader) sk_mbar_arrive(base + L::kBarVEmpty + 8 * vp.stage);
+                vp.advance();
+                if constexpr (!L::kRescaleEarly) {
+#pragma unroll
+                    for (int i = 0; i < kOAcc; ++i) o[i] *= corr[(i >> 1) & 1];
+                }
+                sk90_pack_p<DT>(pf, s);
+            }
+
+            /* Tail: the last P V. */
+            sk_mbar_wait(base + L::kBarVFull + 8 * vp.stage, vp.phase);
+            sk_bar_sync(bar_mine, 256);
+            if constexpr (L::kRescaleEarly) {
+#pragma unroll
+                for (int i = 0; i < kOAcc; ++i) o[i] *= corr[(i >> 1) & 1];
+            }
+            sk90_fence_operands<HD>(o, pf);
+            sk_wgmma_fence();
+            sk90_gemm_pv<DT, HD>(o, pf, base + L::kV + vp.stage * L::kBlockBytes);
+            sk_bar_arrive(bar_other, 256);
+            sk_wgmma_wait<0>();
+            sk90_fence_operands<HD>(o, pf);
+            if (leader) sk_mbar_arrive(base + L::kBarVEmpty + 8 * vp.stage);
+            vp.advance();
+        }
+
+        /* Epilogue. Row sums: reduce over the quad holding each row. */
+        float inv[2];
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+            l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+            inv[r] = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
+        }
+        if (p.lse != NULL && t4 == 0) {
+            const int64_t lse_row = ((int64_t)t.b * p.heads_q + t.h) * p.seq_q;
+            if (row0 < p.seq_q)
+                p.lse[lse_row + row0] = l[0] > 0.0f ? m[0] * p.scale + logf(l[0]) : -INFINITY;
+            if (row1 < p.seq_q)
+                p.lse[lse_row + row1] = l[1] > 0.0f ? m[1] * p.scale + logf(l[1]) : -INFINITY;
+        }
+        /* The previous tile's TMA store must have read the O tile. */
+        if (leader) sk_bulk_wait_read<0>();
+        sk_bar_sync(bar_epi, 128);
+        /* stmatrix x4: 8-column groups mb, mb+1 of the warp's 16 rows. Lane l
+         * addresses row (l % 8) + 8 * ((l / 8) % 2) of group mb + l / 16. */
+        const int st_row = 16 * warp + (lane % 8) + 8 * ((lane / 8) % 2);
+#pragma unroll
+        for (int mb = 0; mb < HD / 8; mb += 2) {
+            const int grp = mb + lane / 16;
+            const int slab = grp / 8, chunk = grp % 8;
+            const uint32_t addr = o_base + slab * L::kOSlabBytes + st_row * kSlabRowBytes +
+                                  ((chunk ^ (st_row % 8)) << 4);
+            sk_stmatrix_x4(addr, sk90_pack<DT>(o[4 * mb + 0] * inv[0], o[4 * mb + 1] * inv[0]),
+                           sk90_pack<DT>(o[4 * mb + 2] * inv[1], o[4 * mb + 3] * inv[1]),
+                           sk90_pack<DT>(o[4 * mb + 4] * inv[0], o[4 * mb + 5] * inv[0]),
+                           sk90_pack<DT>(o[4 * mb + 6] * inv[1], o[4 * mb + 7] * inv[1]));
+        }
+        sk_fence_proxy_async_smem();
+        sk_bar_sync(bar_epi, 128);
+        if (leader) {
+#pragma unroll
+            for (int s = 0; s < L::kSlabs; ++s)
+                sk_tma_store_4d(&p.tm_o, o_base + s * L::kOSlabBytes, s * kSlabCols, t.h,
+                                wg_first_row, t.b);
+            sk_bulk_commit();
+        }
+    }
+    if (wg == 0) sk_bar_sync(kBarTurn0, 256); /* consumer 1's last arrival */
+    if (leader) sk_bulk_wait<0>();
+}
+
+#endif /* SK_CUDA_ATTENTION_FWD_SM90_CONSUMER_CUH */
