@@ -140,3 +140,16 @@ uint64_t tu_base_seed(void) {
     }
     return seed;
 }
+
+sk_grid tu_grid(int64_t rows, int64_t cols, int32_t block_rows, int32_t block_cols, int32_t batch,
+                int32_t heads) {
+    sk_grid g;
+    memset(&g, 0, sizeof g);
+    g.rows = rows;
+    g.cols = cols;
+    g.block_rows = block_rows;
+    g.block_cols = block_cols;
+    g.batch = batch;
+    g.heads = heads;
+    return g;
+}

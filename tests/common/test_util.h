@@ -38,6 +38,11 @@ void tu_fill_normal(tu_rng *rng, void *buf, sk_dtype dtype, int64_t n, float sca
 /* Unit roundoff of a dtype: 2^-11 for F16, 2^-8 for BF16, 2^-24 for F32. */
 double tu_unit_roundoff(sk_dtype dtype);
 
+/* A grid of rows x cols tokens in blocks of block_rows x block_cols, over
+ * batch x heads slices. */
+sk_grid tu_grid(int64_t rows, int64_t cols, int32_t block_rows, int32_t block_cols, int32_t batch,
+                int32_t heads);
+
 /* The seed every randomised test uses: SPARSEK_TEST_SEED from the
  * environment, else a fixed default; printed once by the runner. */
 uint64_t tu_base_seed(void);

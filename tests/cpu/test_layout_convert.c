@@ -12,19 +12,6 @@
 #include "common/test_util.h"
 #include "sparsek.h"
 
-static sk_grid conv_grid(int64_t rows, int64_t cols, int32_t br, int32_t bc, int32_t batch,
-                         int32_t heads) {
-    sk_grid g;
-    memset(&g, 0, sizeof g);
-    g.rows = rows;
-    g.cols = cols;
-    g.block_rows = br;
-    g.block_cols = bc;
-    g.batch = batch;
-    g.heads = heads;
-    return g;
-}
-
 typedef struct conv_case {
     int64_t rows, cols;
     int32_t br, bc, batch, heads;
@@ -51,7 +38,7 @@ SK_TEST(layout_mask_round_trip) {
             int64_t rows, cb;
             case_dims(cc, &rows, &cb);
             const int64_t n = rows * cb;
-            sk_grid g = conv_grid(cc->rows, cc->cols, cc->br, cc->bc, cc->batch, cc->heads);
+            sk_grid g = tu_grid(cc->rows, cc->cols, cc->br, cc->bc, cc->batch, cc->heads);
             uint8_t *in = (uint8_t *)malloc((size_t)n), *out = (uint8_t *)malloc((size_t)n + 1);
             REQUIRE(in != NULL && out != NULL, "malloc");
             int64_t ones = 0;
@@ -97,7 +84,7 @@ SK_TEST(layout_flex_round_trip) {
             int64_t rows, cb;
             case_dims(cc, &rows, &cb);
             const int32_t width = (int32_t)cb + pad * 3; /* padded rows, junk after counts */
-            sk_grid g = conv_grid(cc->rows, cc->cols, cc->br, cc->bc, cc->batch, cc->heads);
+            sk_grid g = tu_grid(cc->rows, cc->cols, cc->br, cc->bc, cc->batch, cc->heads);
             int32_t *counts = (int32_t *)malloc((size_t)rows * sizeof(int32_t));
             int32_t *indices = (int32_t *)malloc((size_t)(rows * width) * sizeof(int32_t));
             int32_t *perm = (int32_t *)malloc((size_t)cb * sizeof(int32_t));
@@ -185,7 +172,7 @@ SK_TEST(layout_from_bsr_copies_a_view) {
     int32_t idx[6] = {0, 2, 1, 0, 1, 2};
     sk_bsr src;
     memset(&src, 0, sizeof src);
-    src.grid = conv_grid(3 * 64, 3 * 128, 64, 128, 2, 1);
+    src.grid = tu_grid(3 * 64, 3 * 128, 64, 128, 2, 1);
     src.nnz = 6;
     src.row_offsets = off;
     src.col_indices = idx;
@@ -217,7 +204,7 @@ SK_TEST(layout_from_bsr_copies_a_view) {
 }
 
 SK_TEST(layout_successful_calls_clear_the_last_error) {
-    sk_grid g = conv_grid(64, 64, 64, 64, 1, 1);
+    sk_grid g = tu_grid(64, 64, 64, 64, 1, 1);
     sk_layout_t layout = NULL;
     CHECK(sk_layout_create_dense(&layout, NULL) != SK_STATUS_SUCCESS, "NULL grid accepted");
     CHECK(sk_last_error()[0] != '\0', "no message");

@@ -26,19 +26,6 @@ static int64_t ceil_div(int64_t a, int64_t b) {
     return (a + b - 1) / b;
 }
 
-static sk_grid make_grid(int64_t sq, int64_t sk, int32_t bq, int32_t bk, int32_t batch,
-                         int32_t heads) {
-    sk_grid g;
-    memset(&g, 0, sizeof g);
-    g.rows = sq;
-    g.cols = sk;
-    g.block_rows = bq;
-    g.block_cols = bk;
-    g.batch = batch;
-    g.heads = heads;
-    return g;
-}
-
 /* The layout as a dense 0/1 mask [slices, rb, cb] (malloc'd), or NULL. */
 static uint8_t *layout_mask(sk_layout_t layout, int64_t *bytes) {
     sk_bsr view;
@@ -145,7 +132,7 @@ static void sweep_rule(const rule *r, build_fn build, const void *params, const 
                     const int32_t bq = k_blocks[x], bk = k_blocks[y];
                     /* Two slices on the wider grids check the replication. */
                     const int32_t batch = (a + b) % 3 == 0 ? 2 : 1;
-                    const sk_grid g = make_grid(sq, sk, bq, bk, batch, 1);
+                    const sk_grid g = tu_grid(sq, sk, bq, bk, batch, 1);
                     const int64_t rb = ceil_div(sq, bq), cb = ceil_div(sk, bk);
                     uint8_t *expect = (uint8_t *)malloc((size_t)(rb * cb));
                     REQUIRE(expect != NULL, "malloc");
@@ -195,7 +182,7 @@ SK_TEST(layout_causal_matches_brute_force) {
 SK_TEST(layout_causal_sq_greater_than_sk_has_empty_leading_rows) {
     /* Sq = 300, Sk = 64, blocks of 64: p = q - 236, so rows 0..2 (q <= 191)
      * see no key, row 3 (q up to 255, p up to 19) and row 4 see block 0. */
-    sk_grid g = make_grid(300, 64, 64, 64, 1, 1);
+    sk_grid g = tu_grid(300, 64, 64, 64, 1, 1);
     sk_layout_t layout = NULL;
     sk_status st = sk_layout_create_causal(&layout, &g);
     REQUIRE(st == SK_STATUS_SUCCESS, "%s", sk_last_error());
@@ -264,7 +251,7 @@ SK_TEST(layout_strided_matches_brute_force) {
                                 expect[i * cb + j] = (uint8_t)keep;
                             }
                         }
-                        sk_grid g = make_grid(sq, sk, bq, bk, 1, heads);
+                        sk_grid g = tu_grid(sq, sk, bq, bk, 1, heads);
                         sk_layout_t layout = NULL;
                         sk_status st = sk_layout_create_strided(&layout, &g, stride, local, causal);
                         char what[160];
@@ -285,7 +272,7 @@ SK_TEST(layout_strided_matches_brute_force) {
 SK_TEST(layout_builders_handle_a_large_grid_quickly) {
     /* 64K tokens in blocks of 64 (1024 blocks a side) x 8 heads: interval
      * arithmetic per row, one slice built and replicated. */
-    sk_grid g = make_grid(65536, 65536, 64, 64, 1, 8);
+    sk_grid g = tu_grid(65536, 65536, 64, 64, 1, 8);
     sk_layout_t layout = NULL;
     sk_status st = sk_layout_create_sinks_window(&layout, &g, 128, 4096);
     REQUIRE(st == SK_STATUS_SUCCESS, "%s", sk_last_error());
@@ -342,7 +329,7 @@ SK_TEST(layout_random_counts_candidates_and_reproducibility) {
                     cand[i] = candidate_count(i, sq, sk, bq, bk, causal);
                 for (size_t kk = 0; kk < sizeof ks / sizeof ks[0]; ++kk) {
                     const int32_t k = ks[kk];
-                    sk_grid g = make_grid(sq, sk, bq, bk, 2, 3);
+                    sk_grid g = tu_grid(sq, sk, bq, bk, 2, 3);
                     sk_layout_t a = NULL, b = NULL, c = NULL;
                     sk_status st = sk_layout_create_random(&a, &g, k, seed, causal);
                     CHECK(st == SK_STATUS_SUCCESS, "%s", sk_last_error());
@@ -406,7 +393,7 @@ SK_TEST(layout_random_is_uniform) {
      * that pairs are not stuck together (block 0 with block 1: 2000 * 3/10 *
      * 2/9 = 133 expected). */
     const uint64_t seed = tu_base_seed() ^ 0x5A5Aull;
-    sk_grid g = make_grid(64 * 2000, 64 * 10, 64, 64, 1, 1);
+    sk_grid g = tu_grid(64 * 2000, 64 * 10, 64, 64, 1, 1);
     sk_layout_t layout = NULL;
     REQUIRE(sk_layout_create_random(&layout, &g, 3, seed, 0) == SK_STATUS_SUCCESS, "%s",
             sk_last_error());
@@ -441,7 +428,7 @@ static uint64_t ref_mix(uint64_t z) {
  * causal, Sq == Sk and equal blocks, row i has i + 1 candidates. */
 static void check_random_stream(int64_t rb, int64_t cb, int32_t heads, int32_t k, uint64_t seed,
                                 int causal) {
-    sk_grid g = make_grid(64 * rb, 64 * cb, 64, 64, 1, heads);
+    sk_grid g = tu_grid(64 * rb, 64 * cb, 64, 64, 1, heads);
     sk_layout_t layout = NULL;
     REQUIRE(sk_layout_create_random(&layout, &g, k, seed, causal) == SK_STATUS_SUCCESS, "%s",
             sk_last_error());
@@ -496,7 +483,7 @@ SK_TEST(layout_random_follows_the_documented_stream) {
 /* Build top-k over an rb x cb single-slice grid of 64-blocks, return mask. */
 static uint8_t *topk_mask(int64_t sq, int64_t sk, const float *scores, int32_t k, int32_t sinks,
                           int32_t local, int32_t causal) {
-    sk_grid g = make_grid(sq, sk, 64, 64, 1, 1);
+    sk_grid g = tu_grid(sq, sk, 64, 64, 1, 1);
     sk_topk_options opt;
     memset(&opt, 0, sizeof opt);
     opt.k = k;
@@ -654,7 +641,7 @@ SK_TEST(layout_topk_matches_reference_on_random_scores) {
                                          : (float)(r % 4);
                 }
                 topk_reference(expect, scores, sq, sk, bq, bk, slices, &o);
-                sk_grid g = make_grid(sq, sk, bq, bk, 1, (int32_t)slices);
+                sk_grid g = tu_grid(sq, sk, bq, bk, 1, (int32_t)slices);
                 sk_layout_t layout = NULL;
                 sk_status st = sk_layout_create_topk(&layout, &g, scores, &o);
                 CHECK(st == SK_STATUS_SUCCESS, "%s", sk_last_error());
@@ -703,7 +690,7 @@ SK_TEST(layout_topk_large_grid_matches_reference) {
     o.sink_blocks = 2;
     o.local_blocks = 3;
     topk_reference(expect, scores, sq, sk, 64, 64, slices, &o);
-    sk_grid g = make_grid(sq, sk, 64, 64, 2, 1);
+    sk_grid g = tu_grid(sq, sk, 64, 64, 2, 1);
     sk_layout_t layout = NULL;
     sk_status st = sk_layout_create_topk(&layout, &g, scores, &o);
     CHECK(st == SK_STATUS_SUCCESS, "%s", sk_last_error());
