@@ -19,11 +19,15 @@ sk_status sk_grid_check(const sk_grid *grid, int32_t *row_blocks, int32_t *col_b
     if (grid->batch < 1 || grid->heads < 1)
         return sk_error(SK_STATUS_BAD_PARAM_SHAPE, "grid batch = %d and heads = %d must be >= 1",
                         (int)grid->batch, (int)grid->heads);
-    int64_t rb = sk_ceil_div_i64(grid->rows, grid->block_rows);
-    int64_t cb = sk_ceil_div_i64(grid->cols, grid->block_cols);
-    int64_t ns = (int64_t)grid->batch * grid->heads; /* two int32: fits int64 */
+    /* Every count goes through the checked helpers: rows or cols within a
+     * block of INT64_MAX must give their true (huge) block counts, and be
+     * refused, rather than wrap into small ones. */
+    const int64_t rb = sk_ceil_div_i64(grid->rows, grid->block_rows);
+    const int64_t cb = sk_ceil_div_i64(grid->cols, grid->block_cols);
+    const int64_t ns = (int64_t)grid->batch * grid->heads; /* two int32: fits int64 */
     int64_t rows_total, dense;
-    if (!sk_mul_i64(ns, rb, &rows_total) || rows_total + 1 > INT32_MAX)
+    /* row_offsets has rows_total + 1 entries: that count must fit int32. */
+    if (!sk_mul_i64(ns, rb, &rows_total) || rows_total >= INT32_MAX)
         return sk_error(SK_STATUS_BAD_LAYOUT_OVERFLOW,
                         "grid has %lld slices x %lld row blocks: the row-offset array does not "
                         "fit int32 indexing",

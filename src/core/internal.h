@@ -50,7 +50,12 @@ sk_status sk_error(sk_status status, const char *fmt, ...) SK_PRINTF_LIKE(2, 3);
             return sk_error(SK_STATUS_BAD_PARAM_NULL_POINTER, "%s must not be NULL", #ptr);        \
     } while (0)
 
-/* Overflow-safe int64 arithmetic on non-negative operands: false on overflow. */
+/* Checked int64 size arithmetic: the one family every size, count, extent
+ * and byte span of the host code goes through (grid and layout checks,
+ * descriptor checks, tensor extents). Operands are non-negative sizes; each
+ * returns false, leaving *out untouched, when an operand is negative or the
+ * exact result does not fit int64, so a caller turns that into
+ * SK_STATUS_BAD_PARAM_OVERFLOW (or BAD_LAYOUT_OVERFLOW) naming the sizes. */
 static inline bool sk_mul_i64(int64_t a, int64_t b, int64_t *out) {
     if (a < 0 || b < 0) return false;
     if (a != 0 && b > INT64_MAX / a) return false;
@@ -63,6 +68,19 @@ static inline bool sk_add_i64(int64_t a, int64_t b, int64_t *out) {
     *out = a + b;
     return true;
 }
-static inline int64_t sk_ceil_div_i64(int64_t a, int64_t b) { return (a + b - 1) / b; }
+/* The product of n >= 1 factors (e.g. B x S x H x D x bytes). */
+static inline bool sk_product_i64(const int64_t *factors, int n, int64_t *out) {
+    int64_t r = factors[0];
+    if (r < 0) return false;
+    for (int i = 1; i < n; ++i)
+        if (!sk_mul_i64(r, factors[i], &r)) return false;
+    *out = r;
+    return true;
+}
+/* ceil(a / b) for a >= 0 and b >= 1. Never overflows, unlike (a + b - 1) / b,
+ * which wraps for a within b - 1 of INT64_MAX. */
+static inline int64_t sk_ceil_div_i64(int64_t a, int64_t b) {
+    return a / b + (a % b != 0);
+}
 
 #endif /* SK_CORE_INTERNAL_H */

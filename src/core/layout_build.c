@@ -81,6 +81,17 @@ int32_t sk_layout_diagonal_block(const sk_grid *grid, int32_t row) {
     return p1 < 0 ? 0 : (int32_t)(p1 / grid->block_cols);
 }
 
+/* nnz = per_slice x slices. per_slice <= row_blocks x col_blocks, so this
+ * is at most the dense count, which sk_grid_check bounded by INT32_MAX:
+ * a failure is a bug in a builder's count. */
+static sk_status all_slices(int64_t per_slice, int32_t slices, int64_t *nnz) {
+    if (!sk_mul_i64(per_slice, slices, nnz) || *nnz > INT32_MAX)
+        return sk_error(SK_STATUS_INTERNAL_ERROR,
+                        "%lld blocks per slice x %d slices exceed the dense block count",
+                        (long long)per_slice, (int)slices);
+    return SK_STATUS_SUCCESS;
+}
+
 /* ---------------------------------------------------------------------------
  * Emitting sorted block lists. Each helper appends to dst[n..] (or only
  * counts when dst is NULL) and returns the new count.
@@ -191,9 +202,8 @@ static sk_status build_pattern(sk_layout_t *out, const sk_grid *grid, const patt
     int64_t per_slice = 0;
     for (int32_t i = 0; i < row_blocks; ++i)
         per_slice += pattern_row(grid, col_blocks, pt, i, NULL);
-    /* per_slice <= row_blocks * col_blocks, so the product is at most the
-     * dense count, which sk_grid_check bounded by INT32_MAX. */
-    const int64_t nnz = per_slice * slices;
+    int64_t nnz;
+    SK_TRY(all_slices(per_slice, slices, &nnz));
     const int32_t total_rows = slices * row_blocks;
 
     struct sk_layout_s *layout = sk_layout_alloc(grid, total_rows, nnz);
@@ -368,7 +378,8 @@ sk_status sk_layout_create_random(sk_layout_t *out, const sk_grid *grid, int32_t
         int32_t n = causal ? sk_layout_causal_blocks(grid, i) : col_blocks;
         per_slice += k < n ? k : n;
     }
-    const int64_t nnz = per_slice * slices; /* <= the dense count: fits int32 */
+    int64_t nnz;
+    SK_TRY(all_slices(per_slice, slices, &nnz));
     const int32_t total_rows = slices * row_blocks;
     const int threads = max_threads();
 
