@@ -24,6 +24,24 @@
  *   borrowed for the duration of the call only. For the CUDA backend the
  *   tensors, the layout arrays and the workspace are device memory that must
  *   stay valid until the stream work that uses them has finished.
+ * - Aliasing: no buffer a call writes (outputs, output layout arrays, the
+ *   CUDA workspace) may share a byte with any other buffer argument of the
+ *   call, read or written, layout arrays included; buffers that are exactly
+ *   adjacent (one ends where the other starts) are fine. Each buffer counts
+ *   as the bytes the call may touch: a strided tensor from its pointer to
+ *   its last element, a layout's row_offsets as slices * row_blocks + 1
+ *   entries and col_indices as nnz (an output layout: its capacity), the
+ *   workspace as workspace_size bytes, at most what the entry point's
+ *   *_workspace_size call gives (0 on the CPU: unused). The test is on
+ *   addresses, so it holds for device pointers too, and runs before
+ *   anything is read or written: a violation is SK_STATUS_BAD_PARAM_STRIDE
+ *   with a message naming both arguments ("o overlaps layout->col_indices
+ *   in memory ...").
+ * - Sizes: every size derived from the arguments (block counts, element and
+ *   byte spans of strided tensors, products such as B x S x H x D x
+ *   element bytes) is computed exactly; one that does not fit int64 is
+ *   SK_STATUS_BAD_PARAM_OVERFLOW naming the tensor, and a grid whose counts
+ *   do not fit int32 is SK_STATUS_BAD_LAYOUT_OVERFLOW.
  *
  * ---------------------------------------------------------------------------
  * Attention semantics
@@ -51,6 +69,16 @@
  *   masked by causality) gets O = 0 and LSE = -inf.
  * - The computation is in fp32 with fp16/bf16 inputs; O is rounded to the
  *   input dtype.
+ * - Scale: any finite s with |s| * log2(e) below FLT_MAX in fp32 (|s| below
+ *   about 2.358e38); larger ones are SK_STATUS_BAD_PARAM_VALUE on every
+ *   backend, because the CUDA kernels' softmax is in base 2 with
+ *   s * log2(e) folded into one fp32 factor, which would be inf.
+ * - Logits that overflow: the library does not inspect the data. When
+ *   finite inputs and an accepted scale give a logit S[q, k] (or its base-2
+ *   form on CUDA) beyond the fp32 range, that row's O and LSE are not
+ *   specified. On the CPU backend a logit of +inf makes the row's O and LSE
+ *   NaN, and a logit of -inf gets weight 0 while the row has a finite one
+ *   (tested in tests/cpu/test_scale_limits.c).
  *
  * ---------------------------------------------------------------------------
  * Robustness of the GPU kernels
@@ -122,7 +150,8 @@ typedef enum sk_status {
     SK_STATUS_BAD_PARAM_NULL_POINTER = 1001, /* a required pointer is NULL */
     SK_STATUS_BAD_PARAM_STRUCT_SIZE = 1002,  /* struct_size too small, or desc not initialised */
     SK_STATUS_BAD_PARAM_SHAPE = 1003,        /* a size is zero/negative or sizes disagree */
-    SK_STATUS_BAD_PARAM_STRIDE = 1004,       /* a stride is negative or overlaps an output */
+    SK_STATUS_BAD_PARAM_STRIDE = 1004,       /* a stride is negative, or buffers overlap
+                                                (see "Aliasing" above) */
     SK_STATUS_BAD_PARAM_DTYPE = 1005,        /* a dtype is unknown or not allowed there */
     SK_STATUS_BAD_PARAM_ALIGNMENT = 1006,    /* a pointer or stride is misaligned */
     SK_STATUS_BAD_PARAM_OVERFLOW = 1007,     /* a size product overflows int64 */
@@ -356,7 +385,8 @@ typedef struct sk_attention_desc {
     int64_t heads_q;      /* Hq >= 1, a multiple of heads_kv */
     int64_t heads_kv;     /* Hkv >= 1 */
     int64_t head_dim;     /* D; the CUDA backend supports 64 and 128 */
-    float scale;          /* softmax scale; 0 (default) means 1/sqrt(D); must be finite */
+    float scale;          /* softmax scale; 0 (default) means 1/sqrt(D); finite, and
+                             |scale| * log2(e) must fit fp32 (see "Scale" above) */
     sk_mask mask;         /* default SK_MASK_NONE */
     /* Element strides over [batch, seq, head]; the head_dim axis is
      * contiguous. All three zero (the default) means packed [B, S, H, D].
@@ -468,7 +498,9 @@ typedef struct sk_topk_desc {
     int64_t k_strides[3]; /* K [B, Sk, Hkv, D] element strides, all 0 = packed */
     int32_t block_q;      /* 64 or 128; default 128 */
     int32_t block_k;      /* 64 or 128; default 128 */
-    float scale;          /* score scale; 0 (default) means 1/sqrt(D) */
+    float scale;          /* score scale; 0 (default) means 1/sqrt(D). Any finite
+                             value: a score beyond the fp32 range is +-inf (picked
+                             first, or never, by the selection rules below) */
     int32_t k;            /* blocks picked by score per row, >= 0; default 16 */
     int32_t sink_blocks;  /* forced leading blocks, >= 0; default 0 */
     int32_t local_blocks; /* forced blocks ending at the diagonal, >= 0; default 0 */

@@ -4,10 +4,13 @@
  *
  * All checks run before any backend is called, so a failed call writes
  * nothing. The order is: descriptor, shapes, layout geometry, pointers,
- * strides and extents, overlap, alignment, layout content (CPU only: device
- * arrays cannot be read from here), then the backend's own checks (device,
- * supported combination, workspace).
+ * strides and extents, alignment, aliasing (o and lse against every other
+ * buffer, layout arrays included; then the CUDA workspace, sized here on the
+ * host, against all of them), layout content (CPU only: device arrays
+ * cannot be read from here), then the backend's own checks (device,
+ * supported combination, workspace size).
  */
+#include <float.h>
 #include <math.h>
 #include <string.h>
 
@@ -18,6 +21,9 @@
 #include "core/problem.h"
 #include "cpu/cpu_backend.h"
 #include "cuda/backend.h"
+
+/* log2(e) in fp32, as the CUDA kernels fold it into the scale. */
+#define SK_LOG2E_F32 1.4426950408889634f
 
 sk_status sk_attention_desc_init(sk_attention_desc *desc, size_t struct_size) {
     SK_ENTER("sk_attention_desc_init");
@@ -41,6 +47,15 @@ static sk_status check_desc(const sk_attention_desc *d) {
     if (!isfinite(d->scale))
         return sk_error(SK_STATUS_BAD_PARAM_VALUE, "desc->scale = %g must be finite",
                         (double)d->scale);
+    /* The CUDA kernels' softmax is in base 2 with scale x log2(e) folded
+     * into one fp32 factor: a scale whose fold overflows fp32 can only give
+     * inf and NaN, so no backend takes it. fp32 rounds a product to inf
+     * from 2^128 - 2^103 on; the double product of two floats is exact. */
+    if ((double)fabsf(d->scale) * (double)SK_LOG2E_F32 >= 0x1p128 - 0x1p103)
+        return sk_error(SK_STATUS_BAD_PARAM_VALUE,
+                        "desc->scale = %g is too large: scale x log2(e), the fp32 factor of the "
+                        "base-2 softmax, overflows fp32 (|scale| must be below %g)",
+                        (double)d->scale, (double)FLT_MAX / (double)SK_LOG2E_F32);
     if (d->mask != SK_MASK_NONE && d->mask != SK_MASK_CAUSAL)
         return sk_error(SK_STATUS_BAD_PARAM_VALUE,
                         "desc->mask = %d is not an sk_mask (NONE=0, CAUSAL=1)", (int)d->mask);
@@ -112,14 +127,25 @@ sk_status sk_attention_check_geometry(const sk_attention_desc *d, const sk_bsr *
     p->causal = d->mask == SK_MASK_CAUSAL;
     SK_TRY(check_layout_geometry(d, layout, p));
 
-    /* Packed strides are products of the sizes: check those first. */
-    int64_t q_elems, kv_elems, t;
-    if (!sk_mul_i64(d->batch, d->seq_q, &t) || !sk_mul_i64(t, d->heads_q, &t) ||
-        !sk_mul_i64(t, d->head_dim, &q_elems) || !sk_mul_i64(d->batch, d->seq_k, &t) ||
-        !sk_mul_i64(t, d->heads_kv, &t) || !sk_mul_i64(t, d->head_dim, &kv_elems) ||
-        q_elems > INT64_MAX / 4 || kv_elems > INT64_MAX / 4)
+    /* Packed strides are products of the sizes: check those first, in
+     * bytes; LSE [B, Hq, Sq] fp32 on its own (with 2-byte elements and
+     * D = 1 it is larger than Q). */
+    const int64_t es = (int64_t)sk_dtype_size(d->dtype);
+    const int64_t q_sizes[5] = {d->batch, d->seq_q, d->heads_q, d->head_dim, es};
+    const int64_t kv_sizes[5] = {d->batch, d->seq_k, d->heads_kv, d->head_dim, es};
+    const int64_t lse_sizes[4] = {d->batch, d->heads_q, d->seq_q, 4};
+    int64_t bytes;
+    if (!sk_product_i64(q_sizes, 5, &bytes))
         return sk_error(SK_STATUS_BAD_PARAM_OVERFLOW,
-                        "the tensor sizes B x S x H x D overflow int64 bytes");
+                        "q and o: batch x seq_q x heads_q x head_dim x %lld bytes overflows int64",
+                        (long long)es);
+    if (!sk_product_i64(kv_sizes, 5, &bytes))
+        return sk_error(SK_STATUS_BAD_PARAM_OVERFLOW,
+                        "k and v: batch x seq_k x heads_kv x head_dim x %lld bytes overflows int64",
+                        (long long)es);
+    if (!sk_product_i64(lse_sizes, 4, &bytes))
+        return sk_error(SK_STATUS_BAD_PARAM_OVERFLOW,
+                        "lse: batch x heads_q x seq_q x 4 bytes overflows int64");
     sk_resolve_strides(d->q_strides, d->seq_q, d->heads_q, d->head_dim, p->q_stride);
     sk_resolve_strides(d->k_strides, d->seq_k, d->heads_kv, d->head_dim, p->k_stride);
     sk_resolve_strides(d->v_strides, d->seq_k, d->heads_kv, d->head_dim, p->v_stride);
@@ -127,9 +153,19 @@ sk_status sk_attention_check_geometry(const sk_attention_desc *d, const sk_bsr *
     return SK_STATUS_SUCCESS;
 }
 
-/* Pointer, extent, overlap and alignment checks of the run call. */
+/* The layout arrays as read buffers: slices x row_blocks + 1 offsets,
+ * nnz indices. */
+static void layout_buffers(const sk_attention_problem *p, sk_buffer out[2]) {
+    const int64_t rows = (int64_t)p->layout_batch * p->layout_heads * p->row_blocks;
+    sk_layout_array_buffers(out, "layout->row_offsets", "layout->col_indices", p->row_offsets, rows,
+                            p->col_indices, p->nnz, 0);
+}
+
+/* Pointer, extent and alignment checks of the run call; the byte spans of
+ * its buffers into buffers[] for the caller's aliasing check. */
 sk_status sk_attention_check_tensors(sk_attention_problem *p, const void *q, const void *k,
-                                    const void *v, void *o, float *lse) {
+                                     const void *v, void *o, float *lse,
+                                     sk_buffer buffers[SK_ATTN_BUFFERS]) {
     SK_CHECK_NOT_NULL(q);
     SK_CHECK_NOT_NULL(k);
     SK_CHECK_NOT_NULL(v);
@@ -140,27 +176,12 @@ sk_status sk_attention_check_tensors(sk_attention_problem *p, const void *q, con
     sk_tensor_shape_init(&tk, p->batch, p->seq_k, p->heads_kv, p->head_dim, p->k_stride);
     sk_tensor_shape_init(&tv, p->batch, p->seq_k, p->heads_kv, p->head_dim, p->v_stride);
     sk_tensor_shape_init(&to, p->batch, p->seq_q, p->heads_q, p->head_dim, p->o_stride);
-    int64_t span_q, span_k, span_v, span_o;
-    SK_TRY(sk_check_tensor_extent(&tq, "q", &span_q));
-    SK_TRY(sk_check_tensor_extent(&tk, "k", &span_k));
-    SK_TRY(sk_check_tensor_extent(&tv, "v", &span_v));
-    SK_TRY(sk_check_tensor_extent(&to, "o", &span_o));
-    if (span_q > INT64_MAX / 4 || span_k > INT64_MAX / 4 || span_v > INT64_MAX / 4 ||
-        span_o > INT64_MAX / 4)
-        return sk_error(SK_STATUS_BAD_PARAM_OVERFLOW, "a tensor's byte span overflows int64");
+    int64_t q_bytes, k_bytes, v_bytes, o_bytes;
+    SK_TRY(sk_check_tensor_extent(&tq, es, "q", &q_bytes));
+    SK_TRY(sk_check_tensor_extent(&tk, es, "k", &k_bytes));
+    SK_TRY(sk_check_tensor_extent(&tv, es, "v", &v_bytes));
+    SK_TRY(sk_check_tensor_extent(&to, es, "o", &o_bytes));
     SK_TRY(sk_check_no_self_overlap(&to, "o"));
-
-    const int64_t o_bytes = span_o * (int64_t)es;
-    SK_TRY(sk_check_disjoint(o, o_bytes, "o", q, span_q * (int64_t)es, "q"));
-    SK_TRY(sk_check_disjoint(o, o_bytes, "o", k, span_k * (int64_t)es, "k"));
-    SK_TRY(sk_check_disjoint(o, o_bytes, "o", v, span_v * (int64_t)es, "v"));
-    if (lse != NULL) {
-        /* [B, Hq, Sq] fp32: the element count fits, as B*Sq*Hq*D did. */
-        const int64_t lse_bytes = p->batch * p->heads_q * p->seq_q * 4;
-        SK_TRY(sk_check_disjoint(lse, lse_bytes, "lse", o, o_bytes, "o"));
-        SK_TRY(sk_check_disjoint(lse, lse_bytes, "lse", q, span_q * (int64_t)es, "q"));
-        SK_TRY(sk_check_alignment(lse, NULL, 4, 4, 0, "lse"));
-    }
 
     /* The CUDA kernels move 16-byte vectors of one row; the CPU needs
      * element alignment only. */
@@ -175,6 +196,17 @@ sk_status sk_attention_check_tensors(sk_attention_problem *p, const void *q, con
     SK_TRY(sk_check_alignment(k, &tk, es, align, stride_align, "k"));
     SK_TRY(sk_check_alignment(v, &tv, es, align, stride_align, "v"));
     SK_TRY(sk_check_alignment(o, &to, es, align, stride_align, "o"));
+    if (lse != NULL) SK_TRY(sk_check_alignment(lse, NULL, 4, 4, 0, "lse"));
+
+    /* LSE [B, Hq, Sq] fp32: checked by sk_attention_check_geometry. */
+    const int64_t lse_bytes = p->batch * p->heads_q * p->seq_q * 4;
+    const sk_buffer tensors[SK_ATTN_ROW_OFFSETS] = {{"o", o, o_bytes, 1},
+                                                    {"lse", lse, lse_bytes, 1},
+                                                    {"q", q, q_bytes, 0},
+                                                    {"k", k, k_bytes, 0},
+                                                    {"v", v, v_bytes, 0}};
+    memcpy(buffers, tensors, sizeof tensors);
+    layout_buffers(p, buffers + SK_ATTN_ROW_OFFSETS);
 
     p->q = q;
     p->k = k;
@@ -182,6 +214,24 @@ sk_status sk_attention_check_tensors(sk_attention_problem *p, const void *q, con
     p->o = o;
     p->lse = lse;
     return SK_STATUS_SUCCESS;
+}
+
+sk_status sk_attention_check_workspace_apart(const sk_attention_problem *p, const void *workspace,
+                                             size_t workspace_size, const sk_buffer *buffers,
+                                             int count) {
+    if (p->backend == SK_BACKEND_CPU || workspace == NULL) return SK_STATUS_SUCCESS;
+    size_t bytes;
+    SK_TRY(sk_attention_problem_workspace_size(p, &bytes));
+    return sk_check_workspace_apart(workspace, workspace_size, bytes, buffers, count);
+}
+
+/* The aliasing rule of plan / run / forward: o and lse against every other
+ * buffer, then the workspace (written on CUDA) against all of them. */
+static sk_status check_aliasing(const sk_attention_problem *p, const sk_buffer *buffers,
+                                const void *workspace, size_t workspace_size) {
+    SK_TRY(sk_check_no_alias(buffers, SK_ATTN_BUFFERS));
+    return sk_attention_check_workspace_apart(p, workspace, workspace_size, buffers,
+                                              SK_ATTN_BUFFERS);
 }
 
 /* Host layouts are checked in full; device ones cannot be read here. */
@@ -220,6 +270,10 @@ sk_status sk_attention_plan(const sk_attention_desc *desc, const sk_bsr *layout,
     SK_ENTER("sk_attention_plan");
     sk_attention_problem p;
     SK_TRY(sk_attention_check_geometry(desc, layout, &p));
+    /* The plan writes the workspace and reads the layout arrays. */
+    sk_buffer arrays[2];
+    layout_buffers(&p, arrays);
+    SK_TRY(sk_attention_check_workspace_apart(&p, workspace, workspace_size, arrays, 2));
     SK_TRY(sk_attention_check_layout_content(&p, layout));
     return plan_checked(&p, workspace, workspace_size, stream);
 }
@@ -236,7 +290,9 @@ sk_status sk_attention_run(const sk_attention_desc *desc, const sk_bsr *layout, 
     SK_ENTER("sk_attention_run");
     sk_attention_problem p;
     SK_TRY(sk_attention_check_geometry(desc, layout, &p));
-    SK_TRY(sk_attention_check_tensors(&p, q, k, v, o, lse));
+    sk_buffer buffers[SK_ATTN_BUFFERS];
+    SK_TRY(sk_attention_check_tensors(&p, q, k, v, o, lse, buffers));
+    SK_TRY(check_aliasing(&p, buffers, workspace, workspace_size));
     SK_TRY(sk_attention_check_layout_content(&p, layout));
     return run_checked(&p, workspace, workspace_size, stream);
 }
@@ -248,7 +304,9 @@ sk_status sk_attention_forward(const sk_attention_desc *desc, const sk_bsr *layo
     SK_ENTER("sk_attention_forward");
     sk_attention_problem p;
     SK_TRY(sk_attention_check_geometry(desc, layout, &p));
-    SK_TRY(sk_attention_check_tensors(&p, q, k, v, o, lse));
+    sk_buffer buffers[SK_ATTN_BUFFERS];
+    SK_TRY(sk_attention_check_tensors(&p, q, k, v, o, lse, buffers));
+    SK_TRY(check_aliasing(&p, buffers, workspace, workspace_size));
     SK_TRY(sk_attention_check_layout_content(&p, layout));
     return sk_attention_enqueue(&p, workspace, workspace_size, stream);
 }

@@ -2,23 +2,46 @@
  * attention_internal.h - the attention entry points' steps, for other
  * entry points that run an attention inside them (sk_attention_topk). None
  * calls SK_ENTER, so messages keep the caller's name. Order of use:
- * check_geometry, check_tensors, (produce the layout), check_layout_content,
- * enqueue.
+ * check_geometry, check_tensors, the aliasing check of its buffers (and the
+ * workspace), (produce the layout), check_layout_content, enqueue.
  */
 #ifndef SK_CORE_ATTENTION_INTERNAL_H
 #define SK_CORE_ATTENTION_INTERNAL_H
 
 #include <stddef.h>
 
+#include "core/check.h"
 #include "core/problem.h"
 
 /* Descriptor, shapes, strides and layout geometry (not its content). */
 sk_status sk_attention_check_geometry(const sk_attention_desc *desc, const sk_bsr *layout,
                                       sk_attention_problem *p);
 
-/* Tensor pointers, extents, overlap, alignment; stores the pointers in *p. */
+/* The buffers of an attention call, in the order of its aliasing check:
+ * the outputs, then the inputs, then the layout arrays (inputs here; the
+ * caller marks them written where it writes them, as sk_attention_topk). */
+enum {
+    SK_ATTN_O,
+    SK_ATTN_LSE,
+    SK_ATTN_Q,
+    SK_ATTN_K,
+    SK_ATTN_V,
+    SK_ATTN_ROW_OFFSETS,
+    SK_ATTN_COL_INDICES,
+    SK_ATTN_BUFFERS
+};
+
+/* Tensor pointers, extents, alignment; stores the pointers in *p and every
+ * buffer's byte span in buffers[] (the aliasing check is the caller's). */
 sk_status sk_attention_check_tensors(sk_attention_problem *p, const void *q, const void *k,
-                                     const void *v, void *o, float *lse);
+                                     const void *v, void *o, float *lse,
+                                     sk_buffer buffers[SK_ATTN_BUFFERS]);
+
+/* The CUDA workspace (sk_check_workspace_apart) against buffers[]; nothing
+ * on the CPU or for a NULL workspace. */
+sk_status sk_attention_check_workspace_apart(const sk_attention_problem *p, const void *workspace,
+                                             size_t workspace_size, const sk_buffer *buffers,
+                                             int count);
 
 /* The full layout check for the CPU backend; nothing for device layouts. */
 sk_status sk_attention_check_layout_content(const sk_attention_problem *p,

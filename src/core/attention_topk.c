@@ -68,12 +68,6 @@ typedef struct topk_ws_plan {
 
 static int32_t geometry_dummy; /* a non-NULL array for geometry-only layout views */
 
-/* Byte span of a checked [b, s, h, dim] tensor (fits: checked already). */
-static int64_t tensor_bytes(int64_t b, int64_t s, int64_t h, int64_t dim, const int64_t st[3],
-                            int64_t elem_size) {
-    return ((b - 1) * st[0] + (s - 1) * st[1] + (h - 1) * st[2] + dim) * elem_size;
-}
-
 /* Checks the attention descriptor against the output layout's geometry
  * (filling *ap) and sizes the workspace. `layout` may be NULL (workspace
  * size call): a geometry-only view is checked then. */
@@ -124,42 +118,29 @@ sk_status sk_attention_topk(const sk_attention_desc *attn, const sk_topk_desc *t
 
     /* Q and K as the pooling checks them; then the attention's own checks
      * of its descriptor against the output layout's geometry, and of all
-     * five tensors. */
+     * five tensors (which give the byte spans of the aliasing check). */
     int64_t q_bytes, k_bytes;
     SK_TRY(sk_topk_check_qk(&p, q, k, &q_bytes, &k_bytes));
     SK_TRY(sk_topk_check_layout_out(&p, layout));
     topk_ws_plan w;
     sk_attention_problem ap;
     SK_TRY(plan_attention_topk(attn, &p, layout, &ap, &w));
-    SK_TRY(sk_attention_check_tensors(&ap, q, k, v, o, lse));
+    sk_buffer tensors[SK_ATTN_BUFFERS];
+    SK_TRY(sk_attention_check_tensors(&ap, q, k, v, o, lse, tensors));
 
-    /* The output layout lies apart from every tensor (and the workspace). */
-    const int64_t es = (int64_t)sk_dtype_size(p.dtype);
-    SK_TRY(sk_topk_check_layout_apart(&p, layout, q, q_bytes, "q"));
-    SK_TRY(sk_topk_check_layout_apart(&p, layout, k, k_bytes, "k"));
-    SK_TRY(sk_topk_check_layout_apart(
-        &p, layout, v, tensor_bytes(ap.batch, ap.seq_k, ap.heads_kv, ap.head_dim, ap.v_stride, es),
-        "v"));
-    SK_TRY(sk_topk_check_layout_apart(
-        &p, layout, o, tensor_bytes(ap.batch, ap.seq_q, ap.heads_q, ap.head_dim, ap.o_stride, es),
-        "o"));
-    const int64_t lse_bytes = lse != NULL ? p.batch * p.heads_q * p.seq_q * 4 : 0;
-    if (lse != NULL) SK_TRY(sk_topk_check_layout_apart(&p, layout, lse, lse_bytes, "lse"));
+    /* The aliasing rule: this call writes the layout arrays (listed first,
+     * at their capacity), O and LSE, and on CUDA the workspace. */
+    sk_buffer buffers[SK_ATTN_BUFFERS];
+    buffers[0] = tensors[SK_ATTN_ROW_OFFSETS];
+    buffers[1] = tensors[SK_ATTN_COL_INDICES];
+    buffers[0].written = buffers[1].written = 1;
+    memcpy(buffers + 2, tensors, SK_ATTN_ROW_OFFSETS * sizeof *tensors);
+    SK_TRY(sk_check_no_alias(buffers, SK_ATTN_BUFFERS));
     const int cuda = sk_backend_is_cuda(p.backend);
     if (cuda) {
         SK_TRY(sk_topk_check_workspace(workspace, workspace_size, w.total));
-        const int64_t ws = (int64_t)w.total;
-        SK_TRY(sk_topk_check_layout_apart(&p, layout, workspace, ws, "workspace"));
-        const void *tensors[5] = {q, k, v, o, lse};
-        const int64_t bytes[5] = {
-            q_bytes, k_bytes,
-            tensor_bytes(ap.batch, ap.seq_k, ap.heads_kv, ap.head_dim, ap.v_stride, es),
-            tensor_bytes(ap.batch, ap.seq_q, ap.heads_q, ap.head_dim, ap.o_stride, es), lse_bytes};
-        static const char *const names[5] = {"q", "k", "v", "o", "lse"};
-        for (int i = 0; i < 5; ++i)
-            if (tensors[i] != NULL)
-                SK_TRY(
-                    sk_check_disjoint(workspace, ws, "workspace", tensors[i], bytes[i], names[i]));
+        SK_TRY(
+            sk_check_workspace_apart(workspace, workspace_size, w.total, buffers, SK_ATTN_BUFFERS));
     }
 
     /* Selection, then the attention over the layout it wrote. */

@@ -4,6 +4,7 @@
  * As for attention, every check runs before a backend is called.
  */
 #include <math.h>
+#include <stdbool.h>
 #include <string.h>
 
 #include "core/check.h"
@@ -26,6 +27,15 @@ sk_status sk_bsr_gemm_desc_init(sk_bsr_gemm_desc *desc, size_t struct_size) {
     desc->alpha = 1.0f;
     desc->beta = 0.0f;
     return SK_STATUS_SUCCESS;
+}
+
+/* Byte span of `outer` rows of `inner` elements, `ld` apart:
+ * ((outer - 1) x ld + inner) x elem_size; false when it overflows int64. */
+static bool matrix_bytes(int64_t outer, int64_t ld, int64_t inner, size_t elem_size,
+                         int64_t *bytes) {
+    int64_t elems;
+    return sk_mul_i64(outer - 1, ld, &elems) && sk_add_i64(elems, inner, &elems) &&
+           sk_mul_i64(elems, (int64_t)elem_size, bytes);
 }
 
 static sk_status build_problem(const sk_bsr_gemm_desc *d, const sk_bsr *a,
@@ -75,10 +85,15 @@ static sk_status build_problem(const sk_bsr_gemm_desc *d, const sk_bsr *a,
     if (p->ldc < d->n)
         return sk_error(SK_STATUS_BAD_PARAM_STRIDE, "desc->ldc = %lld must be 0 or >= n = %lld",
                         (long long)d->ldc, (long long)d->n);
-    int64_t span;
-    if (!sk_mul_i64(b_outer, p->ldb, &span) || span > INT64_MAX / 4 ||
-        !sk_mul_i64(d->m, p->ldc, &span) || span > INT64_MAX / 4)
-        return sk_error(SK_STATUS_BAD_PARAM_OVERFLOW, "the sizes of B or C overflow int64 bytes");
+    int64_t bytes;
+    if (!matrix_bytes(b_outer, p->ldb, b_inner, sk_dtype_size(d->ab_dtype), &bytes))
+        return sk_error(SK_STATUS_BAD_PARAM_OVERFLOW,
+                        "b: %lld rows of desc->ldb = %lld elements overflow int64 bytes",
+                        (long long)b_outer, (long long)p->ldb);
+    if (!matrix_bytes(d->m, p->ldc, d->n, sk_dtype_size(d->c_dtype), &bytes))
+        return sk_error(SK_STATUS_BAD_PARAM_OVERFLOW,
+                        "c: m = %lld rows of desc->ldc = %lld elements overflow int64 bytes",
+                        (long long)d->m, (long long)p->ldc);
 
     if (a == NULL)
         return sk_error(SK_STATUS_BAD_PARAM_NULL_POINTER, "a_layout must not be NULL");
@@ -110,19 +125,29 @@ static sk_status build_problem(const sk_bsr_gemm_desc *d, const sk_bsr *a,
     return SK_STATUS_SUCCESS;
 }
 
+/* A's layout arrays as read buffers: row_blocks + 1 offsets, nnz indices. */
+static void layout_buffers(const sk_bsr_gemm_problem *p, sk_buffer out[2]) {
+    sk_layout_array_buffers(out, "a_layout->row_offsets", "a_layout->col_indices", p->row_offsets,
+                            p->row_blocks, p->col_indices, p->nnz, 0);
+}
+
+/* The CUDA workspace (written by plan and run) against `buffers`. */
+static sk_status check_workspace_apart(const sk_bsr_gemm_problem *p, const void *workspace,
+                                       size_t workspace_size, const sk_buffer *buffers, int count) {
+    if (p->backend == SK_BACKEND_CPU || workspace == NULL) return SK_STATUS_SUCCESS;
+    size_t bytes;
+    SK_TRY(sk_cuda_bsr_gemm_workspace_size(p, &bytes));
+    return sk_check_workspace_apart(workspace, workspace_size, bytes, buffers, count);
+}
+
 static sk_status check_operands(sk_bsr_gemm_problem *p, const void *a_values, const void *b,
-                                void *c) {
+                                void *c, const void *workspace, size_t workspace_size) {
     if (p->nnz > 0) SK_CHECK_NOT_NULL(a_values);
     SK_CHECK_NOT_NULL(b);
     SK_CHECK_NOT_NULL(c);
     const size_t ab = sk_dtype_size(p->ab_dtype), cs = sk_dtype_size(p->c_dtype);
     const int64_t b_outer = p->b_order == SK_ORDER_ROW_MAJOR ? p->k : p->n;
     const int64_t b_inner = p->b_order == SK_ORDER_ROW_MAJOR ? p->n : p->k;
-    const int64_t b_bytes = ((b_outer - 1) * p->ldb + b_inner) * (int64_t)ab;
-    const int64_t c_bytes = ((p->m - 1) * p->ldc + p->n) * (int64_t)cs;
-    const int64_t a_bytes = (int64_t)p->nnz * p->block_m * p->block_k * (int64_t)ab;
-    SK_TRY(sk_check_disjoint(c, c_bytes, "c", b, b_bytes, "b"));
-    if (p->nnz > 0) SK_TRY(sk_check_disjoint(c, c_bytes, "c", a_values, a_bytes, "a_values"));
 
     /* CUDA moves 16-byte vectors along rows: 16-byte pointers and leading
      * dimensions. */
@@ -135,6 +160,20 @@ static sk_status check_operands(sk_bsr_gemm_problem *p, const void *a_values, co
                         "ldb = %lld and ldc = %lld must be multiples of 16 bytes for the CUDA "
                         "backend",
                         (long long)p->ldb, (long long)p->ldc);
+
+    /* The aliasing rule: C (and the workspace) against every other buffer.
+     * The spans fit: build_problem checked B and C, and A's blocks are at
+     * most 2^31 x 128 x 128 x 4 bytes. */
+    int64_t b_bytes = 0, c_bytes = 0;
+    (void)matrix_bytes(b_outer, p->ldb, b_inner, ab, &b_bytes);
+    (void)matrix_bytes(p->m, p->ldc, p->n, cs, &c_bytes);
+    const int64_t a_bytes = (int64_t)p->nnz * p->block_m * p->block_k * (int64_t)ab;
+    sk_buffer buffers[5] = {{"c", c, c_bytes, 1},
+                            {"a_values", a_values, p->nnz > 0 ? a_bytes : 0, 0},
+                            {"b", b, b_bytes, 0}};
+    layout_buffers(p, buffers + 3);
+    SK_TRY(sk_check_no_alias(buffers, 5));
+    SK_TRY(check_workspace_apart(p, workspace, workspace_size, buffers, 5));
     p->a_values = a_values;
     p->b = b;
     p->c = c;
@@ -165,6 +204,9 @@ sk_status sk_bsr_gemm_plan(const sk_bsr_gemm_desc *desc, const sk_bsr *a_layout,
     SK_ENTER("sk_bsr_gemm_plan");
     sk_bsr_gemm_problem p;
     SK_TRY(build_problem(desc, a_layout, &p));
+    sk_buffer arrays[2]; /* the plan writes the workspace, reads the layout */
+    layout_buffers(&p, arrays);
+    SK_TRY(check_workspace_apart(&p, workspace, workspace_size, arrays, 2));
     return plan_checked(&p, a_layout, workspace, workspace_size, stream);
 }
 
@@ -174,7 +216,7 @@ sk_status sk_bsr_gemm_run(const sk_bsr_gemm_desc *desc, const sk_bsr *a_layout,
     SK_ENTER("sk_bsr_gemm_run");
     sk_bsr_gemm_problem p;
     SK_TRY(build_problem(desc, a_layout, &p));
-    SK_TRY(check_operands(&p, a_values, b, c));
+    SK_TRY(check_operands(&p, a_values, b, c, workspace, workspace_size));
     if (p.backend == SK_BACKEND_CPU) {
         SK_TRY(sk_layout_check(a_layout));
         return sk_cpu_bsr_gemm_run(&p);
@@ -188,7 +230,7 @@ sk_status sk_bsr_gemm(const sk_bsr_gemm_desc *desc, const sk_bsr *a_layout, cons
     SK_ENTER("sk_bsr_gemm");
     sk_bsr_gemm_problem p;
     SK_TRY(build_problem(desc, a_layout, &p));
-    SK_TRY(check_operands(&p, a_values, b, c));
+    SK_TRY(check_operands(&p, a_values, b, c, workspace, workspace_size));
     SK_TRY(plan_checked(&p, a_layout, workspace, workspace_size, stream));
     if (p.backend == SK_BACKEND_CPU) return sk_cpu_bsr_gemm_run(&p);
     return sk_cuda_bsr_gemm_run(&p, workspace, workspace_size, stream);

@@ -124,7 +124,8 @@ void sk_tensor_shape_init(sk_tensor_shape *t, int64_t b, int64_t s, int64_t h, i
 
 static const char *const axis_names[3] = {"batch", "seq", "head"};
 
-sk_status sk_check_tensor_extent(const sk_tensor_shape *t, const char *what, int64_t *span_elems) {
+sk_status sk_check_tensor_extent(const sk_tensor_shape *t, size_t elem_size, const char *what,
+                                 int64_t *span_bytes) {
     /* span = 1 + sum (extent - 1) * stride + (inner - 1), all overflow-checked. */
     int64_t span = t->inner;
     for (int a = 0; a < 3; ++a) {
@@ -137,7 +138,10 @@ sk_status sk_check_tensor_extent(const sk_tensor_shape *t, const char *what, int
                             "%s: extent %lld x stride %lld over %s overflows int64", what,
                             (long long)t->extent[a], (long long)t->stride[a], axis_names[a]);
     }
-    *span_elems = span;
+    if (!sk_mul_i64(span, (int64_t)elem_size, span_bytes))
+        return sk_error(SK_STATUS_BAD_PARAM_OVERFLOW,
+                        "%s: the byte span (%lld elements of %zu bytes) overflows int64", what,
+                        (long long)span, elem_size);
     return SK_STATUS_SUCCESS;
 }
 
@@ -160,7 +164,8 @@ sk_status sk_check_no_self_overlap(const sk_tensor_shape *t, const char *what) {
             return sk_error(SK_STATUS_BAD_PARAM_STRIDE,
                             "%s stride over %s = %lld makes elements overlap (needs >= %lld)", what,
                             axis_names[a], (long long)t->stride[a], (long long)covered);
-        covered = t->stride[a] * t->extent[a]; /* fits: checked by sk_check_tensor_extent */
+        /* Saturate: no later axis can step past more than int64 holds. */
+        if (!sk_mul_i64(t->stride[a], t->extent[a], &covered)) covered = INT64_MAX;
     }
     return SK_STATUS_SUCCESS;
 }
@@ -181,10 +186,53 @@ sk_status sk_check_alignment(const void *ptr, const sk_tensor_shape *t, size_t e
     return SK_STATUS_SUCCESS;
 }
 
-sk_status sk_check_disjoint(const void *a, int64_t a_bytes, const char *a_what, const void *b,
-                            int64_t b_bytes, const char *b_what) {
-    uintptr_t a0 = (uintptr_t)a, b0 = (uintptr_t)b;
-    if (a0 < b0 + (uintptr_t)b_bytes && b0 < a0 + (uintptr_t)a_bytes)
-        return sk_error(SK_STATUS_BAD_PARAM_STRIDE, "%s overlaps %s in memory", a_what, b_what);
+/* [a, a + a_bytes) and [b, b + b_bytes) share a byte; written without
+ * a + bytes, which could wrap past the top of the address space. */
+static int ranges_overlap(uintptr_t a, uint64_t a_bytes, uintptr_t b, uint64_t b_bytes) {
+    if (a_bytes == 0 || b_bytes == 0) return 0;
+    return a >= b ? (uint64_t)(a - b) < b_bytes : (uint64_t)(b - a) < a_bytes;
+}
+
+/* One pair of the aliasing rule: fine unless one is written and they share a
+ * byte (absent and empty buffers never do). */
+static sk_status check_pair(const sk_buffer *x, const sk_buffer *y) {
+    if (x->ptr == NULL || y->ptr == NULL || x->bytes <= 0 || y->bytes <= 0)
+        return SK_STATUS_SUCCESS;
+    if (!x->written && !y->written) return SK_STATUS_SUCCESS;
+    if (!ranges_overlap((uintptr_t)x->ptr, (uint64_t)x->bytes, (uintptr_t)y->ptr,
+                        (uint64_t)y->bytes))
+        return SK_STATUS_SUCCESS;
+    return sk_error(SK_STATUS_BAD_PARAM_STRIDE,
+                    "%s overlaps %s in memory (a buffer the call writes must not share a byte "
+                    "with any other argument)",
+                    x->what, y->what);
+}
+
+sk_status sk_check_no_alias(const sk_buffer *buffers, int count) {
+    for (int i = 0; i < count; ++i)
+        for (int j = i + 1; j < count; ++j) SK_TRY(check_pair(&buffers[i], &buffers[j]));
+    return SK_STATUS_SUCCESS;
+}
+
+void sk_layout_array_buffers(sk_buffer out[2], const char *offsets_name, const char *indices_name,
+                             const int32_t *row_offsets, int64_t rows, const int32_t *col_indices,
+                             int64_t nnz, int written) {
+    /* rows < 2^31 (sk_grid_check) and nnz <= INT32_MAX: the bytes fit. */
+    out[0].what = offsets_name;
+    out[0].ptr = row_offsets;
+    out[0].bytes = (rows + 1) * 4;
+    out[0].written = written;
+    out[1].what = indices_name;
+    out[1].ptr = col_indices;
+    out[1].bytes = nnz * 4;
+    out[1].written = written;
+}
+
+sk_status sk_check_workspace_apart(const void *workspace, size_t workspace_size, size_t size_bytes,
+                                   const sk_buffer *buffers, int count) {
+    size_t bytes = workspace_size < size_bytes ? workspace_size : size_bytes;
+    if (bytes > (size_t)INT64_MAX) bytes = (size_t)INT64_MAX; /* no range is longer */
+    const sk_buffer ws = {"workspace", workspace, (int64_t)bytes, 1};
+    for (int i = 0; i < count; ++i) SK_TRY(check_pair(&ws, &buffers[i]));
     return SK_STATUS_SUCCESS;
 }

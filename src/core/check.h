@@ -1,7 +1,8 @@
 /*
- * check.h - argument checks shared by the attention and GEMM entry points:
- * enums, strided-tensor extents, alignment, output overlap, layout geometry.
- * Each check records its own message (naming `what`) and returns a status.
+ * check.h - argument checks shared by the entry points: enums, strided-tensor
+ * extents, alignment, and the aliasing rule (no buffer a call writes overlaps
+ * any other buffer argument). Each check records its own message (naming
+ * `what`) and returns a status.
  */
 #ifndef SK_CORE_CHECK_H
 #define SK_CORE_CHECK_H
@@ -48,9 +49,11 @@ void sk_resolve_strides(const int64_t in[3], int64_t seq, int64_t heads, int64_t
 void sk_tensor_shape_init(sk_tensor_shape *t, int64_t b, int64_t s, int64_t h, int64_t dim,
                           const int64_t stride[3]);
 
-/* Strides >= 0 and the largest element offset + 1 fits int64; the span (in
- * elements) is stored in *span_elems. */
-sk_status sk_check_tensor_extent(const sk_tensor_shape *t, const char *what, int64_t *span_elems);
+/* Strides >= 0, and the byte span (largest element offset + 1, times
+ * elem_size) fits int64; the span in bytes is stored in *span_bytes. Every
+ * message names the tensor (`what`). */
+sk_status sk_check_tensor_extent(const sk_tensor_shape *t, size_t elem_size, const char *what,
+                                 int64_t *span_bytes);
 
 /* No two elements of an output share memory. */
 sk_status sk_check_no_self_overlap(const sk_tensor_shape *t, const char *what);
@@ -60,8 +63,35 @@ sk_status sk_check_no_self_overlap(const sk_tensor_shape *t, const char *what);
 sk_status sk_check_alignment(const void *ptr, const sk_tensor_shape *t, size_t elem_size,
                              size_t align, size_t stride_align, const char *what);
 
-/* The byte ranges [a, a + a_bytes) and [b, b + b_bytes) are disjoint. */
-sk_status sk_check_disjoint(const void *a, int64_t a_bytes, const char *a_what, const void *b,
-                            int64_t b_bytes, const char *b_what);
+/* One buffer argument of a call, for the aliasing rule. */
+typedef struct sk_buffer {
+    const char *what; /* as messages name it: "o", "layout->col_indices" */
+    const void *ptr;  /* NULL: absent (skipped) */
+    int64_t bytes;    /* the bytes the call may touch from ptr on; 0: skipped */
+    int written;      /* != 0: the call writes it */
+} sk_buffer;
+
+/* The aliasing rule over a call's buffers: no written buffer overlaps any
+ * other one (read or written); exactly adjacent ranges are fine. The ranges
+ * are compared as addresses, so host and device pointers alike. The first
+ * offending pair (in list order) is reported as "<first> overlaps <second>
+ * in memory" with SK_STATUS_BAD_PARAM_STRIDE. */
+sk_status sk_check_no_alias(const sk_buffer *buffers, int count);
+
+/* A BSR layout's two arrays as buffers: `rows` + 1 offsets and `nnz`
+ * indices of int32 (names as messages give them, e.g.
+ * "a_layout->row_offsets"); `written` for a call that fills them. */
+void sk_layout_array_buffers(sk_buffer out[2], const char *offsets_name, const char *indices_name,
+                             const int32_t *row_offsets, int64_t rows, const int32_t *col_indices,
+                             int64_t nnz, int written);
+
+/* The CUDA workspace (written) against every buffer of a list that passed
+ * sk_check_no_alias: a second step, because its size comes from the
+ * backend (a build without CUDA cannot give it, and must still report the
+ * other buffers' overlaps). It spans min(workspace_size, size_bytes), with
+ * size_bytes what the entry point's *_workspace_size call gives: the
+ * caller's buffer, as far as the call may use it. NULL or 0: nothing. */
+sk_status sk_check_workspace_apart(const void *workspace, size_t workspace_size, size_t size_bytes,
+                                   const sk_buffer *buffers, int count);
 
 #endif /* SK_CORE_CHECK_H */

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/check.h"
 #include "core/internal.h"
 #include "core/layout.h"
 
@@ -153,6 +154,12 @@ sk_status sk_layout_to_mask(const sk_bsr *layout, uint8_t *mask, size_t mask_byt
                         "%d row blocks x %d col blocks)",
                         (unsigned long long)mask_bytes, (long long)gs.dense, (int)gs.slices,
                         (int)gs.row_blocks, (int)gs.col_blocks);
+    /* The aliasing rule: the mask is written, the layout read. */
+    sk_buffer buffers[3] = {{"mask", mask, gs.dense, 1}};
+    sk_layout_array_buffers(buffers + 1, "layout->row_offsets", "layout->col_indices",
+                            layout->row_offsets, gs.total_rows, layout->col_indices, layout->nnz,
+                            0);
+    SK_TRY(sk_check_no_alias(buffers, 3));
 
     memset(mask, 0, (size_t)gs.dense);
     const int32_t *off = layout->row_offsets, *idx = layout->col_indices;
@@ -252,6 +259,14 @@ sk_status sk_layout_to_flex(const sk_bsr *layout, int32_t *counts, size_t counts
                         "blocks)",
                         (unsigned long long)indices_len, (long long)gs.dense, (int)gs.total_rows,
                         (int)gs.col_blocks);
+    /* The aliasing rule: counts and indices are written, the layout read.
+     * Both outputs fit: at most 4 x INT32_MAX bytes. */
+    sk_buffer buffers[4] = {{"counts", counts, (int64_t)gs.total_rows * 4, 1},
+                            {"indices", indices, gs.dense * 4, 1}};
+    sk_layout_array_buffers(buffers + 2, "layout->row_offsets", "layout->col_indices",
+                            layout->row_offsets, gs.total_rows, layout->col_indices, layout->nnz,
+                            0);
+    SK_TRY(sk_check_no_alias(buffers, 4));
 
     const int32_t *off = layout->row_offsets, *idx = layout->col_indices;
     for (int32_t g = 0; g < gs.total_rows; ++g) {

@@ -144,17 +144,20 @@ sk_status sk_topk_build_problem(const sk_topk_desc *d, sk_topk_problem *p) {
     SK_TRY(sk_grid_check(&grid, &rb, &cb, &slices));
 
     /* Tensor and pooled sizes in bytes must fit int64. */
-    int64_t t, q_elems, k_elems, pq_elems, pk_elems;
-    if (!sk_mul_i64(d->batch, d->seq_q, &t) || !sk_mul_i64(t, d->heads_q, &t) ||
-        !sk_mul_i64(t, d->head_dim, &q_elems) || !sk_mul_i64(d->batch, d->seq_k, &t) ||
-        !sk_mul_i64(t, d->heads_kv, &t) || !sk_mul_i64(t, d->head_dim, &k_elems) ||
-        !sk_mul_i64(d->batch * d->heads_q, rb, &t) || !sk_mul_i64(t, d->head_dim, &pq_elems) ||
-        !sk_mul_i64(d->batch * d->heads_kv, cb, &t) || !sk_mul_i64(t, d->head_dim, &pk_elems) ||
-        q_elems > INT64_MAX / 4 || k_elems > INT64_MAX / 4 || pq_elems > INT64_MAX / 4 ||
-        pk_elems > INT64_MAX / 4)
+    const int64_t es = (int64_t)sk_dtype_size(d->dtype);
+    const int64_t q_sizes[5] = {d->batch, d->seq_q, d->heads_q, d->head_dim, es};
+    const int64_t k_sizes[5] = {d->batch, d->seq_k, d->heads_kv, d->head_dim, es};
+    const int64_t pq_sizes[5] = {d->batch, d->heads_q, rb, d->head_dim, 4};
+    const int64_t pk_sizes[5] = {d->batch, d->heads_kv, cb, d->head_dim, 4};
+    int64_t bytes;
+    if (!sk_product_i64(q_sizes, 5, &bytes) || !sk_product_i64(k_sizes, 5, &bytes))
         return sk_error(SK_STATUS_BAD_PARAM_OVERFLOW,
-                        "the tensor sizes B x S x H x D (or the pooled B x H x blocks x D) "
-                        "overflow int64 bytes");
+                        "q or k: batch x seq x heads x head_dim x %lld bytes overflows int64",
+                        (long long)es);
+    if (!sk_product_i64(pq_sizes, 5, &bytes) || !sk_product_i64(pk_sizes, 5, &bytes))
+        return sk_error(SK_STATUS_BAD_PARAM_OVERFLOW,
+                        "pooled_q or pooled_k: batch x heads x blocks x head_dim x 4 bytes "
+                        "overflows int64");
 
     memset(p, 0, sizeof *p);
     p->backend = d->backend;
@@ -183,9 +186,15 @@ sk_status sk_topk_build_problem(const sk_topk_desc *d, sk_topk_problem *p) {
     p->causal = d->mask == SK_MASK_CAUSAL;
     p->per_kv_head = d->per_kv_head != 0;
 
-    int64_t per_slice;
+    int64_t per_slice, capacity;
     summarize_rows(p, &per_slice);
-    p->capacity = (int32_t)(per_slice * slices);
+    /* Each row bound is at most col_blocks: the capacity is at most the
+     * dense block count, which sk_grid_check bounded by INT32_MAX. */
+    if (!sk_mul_i64(per_slice, slices, &capacity) || capacity > INT32_MAX)
+        return sk_error(SK_STATUS_INTERNAL_ERROR,
+                        "the layout capacity %lld x %d slices exceeds the dense block count",
+                        (long long)per_slice, (int)slices);
+    p->capacity = (int32_t)capacity;
     return SK_STATUS_SUCCESS;
 }
 
@@ -206,18 +215,16 @@ sk_status sk_topk_check_qk(const sk_topk_problem *p, const void *q, const void *
     sk_tensor_shape tq, tk;
     sk_tensor_shape_init(&tq, p->batch, p->seq_q, p->heads_q, p->head_dim, p->q_stride);
     sk_tensor_shape_init(&tk, p->batch, p->seq_k, p->heads_kv, p->head_dim, p->k_stride);
-    int64_t span_q, span_k;
-    SK_TRY(sk_check_tensor_extent(&tq, "q", &span_q));
-    SK_TRY(sk_check_tensor_extent(&tk, "k", &span_k));
-    if (span_q > INT64_MAX / 4 || span_k > INT64_MAX / 4)
-        return sk_error(SK_STATUS_BAD_PARAM_OVERFLOW, "a tensor's byte span overflows int64");
+    int64_t qb, kb;
+    SK_TRY(sk_check_tensor_extent(&tq, es, "q", &qb));
+    SK_TRY(sk_check_tensor_extent(&tk, es, "k", &kb));
     SK_TRY(sk_topk_check_cuda_head_dim(p));
     const int cuda = sk_backend_is_cuda(p->backend);
     const size_t align = cuda ? 16 : es, stride_align = cuda ? 16 : 0;
     SK_TRY(sk_check_alignment(q, &tq, es, align, stride_align, "q"));
     SK_TRY(sk_check_alignment(k, &tk, es, align, stride_align, "k"));
-    *q_bytes = span_q * (int64_t)es;
-    *k_bytes = span_k * (int64_t)es;
+    *q_bytes = qb;
+    *k_bytes = kb;
     return SK_STATUS_SUCCESS;
 }
 
@@ -250,19 +257,18 @@ sk_status sk_topk_check_layout_out(const sk_topk_problem *p, const sk_bsr *layou
     SK_TRY(sk_check_alignment(layout->row_offsets, NULL, 4, 4, 0, "layout->row_offsets"));
     if (layout->col_indices != NULL)
         SK_TRY(sk_check_alignment(layout->col_indices, NULL, 4, 4, 0, "layout->col_indices"));
-    SK_TRY(sk_check_disjoint(layout->row_offsets, ((int64_t)p->total_rows + 1) * 4,
-                             "layout->row_offsets", layout->col_indices, (int64_t)p->capacity * 4,
-                             "layout->col_indices"));
     return SK_STATUS_SUCCESS;
 }
 
-sk_status sk_topk_check_layout_apart(const sk_topk_problem *p, const sk_bsr *layout,
-                                     const void *ptr, int64_t bytes, const char *what) {
-    SK_TRY(sk_check_disjoint(layout->row_offsets, ((int64_t)p->total_rows + 1) * 4,
-                             "layout->row_offsets", ptr, bytes, what));
-    SK_TRY(sk_check_disjoint(layout->col_indices, (int64_t)p->capacity * 4,
-                             "layout->col_indices", ptr, bytes, what));
-    return SK_STATUS_SUCCESS;
+/* A selection's buffers for the aliasing rule: the layout arrays it writes
+ * (row_offsets: total_rows + 1 entries, col_indices: the capacity), then
+ * its inputs; returns the count. */
+static int selection_buffers(const sk_topk_problem *p, const sk_bsr *layout,
+                             const sk_buffer *inputs, int n_inputs, sk_buffer out[4]) {
+    sk_layout_array_buffers(out, "layout->row_offsets", "layout->col_indices", layout->row_offsets,
+                            p->total_rows, layout->col_indices, p->capacity, 1);
+    memcpy(out + 2, inputs, (size_t)n_inputs * sizeof *inputs);
+    return 2 + n_inputs;
 }
 
 sk_status sk_topk_check_workspace(const void *workspace, size_t workspace_size, size_t need) {
@@ -314,12 +320,11 @@ sk_status sk_block_pool(const sk_topk_desc *desc, const void *q, const void *k, 
     int64_t q_bytes, k_bytes;
     SK_TRY(sk_topk_check_qk(&p, q, k, &q_bytes, &k_bytes));
     SK_TRY(check_pooled(&p, pooled_q, pooled_k));
-    const int64_t pq = pooled_q_bytes(&p), pk = pooled_k_bytes(&p);
-    SK_TRY(sk_check_disjoint(pooled_q, pq, "pooled_q", pooled_k, pk, "pooled_k"));
-    SK_TRY(sk_check_disjoint(pooled_q, pq, "pooled_q", q, q_bytes, "q"));
-    SK_TRY(sk_check_disjoint(pooled_q, pq, "pooled_q", k, k_bytes, "k"));
-    SK_TRY(sk_check_disjoint(pooled_k, pk, "pooled_k", q, q_bytes, "q"));
-    SK_TRY(sk_check_disjoint(pooled_k, pk, "pooled_k", k, k_bytes, "k"));
+    const sk_buffer buffers[4] = {{"pooled_q", pooled_q, pooled_q_bytes(&p), 1},
+                                  {"pooled_k", pooled_k, pooled_k_bytes(&p), 1},
+                                  {"q", q, q_bytes, 0},
+                                  {"k", k, k_bytes, 0}};
+    SK_TRY(sk_check_no_alias(buffers, 4));
     p.q = q;
     p.k_in = k;
     p.pooled_q_out = pooled_q;
@@ -335,18 +340,22 @@ sk_status sk_topk_select_bytes(const sk_topk_problem *p, sk_topk_select_kind kin
     return sk_cuda_topk_workspace_size(p, kind == SK_TOPK_SCORED, bytes);
 }
 
-/* The workspace of a selection (sk_topk_select_bytes): present, large
- * enough and apart from the layout; its size out (0 on the CPU). */
-static sk_status check_select_workspace(const sk_topk_problem *p, sk_topk_select_kind kind,
-                                        const sk_bsr *layout, const void *workspace,
-                                        size_t workspace_size, int64_t *ws) {
-    size_t need;
-    *ws = 0;
+/* The aliasing rule of a selection: its buffers (selection_buffers), then
+ * the workspace (sk_topk_select_bytes: present, large enough, aligned)
+ * against all of them, as far as the size the public call gives (for
+ * sk_layout_from_scores, sk_topk_workspace_size: more than it uses). Nothing
+ * is asked of the workspace on the CPU. */
+static sk_status check_selection_aliasing(const sk_topk_problem *p, sk_topk_select_kind kind,
+                                          const sk_buffer *buffers, int count,
+                                          const void *workspace, size_t workspace_size) {
+    SK_TRY(sk_check_no_alias(buffers, count));
+    size_t need, documented;
     SK_TRY(sk_topk_select_bytes(p, kind, &need));
     if (need == 0) return SK_STATUS_SUCCESS;
     SK_TRY(sk_topk_check_workspace(workspace, workspace_size, need));
-    *ws = (int64_t)need;
-    return sk_topk_check_layout_apart(p, layout, workspace, *ws, "workspace");
+    SK_TRY(
+        sk_topk_select_bytes(p, kind == SK_TOPK_FROM_SCORES ? SK_TOPK_SCORED : kind, &documented));
+    return sk_check_workspace_apart(workspace, workspace_size, documented, buffers, count);
 }
 
 sk_status sk_topk_run_select(sk_topk_problem *p, int pool, sk_bsr *layout, void *workspace,
@@ -372,15 +381,11 @@ sk_status sk_select_topk(const sk_topk_desc *desc, const float *pooled_q, const 
     SK_TRY(check_pooled(&p, pooled_q, pooled_k));
     SK_TRY(sk_topk_check_cuda_head_dim(&p));
     SK_TRY(sk_topk_check_layout_out(&p, layout));
-    const int64_t pq = pooled_q_bytes(&p), pk = pooled_k_bytes(&p);
-    SK_TRY(sk_topk_check_layout_apart(&p, layout, pooled_q, pq, "pooled_q"));
-    SK_TRY(sk_topk_check_layout_apart(&p, layout, pooled_k, pk, "pooled_k"));
-    int64_t ws;
-    SK_TRY(check_select_workspace(&p, SK_TOPK_SCORED, layout, workspace, workspace_size, &ws));
-    if (ws > 0) {
-        SK_TRY(sk_check_disjoint(workspace, ws, "workspace", pooled_q, pq, "pooled_q"));
-        SK_TRY(sk_check_disjoint(workspace, ws, "workspace", pooled_k, pk, "pooled_k"));
-    }
+    const sk_buffer inputs[2] = {{"pooled_q", pooled_q, pooled_q_bytes(&p), 0},
+                                 {"pooled_k", pooled_k, pooled_k_bytes(&p), 0}};
+    sk_buffer buffers[4];
+    const int n = selection_buffers(&p, layout, inputs, 2, buffers);
+    SK_TRY(check_selection_aliasing(&p, SK_TOPK_SCORED, buffers, n, workspace, workspace_size));
     p.pooled_q = pooled_q;
     p.pooled_k = pooled_k;
     return sk_topk_run_select(&p, 0, layout, workspace, workspace_size, stream);
@@ -407,14 +412,10 @@ sk_status sk_pool_select_topk(const sk_topk_desc *desc, const void *q, const voi
     int64_t q_bytes, k_bytes;
     SK_TRY(sk_topk_check_qk(&p, q, k, &q_bytes, &k_bytes));
     SK_TRY(sk_topk_check_layout_out(&p, layout));
-    SK_TRY(sk_topk_check_layout_apart(&p, layout, q, q_bytes, "q"));
-    SK_TRY(sk_topk_check_layout_apart(&p, layout, k, k_bytes, "k"));
-    int64_t ws;
-    SK_TRY(check_select_workspace(&p, SK_TOPK_POOLED, layout, workspace, workspace_size, &ws));
-    if (ws > 0) {
-        SK_TRY(sk_check_disjoint(workspace, ws, "workspace", q, q_bytes, "q"));
-        SK_TRY(sk_check_disjoint(workspace, ws, "workspace", k, k_bytes, "k"));
-    }
+    const sk_buffer inputs[2] = {{"q", q, q_bytes, 0}, {"k", k, k_bytes, 0}};
+    sk_buffer buffers[4];
+    const int n = selection_buffers(&p, layout, inputs, 2, buffers);
+    SK_TRY(check_selection_aliasing(&p, SK_TOPK_POOLED, buffers, n, workspace, workspace_size));
     p.q = q;
     p.k_in = k;
     return sk_topk_run_select(&p, 1, layout, workspace, workspace_size, stream);
@@ -429,11 +430,12 @@ sk_status sk_layout_from_scores(const sk_topk_desc *desc, const float *scores, s
     SK_CHECK_NOT_NULL(scores);
     SK_TRY(sk_check_alignment(scores, NULL, 4, 4, 0, "scores"));
     SK_TRY(sk_topk_check_layout_out(&p, layout));
-    const int64_t sb = (int64_t)p.total_rows * p.col_blocks * 4;
-    SK_TRY(sk_topk_check_layout_apart(&p, layout, scores, sb, "scores"));
-    int64_t ws;
-    SK_TRY(check_select_workspace(&p, SK_TOPK_FROM_SCORES, layout, workspace, workspace_size, &ws));
-    if (ws > 0) SK_TRY(sk_check_disjoint(workspace, ws, "workspace", scores, sb, "scores"));
+    /* [slices, row_blocks, col_blocks] fp32: at most 4 x INT32_MAX bytes. */
+    const sk_buffer input = {"scores", scores, (int64_t)p.total_rows * p.col_blocks * 4, 0};
+    sk_buffer buffers[4];
+    const int n = selection_buffers(&p, layout, &input, 1, buffers);
+    SK_TRY(
+        check_selection_aliasing(&p, SK_TOPK_FROM_SCORES, buffers, n, workspace, workspace_size));
     p.scores = scores;
     return sk_topk_run_select(&p, 0, layout, workspace, workspace_size, stream);
 }

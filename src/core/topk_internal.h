@@ -24,12 +24,9 @@ sk_status sk_topk_check_cuda_head_dim(const sk_topk_problem *p);
 sk_status sk_topk_check_qk(const sk_topk_problem *p, const void *q, const void *k,
                            int64_t *q_bytes, int64_t *k_bytes);
 
-/* The caller's output layout arrays. */
+/* The caller's output layout arrays: present and aligned (their aliasing
+ * is checked with the call's other buffers). */
 sk_status sk_topk_check_layout_out(const sk_topk_problem *p, const sk_bsr *layout);
-
-/* Output layout arrays do not overlap an input of `bytes` bytes. */
-sk_status sk_topk_check_layout_apart(const sk_topk_problem *p, const sk_bsr *layout,
-                                     const void *ptr, int64_t bytes, const char *what);
 
 /* A CUDA workspace of at least `need` bytes, 16-byte aligned. */
 sk_status sk_topk_check_workspace(const void *workspace, size_t workspace_size, size_t need);
