@@ -3,7 +3,10 @@ every entry point makes on them before any C call.
 
 - adapt(): a numpy array, or a strided torch tensor on the CPU or a CUDA
   device, of a supported dtype -> Arr (pointer, shape, element strides,
-  dtype, device).
+  dtype, device). Pointer alignment is the library's check.
+- packed(): any array-like as a packed, aligned numpy array of a dtype,
+  for the arrays the binding converts itself (scores, masks, flex lists):
+  a misaligned numpy array is copied, never handed on as it is.
 - check_output(): an array the library will write. Refused (ValueError,
   naming it): a numpy array with writeable=False (a read-only memmap
   among them); a torch CPU tensor whose memory is not mapped writable
@@ -93,6 +96,12 @@ def adapt(x, name: str) -> Arr:
         name_dt = str(x.dtype).replace("torch.", "")
         return Arr("torch", x.data_ptr(), tuple(x.shape), tuple(x.stride()), dt, name_dt, device, x.element_size(), x)
     raise TypeError(f"{name} must be a numpy array or a torch tensor, got {type(x).__name__}")
+
+
+def packed(a, dtype) -> np.ndarray:
+    """a as a C-contiguous, aligned array of dtype: a itself when it is one
+    (np.ascontiguousarray alone keeps a misaligned array as it is)."""
+    return np.require(a, dtype=dtype, requirements=["C_CONTIGUOUS", "ALIGNED"])
 
 
 def check_family(arrs) -> None:

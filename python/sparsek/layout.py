@@ -19,6 +19,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from ._arrays import packed
 from ._cvalues import int32, int64, uint64
 from ._lib import F, SkBsr, SkGrid, SkTopkOptions, check
 
@@ -85,9 +86,9 @@ def _i32_ptr(a: np.ndarray):
 
 def _slices_array(a, grid: Grid, name: str, dtype) -> np.ndarray:
     """Accept [slices, rb, cb], [batch, heads, rb, cb] or (one slice)
-    [rb, cb]; return a C-contiguous [slices, rb, cb] copy of dtype."""
+    [rb, cb]; return a packed, aligned [slices, rb, cb] array of dtype."""
     a = np.asarray(a)
-    rb, cb, ns = grid.row_blocks, grid.col_blocks, grid.slices
+    rb, cb, ns = grid_blocks(grid)  # the library's grid checks first
     want = (ns, rb, cb)
     if a.ndim == 2 and ns == 1:
         a = a[None]
@@ -98,7 +99,7 @@ def _slices_array(a, grid: Grid, name: str, dtype) -> np.ndarray:
             f"{name} has shape {tuple(np.shape(a))}; this grid needs [batch*heads, row_blocks, "
             f"col_blocks] = {list(want)} (or [batch, heads, row_blocks, col_blocks])"
         )
-    return np.ascontiguousarray(a, dtype=dtype)
+    return packed(a, dtype)
 
 
 class Layout:
@@ -223,6 +224,8 @@ class Layout:
         [batch*heads, row_blocks, col_blocks] (or [batch, heads, rb, cb], or
         [rb, cb] for one slice). rows/cols default to the full blocks."""
         s = np.asarray(scores)
+        if s.dtype.kind not in "fiub":
+            raise TypeError(f"scores.dtype = {s.dtype} must be a real number type")
         br, bc = _block_pair(block)
         if s.ndim == 4:
             batch, heads = s.shape[0], s.shape[1]
@@ -313,20 +316,20 @@ class Layout:
         indices [slices, row_blocks, width] (int32; 4-D [B, H, ...] also
         accepted), each row's first counts entries selected, in any order."""
         grid = make_grid(rows, cols, block, batch, heads)
+        rb, _, ns = grid_blocks(grid)  # the library's grid checks first
         c = np.asarray(counts)
         i = np.asarray(indices)
         if c.ndim == 3:
             c = c.reshape(-1, c.shape[-1])
         if i.ndim == 4:
             i = i.reshape((-1,) + i.shape[-2:])
-        if c.shape != (grid.slices, grid.row_blocks) or i.ndim != 3 or i.shape[:2] != c.shape:
+        if c.shape != (ns, rb) or i.ndim != 3 or i.shape[:2] != c.shape:
             raise ValueError(
                 f"counts {tuple(c.shape)} / indices {tuple(i.shape)} do not fit this grid: "
-                f"counts must be [{grid.slices}, {grid.row_blocks}] and indices "
-                f"[{grid.slices}, {grid.row_blocks}, width]"
+                f"counts must be [{ns}, {rb}] and indices [{ns}, {rb}, width]"
             )
-        c = np.ascontiguousarray(c, dtype=np.int32)
-        i = np.ascontiguousarray(i, dtype=np.int32)
+        c = packed(c, np.int32)
+        i = packed(i, np.int32)
         g = grid.to_c()
         return cls._create(F.sk_layout_create_from_flex, byref(g), _i32_ptr(c), _i32_ptr(i), int32(i.shape[2], "indices.shape[-1]"))
 
@@ -526,7 +529,8 @@ class DeviceLayout:
             raise TypeError("row_offsets and col_indices must be int32 tensors")
         if row_offsets.device != col_indices.device or row_offsets.device.type != "cuda":
             raise ValueError("row_offsets and col_indices must be on the same CUDA device")
-        want = grid.slices * grid.row_blocks + 1
+        rb, _, ns = grid_blocks(grid)  # the library's grid checks first
+        want = ns * rb + 1
         if row_offsets.numel() != want or not row_offsets.is_contiguous():
             raise ValueError(f"row_offsets must be a contiguous tensor of {want} entries")
         if col_indices.numel() < max(capacity, 1) or not col_indices.is_contiguous():

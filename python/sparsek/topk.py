@@ -31,7 +31,7 @@ from ctypes import byref, c_int32, c_size_t, sizeof
 import numpy as np
 
 from ._lib import Backend, DType, F, Mask, SkAttentionDesc, SkBsr, SkGrid, SkTopkDesc, check
-from ._arrays import adapt, check_family, check_packed, outer_strides
+from ._arrays import adapt, check_family, check_packed, outer_strides, packed
 from ._cvalues import float32, int32, int64
 from .attention import _check_out, _check_qkv, _empty_like, _empty_lse, _parse_backend
 from .layout import DeviceLayout, Grid, Layout
@@ -395,7 +395,7 @@ def layout_from_scores(
         arr = np.asarray(scores)
         if arr.dtype.kind != "f":
             raise TypeError(f"scores.dtype = {arr.dtype} must be a floating type")
-        scores = np.ascontiguousarray(arr, dtype=np.float32)
+        scores = packed(arr, np.float32)
     a = adapt(scores, "scores")
     if a.dtype != DType.F32:
         raise TypeError(f"scores.dtype = {a.dtype_name} must be float32")

@@ -136,3 +136,22 @@ def test_every_struct_field_and_argument_is_checked():
     with pytest.raises(ValueError, match="sk_layout_create_window argument 3 = .*" + INT64):
         _lib.F.sk_layout_create_window(ctypes.byref(out), ctypes.byref(grid), 2**64, 0)
     assert out.value is None
+
+
+def test_complex_scores_are_not_real_numbers():
+    # Found by tests/fuzz/python: Layout.topk dropped the imaginary part
+    # of complex scores (a ComplexWarning, then a layout from the real part).
+    with pytest.raises(TypeError, match="scores.dtype = complex64 must be a real number type"):
+        Layout.topk(SCORES.astype(np.complex64) * 1j, k=1, block=64)
+
+
+@pytest.mark.parametrize("block", [0, -64, (64, 0)])
+def test_block_sizes_go_to_the_library_checks_first(block):
+    # Found by tests/fuzz/python: Layout.topk, from_mask and from_flex
+    # derived block counts in Python first (ZeroDivisionError for block 0).
+    with pytest.raises(sparsek.SparseKError, match="block_"):
+        Layout.topk(SCORES, 256, 256, k=1, block=block)
+    with pytest.raises(sparsek.SparseKError, match="block_"):
+        Layout.from_mask(np.ones((4, 4), np.uint8), 256, 256, block=block)
+    with pytest.raises(sparsek.SparseKError, match="block_"):
+        Layout.from_flex(np.ones((1, 4), np.int32), np.zeros((1, 4, 4), np.int32), 256, block=block)

@@ -2,15 +2,19 @@
 the arrays the library reads without strides must be packed whatever
 their size (a_values with one block included), and the GEMM's C must be
 row-major in the library's sense even with one row. Each is refused with
-a ValueError naming the array, before any C call."""
+a ValueError naming the array, before any C call. The arrays the binding
+converts itself reach the library aligned; misaligned arrays given by
+pointer are refused by the library."""
 
 from __future__ import annotations
+
+import ctypes
 
 import numpy as np
 import pytest
 
 import sparsek
-from sparsek import Layout
+from sparsek import Layout, SparseKError, _lib
 
 from conftest import assert_refused, run_python, seeded_rng
 
@@ -96,3 +100,54 @@ def test_single_row_and_column_c_that_are_row_major_work():
     assert (big[:, 0] == 0).all() and (big[:, 2] == 0).all()
     row = sparsek.bsr_gemm(a, rng.standard_normal((64, 8)).astype(np.float32), Layout.dense(1, 64, block=64))
     assert row.shape == (1, 8)
+
+
+def misaligned(shape, dtype):
+    """Values in a numpy array one byte past an aligned address."""
+    a = np.arange(np.prod(shape), dtype=dtype).reshape(shape)
+    raw = bytearray(a.nbytes + 1)
+    m = np.frombuffer(raw, dtype=dtype, count=a.size, offset=1).reshape(shape)
+    m[...] = a
+    assert not m.flags.aligned
+    return m
+
+
+def record_pointer(monkeypatch, name, index):
+    """Wrap sparsek's F.<name> to record the address of argument `index`."""
+    seen = []
+    real = getattr(_lib.F, name)
+
+    def call(*args):
+        arg = args[index]
+        seen.append(ctypes.cast(arg, ctypes.c_void_p).value if not isinstance(arg, int) else arg)
+        return real(*args)
+
+    monkeypatch.setattr(_lib.F, name, call)
+    return seen
+
+
+def test_converted_arrays_reach_the_library_aligned(monkeypatch):
+    # Found by tests/fuzz/python (UBSan: a misaligned float load in
+    # sk_layout_create_topk): np.ascontiguousarray kept a misaligned array
+    # as it was. The arrays the binding converts are now aligned copies.
+    scores = misaligned((2, 3), np.float32)
+    seen = record_pointer(monkeypatch, "sk_layout_create_topk", 2)
+    lay = Layout.topk(scores, k=2, block=64)
+    assert seen and seen[0] % 4 == 0
+    assert np.array_equal(lay.to_mask()[0], [[0, 1, 1], [0, 1, 1]])
+    seen = record_pointer(monkeypatch, "sk_layout_from_scores", 1)
+    sparsek.layout_from_scores(scores, 2, block_q=64, block_k=64)
+    assert seen and seen[0] % 4 == 0
+    counts = misaligned((1, 2), np.int32)
+    counts[...] = 1
+    seen = record_pointer(monkeypatch, "sk_layout_create_from_flex", 2)
+    Layout.from_flex(counts, misaligned((1, 2, 2), np.int32) * 0, 128, block=64)
+    assert seen and seen[0] % 4 == 0
+
+
+def test_misaligned_arrays_given_by_pointer_are_refused():
+    q = misaligned((1, 128, 2, 16), np.float32)
+    with pytest.raises(SparseKError, match="aligned"):
+        sparsek.attention(q, q.copy(), q.copy(), Layout.dense(128, block=64))
+    with pytest.raises(SparseKError, match="aligned"):
+        sparsek.bsr_gemm(misaligned((1, 64, 64), np.float32), np.ones((64, 8), np.float32), one_block_layout())
