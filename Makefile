@@ -229,3 +229,38 @@ test-install: lib $(BUILD)/sparsek
 	CC="$(CC)" sh tests/install/test_install.sh "$(MAKE)" $(BUILD)/test-install
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
+
+# --- Fuzzing the Python binding (tests/fuzz/python; atheris from PyPI) ---------
+# `make fuzz-python` runs tests/fuzz/python/fuzz_binding.py for
+# FUZZ_PYTHON_TIME seconds (or FUZZ_PYTHON_RUNS inputs) against a CPU-only
+# library built with clang, ASan + UBSan and libFuzzer's coverage hooks,
+# with atheris's ASan + libFuzzer runtime preloaded. It reads the committed
+# seeds (tests/fuzz/python/corpus) and keeps what it finds in
+# build/fuzz-python/ (corpus/, crash-* artifacts). atheris and numpy come
+# from PyPI into build/fuzz-venv, made once.
+FUZZ_CC ?= clang
+FUZZ_PYTHON_TIME ?= 60
+FUZZ_PYTHON_RUNS ?= -1
+FUZZ_PY := $(BUILD)/fuzz-python
+
+$(BUILD)/fuzz-venv/.ready:
+	$(PYTHON) -m venv $(BUILD)/fuzz-venv
+	$(BUILD)/fuzz-venv/bin/python -m pip install -q --disable-pip-version-check atheris numpy
+	@touch $@
+
+$(FUZZ_PY)/libsparsek.so: $(CORE_SRC) $(wildcard src/core/*.h src/cpu/*.h) include/sparsek.h
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) -shared -fPIC -O1 -g -std=c99 -D_POSIX_C_SOURCE=200809L -Iinclude -Isrc -DSK_NO_CUDA \
+		-fopenmp -fsanitize=address,undefined,fuzzer-no-link -fno-sanitize-recover=all \
+		-fno-omit-frame-pointer -Wno-pass-failed $(CORE_SRC) -o $@ -lm
+
+.PHONY: fuzz-python
+fuzz-python: $(FUZZ_PY)/libsparsek.so $(BUILD)/fuzz-venv/.ready
+	@mkdir -p $(FUZZ_PY)/corpus
+	cd tests/fuzz/python && \
+	LD_PRELOAD=$$($(CURDIR)/$(BUILD)/fuzz-venv/bin/python -c "import atheris; print(atheris.path())")/asan_with_fuzzer.so \
+	ASAN_OPTIONS=detect_leaks=0:allocator_may_return_null=1:quarantine_size_mb=64 OMP_NUM_THREADS=1 \
+	SPARSEK_LIBRARY=$(CURDIR)/$(FUZZ_PY)/libsparsek.so PYTHONPATH=$(CURDIR)/python \
+		$(CURDIR)/$(BUILD)/fuzz-venv/bin/python fuzz_binding.py -max_total_time=$(FUZZ_PYTHON_TIME) \
+		-runs=$(FUZZ_PYTHON_RUNS) -rss_limit_mb=4096 -artifact_prefix=$(CURDIR)/$(FUZZ_PY)/ \
+		$(CURDIR)/$(FUZZ_PY)/corpus corpus

@@ -3,7 +3,9 @@
 Everything here mirrors include/sparsek.h exactly: the enums, the structs
 (field for field, in order, with the same C types) and the signature of every
 exported function (argtypes and restype are set for all of them). Nothing
-else in the package calls the library except through ``LIB`` and ``check``.
+else in the package calls the library except through ``F`` and ``check``.
+The structs range-check their numeric fields and ``F``'s functions their
+numeric arguments against the C types (_cvalues), as ctypes would truncate.
 
 The library is found, in order:
   1. the path in the environment variable SPARSEK_LIBRARY;
@@ -18,7 +20,6 @@ import enum
 import os
 from ctypes import (
     POINTER,
-    Structure,
     c_char,
     c_char_p,
     c_float,
@@ -31,6 +32,8 @@ from ctypes import (
     c_void_p,
 )
 from pathlib import Path
+
+from ._cvalues import CheckedStructure, checked_function, int32
 
 # ---------------------------------------------------------------------------
 # Enums (values as in sparsek.h)
@@ -87,11 +90,13 @@ class Order(enum.IntEnum):
 
 
 # ---------------------------------------------------------------------------
-# Structs (field order and C types exactly as in sparsek.h)
+# Structs (field order and C types exactly as in sparsek.h); their numeric
+# fields are range-checked when set (_cvalues.CheckedStructure)
 # ---------------------------------------------------------------------------
 
 
-class SkGrid(Structure):
+class SkGrid(CheckedStructure):
+    _c_name_ = "sk_grid"
     _fields_ = [
         ("rows", c_int64),
         ("cols", c_int64),
@@ -102,7 +107,8 @@ class SkGrid(Structure):
     ]
 
 
-class SkBsr(Structure):
+class SkBsr(CheckedStructure):
+    _c_name_ = "sk_bsr"
     _fields_ = [
         ("grid", SkGrid),
         ("nnz", c_int32),
@@ -111,7 +117,8 @@ class SkBsr(Structure):
     ]
 
 
-class SkTopkOptions(Structure):
+class SkTopkOptions(CheckedStructure):
+    _c_name_ = "sk_topk_options"
     _fields_ = [
         ("k", c_int32),
         ("sink_blocks", c_int32),
@@ -120,7 +127,8 @@ class SkTopkOptions(Structure):
     ]
 
 
-class SkAttentionDesc(Structure):
+class SkAttentionDesc(CheckedStructure):
+    _c_name_ = "sk_attention_desc"
     _fields_ = [
         ("struct_size", c_size_t),
         ("backend", c_int),  # sk_backend
@@ -140,7 +148,8 @@ class SkAttentionDesc(Structure):
     ]
 
 
-class SkTopkDesc(Structure):
+class SkTopkDesc(CheckedStructure):
+    _c_name_ = "sk_topk_desc"
     _fields_ = [
         ("struct_size", c_size_t),
         ("backend", c_int),  # sk_backend
@@ -164,7 +173,8 @@ class SkTopkDesc(Structure):
     ]
 
 
-class SkBsrGemmDesc(Structure):
+class SkBsrGemmDesc(CheckedStructure):
+    _c_name_ = "sk_bsr_gemm_desc"
     _fields_ = [
         ("struct_size", c_size_t),
         ("backend", c_int),  # sk_backend
@@ -181,7 +191,8 @@ class SkBsrGemmDesc(Structure):
     ]
 
 
-class SkDeviceInfo(Structure):
+class SkDeviceInfo(CheckedStructure):
+    _c_name_ = "sk_device_info"
     _fields_ = [
         ("name", c_char * 256),
         ("cc_major", c_int32),
@@ -433,7 +444,8 @@ for _name, (_res, _args) in SIGNATURES.items():
         continue
     _fn.restype = _res
     _fn.argtypes = _args
-    setattr(F, _name, _fn)
+    # Integer arguments are range-checked first: ctypes would truncate them.
+    setattr(F, _name, checked_function(_name, _fn, _args))
 
 # ---------------------------------------------------------------------------
 # Errors
@@ -460,7 +472,7 @@ class SparseKError(RuntimeError):
 
 
 def status_name(status: int) -> str:
-    return F.sk_status_name(int(status)).decode("utf-8", "replace")
+    return F.sk_status_name(int32(status, "status")).decode("utf-8", "replace")
 
 
 def check(status: int) -> None:

@@ -21,99 +21,22 @@ from typing import NamedTuple
 
 import numpy as np
 
+from ._arrays import Arr, adapt, check_family, check_output, check_packed, outer_strides
+from ._cvalues import as_int, float32
 from ._lib import Backend, DType, F, Mask, Order, SkAttentionDesc, SkBsrGemmDesc, check
 from .layout import DeviceLayout, Layout
 
 # ---------------------------------------------------------------------------
-# Array adaptation
+# Backends
 # ---------------------------------------------------------------------------
 
 
-class _Arr(NamedTuple):
-    """What the checks and the library need from one array."""
-
-    kind: str  # "numpy" or "torch"
-    ptr: int
-    shape: tuple
-    strides: tuple  # in elements
-    dtype: DType
-    dtype_name: str
-    device: str  # "cpu" or "cuda:N"
-    obj: object
-
-
-_NUMPY_DTYPES = {np.dtype(np.float16): DType.F16, np.dtype(np.float32): DType.F32}
 _BACKEND_NAMES = {
     "cpu": Backend.CPU,
     "cuda": Backend.CUDA,
     "cuda_sm80": Backend.CUDA_SM80,
     "cuda_sm90": Backend.CUDA_SM90,
 }
-
-
-def _is_torch(x) -> bool:
-    return type(x).__module__.split(".")[0] == "torch"
-
-
-def _numpy_dtype(dt: np.dtype):
-    if dt in _NUMPY_DTYPES:
-        return _NUMPY_DTYPES[dt]
-    if dt.name == "bfloat16":  # ml_dtypes.bfloat16, when installed
-        return DType.BF16
-    return None
-
-
-def _torch_dtype(dt):
-    import torch
-
-    return {torch.float16: DType.F16, torch.bfloat16: DType.BF16, torch.float32: DType.F32}.get(dt)
-
-
-def _adapt(x, name: str) -> _Arr:
-    if isinstance(x, np.ndarray):
-        dt = _numpy_dtype(x.dtype)
-        if dt is None:
-            raise TypeError(f"{name}.dtype = {x.dtype} is not supported (float16, float32, or ml_dtypes bfloat16)")
-        isz = x.dtype.itemsize
-        for s in x.strides:
-            if s % isz:
-                raise ValueError(f"{name} has byte strides {x.strides} that are not multiples of its {isz}-byte elements")
-        return _Arr(
-            "numpy", x.ctypes.data, tuple(x.shape), tuple(s // isz for s in x.strides), dt, str(x.dtype), "cpu", x
-        )
-    if _is_torch(x):
-        import torch
-
-        if not isinstance(x, torch.Tensor):
-            raise TypeError(f"{name} must be a numpy array or a torch tensor, got {type(x).__name__}")
-        dt = _torch_dtype(x.dtype)
-        if dt is None:
-            raise TypeError(f"{name}.dtype = {x.dtype} is not supported (float16, bfloat16, float32 on the CPU)")
-        dev = x.device
-        device = "cpu" if dev.type == "cpu" else f"{dev.type}:{dev.index if dev.index is not None else 0}"
-        return _Arr("torch", x.data_ptr(), tuple(x.shape), tuple(x.stride()), dt, str(x.dtype).replace("torch.", ""), device, x)
-    raise TypeError(f"{name} must be a numpy array or a torch tensor, got {type(x).__name__}")
-
-
-def _outer_strides(a: _Arr, name: str) -> tuple:
-    """The three outer element strides for the library, after the checks
-    that the library's conventions need from a 4-D [B, S, H, D] array."""
-    b, s, h, d = a.shape
-    if min(a.strides) < 0:
-        raise ValueError(f"{name} has negative strides {a.strides}; make it contiguous first")
-    if d > 1 and a.strides[3] != 1:
-        raise ValueError(f"{name}'s last dimension (head_dim) must be contiguous; its strides are {a.strides}")
-    st = list(a.strides[:3])
-    # A size-1 dimension's stride is never used; give it the packed value so
-    # alignment checks do not trip on arbitrary view strides.
-    packed = (s * h * d, h * d, d)
-    for i in range(3):
-        if a.shape[i] == 1:
-            st[i] = packed[i]
-    if st == [0, 0, 0] and (b, s, h) != (1, 1, 1):
-        # All-zero strides mean "packed" to the library.
-        raise ValueError(f"{name} has all-zero outer strides (a broadcast view); materialise it first")
-    return tuple(st)
 
 
 def _parse_backend(backend, device: str) -> Backend:
@@ -125,16 +48,13 @@ def _parse_backend(backend, device: str) -> Backend:
             raise ValueError(f"backend = {backend!r}: use one of {sorted(_BACKEND_NAMES)}")
         b = _BACKEND_NAMES[key]
     else:
-        b = Backend(int(backend))
+        value = as_int(backend, "backend")
+        if value not in Backend.__members__.values():
+            raise ValueError(f"backend = {value} is not a sparsek.Backend")
+        b = Backend(value)
     if (b == Backend.CPU) != (device == "cpu"):
         raise ValueError(f"backend {b.name} cannot run on data on {device}")
     return b
-
-
-def _check_family(arrs) -> None:
-    kinds = {a.kind for a in arrs}
-    if len(kinds) > 1:
-        raise TypeError("q, k, v (and out) must all be numpy arrays or all torch tensors")
 
 
 # ---------------------------------------------------------------------------
@@ -152,8 +72,8 @@ class _Spec(NamedTuple):
 
 
 def _check_qkv(q, k, v):
-    aq, ak, av = _adapt(q, "q"), _adapt(k, "k"), _adapt(v, "v")
-    _check_family((aq, ak, av))
+    aq, ak, av = adapt(q, "q"), adapt(k, "k"), adapt(v, "v")
+    check_family((aq, ak, av))
     for a, name in ((aq, "q"), (ak, "k"), (av, "v")):
         if len(a.shape) != 4:
             what = "[B, Sq, Hq, D]" if name == "q" else "[B, Sk, Hkv, D]"
@@ -177,9 +97,10 @@ def _check_qkv(q, k, v):
     return aq, ak, av
 
 
-def _check_out(out, aq: _Arr) -> _Arr:
-    """`out` must match q: kind, shape, dtype, device, and be writable."""
-    ao = _adapt(out, "out")
+def _check_out(out, aq: Arr) -> Arr:
+    """`out` must match q: kind, shape, dtype, device, and be writable
+    (check_output)."""
+    ao = adapt(out, "out")
     if ao.kind != aq.kind:
         raise TypeError(f"out is a {ao.kind} array but q is a {aq.kind} array")
     if ao.shape != aq.shape:
@@ -188,8 +109,7 @@ def _check_out(out, aq: _Arr) -> _Arr:
         raise TypeError(f"out.dtype = {ao.dtype_name} must be q's dtype {aq.dtype_name}")
     if ao.device != aq.device:
         raise ValueError(f"out is on {ao.device} but q is on {aq.device}")
-    if ao.kind == "numpy" and not out.flags.writeable:
-        raise ValueError("out is read-only")
+    check_output(ao, "out")
     return ao
 
 
@@ -211,7 +131,7 @@ class AttentionPlan:
         if aq.kind == "numpy" and self.backend != Backend.CPU:
             raise ValueError("numpy arrays run on the CPU backend only")
         if scale is not None:
-            scale = float(scale)
+            scale = float32(scale, "scale", nonzero=True)
             if scale == 0.0 or not math.isfinite(scale):
                 raise ValueError(f"scale = {scale} must be finite and non-zero (None means 1/sqrt(D))")
         self.layout = layout
@@ -280,8 +200,8 @@ class AttentionPlan:
             out = _empty_like(q, aq)
         ao = _check_out(out, aq)
         desc = self.desc
-        for field, a, name in ((desc.q_strides, aq, "q"), (desc.k_strides, ak, "k"), (desc.v_strides, av, "v"), (desc.o_strides, ao, "out")):
-            field[0], field[1], field[2] = _outer_strides(a, name)
+        for field, a, name in (("q_strides", aq, "q"), ("k_strides", ak, "k"), ("v_strides", av, "v"), ("o_strides", ao, "out")):
+            setattr(desc, field, outer_strides(a, name))
         lse = None
         lse_ptr = None
         if return_lse:
@@ -311,7 +231,7 @@ class AttentionPlan:
         return (out, lse) if return_lse else out
 
 
-def _empty_like(q, aq: _Arr):
+def _empty_like(q, aq: Arr):
     if aq.kind == "numpy":
         return np.empty(aq.shape, dtype=q.dtype)
     import torch
@@ -319,7 +239,7 @@ def _empty_like(q, aq: _Arr):
     return torch.empty(aq.shape, dtype=q.dtype, device=q.device)
 
 
-def _empty_lse(q, aq: _Arr, shape):
+def _empty_lse(q, aq: Arr, shape):
     if aq.kind == "numpy":
         return np.empty(shape, dtype=np.float32)
     import torch
@@ -357,7 +277,7 @@ def attention(q, k, v, layout, causal=False, scale=None, return_lse=False, out=N
 # ---------------------------------------------------------------------------
 
 
-def _matrix(a: _Arr, name: str):
+def _matrix(a: Arr, name: str):
     """(order, leading dimension) of a 2-D matrix with one contiguous axis."""
     if len(a.shape) != 2:
         raise ValueError(f"{name} must be 2-D, got shape {a.shape}")
@@ -380,13 +300,15 @@ def bsr_gemm(a_values, b, layout, *, c=None, alpha=1.0, beta=0.0, c_dtype=None, 
     a_values: [nnz, block_rows, block_cols] contiguous, in col_indices order.
     b: [k, n], row- or column-major. c: [m, n] row-major (leading dimension
     from its strides), read when beta != 0; allocated (c_dtype, default
-    float32) when None. numpy arrays -> CPU backend; torch CUDA tensors ->
-    CUDA backend on the current stream. Returns c.
+    float32) when None; a caller's c must be writable (check_output).
+    alpha, beta: floats that keep their value in float32.
+    numpy arrays -> CPU backend; torch CUDA tensors -> CUDA backend on the
+    current stream. Returns c.
     """
     if not isinstance(layout, Layout):
         raise TypeError(f"layout must be a sparsek.Layout, got {type(layout).__name__}")
-    aa, ab = _adapt(a_values, "a_values"), _adapt(b, "b")
-    _check_family((aa, ab))
+    aa, ab = adapt(a_values, "a_values"), adapt(b, "b")
+    check_family((aa, ab))
     if aa.dtype != ab.dtype:
         raise TypeError(f"a_values ({aa.dtype_name}) and b ({ab.dtype_name}) must have the same dtype")
     if aa.device != ab.device:
@@ -398,9 +320,7 @@ def bsr_gemm(a_values, b, layout, *, c=None, alpha=1.0, beta=0.0, c_dtype=None, 
     want = (layout.nnz, layout.block_rows, layout.block_cols)
     if aa.shape != want:
         raise ValueError(f"a_values has shape {aa.shape}; this layout needs [nnz, block_rows, block_cols] = {want}")
-    br, bc = layout.block_rows, layout.block_cols
-    if aa.strides != (br * bc, bc, 1) and layout.nnz > 1:
-        raise ValueError("a_values must be contiguous")
+    check_packed(aa, "a_values", "[nnz, block_rows, block_cols]")
     b_order, ldb = _matrix(ab, "b")
     if ab.shape[0] != k:
         raise ValueError(f"b has {ab.shape[0]} rows; A has k = {k} columns")
@@ -415,15 +335,17 @@ def bsr_gemm(a_values, b, layout, *, c=None, alpha=1.0, beta=0.0, c_dtype=None, 
             import torch
 
             c = torch.zeros((m, n), dtype=c_dtype or torch.float32, device=b.device)
-    ac = _adapt(c, "c")
-    _check_family((aa, ac))
+    ac = adapt(c, "c")
+    check_family((aa, ac))
     if ac.device != aa.device:
         raise ValueError(f"c is on {ac.device} but a_values is on {aa.device}")
     if ac.shape != (m, n):
         raise ValueError(f"c has shape {ac.shape}; it must be [m, n] = {(m, n)}")
     c_order, ldc = _matrix(ac, "c")
-    if c_order != Order.ROW_MAJOR and m > 1 and n > 1:
-        raise ValueError("c must be row-major")
+    if c_order != Order.ROW_MAJOR:
+        # Also a single row with a non-unit stride: the library writes it packed.
+        raise ValueError(f"c (shape {ac.shape}, element strides {ac.strides}) must be row-major")
+    check_output(ac, "c")
     if be != Backend.CPU and aa.dtype == DType.F32:
         raise TypeError("float32 A and B are for the CPU backend only")
 
@@ -436,8 +358,8 @@ def bsr_gemm(a_values, b, layout, *, c=None, alpha=1.0, beta=0.0, c_dtype=None, 
     desc.b_order = int(b_order)
     desc.ldb = ldb
     desc.ldc = ldc
-    desc.alpha = float(alpha)
-    desc.beta = float(beta)
+    desc.alpha = float32(alpha, "alpha")
+    desc.beta = float32(beta, "beta")
     a_ptr = aa.ptr if layout.nnz else None
     if be == Backend.CPU:
         check(F.sk_bsr_gemm(byref(desc), byref(layout.view()), a_ptr, ab.ptr, ac.ptr, None, 0, None))

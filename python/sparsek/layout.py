@@ -19,7 +19,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from . import _lib
+from ._arrays import packed
+from ._cvalues import int32, int64, uint64
 from ._lib import F, SkBsr, SkGrid, SkTopkOptions, check
 
 
@@ -51,28 +52,23 @@ class Grid(NamedTuple):
         )
 
 
-def _int(value, name: str) -> int:
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    return int(value)
-
-
 def _block_pair(block) -> tuple:
     if isinstance(block, (tuple, list)):
         if len(block) != 2:
             raise ValueError(f"block must be an int or a pair (block_rows, block_cols), got {block!r}")
-        return _int(block[0], "block[0]"), _int(block[1], "block[1]")
-    b = _int(block, "block")
+        return int32(block[0], "block[0]"), int32(block[1], "block[1]")
+    b = int32(block, "block")
     return b, b
 
 
 def make_grid(rows, cols=None, block=128, batch=1, heads=1) -> Grid:
-    """A Grid from Python values (cols defaults to rows). Values are checked
-    by the library when the layout is built; only types are checked here."""
-    rows = _int(rows, "rows")
-    cols = rows if cols is None else _int(cols, "cols")
+    """A Grid from Python values (cols defaults to rows). Here each value is
+    checked to be an int in its C type's range (rows, cols int64; the rest
+    int32); the library checks the grid itself when the layout is built."""
+    rows = int64(rows, "rows")
+    cols = rows if cols is None else int64(cols, "cols")
     br, bc = _block_pair(block)
-    return Grid(rows, cols, br, bc, _int(batch, "batch"), _int(heads, "heads"))
+    return Grid(rows, cols, br, bc, int32(batch, "batch"), int32(heads, "heads"))
 
 
 def grid_blocks(grid: Grid) -> tuple:
@@ -90,9 +86,9 @@ def _i32_ptr(a: np.ndarray):
 
 def _slices_array(a, grid: Grid, name: str, dtype) -> np.ndarray:
     """Accept [slices, rb, cb], [batch, heads, rb, cb] or (one slice)
-    [rb, cb]; return a C-contiguous [slices, rb, cb] copy of dtype."""
+    [rb, cb]; return a packed, aligned [slices, rb, cb] array of dtype."""
     a = np.asarray(a)
-    rb, cb, ns = grid.row_blocks, grid.col_blocks, grid.slices
+    rb, cb, ns = grid_blocks(grid)  # the library's grid checks first
     want = (ns, rb, cb)
     if a.ndim == 2 and ns == 1:
         a = a[None]
@@ -103,7 +99,7 @@ def _slices_array(a, grid: Grid, name: str, dtype) -> np.ndarray:
             f"{name} has shape {tuple(np.shape(a))}; this grid needs [batch*heads, row_blocks, "
             f"col_blocks] = {list(want)} (or [batch, heads, row_blocks, col_blocks])"
         )
-    return np.ascontiguousarray(a, dtype=dtype)
+    return packed(a, dtype)
 
 
 class Layout:
@@ -113,24 +109,39 @@ class Layout:
 
     __slots__ = ("_handle", "_view", "_finalizer", "_device_views", "__weakref__")
 
-    def __init__(self, handle):
-        """Take ownership of a sk_layout_t (a c_void_p or int). Use the
-        classmethods instead of calling this directly."""
-        value = handle.value if isinstance(handle, c_void_p) else int(handle)
-        if not value:
-            raise ValueError("Layout needs a non-NULL sk_layout_t")
-        self._handle = c_void_p(value)
-        self._finalizer = weakref.finalize(self, F.sk_layout_destroy, c_void_p(value))
+    def __init__(self, *args, **kwargs):
+        # A raw sk_layout_t from Python (an int) could point anywhere, and
+        # the library would read through it: only the builders make one.
+        raise TypeError(
+            "sparsek.Layout is made by its builders (Layout.dense, causal, window, sinks_window, "
+            "strided, random, topk, from_mask, from_bsr, from_flex, from_block_mask), not from a handle"
+        )
+
+    @classmethod
+    def _create(cls, fn, *args):
+        """Call builder fn(&out, *args) and own the sk_layout_t it made."""
+        out = c_void_p()
+        check(fn(byref(out), *args))
+        self = object.__new__(cls)
+        self._handle = out
+        self._finalizer = weakref.finalize(self, F.sk_layout_destroy, c_void_p(out.value))
         self._view = SkBsr()
         check(F.sk_layout_view(self._handle, byref(self._view)))
         # device key -> (SkBsr with device pointers, keep-alive tensors)
         self._device_views = {}
+        return self
 
-    @classmethod
-    def _create(cls, fn, *args):
-        out = c_void_p()
-        check(fn(byref(out), *args))
-        return cls(out)
+    # A copy would share the handle that the original's finalizer frees;
+    # a Layout never changes, so a copy is the object itself, and a pickle
+    # rebuilds it from its arrays.
+    def __copy__(self) -> "Layout":
+        return self
+
+    def __deepcopy__(self, memo) -> "Layout":
+        return self
+
+    def __reduce__(self):
+        return (_rebuild_layout, (self.row_offsets, self.col_indices, tuple(self.grid)))
 
     # ------------------------------------------------------------------
     # Builders
@@ -153,7 +164,7 @@ class Layout:
         """Sliding window: key k visible to position p iff p-left <= k <= p+right."""
         g = make_grid(rows, cols, block, batch, heads).to_c()
         return cls._create(
-            F.sk_layout_create_window, byref(g), _int(left, "left"), _int(right, "right")
+            F.sk_layout_create_window, byref(g), int64(left, "left"), int64(right, "right")
         )
 
     @classmethod
@@ -166,8 +177,8 @@ class Layout:
         return cls._create(
             F.sk_layout_create_sinks_window,
             byref(g),
-            _int(sink_tokens, "sink_tokens"),
-            _int(window_tokens, "window_tokens"),
+            int64(sink_tokens, "sink_tokens"),
+            int64(window_tokens, "window_tokens"),
         )
 
     @classmethod
@@ -179,8 +190,8 @@ class Layout:
         return cls._create(
             F.sk_layout_create_strided,
             byref(g),
-            _int(stride, "stride"),
-            _int(local_blocks, "local_blocks"),
+            int32(stride, "stride"),
+            int32(local_blocks, "local_blocks"),
             1 if causal else 0,
         )
 
@@ -190,10 +201,9 @@ class Layout:
     ) -> "Layout":
         """k distinct key blocks per row drawn at random (per slice), from seed."""
         g = make_grid(rows, cols, block, batch, heads).to_c()
-        seed = _int(seed, "seed")
-        if not 0 <= seed < 2**64:
-            raise ValueError(f"seed = {seed} must be in [0, 2**64)")
-        return cls._create(F.sk_layout_create_random, byref(g), _int(k, "k"), seed, 1 if causal else 0)
+        return cls._create(
+            F.sk_layout_create_random, byref(g), int32(k, "k"), uint64(seed, "seed"), 1 if causal else 0
+        )
 
     @classmethod
     def topk(
@@ -214,6 +224,8 @@ class Layout:
         [batch*heads, row_blocks, col_blocks] (or [batch, heads, rb, cb], or
         [rb, cb] for one slice). rows/cols default to the full blocks."""
         s = np.asarray(scores)
+        if s.dtype.kind not in "fiub":
+            raise TypeError(f"scores.dtype = {s.dtype} must be a real number type")
         br, bc = _block_pair(block)
         if s.ndim == 4:
             batch, heads = s.shape[0], s.shape[1]
@@ -224,9 +236,9 @@ class Layout:
         grid = make_grid(rows, cols, (br, bc), batch, heads)
         s = _slices_array(s, grid, "scores", np.float32)
         opts = SkTopkOptions(
-            _int(k, "k"),
-            _int(sink_blocks, "sink_blocks"),
-            _int(local_blocks, "local_blocks"),
+            int32(k, "k"),
+            int32(sink_blocks, "sink_blocks"),
+            int32(local_blocks, "local_blocks"),
             1 if causal else 0,
         )
         g = grid.to_c()
@@ -244,6 +256,8 @@ class Layout:
         selects the block. rows/cols default to the full blocks."""
         m = np.asarray(mask)
         br, bc = _block_pair(block)
+        batch = None if batch is None else int32(batch, "batch")
+        heads = None if heads is None else int32(heads, "heads")
         if m.ndim == 4:
             batch = m.shape[0] if batch is None else batch
             heads = m.shape[1] if heads is None else heads
@@ -251,9 +265,9 @@ class Layout:
             if batch is None and heads is None:
                 batch, heads = 1, m.shape[0]
             elif batch is None:
-                batch = m.shape[0] // max(int(heads), 1)
+                batch = m.shape[0] // max(heads, 1)
             elif heads is None:
-                heads = m.shape[0] // max(int(batch), 1)
+                heads = m.shape[0] // max(batch, 1)
         elif m.ndim == 2:
             batch = 1 if batch is None else batch
             heads = 1 if heads is None else heads
@@ -291,7 +305,7 @@ class Layout:
             )
         view = SkBsr()
         view.grid = grid.to_c()
-        view.nnz = ci.size
+        view.nnz = int32(ci.size, "len(col_indices)")
         view.row_offsets = _i32_ptr(ro)
         view.col_indices = _i32_ptr(ci) if ci.size else ctypes.cast(None, POINTER(c_int32))
         return cls._create(F.sk_layout_create_from_bsr, byref(view))
@@ -302,22 +316,22 @@ class Layout:
         indices [slices, row_blocks, width] (int32; 4-D [B, H, ...] also
         accepted), each row's first counts entries selected, in any order."""
         grid = make_grid(rows, cols, block, batch, heads)
+        rb, _, ns = grid_blocks(grid)  # the library's grid checks first
         c = np.asarray(counts)
         i = np.asarray(indices)
         if c.ndim == 3:
             c = c.reshape(-1, c.shape[-1])
         if i.ndim == 4:
             i = i.reshape((-1,) + i.shape[-2:])
-        if c.shape != (grid.slices, grid.row_blocks) or i.ndim != 3 or i.shape[:2] != c.shape:
+        if c.shape != (ns, rb) or i.ndim != 3 or i.shape[:2] != c.shape:
             raise ValueError(
                 f"counts {tuple(c.shape)} / indices {tuple(i.shape)} do not fit this grid: "
-                f"counts must be [{grid.slices}, {grid.row_blocks}] and indices "
-                f"[{grid.slices}, {grid.row_blocks}, width]"
+                f"counts must be [{ns}, {rb}] and indices [{ns}, {rb}, width]"
             )
-        c = np.ascontiguousarray(c, dtype=np.int32)
-        i = np.ascontiguousarray(i, dtype=np.int32)
+        c = packed(c, np.int32)
+        i = packed(i, np.int32)
         g = grid.to_c()
-        return cls._create(F.sk_layout_create_from_flex, byref(g), _i32_ptr(c), _i32_ptr(i), i.shape[2])
+        return cls._create(F.sk_layout_create_from_flex, byref(g), _i32_ptr(c), _i32_ptr(i), int32(i.shape[2], "indices.shape[-1]"))
 
     @classmethod
     def from_block_mask(cls, block_mask) -> "Layout":
@@ -464,6 +478,12 @@ class Layout:
         )
 
 
+def _rebuild_layout(row_offsets, col_indices, grid) -> Layout:
+    """Layout.__reduce__'s inverse: a validated copy from the arrays."""
+    rows, cols, br, bc, batch, heads = grid
+    return Layout.from_bsr(row_offsets, col_indices, rows, cols, block=(br, bc), batch=batch, heads=heads)
+
+
 class DeviceLayout:
     """A block-sparse layout written on a CUDA device by the top-k selection
     (sparsek.select_topk, layout_from_scores or attention_topk on torch CUDA
@@ -498,19 +518,25 @@ class DeviceLayout:
         the current stream of their device)."""
         import torch
 
+        if not isinstance(grid, Grid):
+            raise TypeError(f"grid must be a sparsek.Grid, got {type(grid).__name__}")
+        capacity = int32(capacity, "capacity")
+        if capacity < 0:
+            raise ValueError(f"capacity = {capacity} must be >= 0")
         if not (isinstance(row_offsets, torch.Tensor) and isinstance(col_indices, torch.Tensor)):
             raise TypeError("row_offsets and col_indices must be torch tensors")
         if row_offsets.dtype != torch.int32 or col_indices.dtype != torch.int32:
             raise TypeError("row_offsets and col_indices must be int32 tensors")
         if row_offsets.device != col_indices.device or row_offsets.device.type != "cuda":
             raise ValueError("row_offsets and col_indices must be on the same CUDA device")
-        want = grid.slices * grid.row_blocks + 1
+        rb, _, ns = grid_blocks(grid)  # the library's grid checks first
+        want = ns * rb + 1
         if row_offsets.numel() != want or not row_offsets.is_contiguous():
             raise ValueError(f"row_offsets must be a contiguous tensor of {want} entries")
-        if col_indices.numel() < max(int(capacity), 1) or not col_indices.is_contiguous():
-            raise ValueError(f"col_indices must be a contiguous tensor of at least {max(int(capacity), 1)} entries")
+        if col_indices.numel() < max(capacity, 1) or not col_indices.is_contiguous():
+            raise ValueError(f"col_indices must be a contiguous tensor of at least {max(capacity, 1)} entries")
         self._grid = grid
-        self._capacity = int(capacity)
+        self._capacity = capacity
         self._ro = row_offsets
         self._ci = col_indices
         self._stream = stream if stream is not None else torch.cuda.current_stream(row_offsets.device)

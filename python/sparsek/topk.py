@@ -31,8 +31,10 @@ from ctypes import byref, c_int32, c_size_t, sizeof
 import numpy as np
 
 from ._lib import Backend, DType, F, Mask, SkAttentionDesc, SkBsr, SkGrid, SkTopkDesc, check
-from .attention import _adapt, _check_family, _check_out, _check_qkv, _empty_like, _empty_lse, _outer_strides, _parse_backend
-from .layout import DeviceLayout, Grid, Layout, _int
+from ._arrays import adapt, check_family, check_packed, outer_strides, packed
+from ._cvalues import float32, int32, int64
+from .attention import _check_out, _check_qkv, _empty_like, _empty_lse, _parse_backend
+from .layout import DeviceLayout, Grid, Layout
 
 __all__ = ["block_pool", "select_topk", "pool_select_topk", "layout_from_scores", "attention_topk", "topk_capacity"]
 
@@ -43,7 +45,7 @@ __all__ = ["block_pool", "select_topk", "pool_select_topk", "layout_from_scores"
 
 
 def _block(value, name: str) -> int:
-    b = _int(value, name)
+    b = int32(value, name)
     if b not in (64, 128):
         raise ValueError(f"{name} = {b} must be 64 or 128")
     return b
@@ -57,22 +59,21 @@ def _scale(scale) -> float:
     """0.0 (the library's 1/sqrt(D)) for None; else a finite non-zero float."""
     if scale is None:
         return 0.0
-    if isinstance(scale, bool):
-        raise TypeError("scale must be a number or None")
-    s = float(scale)
+    s = float32(scale, "scale", nonzero=True)
     if s == 0.0 or not math.isfinite(s):
         raise ValueError(f"scale = {s} must be finite and non-zero (None means 1/sqrt(D))")
     return s
 
 
-def _options(k, sink_blocks, local_blocks):
-    """ints; their ranges are the library's to check (SparseKError)."""
-    return _int(k, "k"), _int(sink_blocks, "sink_blocks"), _int(local_blocks, "local_blocks")
+def _options(k, sink_blocks, local_blocks, k_name="k"):
+    """int32 values (TypeError / ValueError here); their ranges are the
+    library's to check (SparseKError)."""
+    return int32(k, k_name), int32(sink_blocks, "sink_blocks"), int32(local_blocks, "local_blocks")
 
 
 def _check_qk(q, k):
-    aq, ak = _adapt(q, "q"), _adapt(k, "k")
-    _check_family((aq, ak))
+    aq, ak = adapt(q, "q"), adapt(k, "k")
+    check_family((aq, ak))
     for a, name in ((aq, "q"), (ak, "k")):
         if len(a.shape) != 4:
             what = "[B, Sq, Hq, D]" if name == "q" else "[B, Sk, Hkv, D]"
@@ -116,9 +117,9 @@ def _desc(be, dtype, B, Sq, Sk, Hq, Hkv, D, block_q, block_k, scale, k, sinks, l
     d.batch, d.seq_q, d.seq_k = B, Sq, Sk
     d.heads_q, d.heads_kv, d.head_dim = Hq, Hkv, D
     if q_strides is not None:
-        d.q_strides[0], d.q_strides[1], d.q_strides[2] = q_strides
+        d.q_strides = q_strides
     if k_strides is not None:
-        d.k_strides[0], d.k_strides[1], d.k_strides[2] = k_strides
+        d.k_strides = k_strides
     d.block_q, d.block_k = block_q, block_k
     d.scale = scale
     d.k, d.sink_blocks, d.local_blocks = k, sinks, local
@@ -221,7 +222,7 @@ def block_pool(q, k, block_q=128, block_k=128, *, backend=None):
     B, Sq, Hq, D = aq.shape
     _, Sk, Hkv, _ = ak.shape
     desc = _desc(be, aq.dtype, B, Sq, Sk, Hq, Hkv, D, bq, bk, 0.0, 0, 0, 0, False, False,
-                 _outer_strides(aq, "q"), _outer_strides(ak, "k"))
+                 outer_strides(aq, "q"), outer_strides(ak, "k"))
     pq_shape = (B, Hq, _ceil_div(Sq, bq), D)
     pk_shape = (B, Hkv, _ceil_div(Sk, bk), D)
     if aq.kind == "numpy":
@@ -242,8 +243,8 @@ def block_pool(q, k, block_q=128, block_k=128, *, backend=None):
 
 
 def _pooled_pair(pooled_q, pooled_k):
-    apq, apk = _adapt(pooled_q, "pooled_q"), _adapt(pooled_k, "pooled_k")
-    _check_family((apq, apk))
+    apq, apk = adapt(pooled_q, "pooled_q"), adapt(pooled_k, "pooled_k")
+    check_family((apq, apk))
     for a, name, what in ((apq, "pooled_q", "[B, Hq, row_blocks, D]"), (apk, "pooled_k", "[B, Hkv, col_blocks, D]")):
         if len(a.shape) != 4:
             raise ValueError(f"{name} must have 4 dimensions {what}; got shape {a.shape}")
@@ -251,9 +252,7 @@ def _pooled_pair(pooled_q, pooled_k):
             raise TypeError(f"{name}.dtype = {a.dtype_name}; pooled blocks are float32 (as block_pool returns them)")
         if min(a.shape) < 1:
             raise ValueError(f"every dimension of {name} must be >= 1, got shape {a.shape}")
-        packed = (a.shape[1] * a.shape[2] * a.shape[3], a.shape[2] * a.shape[3], a.shape[3], 1)
-        if any(s != p for s, p, n in zip(a.strides, packed, a.shape) if n > 1):
-            raise ValueError(f"{name} must be contiguous {what} (its element strides are {a.strides})")
+        check_packed(a, name, what)
     if apq.device != apk.device:
         raise ValueError(f"pooled_q and pooled_k are on different devices: {apq.device}, {apk.device}")
     if apq.shape[0] != apk.shape[0]:
@@ -268,7 +267,7 @@ def _pooled_pair(pooled_q, pooled_k):
 def _seq(seq, blocks: int, block: int, name: str, what: str) -> int:
     if seq is None:
         return blocks * block
-    s = _int(seq, name)
+    s = int64(seq, name)
     if s < 1 or _ceil_div(s, block) != blocks:
         raise ValueError(
             f"{name} = {s} does not fit {what}'s {blocks} blocks of {block} tokens "
@@ -355,11 +354,11 @@ def pool_select_topk(
     aq, ak = _check_qk(q, k)
     be = _qk_backend(aq, backend)
     bq, bk = _block(block_q, "block_q"), _block(block_k, "block_k")
-    kk, sinks, local = _options(k_blocks, sink_blocks, local_blocks)
+    kk, sinks, local = _options(k_blocks, sink_blocks, local_blocks, "k_blocks")
     B, Sq, Hq, D = aq.shape
     _, Sk, Hkv, _ = ak.shape
     desc = _desc(be, aq.dtype, B, Sq, Sk, Hq, Hkv, D, bq, bk, _scale(scale), kk, sinks, local, causal,
-                 per_kv_head, _outer_strides(aq, "q"), _outer_strides(ak, "k"))
+                 per_kv_head, outer_strides(aq, "q"), outer_strides(ak, "k"))
     grid, cap = _capacity(desc)
     return _select(
         grid, cap, None if be == Backend.CPU else q.device,
@@ -396,34 +395,34 @@ def layout_from_scores(
         arr = np.asarray(scores)
         if arr.dtype.kind != "f":
             raise TypeError(f"scores.dtype = {arr.dtype} must be a floating type")
-        scores = np.ascontiguousarray(arr, dtype=np.float32)
-    a = _adapt(scores, "scores")
+        scores = packed(arr, np.float32)
+    a = adapt(scores, "scores")
     if a.dtype != DType.F32:
         raise TypeError(f"scores.dtype = {a.dtype_name} must be float32")
     if a.kind == "torch" and not scores.is_contiguous():
         scores = scores.contiguous()
-        a = _adapt(scores, "scores")
+        a = adapt(scores, "scores")
     shape = a.shape
     if len(shape) == 4:
         B, H = shape[0], shape[1]
-        if (batch is not None and _int(batch, "batch") != B) or (heads is not None and _int(heads, "heads") != H):
+        if (batch is not None and int32(batch, "batch") != B) or (heads is not None and int32(heads, "heads") != H):
             raise ValueError(f"batch / heads ({batch}, {heads}) disagree with scores' shape {shape}")
     elif len(shape) == 3:
         ns = shape[0]
         if batch is None and heads is None:
             B, H = 1, ns
         elif heads is None:
-            B = _int(batch, "batch")
+            B = int32(batch, "batch")
             H = ns // B if B > 0 and ns % B == 0 else 0
         elif batch is None:
-            H = _int(heads, "heads")
+            H = int32(heads, "heads")
             B = ns // H if H > 0 and ns % H == 0 else 0
         else:
-            B, H = _int(batch, "batch"), _int(heads, "heads")
+            B, H = int32(batch, "batch"), int32(heads, "heads")
         if B < 1 or H < 1 or B * H != ns:
             raise ValueError(f"scores has {ns} slices; batch x heads = {batch} x {heads} does not match")
     elif len(shape) == 2:
-        B, H = _int(batch if batch is not None else 1, "batch"), _int(heads if heads is not None else 1, "heads")
+        B, H = int32(batch if batch is not None else 1, "batch"), int32(heads if heads is not None else 1, "heads")
         if B * H != 1:
             raise ValueError(f"2-D scores are one slice; got batch = {B}, heads = {H}")
     else:
@@ -453,9 +452,9 @@ def topk_capacity(batch, seq_q, seq_k, heads_q, heads_kv, k, sink_blocks=0, loca
     """(Grid, capacity) of the layout a selection of these sizes writes
     (sk_topk_layout_capacity): the most blocks it can select."""
     kk, sinks, local = _options(k, sink_blocks, local_blocks)
-    desc = _desc(Backend.CPU, DType.F32, _int(batch, "batch"), _int(seq_q, "seq_q"), _int(seq_k, "seq_k"),
-                 _int(heads_q, "heads_q"), _int(heads_kv, "heads_kv"), 8, _int(block_q, "block_q"),
-                 _int(block_k, "block_k"), 0.0, kk, sinks, local, causal, per_kv_head)
+    desc = _desc(Backend.CPU, DType.F32, int64(batch, "batch"), int64(seq_q, "seq_q"), int64(seq_k, "seq_k"),
+                 int64(heads_q, "heads_q"), int64(heads_kv, "heads_kv"), 8, int32(block_q, "block_q"),
+                 int32(block_k, "block_k"), 0.0, kk, sinks, local, causal, per_kv_head)
     return _capacity(desc)
 
 
@@ -493,7 +492,7 @@ def attention_topk(
     aq, ak, av = _check_qkv(q, k, v)
     be = _qk_backend(aq, backend)
     bq, bk = _block(block_q, "block_q"), _block(block_k, "block_k")
-    kk, sinks, local = _options(k_blocks, sink_blocks, local_blocks)
+    kk, sinks, local = _options(k_blocks, sink_blocks, local_blocks, "k_blocks")
     sc = _scale(scale)
     B, Sq, Hq, D = aq.shape
     _, Sk, Hkv, _ = ak.shape
@@ -501,7 +500,7 @@ def attention_topk(
         out = _empty_like(q, aq)
     ao = _check_out(out, aq)
 
-    qs, ks, vs, os_ = (_outer_strides(a, n) for a, n in ((aq, "q"), (ak, "k"), (av, "v"), (ao, "out")))
+    qs, ks, vs, os_ = (outer_strides(a, n) for a, n in ((aq, "q"), (ak, "k"), (av, "v"), (ao, "out")))
     attn = SkAttentionDesc()
     check(F.sk_attention_desc_init(byref(attn), sizeof(attn)))
     attn.backend = int(be)
@@ -510,8 +509,7 @@ def attention_topk(
     attn.heads_q, attn.heads_kv, attn.head_dim = Hq, Hkv, D
     attn.scale = sc
     attn.mask = int(Mask.CAUSAL if causal else Mask.NONE)
-    for field, st in ((attn.q_strides, qs), (attn.k_strides, ks), (attn.v_strides, vs), (attn.o_strides, os_)):
-        field[0], field[1], field[2] = st
+    attn.q_strides, attn.k_strides, attn.v_strides, attn.o_strides = qs, ks, vs, os_
     topk = _desc(be, aq.dtype, B, Sq, Sk, Hq, Hkv, D, bq, bk, sc, kk, sinks, local, causal, per_kv_head, qs, ks)
     grid, cap = _capacity(topk)
 

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import subprocess
 import sys
+import textwrap
 
 import numpy as np
 import pytest
@@ -122,6 +124,39 @@ def make_qkv(rng, B, Sq, Sk, Hq, Hkv, D, dtype=np.float32):
     k = rng.standard_normal((B, Sk, Hkv, D)).astype(dtype)
     v = rng.standard_normal((B, Sk, Hkv, D)).astype(dtype)
     return q, k, v
+
+
+# Defined in every run_python script: attempt(call) prints "accepted" or the
+# ValueError / TypeError that call() raised ("ValueError: <text>").
+_ATTEMPT = """
+def attempt(call):
+    try:
+        call()
+        print("accepted")
+    except (TypeError, ValueError) as e:
+        print(f"{type(e).__name__}: {e}")
+"""
+
+
+def run_python(code: str, cwd) -> subprocess.CompletedProcess:
+    """code (dedented) in a fresh interpreter with the sparsek package and
+    library this one imported, in cwd: a test of something that used to
+    crash fails instead of killing pytest (a crash shows as a negative
+    return code)."""
+    import sparsek
+
+    package_dir = os.path.dirname(os.path.dirname(os.path.abspath(sparsek.__file__)))
+    env = dict(os.environ, PYTHONPATH=package_dir, SPARSEK_LIBRARY=str(sparsek.LIBRARY_PATH))
+    return subprocess.run(
+        [sys.executable, "-c", _ATTEMPT + textwrap.dedent(code)], cwd=cwd, env=env, capture_output=True, text=True,
+        timeout=300,
+    )
+
+
+def assert_refused(result: subprocess.CompletedProcess, text: str) -> None:
+    """The subprocess ended normally and printed text."""
+    assert result.returncode == 0, f"crashed or failed (status {result.returncode}): {result.stderr[-2000:]}"
+    assert text in result.stdout, result.stdout + result.stderr
 
 
 def bench_dir():

@@ -323,6 +323,33 @@ expect_usage "topk: --sinks-blocks and --sinks together" run --backend cpu --pat
 expect_usage "topk: --local-blocks and --window together" run --backend cpu --pattern topk --local-blocks 1 --window 64
 expect_usage "topk: nothing to select" run --backend cpu --pattern topk --topk-k 0
 
+# --- numbers derived from the flags stay in range (issue 27) -----------------
+# strided's default stride is round(1 / density): a density so small that the
+# stride passes --stride's maximum is a usage error naming both (before:
+# 1e-30 ran dense and reported density 1; 2.5e-10 failed with a negative
+# int32 stride from the library).
+for d in 1e-30 2.5e-10 5.9e-8; do
+    name="strided: --density $d gives a stride past --stride's maximum: usage, exit 2"
+    run_cmd run $TINY --pattern strided --density $d
+    if [ "$rc" -eq 2 ] && grep -q "above --stride's maximum 16777216" "$err" && grep -q "usage" "$err" &&
+        [ ! -s "$out" ]; then ok "$name"; else bad "$name" "status $rc"; fi
+done
+json_check "strided: --density 1e-7 gives stride 10000000 (in range)" \
+    "'stride 10000000 blocks' in d['pattern_detail'] and d['check_passed'] is True" \
+    run $TINY --pattern strided --density 1e-7
+json_check "strided: --stride given, a tiny --density sets no stride" \
+    "'stride 2 blocks' in d['pattern_detail'] and d['check_passed'] is True" \
+    run $TINY --pattern strided --density 1e-30 --stride 2
+# Sizes whose products pass 2^63 stop before any estimate or count is made
+# from them (before: the expected time was printed from a wrapped int64).
+for dim in 1024 1; do
+    name="sizes past 2^63 (--dim $dim): error before the estimate, exit 1"
+    run_cmd run --backend cpu --batch 1048576 --heads 65536 --seq 4194304 --dim $dim --block 64 \
+        --pattern window --window 64 --check-rows 0 --progress
+    if [ "$rc" -eq 1 ] && grep -q -E "^sparsek: the (tensors are too large|workload has too many blocks)" "$err" &&
+        ! grep -q "expected to take" "$err"; then ok "$name"; else bad "$name" "status $rc"; fi
+done
+
 # --- a library failure is reported with its status ---------------------------
 run_cmd run --backend cpu --seq 16777216 --block 64 --dim 8 --pattern dense
 if [ "$rc" -eq 1 ] && grep -q "^sparsek: sk_layout_create_dense: SK_STATUS_BAD_LAYOUT_OVERFLOW: " "$err"; then

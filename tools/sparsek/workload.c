@@ -25,6 +25,33 @@ static int64_t opt_or(const run_opts *o, int_flag_id id, int64_t fallback) {
     return o->iset[id] ? o->ival[id] : fallback;
 }
 
+/* strided's default stride, round(1 / density), within --stride's range: a
+ * density below 1 / (its maximum) is a usage error, as llround of a larger
+ * value would overflow (1e-30) or land outside int32 (2.5e-10). */
+static int64_t density_stride(double density) {
+    const double inverse = 1.0 / density; /* density is in (0, 1]: inverse >= 1 */
+    const int_flag *f = &int_flags[OPT_STRIDE];
+    if (!(inverse < (double)f->hi + 0.5))
+        usage_error("--density %g gives the strided pattern a stride round(1 / density) = %.3g, "
+                    "above %s's maximum %lld: give a larger density, or %s",
+                    density, inverse, f->name, (long long)f->hi, f->name);
+    return llround(inverse);
+}
+
+/* The factors of every later int64 product (elements of Q, K, V, O; blocks
+ * over all (b, h)) checked in double first: a workload past ~2^63 bytes or
+ * blocks stops here, before an estimate or a count could overflow. */
+static void check_workload_size(const workload *w) {
+    const double es = (double)host_dtype_size(w->dtype);
+    const double q = (double)w->batch * (double)w->seq_q * (double)w->heads_q * (double)w->dim * es;
+    const double kv =
+        (double)w->batch * (double)w->seq_k * (double)w->heads_kv * (double)w->dim * es;
+    const double blocks =
+        (double)w->batch * (double)w->heads_q * (double)w->row_blocks * (double)w->col_blocks;
+    if (q > 9.0e18 || kv > 9.0e18) fail("the tensors are too large (%.3g bytes)", q > kv ? q : kv);
+    if (blocks > 9.0e18) fail("the workload has too many blocks (%.3g)", blocks);
+}
+
 void resolve_workload(const run_opts *o, int32_t gpu_count, workload *w) {
     memset(w, 0, sizeof *w);
     backend_choice bc = o->backend;
@@ -76,6 +103,7 @@ void resolve_workload(const run_opts *o, int32_t gpu_count, workload *w) {
                     (long long)w->heads_q);
     if (w->dtype == SK_DTYPE_F32 && w->on_gpu)
         usage_error("--dtype f32 is for the CPU backend only (add --backend cpu)");
+    check_workload_size(w);
 
     const int pattern_causal =
         w->pattern == PAT_CAUSAL || w->pattern == PAT_WINDOW || w->pattern == PAT_SINKS;
@@ -92,12 +120,10 @@ void resolve_workload(const run_opts *o, int32_t gpu_count, workload *w) {
         w->sinks = opt_or(o, OPT_SINKS, w->block_k);
         if (w->window < 1) usage_error("--window must be >= 1 for the sinks pattern");
         break;
-    case PAT_STRIDED: {
-        const int64_t s = llround(1.0 / o->density);
-        w->stride = opt_or(o, OPT_STRIDE, s > 1 ? s : 1);
+    case PAT_STRIDED:
+        w->stride = o->iset[OPT_STRIDE] ? o->ival[OPT_STRIDE] : density_stride(o->density);
         w->window = opt_or(o, OPT_WINDOW, w->block_k);
         break;
-    }
     case PAT_RANDOM:
     case PAT_TOPK: {
         int64_t k = llround(o->density * (double)w->col_blocks);
