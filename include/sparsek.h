@@ -42,6 +42,11 @@
  *   element bytes) is computed exactly; one that does not fit int64 is
  *   SK_STATUS_BAD_PARAM_OVERFLOW naming the tensor, and a grid whose counts
  *   do not fit int32 is SK_STATUS_BAD_LAYOUT_OVERFLOW.
+ * - Alignment: every array is aligned to its element type (int32 layout
+ *   arrays, counts and indices, fp32 scores and LSE: 4 bytes; fp16/bf16
+ *   tensors: 2), on every backend; CUDA tensors, pooled buffers and
+ *   workspaces need 16 bytes where their entries say so. A misaligned
+ *   pointer is SK_STATUS_BAD_PARAM_ALIGNMENT naming the argument.
  *
  * ---------------------------------------------------------------------------
  * Attention semantics

@@ -89,6 +89,10 @@ static sk_status check_layout_geometry(const sk_attention_desc *d, const sk_bsr 
     if (layout->col_indices == NULL && layout->nnz > 0)
         return sk_error(SK_STATUS_BAD_PARAM_NULL_POINTER,
                         "layout->col_indices must not be NULL when nnz = %d > 0", (int)layout->nnz);
+    /* int32 arrays on every backend (the CUDA kernels load them as such). */
+    SK_TRY(sk_check_alignment(layout->row_offsets, NULL, 4, 4, 0, "layout->row_offsets"));
+    if (layout->col_indices != NULL)
+        SK_TRY(sk_check_alignment(layout->col_indices, NULL, 4, 4, 0, "layout->col_indices"));
     p->block_q = g->block_rows;
     p->block_k = g->block_cols;
     p->row_blocks = row_blocks;

@@ -115,6 +115,10 @@ static sk_status build_problem(const sk_bsr_gemm_desc *d, const sk_bsr *a,
     if (a->col_indices == NULL && a->nnz > 0)
         return sk_error(SK_STATUS_BAD_PARAM_NULL_POINTER,
                         "a_layout->col_indices must not be NULL when nnz = %d > 0", (int)a->nnz);
+    /* int32 arrays on every backend (the CUDA kernels load them as such). */
+    SK_TRY(sk_check_alignment(a->row_offsets, NULL, 4, 4, 0, "a_layout->row_offsets"));
+    if (a->col_indices != NULL)
+        SK_TRY(sk_check_alignment(a->col_indices, NULL, 4, 4, 0, "a_layout->col_indices"));
     p->block_m = a->grid.block_rows;
     p->block_k = a->grid.block_cols;
     p->row_blocks = row_blocks;

@@ -181,6 +181,8 @@ sk_status sk_layout_create_from_flex(sk_layout_t *out, const sk_grid *grid, cons
     SK_CHECK_NOT_NULL(grid);
     SK_CHECK_NOT_NULL(counts);
     SK_CHECK_NOT_NULL(indices);
+    SK_TRY(sk_check_alignment(counts, NULL, 4, 4, 0, "counts"));
+    SK_TRY(sk_check_alignment(indices, NULL, 4, 4, 0, "indices"));
     grid_sizes gs;
     SK_TRY(grid_sizes_get(grid, &gs));
     if (row_width < 1)
@@ -246,6 +248,8 @@ sk_status sk_layout_to_flex(const sk_bsr *layout, int32_t *counts, size_t counts
     SK_CHECK_NOT_NULL(counts);
     SK_CHECK_NOT_NULL(indices);
     SK_TRY(sk_layout_check(layout));
+    SK_TRY(sk_check_alignment(counts, NULL, 4, 4, 0, "counts"));
+    SK_TRY(sk_check_alignment(indices, NULL, 4, 4, 0, "indices"));
     grid_sizes gs;
     SK_TRY(grid_sizes_get(&layout->grid, &gs));
     if ((uint64_t)counts_len < (uint64_t)gs.total_rows)

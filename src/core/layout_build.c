@@ -28,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/check.h"
 #include "core/internal.h"
 #include "core/layout.h"
 
@@ -507,6 +508,7 @@ sk_status sk_layout_create_topk(sk_layout_t *out, const sk_grid *grid, const flo
     SK_CHECK_NOT_NULL(grid);
     SK_CHECK_NOT_NULL(scores);
     SK_CHECK_NOT_NULL(options);
+    SK_TRY(sk_check_alignment(scores, NULL, 4, 4, 0, "scores"));
     int32_t row_blocks, col_blocks, slices;
     SK_TRY(sk_grid_check(grid, &row_blocks, &col_blocks, &slices));
     const sk_topk_options opt = *options;

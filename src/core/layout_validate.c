@@ -1,11 +1,12 @@
 /*
  * layout_validate.c - the full check of a host BSR layout.
  *
- * Order: grid, arrays present, nnz, offsets (first 0, non-decreasing, each
+ * Order: grid, arrays present (and 4-byte aligned), nnz, offsets (first 0, non-decreasing, each
  * within [0, nnz]), last offset == nnz, then each row's indices (in range,
  * strictly increasing; a repeat is reported as a duplicate, a decrease as
  * unsorted). Messages name the slice, row and entry.
  */
+#include "core/check.h"
 #include "core/internal.h"
 #include "core/layout.h"
 
@@ -21,6 +22,10 @@ sk_status sk_layout_check(const sk_bsr *layout) {
     if (layout->col_indices == NULL && layout->nnz > 0)
         return sk_error(SK_STATUS_BAD_PARAM_NULL_POINTER,
                         "layout->col_indices must not be NULL when nnz = %d > 0", (int)layout->nnz);
+    /* The arrays are read as int32: a misaligned one is undefined behaviour. */
+    SK_TRY(sk_check_alignment(layout->row_offsets, NULL, 4, 4, 0, "layout->row_offsets"));
+    if (layout->col_indices != NULL)
+        SK_TRY(sk_check_alignment(layout->col_indices, NULL, 4, 4, 0, "layout->col_indices"));
 
     const int32_t rows = slices * row_blocks; /* fits: checked by sk_grid_check */
     const int32_t *off = layout->row_offsets;

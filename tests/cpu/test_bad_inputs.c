@@ -171,6 +171,26 @@ static void expect_attn(attn_fixture *f, api_call call, sk_status want, const ch
 
 /* One test per bad input: FIX is the fixture, BREAK the statements that
  * break it. */
+/* A view of `l` whose row_offsets (which == 0) or col_indices (which == 1)
+ * sit one byte past a 4-byte boundary: copies in static storage, so the
+ * fixture's own arrays stay what its free expects. */
+static const sk_bsr *misaligned_layout(const sk_bsr *l, int which) {
+    static int64_t words[1 << 13]; /* 8-byte aligned */
+    unsigned char *storage = (unsigned char *)words;
+    static sk_bsr view;
+    int32_t slices = 0, rows = 0;
+    if (sk_grid_blocks(&l->grid, &rows, NULL, &slices) != SK_STATUS_SUCCESS) return l;
+    const size_t n = which == 0 ? (size_t)slices * (size_t)rows + 1 : (size_t)l->nnz;
+    if (n * sizeof(int32_t) + 1 > sizeof words) return l;
+    memcpy(storage + 1, which == 0 ? l->row_offsets : l->col_indices, n * sizeof(int32_t));
+    view = *l;
+    if (which == 0)
+        view.row_offsets = (int32_t *)(void *)(storage + 1);
+    else
+        view.col_indices = (int32_t *)(void *)(storage + 1);
+    return &view;
+}
+
 #define BAD_ATTN(name, call, want, needle, ...)                                                    \
     SK_TEST(bad_input_attention_##name) {                                                          \
         attn_fixture fx;                                                                           \
@@ -267,6 +287,10 @@ BAD_ATTN(lse_overlaps_o, CALL_FORWARD, SK_STATUS_BAD_PARAM_STRIDE, "lse",
          FIX->lse_arg = (float *)(void *)(FIX->o.p + 256))
 BAD_ATTN(misaligned_q_f16, CALL_RUN, SK_STATUS_BAD_PARAM_ALIGNMENT,
          "q = ", FIX->q_arg = FIX->q.p + 1)
+BAD_ATTN(misaligned_row_offsets, CALL_RUN, SK_STATUS_BAD_PARAM_ALIGNMENT, "layout->row_offsets",
+         FIX->layout_arg = misaligned_layout(&FIX->layout, 0))
+BAD_ATTN(misaligned_col_indices, CALL_PLAN, SK_STATUS_BAD_PARAM_ALIGNMENT, "layout->col_indices",
+         FIX->layout_arg = misaligned_layout(&FIX->layout, 1))
 BAD_ATTN(layout_unsorted, CALL_RUN, SK_STATUS_BAD_LAYOUT_UNSORTED, "col_indices",
          FIX->layout.col_indices[3] = 1;
          FIX->layout.col_indices[4] = 0)
@@ -476,6 +500,10 @@ BAD_GEMM(c_overlaps_b, GCALL_RUN, SK_STATUS_BAD_PARAM_STRIDE, "overlaps",
          FIX->c_arg = (void *)(FIX->b.p + 100))
 BAD_GEMM(misaligned_c_f32, GCALL_RUN, SK_STATUS_BAD_PARAM_ALIGNMENT,
          "c = ", FIX->c_arg = (void *)(FIX->c.p + 2))
+BAD_GEMM(misaligned_row_offsets, GCALL_GEMM, SK_STATUS_BAD_PARAM_ALIGNMENT,
+         "a_layout->row_offsets", FIX->layout_arg = misaligned_layout(&FIX->layout, 0))
+BAD_GEMM(misaligned_col_indices, GCALL_RUN, SK_STATUS_BAD_PARAM_ALIGNMENT,
+         "a_layout->col_indices", FIX->layout_arg = misaligned_layout(&FIX->layout, 1))
 BAD_GEMM(layout_unsorted, GCALL_RUN, SK_STATUS_BAD_LAYOUT_UNSORTED, "col_indices",
          FIX->layout.col_indices[0] = 1;
          FIX->layout.col_indices[1] = 0)

@@ -359,3 +359,60 @@ SK_TEST(layout_from_bsr_and_view_reject_bad_arguments) {
     EXPECT_STATUS(sk_layout_view(layout, NULL), SK_STATUS_BAD_PARAM_NULL_POINTER, "view");
     sk_layout_destroy(layout);
 }
+
+/* ---------------------------------------------------------------------------
+ * Misaligned int32 / fp32 arrays: read as such, so refused before any read
+ * (found by the atheris harness through Layout.topk, issue 27). Each array
+ * is shifted by one byte inside a buffer that holds a good copy.
+ * ------------------------------------------------------------------------- */
+
+/* A copy of `n` int32 at one byte past a 4-byte boundary. */
+static int32_t *misaligned_i32(unsigned char *buf, const int32_t *src, size_t n) {
+    memcpy(buf + 1, src, n * sizeof(int32_t));
+    return (int32_t *)(void *)(buf + 1);
+}
+
+SK_TEST(layout_functions_reject_misaligned_arrays) {
+    int32_t off[3] = {0, 2, 3}, idx[3] = {1, 3, 0};
+    int64_t w_off[4], w_idx[4], w_scores[8], w_counts[4], w_flex[8]; /* 8-byte aligned */
+    unsigned char *b_off = (unsigned char *)w_off, *b_idx = (unsigned char *)w_idx;
+    unsigned char *b_scores = (unsigned char *)w_scores, *b_counts = (unsigned char *)w_counts;
+    unsigned char *b_flex = (unsigned char *)w_flex;
+    sk_bsr good = bsr_of(off, idx, 3);
+
+    sk_bsr bad = good;
+    bad.row_offsets = misaligned_i32(b_off, off, 3);
+    EXPECT_STATUS(sk_layout_validate(&bad), SK_STATUS_BAD_PARAM_ALIGNMENT, "layout->row_offsets");
+    bad = good;
+    bad.col_indices = misaligned_i32(b_idx, idx, 3);
+    EXPECT_STATUS(sk_layout_validate(&bad), SK_STATUS_BAD_PARAM_ALIGNMENT, "layout->col_indices");
+
+    sk_layout_t out = SENTINEL;
+    EXPECT_STATUS(sk_layout_create_from_bsr(&out, &bad), SK_STATUS_BAD_PARAM_ALIGNMENT,
+                  "layout->col_indices");
+    CHECK(out == SENTINEL, "*out written on failure");
+
+    /* Scores of the top-k builder: 2 x 4 blocks. */
+    float scores[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    memcpy(b_scores + 2, scores, sizeof scores);
+    sk_topk_options opt;
+    memset(&opt, 0, sizeof opt);
+    opt.k = 1;
+    const sk_grid g = err_grid(128, 256);
+    EXPECT_STATUS(sk_layout_create_topk(&out, &g, (const float *)(void *)(b_scores + 2), &opt),
+                  SK_STATUS_BAD_PARAM_ALIGNMENT, "scores");
+    CHECK(out == SENTINEL, "*out written on failure");
+
+    /* FlexAttention's form, both ways. */
+    int32_t counts[2] = {2, 1}, flex[8] = {1, 3, 0, 0, 0, 0, 0, 0};
+    EXPECT_STATUS(sk_layout_create_from_flex(&out, &g, misaligned_i32(b_counts, counts, 2), flex, 4),
+                  SK_STATUS_BAD_PARAM_ALIGNMENT, "counts");
+    EXPECT_STATUS(sk_layout_create_from_flex(&out, &g, counts, misaligned_i32(b_flex, flex, 8), 4),
+                  SK_STATUS_BAD_PARAM_ALIGNMENT, "indices");
+    CHECK(out == SENTINEL, "*out written on failure");
+    memset(b_counts, 0x5a, sizeof w_counts);
+    EXPECT_STATUS(sk_layout_to_flex(&good, (int32_t *)(void *)(b_counts + 1), 2, flex, 8),
+                  SK_STATUS_BAD_PARAM_ALIGNMENT, "counts");
+    for (size_t i = 0; i < sizeof w_counts; ++i)
+        CHECK(b_counts[i] == 0x5a, "counts byte %zu written on failure", i);
+}
