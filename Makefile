@@ -275,7 +275,8 @@ endef
 $(foreach h,$(FUZZ_HARNESSES),$(eval $(call FUZZ_LINK,$(h))))
 
 # The seed writer: plain C, no sanitizer, no library.
-$(FUZZ_DIR)/make_seeds: tests/fuzz/make_seeds.c tests/fuzz/fz_codec.c $(wildcard tests/fuzz/*_case.c)
+$(FUZZ_DIR)/make_seeds: tests/fuzz/make_seeds.c tests/fuzz/fz_codec.c tests/fuzz/fz_layout_gen.c \
+		$(wildcard tests/fuzz/*_case.c)
 	@mkdir -p $(dir $@)
 	$(CC) -std=c99 -D_POSIX_C_SOURCE=200809L $(WARN) -O1 -Iinclude -Itests -o $@ $^
 

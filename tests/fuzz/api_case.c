@@ -16,21 +16,10 @@ void api_case_code(fz_codec *c, api_case *k) {
     fz_i32(c, &k->topk_mask);
     for (int t = 0; t < 4; ++t)
         for (int i = 0; i < 3; ++i) fz_i64(c, &k->strides[t][i]);
-    fz_i64(c, &k->grid.rows);
-    fz_i64(c, &k->grid.cols);
-    fz_i32(c, &k->grid.block_rows);
-    fz_i32(c, &k->grid.block_cols);
-    fz_i32(c, &k->grid.batch);
-    fz_i32(c, &k->grid.heads);
+    fz_grid_code(c, &k->grid);
     fz_u8(c, &k->density);
     fz_i32(c, &k->nnz_delta);
-    fz_u8(c, &k->n_edits);
-    if (!c->writing) k->n_edits %= API_MAX_EDITS + 1;
-    for (int i = 0; i < k->n_edits; ++i) {
-        fz_u8(c, &k->edits[i].kind);
-        fz_u16(c, &k->edits[i].pos);
-        fz_i32(c, &k->edits[i].value);
-    }
+    fz_edits_code(c, &k->n_edits, k->edits, API_MAX_EDITS);
     fz_i32(c, &k->block_q);
     fz_i32(c, &k->block_k);
     fz_i32(c, &k->k);

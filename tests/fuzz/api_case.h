@@ -13,6 +13,7 @@
 
 #include "fz_arena.h"
 #include "fz_codec.h"
+#include "fz_layout_gen.h"
 #include "sparsek.h"
 
 /* The entry points, op % API_OPS. */
@@ -52,15 +53,6 @@ enum {
 
 enum { API_MAX_EDITS = 4 };
 
-/* An edit of the layout arrays built from the mask: kind % 4 = 0 set,
- * 1 add, to row_offsets; 2 set, 3 add, to col_indices; at pos modulo the
- * array's length. */
-typedef struct api_edit {
-    uint8_t kind;
-    uint16_t pos;
-    int32_t value;
-} api_edit;
-
 typedef struct api_case {
     uint8_t op;
     uint8_t fault;     /* API_FAULT_*, modulo API_FAULTS */
@@ -76,10 +68,10 @@ typedef struct api_case {
         strides[4][3]; /* Q, K, V, O element strides (all 0 = packed); GEMM ldb, ldc in [0][0..1] */
     /* Layout (attention, GEMM): the grid, then a mask drawn from the seed. */
     sk_grid grid;
-    uint8_t density;   /* a block is selected with probability density / 255 */
-    int32_t nnz_delta; /* added to the mask's count to make nnz */
-    uint8_t n_edits;   /* modulo API_MAX_EDITS + 1 */
-    api_edit edits[API_MAX_EDITS];
+    uint8_t density;              /* a block is selected with probability density / 255 */
+    int32_t nnz_delta;            /* added to the mask's count to make nnz */
+    uint8_t n_edits;              /* modulo API_MAX_EDITS + 1 */
+    fz_edit edits[API_MAX_EDITS]; /* on the layout's row offsets and indices */
     /* Top-k. */
     int32_t block_q, block_k, k, sink_blocks, local_blocks, per_kv_head;
     uint8_t attn_fault; /* sk_attention_topk: attn differs from topk in field x % 8 (0, 1: none) */

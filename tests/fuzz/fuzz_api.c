@@ -22,6 +22,7 @@
  */
 #include "fuzz_api.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -29,25 +30,11 @@
 
 enum { ROW_CAP = 4096, DENSE_CAP = 1 << 16, NNZ_CAP = 1 << 16 };
 
-int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-int LLVMFuzzerInitialize(int *argc, char ***argv) {
-    (void)argc;
-    (void)argv;
-    setenv("OMP_NUM_THREADS", "1", 1); /* one thread: fast, and reproducible */
-    return 0;
-}
 
 /* ---------------------------------------------------------------------------
  * Layouts
  * ------------------------------------------------------------------------- */
-
-static void apply_edit(int32_t *arr, int64_t n, const api_edit *e) {
-    if (n <= 0) return;
-    int32_t *x = &arr[e->pos % n];
-    *x = (e->kind & 1) ? (int32_t)((uint32_t)*x + (uint32_t)e->value) : e->value;
-}
 
 int api_layout_build(const api_case *c, int reads, api_layout *l) {
     memset(l, 0, sizeof *l);
@@ -66,42 +53,15 @@ int api_layout_build(const api_case *c, int reads, api_layout *l) {
     uint8_t *sel = (uint8_t *)malloc((size_t)(rows * cb));
     tu_rng rng;
     tu_rng_seed(&rng, c->seed ^ 0x6c61796f7574ull);
-    int64_t count = 0;
-    for (int64_t x = 0; x < rows * cb; ++x) {
+    for (int64_t x = 0; x < rows * cb; ++x)
         sel[x] = (uint8_t)((tu_rng_next(&rng) & 255) < c->density);
-        count += sel[x];
-    }
-    int64_t nnz = count + c->nnz_delta;
-    if (nnz > INT32_MAX) nnz = INT32_MAX;
-    if (nnz < INT32_MIN) nnz = INT32_MIN;
-    if (nnz > NNZ_CAP) {
-        free(sel);
-        return 0;
-    }
-    l->bsr.nnz = (int32_t)nnz;
-    l->n_off = rows + 1;
-    l->n_idx = nnz > 0 ? nnz : 0;
-    l->off = (int32_t *)malloc((size_t)l->n_off * 4);
-    l->idx = (int32_t *)malloc((size_t)l->n_idx * 4 + 4);
-    int64_t n = 0;
-    l->off[0] = 0;
-    for (int64_t r = 0; r < rows; ++r) {
-        for (int64_t j = 0; j < cb; ++j)
-            if (sel[r * cb + j]) {
-                if (n < l->n_idx) l->idx[n] = (int32_t)j;
-                ++n;
-            }
-        l->off[r + 1] = (int32_t)n;
-    }
-    for (int64_t e = n; e < l->n_idx; ++e) l->idx[e] = (int32_t)(e % (cb + 1));
+    const int made =
+        fz_layout_from_mask(sel, rows, cb, c->nnz_delta, NNZ_CAP, &l->off, &l->idx, &l->bsr.nnz);
     free(sel);
-    for (int i = 0; i < c->n_edits; ++i) {
-        const api_edit *e = &c->edits[i];
-        if ((e->kind & 3) < 2)
-            apply_edit(l->off, l->n_off, e);
-        else
-            apply_edit(l->idx, l->n_idx, e);
-    }
+    if (!made) return 0;
+    l->n_off = rows + 1;
+    l->n_idx = l->bsr.nnz > 0 ? l->bsr.nnz : 0;
+    fz_edits_apply(c->edits, c->n_edits, l->off, l->n_off, l->idx, l->n_idx);
     return 1;
 }
 
@@ -178,6 +138,17 @@ int api_inputs_overlap(const fz_arena *a) {
             if (x->ptr < y->ptr + y->bytes && y->ptr < x->ptr + x->bytes) return 1;
         }
     return 0;
+}
+
+int api_place(fz_arena *a, const api_case *c, int skip, api_layout *l) {
+    if (!skip && fz_arena_place(a, &c->place, API_BYTES_CAP)) return 1;
+    fz_arena_free(a);
+    if (l != NULL) api_layout_free(l);
+    return 0;
+}
+
+double api_magnitude(const api_case *c) {
+    return ldexp(1.0, (int)(c->magnitude % 9) - 4);
 }
 
 int api_outcome(const fz_arena *a, sk_status st, const char *api, const fz_expect *e) {

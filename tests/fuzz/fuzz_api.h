@@ -59,6 +59,14 @@ void api_expect_apart(fz_expect *e, const fz_arena *a);
  * reference comparison is skipped). */
 int api_inputs_overlap(const fz_arena *a);
 
+/* Place the buffers (fz_arena_place) unless `skip` (a call too costly to
+ * make) or they exceed API_BYTES_CAP: then free the arena and the layout
+ * (NULL: none) and return 0. */
+int api_place(fz_arena *a, const api_case *c, int skip, api_layout *l);
+
+/* The scale of the inputs' values: 2^(magnitude % 9 - 4). */
+double api_magnitude(const api_case *c);
+
 /* The common outcome of a call: its status (fz_check_status with e), then
  * on failure every buffer untouched, on success writes only where masked.
  * Returns 1 on success. */
@@ -66,6 +74,22 @@ int api_outcome(const fz_arena *a, sk_status st, const char *api, const fz_expec
 
 /* A value written only on success (workspace sizes): untouched on failure. */
 #define API_UNTOUCHED_SIZE ((size_t)0x5A5A5A5A)
+
+/* The fields an attention and a top-k descriptor share, from the case. */
+#define API_DESC_COMMON(d, c)                                                                      \
+    do {                                                                                           \
+        (d)->backend = (sk_backend)(c)->backend;                                                   \
+        (d)->dtype = (sk_dtype)(c)->dtype;                                                         \
+        (d)->batch = (c)->size[0];                                                                 \
+        (d)->seq_q = (c)->size[1];                                                                 \
+        (d)->seq_k = (c)->size[2];                                                                 \
+        (d)->heads_q = (c)->size[3];                                                               \
+        (d)->heads_kv = (c)->size[4];                                                              \
+        (d)->head_dim = (c)->size[5];                                                              \
+        (d)->scale = (c)->scale;                                                                   \
+        memcpy((d)->q_strides, (c)->strides[0], sizeof(d)->q_strides);                             \
+        memcpy((d)->k_strides, (c)->strides[1], sizeof(d)->k_strides);                             \
+    } while (0)
 
 /* A top-k descriptor from the case, with what the checks need. */
 typedef struct api_topk {
@@ -90,8 +114,20 @@ void api_topk_add_qk(const api_topk *p, fz_arena *a, fz_expect *e);
 void api_topk_add_layout(const api_topk *p, fz_arena *a);
 /* After placement: Q and K values, the naive problem's pointers. */
 void api_topk_fill_qk(api_topk *p, fz_arena *a, int iq, tu_rng *rng, double mag);
-/* The layout struct of a selection, poisoned; the output arrays at i_off. */
-void api_topk_layout_struct(const fz_arena *a, int i_off, sk_bsr *lay);
+/* The layout struct of a selection, poisoned, over the output arrays at
+ * i_off; the rules on it (a NULL layout with the case's fault, NULL
+ * arrays) into e. */
+void api_topk_layout_struct(const api_case *c, const api_topk *p, const fz_arena *a, int i_off,
+                            sk_bsr *lay, fz_expect *e);
+/* Layout arrays of the problem's size, private to the harness (a second
+ * selection to compare with). */
+typedef struct api_topk_out {
+    int32_t *off, *idx;
+    sk_bsr bsr;
+} api_topk_out;
+void api_topk_out_init(const api_topk *p, api_topk_out *o);
+/* got equals o entry for entry (each with its real count as nnz); frees o. */
+void api_topk_out_require(const api_topk *p, api_topk_out *o, const sk_bsr *got, const char *what);
 /* A successful selection's layout: the struct's grid and nnz, the count,
  * validity (independent check). */
 void api_topk_check_layout(const api_topk *p, const sk_bsr *lay, const char *api);

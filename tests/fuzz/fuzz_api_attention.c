@@ -21,18 +21,8 @@
 
 static void make_desc(const api_case *c, sk_attention_desc *d) {
     sk_attention_desc_init(d, sizeof *d);
-    d->backend = (sk_backend)c->backend;
-    d->dtype = (sk_dtype)c->dtype;
-    d->batch = c->size[0];
-    d->seq_q = c->size[1];
-    d->seq_k = c->size[2];
-    d->heads_q = c->size[3];
-    d->heads_kv = c->size[4];
-    d->head_dim = c->size[5];
-    d->scale = c->scale;
+    API_DESC_COMMON(d, c);
     d->mask = (sk_mask)c->mask;
-    memcpy(d->q_strides, c->strides[0], sizeof d->q_strides);
-    memcpy(d->k_strides, c->strides[1], sizeof d->k_strides);
     memcpy(d->v_strides, c->strides[2], sizeof d->v_strides);
     memcpy(d->o_strides, c->strides[3], sizeof d->o_strides);
     if (c->fault == API_FAULT_STRUCT_SIZE) d->struct_size += 1;
@@ -116,16 +106,11 @@ void fuzz_api_attention(const api_case *c) {
     api_layout_add(&l, &a);
     api_workspace_add(c, &a);
     const double work = sizes_ok ? fz_attn_work(&at) : 0.0;
-    if ((!e.must_fail && tensors && work > API_WORK_CAP) ||
-        !fz_arena_place(&a, &c->place, API_BYTES_CAP)) {
-        fz_arena_free(&a);
-        api_layout_free(&l);
-        return;
-    }
+    if (!api_place(&a, c, !e.must_fail && tensors && work > API_WORK_CAP, &l)) return;
     /* Data: inputs N(0, 1) * mag with NaN between elements, outputs NaN. */
     tu_rng rng;
     tu_rng_seed(&rng, c->seed);
-    const double mag = ldexp(1.0, (int)(c->magnitude % 9) - 4);
+    const double mag = api_magnitude(c);
     void *ptr[5] = {NULL, NULL, NULL, NULL, NULL};
     if (tensors) {
         const fz_tensor *t[3] = {&at.q, &at.k, &at.v};

@@ -23,18 +23,8 @@
 /* attn from the top-k descriptor, one field changed by the fault. */
 static void make_attn(const api_case *c, const api_topk *p, sk_attention_desc *a, fz_expect *e) {
     sk_attention_desc_init(a, sizeof *a);
-    a->backend = p->d.backend;
-    a->dtype = p->d.dtype;
-    a->batch = p->d.batch;
-    a->seq_q = p->d.seq_q;
-    a->seq_k = p->d.seq_k;
-    a->heads_q = p->d.heads_q;
-    a->heads_kv = p->d.heads_kv;
-    a->head_dim = p->d.head_dim;
-    a->scale = c->scale;
+    API_DESC_COMMON(a, c); /* as the top-k descriptor */
     a->mask = (sk_mask)c->mask;
-    memcpy(a->q_strides, p->d.q_strides, sizeof a->q_strides);
-    memcpy(a->k_strides, p->d.k_strides, sizeof a->k_strides);
     memcpy(a->v_strides, c->strides[2], sizeof a->v_strides);
     memcpy(a->o_strides, c->strides[3], sizeof a->o_strides);
     if (fz_scale_refused(a->scale) == 1)
@@ -88,22 +78,12 @@ static void workspace_call(const api_case *c, const api_topk *p, const sk_attent
 /* The selection sk_attention_topk runs: sk_pool_select_topk on private
  * buffers gives the same layout. */
 static void check_same_selection(const api_topk *p, const sk_bsr *got) {
-    const int64_t rows = p->g.total_rows;
-    int32_t *off = (int32_t *)malloc((size_t)(rows + 1) * 4);
-    int32_t *idx = (int32_t *)malloc((size_t)p->capacity * 4 + 4);
-    sk_bsr want;
-    memset(&want, 0, sizeof want);
-    want.row_offsets = off;
-    want.col_indices = idx;
-    FZ_REQUIRE(sk_pool_select_topk(&p->d, p->t.q, p->t.k, &want, NULL, 0, NULL) ==
+    api_topk_out want;
+    api_topk_out_init(p, &want);
+    FZ_REQUIRE(sk_pool_select_topk(&p->d, p->t.q, p->t.k, &want.bsr, NULL, 0, NULL) ==
                    SK_STATUS_SUCCESS,
                "sk_pool_select_topk failed where sk_attention_topk succeeded");
-    want.nnz = off[rows];
-    sk_bsr g2 = *got;
-    g2.nnz = got->row_offsets[rows];
-    fz_layout_require_equal(&g2, &want, rows, "sk_attention_topk vs sk_pool_select_topk");
-    free(off);
-    free(idx);
+    api_topk_out_require(p, &want, got, "sk_attention_topk vs sk_pool_select_topk");
 }
 
 enum { B_Q, B_K, B_V, B_O, B_LSE, B_OFF, B_IDX };
@@ -144,14 +124,10 @@ void fuzz_api_attention_topk(const api_case *c) {
     api_workspace_add(c, &a);
     const double work = usable ? fz_attn_work(&fa) : 0.0;
     const int sized = p.small && p.capacity >= 0;
-    if ((!e.must_fail && (!sized || work > API_WORK_CAP)) ||
-        !fz_arena_place(&a, &c->place, API_BYTES_CAP)) {
-        fz_arena_free(&a);
-        return;
-    }
+    if (!api_place(&a, c, !e.must_fail && (!sized || work > API_WORK_CAP), NULL)) return;
     tu_rng rng;
     tu_rng_seed(&rng, c->seed);
-    api_topk_fill_qk(&p, &a, B_Q, &rng, ldexp(1.0, (int)(c->magnitude % 9) - 4));
+    api_topk_fill_qk(&p, &a, B_Q, &rng, api_magnitude(c));
     if (fz_arena_fillable(&a, B_V) && fz_tensor_small(&fa.v))
         fz_tensor_fill(&fa.v, a.b[B_V].ptr, &rng, 1.0);
     for (int i = B_Q; i <= B_O; ++i)
@@ -161,11 +137,7 @@ void fuzz_api_attention_topk(const api_case *c) {
         fz_tensor_mark(&fa.o, fz_arena_wmask(&a, B_O));
     }
     sk_bsr lay;
-    api_topk_layout_struct(&a, B_OFF, &lay);
-    if (c->fault == API_FAULT_NULL_LAYOUT) fz_expect_fail(&e, "layout is NULL");
-    if (lay.row_offsets == NULL) fz_expect_fail(&e, "layout->row_offsets is NULL");
-    if (lay.col_indices == NULL && p.capacity != 0)
-        fz_expect_fail(&e, "layout->col_indices is NULL");
+    api_topk_layout_struct(c, &p, &a, B_OFF, &lay, &e);
     api_expect_apart(&e, &a);
     fz_arena_snapshot(&a);
     const sk_bsr lay0 = lay;

@@ -33,19 +33,9 @@ void api_topk_init(const api_case *c, api_topk *p, fz_expect *e) {
     memset(p, 0, sizeof *p);
     sk_topk_desc *d = &p->d;
     sk_topk_desc_init(d, sizeof *d);
-    d->backend = (sk_backend)c->backend;
-    d->dtype = (sk_dtype)c->dtype;
-    d->batch = c->size[0];
-    d->seq_q = c->size[1];
-    d->seq_k = c->size[2];
-    d->heads_q = c->size[3];
-    d->heads_kv = c->size[4];
-    d->head_dim = c->size[5];
-    memcpy(d->q_strides, c->strides[0], sizeof d->q_strides);
-    memcpy(d->k_strides, c->strides[1], sizeof d->k_strides);
+    API_DESC_COMMON(d, c);
     d->block_q = c->block_q;
     d->block_k = c->block_k;
-    d->scale = c->scale;
     d->k = c->k;
     d->sink_blocks = c->sink_blocks;
     d->local_blocks = c->local_blocks;
@@ -143,10 +133,34 @@ void api_topk_fill_qk(api_topk *p, fz_arena *a, int iq, tu_rng *rng, double mag)
     p->t.k_span = p->k.span;
 }
 
-void api_topk_layout_struct(const fz_arena *a, int i_off, sk_bsr *lay) {
+void api_topk_layout_struct(const api_case *c, const api_topk *p, const fz_arena *a, int i_off,
+                            sk_bsr *lay, fz_expect *e) {
     memset(lay, 0xA5, sizeof *lay); /* grid and nnz are written on success only */
     lay->row_offsets = (int32_t *)(void *)a->b[i_off].ptr;
     lay->col_indices = (int32_t *)(void *)a->b[i_off + 1].ptr;
+    if (c->fault == API_FAULT_NULL_LAYOUT) fz_expect_fail(e, "layout is NULL");
+    if (lay->row_offsets == NULL) fz_expect_fail(e, "layout->row_offsets is NULL");
+    if (lay->col_indices == NULL && p->capacity != 0)
+        fz_expect_fail(e, "layout->col_indices is NULL");
+}
+
+void api_topk_out_init(const api_topk *p, api_topk_out *o) {
+    o->off = (int32_t *)malloc((size_t)(p->g.total_rows + 1) * 4);
+    o->idx = (int32_t *)malloc((size_t)p->capacity * 4 + 4);
+    if (o->off == NULL || o->idx == NULL) fz_fail("harness: out of memory");
+    memset(&o->bsr, 0, sizeof o->bsr);
+    o->bsr.row_offsets = o->off;
+    o->bsr.col_indices = o->idx;
+}
+
+void api_topk_out_require(const api_topk *p, api_topk_out *o, const sk_bsr *got, const char *what) {
+    const int64_t rows = p->g.total_rows;
+    o->bsr.nnz = o->off[rows];
+    sk_bsr g2 = *got;
+    g2.nnz = got->row_offsets[rows];
+    fz_layout_require_equal(&g2, &o->bsr, rows, what);
+    free(o->off);
+    free(o->idx);
 }
 
 void api_topk_check_layout(const api_topk *p, const sk_bsr *lay, const char *api) {
@@ -173,26 +187,15 @@ void api_topk_check_layout(const api_topk *p, const sk_bsr *lay, const char *api
 /* The layout of sk_block_pool + sk_select_topk on private buffers equals
  * sk_pool_select_topk's (sparsek.h: "the same layout bit for bit"). */
 static void check_pool_select_equal(const api_topk *p, const sk_bsr *got) {
-    const int64_t rows = p->g.total_rows;
     float *pq = (float *)malloc((size_t)p->pq_bytes), *pk = (float *)malloc((size_t)p->pk_bytes);
-    int32_t *off = (int32_t *)malloc((size_t)(rows + 1) * 4);
-    int32_t *idx = (int32_t *)malloc((size_t)p->capacity * 4 + 4);
-    sk_bsr want;
-    memset(&want, 0, sizeof want);
-    want.row_offsets = off;
-    want.col_indices = idx;
+    api_topk_out want;
+    api_topk_out_init(p, &want);
     FZ_REQUIRE(sk_block_pool(&p->d, p->t.q, p->t.k, pq, pk, NULL) == SK_STATUS_SUCCESS &&
-                   sk_select_topk(&p->d, pq, pk, &want, NULL, 0, NULL) == SK_STATUS_SUCCESS,
+                   sk_select_topk(&p->d, pq, pk, &want.bsr, NULL, 0, NULL) == SK_STATUS_SUCCESS,
                "sk_block_pool + sk_select_topk failed where sk_pool_select_topk succeeded");
-    want.nnz = off[rows];
-    sk_bsr g2 = *got;
-    g2.nnz = got->row_offsets[rows];
-    fz_layout_require_equal(&g2, &want, rows,
-                            "sk_pool_select_topk vs sk_block_pool + sk_select_topk");
+    api_topk_out_require(p, &want, got, "sk_pool_select_topk vs sk_block_pool + sk_select_topk");
     free(pq);
     free(pk);
-    free(off);
-    free(idx);
 }
 
 /* Every score of sk_select_topk's pooled inputs is far inside the fp32
@@ -298,14 +301,10 @@ void fuzz_api_topk(const api_case *c) {
     if (!pool) api_topk_add_layout(&p, &a);
     api_workspace_add(c, &a);
     const int sized = p.small && p.capacity >= 0;
-    if ((!e.must_fail && ((!pool && !sized) || work > API_WORK_CAP)) ||
-        !fz_arena_place(&a, &c->place, API_BYTES_CAP)) {
-        fz_arena_free(&a);
-        return;
-    }
+    if (!api_place(&a, c, !e.must_fail && ((!pool && !sized) || work > API_WORK_CAP), NULL)) return;
     tu_rng rng;
     tu_rng_seed(&rng, c->seed);
-    const double mag = ldexp(1.0, (int)(c->magnitude % 9) - 4);
+    const double mag = api_magnitude(c);
     if (c->op == API_BLOCK_POOL || c->op == API_POOL_SELECT_TOPK)
         api_topk_fill_qk(&p, &a, 0, &rng, mag);
     if (c->op == API_SELECT_TOPK)
@@ -324,13 +323,9 @@ void fuzz_api_topk(const api_case *c) {
     for (int i = 0; pool && i < 2; ++i)
         if (a.b[2 + i].ptr == NULL) fz_expect_fail(&e, "output %s is NULL", a.b[2 + i].name);
     sk_bsr lay;
-    api_topk_layout_struct(&a, n_in, &lay);
-    if (!pool) {
-        if (c->fault == API_FAULT_NULL_LAYOUT) fz_expect_fail(&e, "layout is NULL");
-        if (lay.row_offsets == NULL) fz_expect_fail(&e, "layout->row_offsets is NULL");
-        if (lay.col_indices == NULL && p.capacity != 0)
-            fz_expect_fail(&e, "layout->col_indices is NULL");
-    }
+    fz_expect unused;
+    fz_expect_clear(&unused);
+    api_topk_layout_struct(c, &p, &a, n_in, &lay, pool ? &unused : &e);
     api_expect_apart(&e, &a);
     fz_arena_snapshot(&a);
     const sk_bsr lay0 = lay;

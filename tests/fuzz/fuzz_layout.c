@@ -29,15 +29,7 @@
 enum { ROW_CAP = 4096, NNZ_CAP = 1 << 16 };
 #define ATTN_WORK_CAP 2.0e5
 
-int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-int LLVMFuzzerInitialize(int *argc, char ***argv) {
-    (void)argc;
-    (void)argv;
-    setenv("OMP_NUM_THREADS", "1", 1); /* one thread: fast, and reproducible */
-    return 0;
-}
 
 static double sentinel_storage[4];
 
@@ -91,12 +83,6 @@ typedef struct arrays {
     sk_bsr bsr;
 } arrays;
 
-static void apply_edit(int32_t *arr, int64_t n, const lc_edit *e) {
-    if (n <= 0) return;
-    int32_t *x = &arr[e->pos % n];
-    *x = (e->kind & 1) ? (int32_t)((uint32_t)*x + (uint32_t)e->value) : e->value;
-}
-
 /* 0 when the grid is valid but too large to hold arrays. */
 static int build_arrays(const layout_case *k, const fz_grid_ref *g, arrays *a) {
     memset(a, 0, sizeof *a);
@@ -110,37 +96,18 @@ static int build_arrays(const layout_case *k, const fz_grid_ref *g, arrays *a) {
     } else {
         if (g->total_rows > ROW_CAP || g->dense > FL_DENSE_CAP) return 0;
         const int64_t rows = g->total_rows, cb = g->col_blocks;
-        int64_t count = 0;
-        for (int64_t bit = 0; bit < rows * cb; ++bit) count += layout_case_mask_bit(k, bit);
-        int64_t nnz = count + k->nnz_delta;
-        if (nnz > INT32_MAX) nnz = INT32_MAX;
-        if (nnz < INT32_MIN) nnz = INT32_MIN;
-        if (nnz > NNZ_CAP) return 0;
-        a->bsr.nnz = (int32_t)nnz;
+        uint8_t *sel = (uint8_t *)malloc((size_t)(rows * cb));
+        for (int64_t bit = 0; bit < rows * cb; ++bit)
+            sel[bit] = (uint8_t)layout_case_mask_bit(k, bit);
+        const int made = fz_layout_from_mask(sel, rows, cb, k->nnz_delta, NNZ_CAP, &a->off, &a->idx,
+                                             &a->bsr.nnz);
+        free(sel);
+        if (!made) return 0;
         a->n_off = rows + 1;
-        a->n_idx = nnz > 0 ? nnz : 0;
-        a->off = (int32_t *)malloc((size_t)a->n_off * 4);
-        a->idx = (int32_t *)malloc((size_t)a->n_idx * 4);
-        int64_t n = 0;
-        a->off[0] = 0;
-        for (int64_t r = 0; r < rows; ++r) {
-            for (int64_t j = 0; j < cb; ++j)
-                if (layout_case_mask_bit(k, r * cb + j)) {
-                    if (n < a->n_idx) a->idx[n] = (int32_t)j;
-                    ++n;
-                }
-            a->off[r + 1] = (int32_t)n;
-        }
-        for (int64_t e = n; e < a->n_idx; ++e) a->idx[e] = (int32_t)(e % (cb + 1));
+        a->n_idx = a->bsr.nnz > 0 ? a->bsr.nnz : 0;
     }
     if (!(k->flags & LC_FLEX_EDITS))
-        for (int i = 0; i < k->n_edits; ++i) {
-            const lc_edit *e = &k->edits[i];
-            if ((e->kind & 3) < 2)
-                apply_edit(a->off, a->n_off, e);
-            else
-                apply_edit(a->idx, a->n_idx, e);
-        }
+        fz_edits_apply(k->edits, k->n_edits, a->off, a->n_off, a->idx, a->n_idx);
     a->off_copy = (int32_t *)malloc((size_t)a->n_off * 4 + 4);
     a->idx_copy = (int32_t *)malloc((size_t)a->n_idx * 4 + 4);
     memcpy(a->off_copy, a->off, (size_t)a->n_off * 4);
@@ -302,13 +269,7 @@ static void check_from_flex_padded(const layout_case *k, const fz_layout_ref *r,
                 e < n ? a->idx[a->off[g + 1] - 1 - e] : (int32_t)(cb + e) * (e & 1 ? -1 : 1);
     }
     if (k->flags & LC_FLEX_EDITS)
-        for (int i = 0; i < k->n_edits; ++i) {
-            const lc_edit *e = &k->edits[i];
-            if ((e->kind & 3) < 2)
-                apply_edit(counts, rows, e);
-            else
-                apply_edit(ind, rows * rw, e);
-        }
+        fz_edits_apply(k->edits, k->n_edits, counts, rows, ind, rows * rw);
     /* The independent verdict, and the layout a success must equal. */
     fz_statuses bad = {0};
     int64_t nnz = 0;

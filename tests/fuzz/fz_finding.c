@@ -10,6 +10,13 @@
 
 static char case_text[512];
 
+int LLVMFuzzerInitialize(int *argc, char ***argv) {
+    (void)argc;
+    (void)argv;
+    setenv("OMP_NUM_THREADS", "1", 1);
+    return 0;
+}
+
 void fz_set_case(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);

@@ -15,6 +15,10 @@
 
 #include "sparsek.h"
 
+/* libFuzzer's start-up hook, shared by the harnesses: one OpenMP thread
+ * (fast, and the same work order in every run). */
+int LLVMFuzzerInitialize(int *argc, char ***argv);
+
 /* Print "FINDING: ...", the case description, and abort. */
 void fz_fail(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
 

@@ -4,21 +4,10 @@
 #include "layout_case.h"
 
 void layout_case_code(fz_codec *c, layout_case *k) {
-    fz_i64(c, &k->grid.rows);
-    fz_i64(c, &k->grid.cols);
-    fz_i32(c, &k->grid.block_rows);
-    fz_i32(c, &k->grid.block_cols);
-    fz_i32(c, &k->grid.batch);
-    fz_i32(c, &k->grid.heads);
+    fz_grid_code(c, &k->grid);
     fz_u8(c, &k->flags);
     fz_i32(c, &k->nnz_delta);
-    fz_u8(c, &k->n_edits);
-    if (!c->writing) k->n_edits %= LC_MAX_EDITS + 1;
-    for (int i = 0; i < k->n_edits; ++i) {
-        fz_u8(c, &k->edits[i].kind);
-        fz_u16(c, &k->edits[i].pos);
-        fz_i32(c, &k->edits[i].value);
-    }
+    fz_edits_code(c, &k->n_edits, k->edits, LC_MAX_EDITS);
     fz_u8(c, &k->dtype);
     fz_u8(c, &k->head_dim);
     fz_u8(c, &k->heads_sel);

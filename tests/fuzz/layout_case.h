@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "fz_codec.h"
+#include "fz_layout_gen.h"
 #include "sparsek.h"
 
 enum {
@@ -30,20 +31,13 @@ enum {
 
 enum { LC_MAX_EDITS = 8 };
 
-/* An edit: kind % 4 = 0 set, 1 add, to an offset (BSR) or a count (flex);
- * 2 set, 3 add, to an index; at position pos modulo the array's length. */
-typedef struct lc_edit {
-    uint8_t kind;
-    uint16_t pos;
-    int32_t value;
-} lc_edit;
-
 typedef struct layout_case {
     sk_grid grid;
     uint8_t flags;
-    int32_t nnz_delta; /* added to the mask's count to make nnz */
-    uint8_t n_edits;   /* % (LC_MAX_EDITS + 1) */
-    lc_edit edits[LC_MAX_EDITS];
+    int32_t nnz_delta;           /* added to the mask's count to make nnz */
+    uint8_t n_edits;             /* % (LC_MAX_EDITS + 1) */
+    fz_edit edits[LC_MAX_EDITS]; /* on row offsets and indices, or (LC_FLEX_EDITS)
+                                    on a padded flex form's counts and indices */
     /* The attention over a valid layout (packed tensors). */
     uint8_t dtype;     /* % 3: F32, F16, BF16 */
     uint8_t head_dim;  /* 1 + x % 8 */
