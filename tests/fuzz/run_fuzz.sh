@@ -50,9 +50,10 @@ require_tools() {
         echo "0 passed, 1 failed"
         exit 1
     fi
-    if ! $MAKE_CMD --no-print-directory -s FUZZ_DIR="$FUZZ_DIR" fuzz-build >"$FUZZ_DIR.build.log" 2>&1; then
-        echo "FAIL fuzz: the harnesses do not build; see $FUZZ_DIR.build.log"
-        tail -5 "$FUZZ_DIR.build.log"
+    mkdir -p "$FUZZ_DIR"
+    if ! $MAKE_CMD --no-print-directory -s FUZZ_DIR="$FUZZ_DIR" fuzz-build >"$FUZZ_DIR/build.log" 2>&1; then
+        echo "FAIL fuzz: the harnesses do not build; see $FUZZ_DIR/build.log"
+        tail -5 "$FUZZ_DIR/build.log"
         echo "0 passed, 1 failed"
         exit 1
     fi
