@@ -4,8 +4,11 @@
 #   make run        build, then `sparsek run` on the default workload
 #   make test       build, then every test that runs without a GPU: the CPU
 #                   tests, the same under ASan+UBSan, the CLI tests, the
-#                   Python tests and the install test
+#                   Python tests, the install test and the fuzz harnesses
+#                   (FUZZ_TEST_SECONDS each, on their committed corpus)
 #   make gpu-test   build and run the GPU test suite (needs a GPU)
+#   make fuzz       the libFuzzer harnesses of tests/fuzz/, FUZZ_SECONDS each
+#                   (clang; see docs/reliability.md)
 #   make install    PREFIX=/usr/local (and DESTDIR): header, libraries, CLI,
 #                   pkg-config file and CMake package (see "Install" below)
 #
@@ -227,6 +230,71 @@ install: lib $(BUILD)/sparsek
 # pkg-config (shared and static) and CMake: tests/install/test_install.sh.
 test-install: lib $(BUILD)/sparsek
 	CC="$(CC)" sh tests/install/test_install.sh "$(MAKE)" $(BUILD)/test-install
+
+# Fuzzing (tests/fuzz/, docs/reliability.md): libFuzzer harnesses built
+# with clang, ASan + UBSan, over the CPU backend (the core and CPU sources,
+# as in the sanitizer build). Each harness is tests/fuzz/<name>*.c plus the
+# shared tests/fuzz/fz_*.c and *_case.c and the tests' naive references.
+# `make fuzz` runs each for FUZZ_SECONDS (FUZZ_PARALLEL=1: all at once, one
+# core each) into build/fuzz/work/, findings in build/fuzz/findings/;
+# `make test` replays tests/fuzz/regressions/ and runs each harness for
+# FUZZ_TEST_SECONDS on a scratch copy of its committed corpus.
+# `make fuzz-seeds` rewrites the committed seeds (tests/fuzz/make_seeds.c).
+FUZZ_CC ?= clang
+FUZZ_SANITIZE ?= address,undefined
+FUZZ_DIR ?= $(BUILD)/fuzz
+FUZZ_SECONDS ?= 300
+FUZZ_TEST_SECONDS ?= 30
+FUZZ_PARALLEL ?= 0
+FUZZ_HARNESSES := fuzz_layout fuzz_api
+# Only the library gets libFuzzer's coverage instrumentation: the harnesses'
+# own reference code would steer the fuzzer and slow it down.
+# -Wno-pass-failed: clang's note that an `omp simd` loop was not vectorised.
+FUZZ_CFLAGS := -std=c99 -D_POSIX_C_SOURCE=200809L $(WARN) -Wno-pass-failed -Iinclude -Isrc \
+	-Itests -fopenmp -MMD -MP -O2 -g -fno-omit-frame-pointer -DSK_NO_CUDA \
+	-fsanitize=$(FUZZ_SANITIZE) -fno-sanitize-recover=all
+FUZZ_SHARED_SRC := $(sort $(wildcard tests/fuzz/fz_*.c tests/fuzz/*_case.c)) \
+	tests/common/test_util.c tests/common/naive_ref.c tests/common/topk_naive.c \
+	tests/common/topk_check.c
+FUZZ_SHARED_OBJ := $(patsubst %.c,$(FUZZ_DIR)/obj/%.o,$(CORE_SRC) $(FUZZ_SHARED_SRC))
+FUZZ_BINS := $(addprefix $(FUZZ_DIR)/,$(FUZZ_HARNESSES))
+
+$(FUZZ_DIR)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -c $< -o $@
+
+$(FUZZ_DIR)/obj/src/%.o: src/%.c
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
+
+# One link rule per harness: its own files, then everything shared.
+define FUZZ_LINK
+$(FUZZ_DIR)/$(1): $(patsubst %.c,$(FUZZ_DIR)/obj/%.o,$(wildcard tests/fuzz/$(1)*.c)) $(FUZZ_SHARED_OBJ)
+	$(FUZZ_CC) -fsanitize=fuzzer,$(FUZZ_SANITIZE) -fopenmp -o $$@ $$^ -lm
+endef
+$(foreach h,$(FUZZ_HARNESSES),$(eval $(call FUZZ_LINK,$(h))))
+
+# The seed writer: plain C, no sanitizer, no library.
+$(FUZZ_DIR)/make_seeds: tests/fuzz/make_seeds.c tests/fuzz/fz_codec.c tests/fuzz/fz_layout_gen.c \
+		$(wildcard tests/fuzz/*_case.c)
+	@mkdir -p $(dir $@)
+	$(CC) -std=c99 -D_POSIX_C_SOURCE=200809L $(WARN) -O1 -Iinclude -Itests -o $@ $^
+
+.PHONY: fuzz fuzz-build fuzz-seeds test-fuzz
+fuzz-build: $(FUZZ_BINS)
+
+fuzz-seeds: $(FUZZ_DIR)/make_seeds
+	@mkdir -p $(foreach h,$(FUZZ_HARNESSES),tests/fuzz/corpus/$(h) tests/fuzz/regressions/$(h))
+	rm -f tests/fuzz/corpus/*/seed-* tests/fuzz/regressions/*/gen-*
+	$(FUZZ_DIR)/make_seeds tests/fuzz
+
+fuzz:
+	@FUZZ_CC="$(FUZZ_CC)" FUZZ_DIR="$(FUZZ_DIR)" FUZZ_PARALLEL="$(FUZZ_PARALLEL)" \
+		sh tests/fuzz/run_fuzz.sh fuzz "$(MAKE)" $(FUZZ_SECONDS) $(FUZZ_HARNESSES)
+
+test-fuzz:
+	@FUZZ_CC="$(FUZZ_CC)" FUZZ_DIR="$(FUZZ_DIR)" \
+		sh tests/fuzz/run_fuzz.sh test "$(MAKE)" $(FUZZ_TEST_SECONDS) $(FUZZ_HARNESSES)
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
 

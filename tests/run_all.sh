@@ -40,6 +40,7 @@ run_suite asan-ubsan test-asan
 run_suite cli test-cli
 run_suite python test-python
 run_suite install test-install
+run_suite fuzz test-fuzz
 
 echo "=== summary"
 [ -n "$failed_suites" ] && echo "failing suites:$failed_suites"
