@@ -110,7 +110,7 @@ int32_t sk_cpu_topk_select_row(const sk_topk_problem *p, const sk_topk_row *rule
     const int32_t take = p->k < m ? p->k : m;
     if (take < m) qsort(pairs, (size_t)m, sizeof *pairs, by_score_then_index);
     for (int32_t e = 0; e < take; ++e) out[n++] = pairs[e].index;
-    qsort(out, (size_t)n, sizeof *out, by_index);
+    if (n > 1) qsort(out, (size_t)n, sizeof *out, by_index); /* out may be NULL when n == 0 */
     return n;
 }
 
@@ -137,8 +137,10 @@ sk_status sk_cpu_topk_select(const sk_topk_problem *p) {
     for (int32_t g = 0; g < p->total_rows; ++g) {
         const sk_topk_row rule = sk_topk_row_rules(p, g % p->row_blocks);
         p->row_offsets[g] = off;
-        off += sk_cpu_topk_select_row(p, &rule, scores + (int64_t)g * cb, pairs,
-                                      p->col_indices + off);
+        /* With a capacity of 0, col_indices may be NULL: no row writes, and
+         * NULL + 0 is itself undefined. */
+        int32_t *out = p->col_indices != NULL ? p->col_indices + off : NULL;
+        off += sk_cpu_topk_select_row(p, &rule, scores + (int64_t)g * cb, pairs, out);
     }
     p->row_offsets[p->total_rows] = off;
     free(own);
