@@ -5,10 +5,12 @@
 #   make test       build, then every test that runs without a GPU: the CPU
 #                   tests, the same under ASan+UBSan, the CLI tests, the
 #                   Python tests, the install test and the fuzz harnesses
-#                   (FUZZ_TEST_SECONDS each, on their committed corpus)
+#                   (FUZZ_TEST_SECONDS each, on their committed corpus; the
+#                   binding's atheris harness FUZZ_PYTHON_TEST_SECONDS)
 #   make gpu-test   build and run the GPU test suite (needs a GPU)
 #   make fuzz       the libFuzzer harnesses of tests/fuzz/, FUZZ_SECONDS each
-#                   (clang; see docs/reliability.md)
+#                   (clang; see docs/reliability.md); make fuzz-python, the
+#                   binding's atheris harness, FUZZ_PYTHON_TIME
 #   make install    PREFIX=/usr/local (and DESTDIR): header, libraries, CLI,
 #                   pkg-config file and CMake package (see "Install" below)
 #
@@ -296,7 +298,6 @@ test-fuzz:
 	@FUZZ_CC="$(FUZZ_CC)" FUZZ_DIR="$(FUZZ_DIR)" \
 		sh tests/fuzz/run_fuzz.sh test "$(MAKE)" $(FUZZ_TEST_SECONDS) $(FUZZ_HARNESSES)
 
--include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
 
 # --- Fuzzing the Python binding (tests/fuzz/python; atheris from PyPI) ---------
 # `make fuzz-python` runs tests/fuzz/python/fuzz_binding.py for
@@ -332,3 +333,21 @@ fuzz-python: $(FUZZ_PY)/libsparsek.so $(BUILD)/fuzz-venv/.ready
 		$(CURDIR)/$(BUILD)/fuzz-venv/bin/python fuzz_binding.py -max_total_time=$(FUZZ_PYTHON_TIME) \
 		-runs=$(FUZZ_PYTHON_RUNS) -rss_limit_mb=4096 -artifact_prefix=$(CURDIR)/$(FUZZ_PY)/ \
 		$(CURDIR)/$(FUZZ_PY)/corpus corpus
+
+# make test's share (the "fuzz-python" suite): FUZZ_PYTHON_TEST_SECONDS on
+# the committed seeds, one verdict line that tests/run_all.sh counts.
+FUZZ_PYTHON_TEST_SECONDS ?= 30
+.PHONY: test-fuzz-python
+test-fuzz-python:
+	@mkdir -p $(BUILD)
+	@if $(MAKE) --no-print-directory fuzz-python FUZZ_PYTHON_TIME=$(FUZZ_PYTHON_TEST_SECONDS) \
+		> $(BUILD)/fuzz-python.log 2>&1; then \
+		echo "PASS fuzz_binding: $$(grep -oE 'Done [0-9]+ runs in [0-9]+ second' $(BUILD)/fuzz-python.log)"; \
+		echo "1 passed, 0 failed"; \
+	else \
+		tail -40 $(BUILD)/fuzz-python.log; \
+		echo "FAIL fuzz_binding: see $(BUILD)/fuzz-python.log and $(FUZZ_PY)/crash-*"; \
+		echo "0 passed, 1 failed"; \
+	fi
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -41,6 +41,7 @@ run_suite cli test-cli
 run_suite python test-python
 run_suite install test-install
 run_suite fuzz test-fuzz
+run_suite fuzz-python test-fuzz-python
 
 echo "=== summary"
 [ -n "$failed_suites" ] && echo "failing suites:$failed_suites"
