@@ -27,10 +27,6 @@ Every call must:
 Usage (libFuzzer's flags pass through):
   SPARSEK_LIBRARY=build/libsparsek.so PYTHONPATH=python \
       python3 tests/fuzz/python/fuzz_binding.py [-runs=N] [-max_total_time=S] [CORPUS_DIR ...]
-SK_FUZZ_SKIP=grid-overflow skips the calls that hand the library a grid
-size above 2**62: issue 27's defect 1 (an overflow in the library's grid
-check, then a heap overflow), fixed in C on its own branch; for runs on a
-library without that fix only.
 """
 
 from __future__ import annotations
@@ -54,7 +50,6 @@ import fuzz_reference as ref
 from fuzz_values import DTYPES, array, hostile_float, hostile_int, values
 
 ALLOWED = (ValueError, TypeError, sparsek.SparseKError)
-SKIP = set(filter(None, os.environ.get("SK_FUZZ_SKIP", "").split(",")))
 
 
 class Finding(AssertionError):
@@ -109,11 +104,6 @@ def check_layout(lay) -> None:
         check(np.array_equal(again.col_indices, lay.col_indices), "mask round trip: col_indices")
 
 
-def known_defect(*sizes) -> bool:
-    """True when SK_FUZZ_SKIP names grid-overflow and a size is above 2**62."""
-    return "grid-overflow" in SKIP and any(isinstance(x, int) and abs(x) > 2**62 for x in sizes)
-
-
 def small_grid_blocks(rows, cols, block, batch, heads) -> int:
     """Blocks of the layout these Python values describe, when they are ints
     of sensible sign (else 0: the call is refused before any allocation)."""
@@ -152,8 +142,6 @@ def op_builders(fdp, rng):
     blocks = small_grid_blocks(rows, rows if cols is None else cols, block, batch, heads)
     if 1 << 22 < blocks < 1 << 31:
         return  # a valid but huge layout: slow, and not the binding's argument handling
-    if known_defect(rows, cols):
-        return
     causal = fdp.ConsumeBool()
     kw = dict(block=block, batch=batch, heads=heads)
     which = fdp.ConsumeIntInRange(0, 6)
@@ -188,8 +176,6 @@ def op_builders(fdp, rng):
 def op_grid(fdp, rng):
     vals = [hostile_int(fdp, -1, 300) for _ in range(6)]
     which = fdp.ConsumeIntInRange(0, 2)
-    if which < 2 and known_defect(*vals[:2]):
-        return
     if which == 0:
         ok, res = expect(lambda: sparsek.grid_blocks(sparsek.Grid(*vals)))
         if ok:
@@ -216,7 +202,7 @@ def op_conversions(fdp, rng):
     block = fdp.PickValueInList([64, 128])
     rb, cb, ns = fdp.ConsumeIntInRange(1, 4), fdp.ConsumeIntInRange(1, 4), fdp.ConsumeIntInRange(1, 3)
     rows, cols = hostile_int(fdp, 1, rb * block), hostile_int(fdp, 1, cb * block)
-    if known_defect(rows, cols) or 1 << 22 < small_grid_blocks(rows, cols, block, ns, 1) < 1 << 31:
+    if 1 << 22 < small_grid_blocks(rows, cols, block, ns, 1) < 1 << 31:
         return
     which = fdp.ConsumeIntInRange(0, 3)
     if which == 0:
@@ -479,8 +465,6 @@ def op_layout_from_scores(fdp, rng):
 
 def op_topk_capacity(fdp, rng):
     args = [hostile_int(fdp, 1, 300) for _ in range(5)] + [hostile_int(fdp, 0, 5), hostile_int(fdp, 0, 2), hostile_int(fdp, 0, 2)]
-    if known_defect(*args[1:3]):
-        return
     ok, res = expect(lambda: sparsek.topk_capacity(*args, fdp.ConsumeBool(), fdp.ConsumeBool(),
                                                    block_q=hostile_block(fdp), block_k=128))
     if ok:
