@@ -155,3 +155,14 @@ def test_block_sizes_go_to_the_library_checks_first(block):
         Layout.from_mask(np.ones((4, 4), np.uint8), 256, 256, block=block)
     with pytest.raises(sparsek.SparseKError, match="block_"):
         Layout.from_flex(np.ones((1, 4), np.int32), np.zeros((1, 4, 4), np.int32), 256, block=block)
+
+
+def test_grids_at_int64_max_are_refused_by_the_library():
+    # Issue 27's example: the grid check overflowed and the causal builder
+    # wrote past a one-element array (a segfault from Python). Now the
+    # library refuses the grid before it allocates or writes anything.
+    for build in (Layout.causal, Layout.dense):
+        with pytest.raises(sparsek.SparseKError, match="OVERFLOW"):
+            build(1, 2**63 - 1, block=64)
+    with pytest.raises(sparsek.SparseKError, match="OVERFLOW"):
+        Layout.strided(2**63 - 1, 1, stride=2, block=64)
