@@ -443,6 +443,128 @@ SK_API sk_status sk_attention_forward(const sk_attention_desc *desc, const sk_bs
                                       struct CUstream_st *stream);
 
 /* ---------------------------------------------------------------------------
+ * Attention backward
+ * ---------------------------------------------------------------------------
+ * The gradients of the forward above with respect to Q, K and V, given
+ * dO = dL/dO for some loss L. The calls take the forward's descriptor and
+ * layout unchanged (backend, dtype, sizes, scale s, mask, Q/K/V/O strides),
+ * the forward's O and LSE, and a backward descriptor for what only the
+ * backward has: the strides of dO, dQ, dK, dV and the determinism mode.
+ *   dO  [B, Sq, Hq,  D]   dtype, strides bwd->dout_strides
+ *   dQ  [B, Sq, Hq,  D]   dtype, strides bwd->dq_strides; written
+ *   dK  [B, Sk, Hkv, D]   dtype, strides bwd->dk_strides; written
+ *   dV  [B, Sk, Hkv, D]   dtype, strides bwd->dv_strides; written
+ *
+ * Over the admissible pairs (q, k) of the forward (k in a selected block of
+ * q's block for slice(b, h), k < Sk, and when causal k <= q + (Sk - Sq):
+ * bottom-right, as the forward), for each batch b and query head h with
+ * KV head h_kv = h / (Hq / Hkv):
+ *   P[q, k]  = exp(S[q, k] - LSE[b, h, q])        the forward's softmax
+ *   dP[q, k] = dot(dO[b, q, h, :], V[b, k, h_kv, :])
+ *   Dl[q]    = dot(dO[b, q, h, :], O[b, q, h, :])  (equals sum_k P dP)
+ *   dS[q, k] = P[q, k] * (dP[q, k] - Dl[q])
+ *   dQ[b, q, h, :]    = s * sum_k dS[q, k] * K[b, k, h_kv, :]
+ *   dK[b, k, h_kv, :] = s * sum_h sum_q dS[q, k] * Q[b, q, h, :]
+ *   dV[b, k, h_kv, :] =     sum_h sum_q P[q, k]  * dO[b, q, h, :]
+ * where the sums over h run over the Hq / Hkv query heads of KV head h_kv
+ * (GQA / MQA: their gradients add up, whatever layout slice each reads).
+ * - O and LSE must be what the forward wrote for the same descriptor,
+ *   layout, Q, K and V: P is taken from LSE and Dl from O, not recomputed
+ *   from scratch. LSE is required here ([B, Hq, Sq] fp32 contiguous).
+ * - Empty rows (no admissible key: an empty layout row, or every key
+ *   masked by causality, e.g. the first Sq - Sk queries when Sq > Sk) get
+ *   dQ = 0 and add nothing to dK and dV; their Q, O, dO and LSE entries
+ *   affect no output (NaN there stays there). Keys with no admissible pair
+ *   get dK = dV = 0, and their K and V entries affect no output.
+ * - Tails: as the forward, tokens past Sq or Sk are never read or written.
+ * - Every element of dQ, dK and dV is written (0 where nothing adds up);
+ *   the gaps between rows of strided outputs are not touched.
+ * - Layout slices as the forward: broadcast over batch and heads, per KV
+ *   head, or per query head.
+ * - Precision: fp16/bf16 inputs on every backend, F32 on the CPU only; the
+ *   math is fp32 with fp32 (CUDA) or fp64 (CPU) accumulation, and each
+ *   output element is rounded once to the dtype.
+ * - Determinism: with bwd->deterministic = 1 (the default) every backend
+ *   gives bitwise the same dQ, dK and dV for the same arguments and inputs
+ *   on every run, whatever the thread count (CPU) or the order in which
+ *   the GPU schedules work. Backends may differ from each other in the last
+ *   bits. deterministic = 0 is reserved for a faster mode with fp32 atomics
+ *   (last-bit differences from run to run); no backend has one yet, so it
+ *   gives the deterministic results.
+ * - Workspace and plan: nothing on the CPU (workspace size 0, the plan a
+ *   no-op after the checks). The CUDA backward is not built yet (issue 29):
+ *   on a CUDA backend every backward call returns SK_STATUS_NOT_SUPPORTED
+ *   after all its argument checks, so a bad argument gets the same status
+ *   on every backend. Its plan will build on the GPU what the kernels need
+ *   (the transposed layout: for each key block the query blocks that
+ *   select it; the tile order), with no host synchronisation.
+ * - Aliasing: dQ, dK, dV (and the CUDA workspace) are written: none may
+ *   share a byte with any other buffer of the call (q, k, v, o, dout, lse,
+ *   the layout arrays, each other). Inputs may overlap each other.
+ * - Strides: all three zero means packed; dQ, dK, dV strides must not make
+ *   two elements share memory; O's neither (it is the forward's output).
+ *   Alignment as the forward (CUDA: 16-byte pointers and strides).
+ */
+
+typedef struct sk_attention_backward_desc {
+    size_t struct_size;      /* sizeof(sk_attention_backward_desc); set by its init */
+    int32_t deterministic;   /* 1 (default): bitwise repeatable; 0: reserved for a
+                                faster non-deterministic mode (see above) */
+    int64_t dout_strides[3]; /* dO [B, Sq, Hq, D]; all 0 (default) = packed */
+    int64_t dq_strides[3];   /* dQ [B, Sq, Hq, D]; all 0 (default) = packed */
+    int64_t dk_strides[3];   /* dK [B, Sk, Hkv, D]; all 0 (default) = packed */
+    int64_t dv_strides[3];   /* dV [B, Sk, Hkv, D]; all 0 (default) = packed */
+} sk_attention_backward_desc;
+
+/* Fill *bwd with the defaults above. struct_size is sizeof(*bwd) as the
+ * caller knows it. */
+SK_API sk_status sk_attention_backward_desc_init(sk_attention_backward_desc *bwd,
+                                                 size_t struct_size);
+
+/* Bytes of device workspace the backward plan and run need (the layout
+ * arrays are not read). 0 for the CPU backend. */
+SK_API sk_status sk_attention_backward_workspace_size(const sk_attention_desc *desc,
+                                                      const sk_attention_backward_desc *bwd,
+                                                      const sk_bsr *layout,
+                                                      size_t *workspace_bytes);
+
+/* Enqueue the planning of a backward run into `workspace` (graph safe;
+ * re-run it whenever the layout content changes). A no-op for the CPU
+ * backend after the argument checks. */
+SK_API sk_status sk_attention_backward_plan(const sk_attention_desc *desc,
+                                            const sk_attention_backward_desc *bwd,
+                                            const sk_bsr *layout, void *workspace,
+                                            size_t workspace_size, struct CUstream_st *stream);
+
+/* Enqueue the backward on `stream`, using the plan in `workspace`.
+ *   q, k, v, o  as the forward (desc's dtype and strides); read
+ *   dout        [B, Sq, Hq, D]  dO, bwd->dout_strides; read
+ *   lse         [B, Hq, Sq]     fp32 contiguous, as the forward wrote it; read
+ *   dq          [B, Sq, Hq, D]  bwd->dq_strides; written
+ *   dk, dv      [B, Sk, Hkv, D] bwd->dk_strides, bwd->dv_strides; written
+ * Allocates nothing on the device and never synchronises (CUDA-graph
+ * safe). For the CPU backend the call is synchronous, the workspace is
+ * unused, and host scratch may be allocated (SK_STATUS_ALLOC_FAILED, with
+ * nothing written, when that fails). */
+SK_API sk_status sk_attention_backward_run(const sk_attention_desc *desc,
+                                           const sk_attention_backward_desc *bwd,
+                                           const sk_bsr *layout, const void *q, const void *k,
+                                           const void *v, const void *o, const void *dout,
+                                           const float *lse, void *dq, void *dk, void *dv,
+                                           void *workspace, size_t workspace_size,
+                                           struct CUstream_st *stream);
+
+/* sk_attention_backward_plan followed by sk_attention_backward_run, same
+ * arguments. */
+SK_API sk_status sk_attention_backward(const sk_attention_desc *desc,
+                                       const sk_attention_backward_desc *bwd,
+                                       const sk_bsr *layout, const void *q, const void *k,
+                                       const void *v, const void *o, const void *dout,
+                                       const float *lse, void *dq, void *dk, void *dv,
+                                       void *workspace, size_t workspace_size,
+                                       struct CUstream_st *stream);
+
+/* ---------------------------------------------------------------------------
  * Dynamic top-k block selection (SparseK / NSA / MoBA style)
  * ---------------------------------------------------------------------------
  * Block summaries: pooled Q [B, Hq, row_blocks, D] and pooled K

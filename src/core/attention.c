@@ -159,7 +159,7 @@ sk_status sk_attention_check_geometry(const sk_attention_desc *d, const sk_bsr *
 
 /* The layout arrays as read buffers: slices x row_blocks + 1 offsets,
  * nnz indices. */
-static void layout_buffers(const sk_attention_problem *p, sk_buffer out[2]) {
+void sk_attention_layout_buffers(const sk_attention_problem *p, sk_buffer out[2]) {
     const int64_t rows = (int64_t)p->layout_batch * p->layout_heads * p->row_blocks;
     sk_layout_array_buffers(out, "layout->row_offsets", "layout->col_indices", p->row_offsets, rows,
                             p->col_indices, p->nnz, 0);
@@ -210,7 +210,7 @@ sk_status sk_attention_check_tensors(sk_attention_problem *p, const void *q, con
                                                     {"k", k, k_bytes, 0},
                                                     {"v", v, v_bytes, 0}};
     memcpy(buffers, tensors, sizeof tensors);
-    layout_buffers(p, buffers + SK_ATTN_ROW_OFFSETS);
+    sk_attention_layout_buffers(p, buffers + SK_ATTN_ROW_OFFSETS);
 
     p->q = q;
     p->k = k;
@@ -276,7 +276,7 @@ sk_status sk_attention_plan(const sk_attention_desc *desc, const sk_bsr *layout,
     SK_TRY(sk_attention_check_geometry(desc, layout, &p));
     /* The plan writes the workspace and reads the layout arrays. */
     sk_buffer arrays[2];
-    layout_buffers(&p, arrays);
+    sk_attention_layout_buffers(&p, arrays);
     SK_TRY(sk_attention_check_workspace_apart(&p, workspace, workspace_size, arrays, 2));
     SK_TRY(sk_attention_check_layout_content(&p, layout));
     return plan_checked(&p, workspace, workspace_size, stream);

@@ -3,7 +3,8 @@
  * entry points that run an attention inside them (sk_attention_topk). None
  * calls SK_ENTER, so messages keep the caller's name. Order of use:
  * check_geometry, check_tensors, the aliasing check of its buffers (and the
- * workspace), (produce the layout), check_layout_content, enqueue.
+ * workspace), (produce the layout), check_layout_content, enqueue. The
+ * backward (attention_backward.c) runs the same checks on its forward part.
  */
 #ifndef SK_CORE_ATTENTION_INTERNAL_H
 #define SK_CORE_ATTENTION_INTERNAL_H
@@ -36,6 +37,11 @@ enum {
 sk_status sk_attention_check_tensors(sk_attention_problem *p, const void *q, const void *k,
                                      const void *v, void *o, float *lse,
                                      sk_buffer buffers[SK_ATTN_BUFFERS]);
+
+/* The layout arrays of a checked problem as two read buffers (slices x
+ * row_blocks + 1 offsets, nnz indices), named "layout->row_offsets" and
+ * "layout->col_indices". */
+void sk_attention_layout_buffers(const sk_attention_problem *p, sk_buffer out[2]);
 
 /* The CUDA workspace (sk_check_workspace_apart) against buffers[]; nothing
  * on the CPU or for a NULL workspace. */

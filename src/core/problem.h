@@ -39,6 +39,19 @@ typedef struct sk_attention_problem {
     float *lse; /* may be NULL */
 } sk_attention_problem;
 
+/* An attention backward (src/core/attention_backward.c): the forward's
+ * problem (shapes, layout, scale, mask, Q/K/V/O strides and pointers, LSE)
+ * plus the backward's own tensors. Here fwd.o and fwd.lse are inputs: the
+ * backward reads them and never writes through them. */
+typedef struct sk_attention_backward_problem {
+    sk_attention_problem fwd; /* fwd.lse is never NULL here */
+    int32_t deterministic;    /* 1, or 0 (reserved: no backend has a faster mode yet) */
+    int64_t dout_stride[3], dq_stride[3], dk_stride[3], dv_stride[3]; /* resolved, elements */
+    const void *dout;         /* dO [B, Sq, Hq, D]; NULL in workspace-size / plan calls */
+    void *dq;                 /* [B, Sq, Hq, D] */
+    void *dk, *dv;            /* [B, Sk, Hkv, D] */
+} sk_attention_backward_problem;
+
 typedef struct sk_bsr_gemm_problem {
     sk_backend backend;
     sk_dtype ab_dtype, c_dtype;

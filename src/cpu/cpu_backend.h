@@ -10,6 +10,10 @@
 #include "core/topk_rules.h"
 
 sk_status sk_cpu_attention_run(const sk_attention_problem *p);
+/* The backward (attention_bwd_ref.c): dQ, dK, dV, deterministic whatever
+ * the thread count. Allocates host scratch (the layout's transpose and one
+ * slab per thread) before writing: SK_STATUS_ALLOC_FAILED when that fails. */
+sk_status sk_cpu_attention_backward_run(const sk_attention_backward_problem *p);
 sk_status sk_cpu_bsr_gemm_run(const sk_bsr_gemm_problem *p);
 
 /* Top-k block selection (topk_ref.c): block means and block scores in fp32

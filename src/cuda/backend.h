@@ -2,7 +2,7 @@
  * backend.h - the C interface between the core and the CUDA backend.
  *
  * Implemented by the .cu files of src/cuda/ (common/device_info.cu,
- * attention/fwd.cu, gemm/gemm.cu, topk/chain.cu) when the library is built
+ * attention/fwd.cu, attention/bwd.cu, gemm/gemm.cu, topk/chain.cu) when the library is built
  * with nvcc, and by src/core/no_cuda.c (every call:
  * SK_STATUS_NOT_SUPPORTED_BACKEND) when it is not. Problems arrive validated
  * (src/core/problem.h); these functions check only what needs the device:
@@ -32,6 +32,18 @@ sk_status sk_cuda_attention_plan(const sk_attention_problem *p, void *workspace,
                                  size_t workspace_size, struct CUstream_st *stream);
 sk_status sk_cuda_attention_run(const sk_attention_problem *p, void *workspace,
                                 size_t workspace_size, struct CUstream_st *stream);
+
+/* The attention backward (attention/bwd.cu). The problem arrives with
+ * every argument checked, aliasing and workspace placement included; the
+ * plan builds on the GPU what the kernels need (docs/perf/backward.md),
+ * the run launches them. Until the kernels exist (issue 29) all three
+ * return SK_STATUS_NOT_SUPPORTED, touching nothing. */
+sk_status sk_cuda_attention_backward_workspace_size(const sk_attention_backward_problem *p,
+                                                    size_t *bytes);
+sk_status sk_cuda_attention_backward_plan(const sk_attention_backward_problem *p, void *workspace,
+                                          size_t workspace_size, struct CUstream_st *stream);
+sk_status sk_cuda_attention_backward_run(const sk_attention_backward_problem *p, void *workspace,
+                                         size_t workspace_size, struct CUstream_st *stream);
 
 sk_status sk_cuda_bsr_gemm_workspace_size(const sk_bsr_gemm_problem *p, size_t *bytes);
 sk_status sk_cuda_bsr_gemm_plan(const sk_bsr_gemm_problem *p, void *workspace,
