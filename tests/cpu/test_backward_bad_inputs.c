@@ -281,7 +281,8 @@ BAD_BWD(dv_overlaps_lse, B_RUN, SK_STATUS_BAD_PARAM_STRIDE, "dv overlaps lse",
 BAD_BWD(dq_overlaps_dout, B_RUN, SK_STATUS_BAD_PARAM_STRIDE, "dq overlaps dout",
         FIX->arg[IDQ] = FIX->b[IDOUT].p + 2)
 
-/* Inputs may overlap each other: dO given as O itself is accepted. */
+/* Inputs may overlap each other: dO given as O itself, K as V, and LSE
+ * inside Q are accepted (O and LSE are read here, not written). */
 SK_TEST(backward_inputs_may_overlap) {
     bfix f;
     if (!fix_init(&f)) {
@@ -291,6 +292,7 @@ SK_TEST(backward_inputs_may_overlap) {
     }
     f.arg[IDOUT] = f.arg[IO];
     f.arg[IK] = f.arg[IV];
+    f.arg[ILSE] = f.arg[IQ];
     const sk_status st = fix_call(&f, B_RUN);
     CHECK(st == SK_STATUS_SUCCESS, "%s: %s", sk_status_name(st), sk_last_error());
     fix_free(&f);
