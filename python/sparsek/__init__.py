@@ -26,6 +26,7 @@ from ._lib import (
     check,
 )
 from .attention import AttentionPlan, attention, bsr_gemm, plan_attention
+from .backward import AttentionBackwardPlan, attention_backward, plan_attention_backward
 from .layout import DeviceLayout, Grid, Layout, grid_blocks, make_grid
 from .topk import attention_topk, block_pool, layout_from_scores, pool_select_topk, select_topk, topk_capacity
 
@@ -86,6 +87,7 @@ def status_name(status: int) -> str:
 __version__ = "0.1.0"
 
 __all__ = [
+    "AttentionBackwardPlan",
     "AttentionPlan",
     "Backend",
     "DType",
@@ -99,6 +101,7 @@ __all__ = [
     "SparseKError",
     "Status",
     "attention",
+    "attention_backward",
     "attention_topk",
     "block_pool",
     "bsr_gemm",
@@ -108,6 +111,7 @@ __all__ = [
     "layout_from_scores",
     "make_grid",
     "plan_attention",
+    "plan_attention_backward",
     "select_topk",
     "pool_select_topk",
     "status_name",

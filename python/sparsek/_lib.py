@@ -148,6 +148,18 @@ class SkAttentionDesc(CheckedStructure):
     ]
 
 
+class SkAttentionBackwardDesc(CheckedStructure):
+    _c_name_ = "sk_attention_backward_desc"
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("deterministic", c_int32),
+        ("dout_strides", c_int64 * 3),
+        ("dq_strides", c_int64 * 3),
+        ("dk_strides", c_int64 * 3),
+        ("dv_strides", c_int64 * 3),
+    ]
+
+
 class SkTopkDesc(CheckedStructure):
     _c_name_ = "sk_topk_desc"
     _fields_ = [
@@ -210,6 +222,7 @@ STRUCTS = {
     "sk_bsr": SkBsr,
     "sk_topk_options": SkTopkOptions,
     "sk_attention_desc": SkAttentionDesc,
+    "sk_attention_backward_desc": SkAttentionBackwardDesc,
     "sk_topk_desc": SkTopkDesc,
     "sk_bsr_gemm_desc": SkBsrGemmDesc,
     "sk_device_info": SkDeviceInfo,
@@ -291,6 +304,29 @@ SIGNATURES = {
             c_size_t,
             _stream,
         ],
+    ),
+    # The backward: q, k, v, o, dout, lse, dq, dk, dv are data pointers
+    # (c_void_p, as above).
+    "sk_attention_backward_desc_init": (_st, [POINTER(SkAttentionBackwardDesc), c_size_t]),
+    "sk_attention_backward_workspace_size": (
+        _st,
+        [POINTER(SkAttentionDesc), POINTER(SkAttentionBackwardDesc), _bsr_p, POINTER(c_size_t)],
+    ),
+    "sk_attention_backward_plan": (
+        _st,
+        [POINTER(SkAttentionDesc), POINTER(SkAttentionBackwardDesc), _bsr_p, c_void_p, c_size_t, _stream],
+    ),
+    "sk_attention_backward_run": (
+        _st,
+        [POINTER(SkAttentionDesc), POINTER(SkAttentionBackwardDesc), _bsr_p]
+        + [c_void_p] * 10
+        + [c_size_t, _stream],
+    ),
+    "sk_attention_backward": (
+        _st,
+        [POINTER(SkAttentionDesc), POINTER(SkAttentionBackwardDesc), _bsr_p]
+        + [c_void_p] * 10
+        + [c_size_t, _stream],
     ),
     # Dynamic top-k selection. Data pointers (q, k, pooled arrays, scores,
     # o, lse) are c_void_p: the same machine type as the header's typed

@@ -10,7 +10,8 @@
 Every argument is checked here before the library is called (types, ndim,
 dtypes, devices, shapes, strides, `out`), with ValueError / TypeError; what
 the library finds itself (a layout that does not fit, ...) raises
-SparseKError. Nothing is differentiable: these are forward-only kernels.
+SparseKError. Nothing here is differentiable: the gradients are
+sparsek.attention_backward (backward.py), not an autograd op yet.
 """
 
 from __future__ import annotations
@@ -113,6 +114,34 @@ def _check_out(out, aq: Arr) -> Arr:
     return ao
 
 
+def _attention_desc(aq: Arr, ak: Arr, layout, causal, scale, backend):
+    """The checks a plan makes before any C call, and the forward's
+    descriptor (strides left packed: run() sets them). Returns (backend,
+    desc); shared with the backward's plan."""
+    if not isinstance(layout, (Layout, DeviceLayout)):
+        raise TypeError(f"layout must be a sparsek.Layout (or DeviceLayout), got {type(layout).__name__}")
+    be = _parse_backend(backend, aq.device)
+    if be != Backend.CPU and aq.dtype == DType.F32:
+        raise TypeError("float32 inputs are for the CPU backend only; use float16 or bfloat16 on CUDA")
+    if aq.kind == "numpy" and be != Backend.CPU:
+        raise ValueError("numpy arrays run on the CPU backend only")
+    if scale is not None:
+        scale = float32(scale, "scale", nonzero=True)
+        if scale == 0.0 or not math.isfinite(scale):
+            raise ValueError(f"scale = {scale} must be finite and non-zero (None means 1/sqrt(D))")
+    B, Sq, Hq, D = aq.shape
+    _, Sk, Hkv, _ = ak.shape
+    desc = SkAttentionDesc()
+    check(F.sk_attention_desc_init(byref(desc), sizeof(desc)))
+    desc.backend = int(be)
+    desc.dtype = int(aq.dtype)
+    desc.batch, desc.seq_q, desc.seq_k = B, Sq, Sk
+    desc.heads_q, desc.heads_kv, desc.head_dim = Hq, Hkv, D
+    desc.scale = 0.0 if scale is None else scale
+    desc.mask = int(Mask.CAUSAL if causal else Mask.NONE)
+    return be, desc
+
+
 class AttentionPlan:
     """A planned attention: descriptor, layout on the data's device, workspace
     and the plan (sk_attention_plan), made once; run() then only calls
@@ -122,33 +151,12 @@ class AttentionPlan:
     stream too, or synchronise first."""
 
     def __init__(self, q, k, v, layout, *, causal=False, scale=None, backend=None):
-        aq, ak, av = _check_qkv(q, k, v)
-        if not isinstance(layout, (Layout, DeviceLayout)):
-            raise TypeError(f"layout must be a sparsek.Layout (or DeviceLayout), got {type(layout).__name__}")
-        self.backend = _parse_backend(backend, aq.device)
-        if self.backend != Backend.CPU and aq.dtype == DType.F32:
-            raise TypeError("float32 inputs are for the CPU backend only; use float16 or bfloat16 on CUDA")
-        if aq.kind == "numpy" and self.backend != Backend.CPU:
-            raise ValueError("numpy arrays run on the CPU backend only")
-        if scale is not None:
-            scale = float32(scale, "scale", nonzero=True)
-            if scale == 0.0 or not math.isfinite(scale):
-                raise ValueError(f"scale = {scale} must be finite and non-zero (None means 1/sqrt(D))")
+        aq, ak, _ = _check_qkv(q, k, v)
+        self.backend, self.desc = _attention_desc(aq, ak, layout, causal, scale, backend)
         self.layout = layout
         self.causal = bool(causal)
-        B, Sq, Hq, D = aq.shape
-        _, Sk, Hkv, _ = ak.shape
         self.spec = _Spec(aq.kind, aq.device, aq.dtype, aq.dtype_name, aq.shape, ak.shape)
-
-        desc = SkAttentionDesc()
-        check(F.sk_attention_desc_init(byref(desc), sizeof(desc)))
-        desc.backend = int(self.backend)
-        desc.dtype = int(aq.dtype)
-        desc.batch, desc.seq_q, desc.seq_k = B, Sq, Sk
-        desc.heads_q, desc.heads_kv, desc.head_dim = Hq, Hkv, D
-        desc.scale = 0.0 if scale is None else scale
-        desc.mask = int(Mask.CAUSAL if causal else Mask.NONE)
-        self.desc = desc
+        desc = self.desc
 
         self._torch_device = None
         if self.backend == Backend.CPU:
