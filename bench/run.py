@@ -3,6 +3,8 @@
 
     python3 bench/run.py --out results.json [--cases seed,long,long64,mixed,gemm]
                          [--quick] [--peers sparsek,sdpa_cudnn,...] [--commit SHA]
+    python3 bench/run.py --backward --out results.json [--cases NAME,...]
+                         (the backward: bench/backward.py)
 
 For every case (shape, dtype, block layout) this script
   1. builds the inputs once (torch.randn, fixed seed) in [B, S, H, D], plus
@@ -54,6 +56,8 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 if str(REPO / "python") not in sys.path:
     sys.path.insert(0, str(REPO / "python"))
+if str(REPO / "bench") not in sys.path:  # bench/backward.py, when imported as a module
+    sys.path.insert(0, str(REPO / "bench"))
 
 SCHEMA = "sparsek-bench/1"
 ALL_PEERS = ["sparsek", "sparsek_sm80", "sdpa_cudnn", "sdpa_flash", "flex", "flex_flash", "flashinfer", "fa4"]
@@ -774,6 +778,9 @@ def parse_args(argv=None):
                    help="seconds: start no new case after this (0 = no limit); the JSON is written after each case")
     p.add_argument("--site", action="append", default=[],
                    help="extra site directory with carried peers (e.g. /tmp/site); its .pth files are processed")
+    p.add_argument("--backward", action="store_true",
+                   help="time the attention backward instead (bench/backward.py: issue 29's cases; "
+                   "SparseK, Flex and cuDNN SDPA backward)")
     p.add_argument("--resume", default=None,
                    help="an earlier results JSON: its cases are kept and not run again")
     args = p.parse_args(argv)
@@ -790,6 +797,15 @@ def parse_args(argv=None):
 
 def select_cases(args):
     wanted = [x for x in args.cases.split(",") if x]
+    if args.backward:
+        from backward import backward_cases
+
+        all_bwd = backward_cases(Case, args.quick, tiny=args.quick and args.device == "cpu")
+        names = [w for w in wanted if w not in GROUPS and w != "backward"]
+        unknown = set(names) - {c.name for c in all_bwd}
+        if unknown:
+            raise SystemExit(f"unknown backward cases: {sorted(unknown)}; known: {[c.name for c in all_bwd]}")
+        return [c for c in all_bwd if not names or c.name in names]
     groups = [w for w in wanted if w in GROUPS]
     names = [w for w in wanted if w not in GROUPS]
     all_cases = make_cases(GROUPS, args.quick, args.max_dense_seq, tiny=args.quick and args.device == "cpu")
@@ -845,7 +861,12 @@ def main(argv=None) -> int:
             print(f"[{case.name}] not run: --time-limit {args.time_limit:.0f} s reached", flush=True)
             continue
         try:
-            rec = run_case(case, args, timer, ctx_global)
+            if args.backward:
+                from backward import run_backward_case
+
+                rec = run_backward_case(case, args, timer, ctx_global, build_layout)
+            else:
+                rec = run_case(case, args, timer, ctx_global)
         except Exception as e:  # a case that could not even be set up
             rec = {"name": case.name, "group": case.group, "case": asdict(case),
                    "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc(limit=6), "systems": {}}

@@ -113,3 +113,33 @@ def test_run_rejects_bad_arguments(argv):
     run = import_bench("run")
     with pytest.raises(SystemExit):
         run.parse_args(argv)
+
+
+def test_backward_cases_follow_issue_29():
+    """run.py --backward: the issue's five speed rows, with its shapes."""
+    run = import_bench("run")
+    bwd = import_bench("backward")
+    cases = {c.name: c for c in bwd.backward_cases(run.Case, quick=False, tiny=False)}
+    assert sorted(cases) == sorted(["bwd_seed_topk25", "bwd_seed_dense", "bwd_causal_s8k", "bwd_long_s64k",
+                                    "bwd_long64_s32k"])
+    seed = cases["bwd_seed_topk25"]
+    assert (seed.B, seed.H, seed.S, seed.D, seed.dtype, seed.k, seed.causal) == (16, 96, 4096, 128, "float16", 8, False)
+    dense = run.build_layout(cases["bwd_seed_dense"])
+    assert dense.density == 1.0 and cases["bwd_seed_dense"].dense_peers
+    causal = cases["bwd_causal_s8k"]
+    assert (causal.B, causal.H, causal.S, causal.dtype, causal.causal) == (2, 32, 8192, "bfloat16", True)
+    lay = run.build_layout(causal)  # the causal dense layout: every block on or below the diagonal
+    assert lay.selected_blocks(1, 1) == lay.row_blocks * (lay.row_blocks + 1) // 2
+    for name, s, d in (("bwd_long_s64k", 65536, 128), ("bwd_long64_s32k", 32768, 64)):
+        c = cases[name]
+        assert (c.B, c.H, c.S, c.D, c.window, c.causal, c.dtype) == (1, 32, s, d, 2048, True, "bfloat16")
+
+
+def test_backward_mode_selects_its_cases():
+    run = import_bench("run")
+    args = run.parse_args(["--out", "x.json", "--backward", "--cases", "bwd_seed_dense"])
+    assert [c.name for c in run.select_cases(args)] == ["bwd_seed_dense"]
+    args = run.parse_args(["--out", "x.json", "--backward"])
+    assert len(run.select_cases(args)) == 5
+    with pytest.raises(SystemExit):
+        run.select_cases(run.parse_args(["--out", "x.json", "--backward", "--cases", "nope"]))
