@@ -61,7 +61,7 @@ if str(REPO / "bench") not in sys.path:  # bench/backward.py, when imported as a
 
 SCHEMA = "sparsek-bench/1"
 ALL_PEERS = ["sparsek", "sparsek_sm80", "sdpa_cudnn", "sdpa_flash", "flex", "flex_flash", "flashinfer", "fa4"]
-GROUPS = ["seed", "long", "long64", "mixed", "gemm"]
+GROUPS = ["seed", "causal", "long", "long64", "mixed", "gemm"]
 
 # ---------------------------------------------------------------------------
 # Cases
@@ -120,6 +120,19 @@ def make_cases(groups, quick: bool, max_dense_seq: int, tiny: bool = False):
                 note=f"causal sliding window of {w} tokens (block granular)", dense_peers=True,
             )
         )
+    if "causal" in groups:
+        # Issue 28: the causal dense layout against cuDNN's causal SDPA, at
+        # S = 2K, 8K and 32K, B x H such that a run takes >= 1 ms.
+        shapes = [(1, 2, 512)] if tiny else [(2, 4, 1024), (1, 4, 2048)] if quick else [
+            (16, 32, 2048), (2, 32, 8192), (1, 16, 32768)]
+        for b, h, s in shapes:
+            cases.append(
+                Case(
+                    f"causal_s{s // 1024}k" if s >= 1024 else f"causal_s{s}", "causal", b, h, h, s, 128, "bfloat16",
+                    "window", True, window=s, note="causal dense layout (every block on or below the diagonal)",
+                    dense_peers=True,
+                )
+            )
     long_seqs = [512, 1024] if tiny else [2048, 4096] if quick else [16384, 32768, 65536, 131072, 262144]
     lw = 256 if tiny else 512 if quick else 2048
     lh = 2 if tiny else 4 if quick else 32

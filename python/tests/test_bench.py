@@ -25,6 +25,10 @@ def test_cases_follow_the_brief():
         long = [c for c in cases if c.group == g]
         assert [c.S for c in long] == [16384, 32768, 65536, 131072, 262144]
         assert all((c.B, c.H, c.D, c.dtype, c.window, c.causal) == (1, 32, d, "bfloat16", 2048, True) for c in long)
+    causal = [c for c in cases if c.group == "causal"]
+    assert [(c.B, c.H, c.S) for c in causal] == [(16, 32, 2048), (2, 32, 8192), (1, 16, 32768)]
+    for c in causal:  # the causal dense layout: every block on or below the diagonal
+        assert (c.D, c.dtype, c.causal, c.window, c.dense_peers) == (128, "bfloat16", True, c.S, True)
     mixed = by["mixed_s128k"]
     assert (mixed.S, mixed.window, mixed.k) == (131072, 4096, 8)
 

@@ -92,6 +92,31 @@ SK_TEST(gpu_many_tiles) {
     printf("    2 cases, %d failed\n", failed);
 }
 
+/* Problems big enough for several L2 groups in the plan's tile order
+ * (common/schedule.h): a slice's K/V is 16384 x 128 x 2 x 2 B = 8 MiB, so
+ * a group holds 3 of the 8 KV heads (6 of the 16 query heads, GQA 2): 3
+ * groups, the last one short; with block_q 64 a group spans two sort
+ * segments (1536 tiles). Every tile must run exactly once. */
+SK_TEST(gpu_l2_groups) {
+    if (gt_opt.quick) return;
+    gt_case c = base_case(SK_DTYPE_BF16, 128, 16384, 16384, 64, 128, 1);
+    c.heads_q = 16;
+    c.heads_kv = 8;
+    c.layout_heads = 16;
+    c.k_per_row = 2;
+    c.empty_rows = 0.05;
+    int failed = gt_run_case(&c) != 0;
+    gt_case d = c;
+    d.dtype = SK_DTYPE_F16;
+    d.block_q = 128;
+    d.causal = 0;
+    d.layout_heads = 8;
+    d.k_per_row = 3;
+    d.seed ^= 0x2b;
+    failed += gt_run_case(&d) != 0;
+    printf("    2 cases, %d failed\n", failed);
+}
+
 /* ---------------------------------------------------------------------------
  * Layouts that fail validation
  * ------------------------------------------------------------------------- */

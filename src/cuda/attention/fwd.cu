@@ -4,9 +4,9 @@
  * the choice of kernel (fwd_sm80.cu, fwd_sm90.cu; their interface is
  * kernels.h).
  *
- * Plan. The longest-first tile order (common/schedule.h: three small sort
- * kernels, no host synchronisation), one tile per (batch, query head, query
- * block), plus the sm80 kernel's tile_info (first visited entry of each
+ * Plan. The longest-first tile order within L2 groups of KV heads
+ * (common/schedule.h: three small sort kernels, no host synchronisation),
+ * one tile per (batch, query head, query block), plus the sm80 kernel's tile_info (first visited entry of each
  * slot; common/plan_contract.cuh).
  *
  * Run. Checks device, kernel support and workspace first (nothing is
@@ -41,6 +41,10 @@ static sk_schedule_geometry sk_attention_geometry(const sk_attention_problem *p)
     g.seq_q = (int32_t)p->seq_q;
     g.seq_k = (int32_t)p->seq_k;
     g.causal = p->causal;
+    /* L2 groups of whole KV heads (schedule.h): a slice reads K and V of
+     * seq_k x head_dim elements each (fp16 / bf16 on CUDA: 2 bytes). */
+    g.group_tiles = sk_schedule_l2_group_tiles(p->batch * p->heads_q, p->row_blocks, p->group,
+                                               2 * p->seq_k * p->head_dim * 2);
     return g;
 }
 

@@ -17,6 +17,7 @@ typedef struct sk_plan_params {
     int32_t layout_batch, layout_heads, head_div;
     int32_t block_q, block_k, seq_q, seq_k, causal;
     int32_t segs, bins;
+    int32_t group_tiles, group_segs; /* tiles and segments per L2 group */
     int32_t *keys;  /* [tiles] */
     int32_t *hist;  /* [segs, bins] */
     int32_t *order; /* [tiles] */
@@ -30,7 +31,18 @@ sk_status sk_schedule_layout_of(const sk_schedule_geometry *g, sk_plan_layout *w
                         "most 2^31 - 1",
                         (long long)g->tiles);
     w->tiles = (int32_t)g->tiles;
-    w->segs = (int32_t)((g->tiles + SK_SCHED_SEGMENT - 1) / SK_SCHED_SEGMENT);
+    const int64_t group = g->group_tiles <= 0 || g->group_tiles >= g->tiles ? g->tiles : g->group_tiles;
+    const int64_t groups = g->tiles == 0 ? 0 : (g->tiles + group - 1) / group;
+    const int64_t group_segs = (group + SK_SCHED_SEGMENT - 1) / SK_SCHED_SEGMENT;
+    /* groups * group_segs <= tiles + groups <= 2 * tiles: checked, not assumed. */
+    if (groups * group_segs > INT32_MAX)
+        return sk_error(SK_STATUS_NOT_SUPPORTED,
+                        "%lld tiles in groups of %lld: too many plan segments for the CUDA backend",
+                        (long long)g->tiles, (long long)group);
+    w->group_tiles = (int32_t)group;
+    w->groups = (int32_t)groups;
+    w->group_segs = (int32_t)group_segs;
+    w->segs = (int32_t)(groups * group_segs);
     w->bins = (g->col_blocks < SK_SCHED_KEY_CAP ? g->col_blocks : SK_SCHED_KEY_CAP) + 1;
     const size_t n = (size_t)g->tiles;
     w->counter = 0;
@@ -61,6 +73,32 @@ char *sk_schedule_base(void *workspace) {
     return (char *)((a + SK_SCHED_ALIGN - 1) / SK_SCHED_ALIGN * SK_SCHED_ALIGN);
 }
 
+int64_t sk_schedule_l2_group_tiles(int64_t slices, int32_t row_blocks, int64_t share,
+                                   int64_t kv_bytes_per_slice) {
+    if (share < 1 || kv_bytes_per_slice <= 0) return 0;
+    const int64_t kv_heads = (slices + share - 1) / share;
+    /* KV heads per group: as many as the budget holds, but enough query
+     * heads that the CTAs running at once spread over several of them. */
+    int64_t per_group = SK_SCHED_L2_BUDGET / kv_bytes_per_slice;
+    const int64_t spread = (SK_SCHED_MIN_GROUP_SLICES + share - 1) / share;
+    if (per_group < spread) per_group = spread;
+    /* Then the fewest groups, KV heads spread evenly over them: a short
+     * last group would sort its tiles apart. */
+    const int64_t groups = (kv_heads + per_group - 1) / per_group;
+    if (groups <= 1) return 0;
+    return (kv_heads + groups - 1) / groups * share * row_blocks;
+}
+
+/* Tile of thread x of segment seg (segments are numbered group by group),
+ * or -1 past the end of its group or of the problem. */
+__device__ __forceinline__ int32_t sk_plan_segment_tile(const sk_plan_params &p, int32_t seg,
+                                                        int32_t x) {
+    const int32_t grp = seg / p.group_segs;
+    const int32_t local = (seg - grp * p.group_segs) * SK_SCHED_SEGMENT + x;
+    const int64_t t = (int64_t)grp * p.group_tiles + local;
+    return local < p.group_tiles && t < p.num_tiles ? (int32_t)t : -1;
+}
+
 /* The clamped entry range of tile t, and its key-visibility limit. */
 __device__ __forceinline__ void sk_plan_row(const sk_plan_params &p, int32_t t, int32_t *start,
                                             int32_t *end, int32_t *kmax) {
@@ -74,8 +112,8 @@ __global__ void __launch_bounds__(SK_PLAN_THREADS)
     __shared__ int32_t hist[SK_SCHED_MAX_BINS];
     for (int b = threadIdx.x; b < p.bins; b += blockDim.x) hist[b] = 0;
     __syncthreads();
-    const int32_t t = blockIdx.x * SK_SCHED_SEGMENT + threadIdx.x;
-    if (t < p.num_tiles) {
+    const int32_t t = sk_plan_segment_tile(p, blockIdx.x, threadIdx.x);
+    if (t >= 0) {
         int32_t start, end, kmax, count = 0;
         sk_plan_row(p, t, &start, &end, &kmax);
         for (int32_t e = start; e < end; ++e)
@@ -90,17 +128,19 @@ __global__ void __launch_bounds__(SK_PLAN_THREADS)
         p.hist[(size_t)blockIdx.x * p.bins + b] = hist[b];
 }
 
-/* One CTA: hist[seg][key] becomes the first slot of that segment's tiles
- * with that key, keys in descending order. */
+/* One CTA per group: hist[seg][key] becomes the first slot of that
+ * segment's tiles with that key, keys in descending order within the
+ * group, after the slots of the groups before it. */
 __global__ void __launch_bounds__(SK_PLAN_THREADS)
     sk_plan_offsets_kernel(const __grid_constant__ sk_plan_params p) {
     __shared__ int32_t total[SK_SCHED_MAX_BINS];
     __shared__ int32_t scan[2][SK_SCHED_MAX_BINS];
     const int b = threadIdx.x; /* bins <= blockDim.x */
+    const int32_t seg0 = blockIdx.x * p.group_segs, seg_end = seg0 + p.group_segs;
     int32_t run = 0;
     if (b < p.bins) {
-        int32_t seg = 0;
-        for (; seg + SK_PLAN_SCAN_UNROLL <= p.segs; seg += SK_PLAN_SCAN_UNROLL) {
+        int32_t seg = seg0;
+        for (; seg + SK_PLAN_SCAN_UNROLL <= seg_end; seg += SK_PLAN_SCAN_UNROLL) {
             int32_t v[SK_PLAN_SCAN_UNROLL];
 #pragma unroll
             for (int u = 0; u < SK_PLAN_SCAN_UNROLL; ++u)
@@ -111,7 +151,7 @@ __global__ void __launch_bounds__(SK_PLAN_THREADS)
                 run += v[u];
             }
         }
-        for (; seg < p.segs; ++seg) {
+        for (; seg < seg_end; ++seg) {
             const int32_t v = p.hist[(size_t)seg * p.bins + b];
             p.hist[(size_t)seg * p.bins + b] = run;
             run += v;
@@ -133,20 +173,21 @@ __global__ void __launch_bounds__(SK_PLAN_THREADS)
         __syncthreads();
     }
     if (b < p.bins) {
-        /* Tiles with a larger key come first. */
-        const int32_t base = scan[cur][p.bins - 1 - b] - total[b];
-        for (int32_t seg = 0; seg < p.segs; ++seg) p.hist[(size_t)seg * p.bins + b] += base;
+        /* The groups before this one, then this group's tiles with a larger key. */
+        const int32_t base =
+            blockIdx.x * p.group_tiles + scan[cur][p.bins - 1 - b] - total[b];
+        for (int32_t seg = seg0; seg < seg_end; ++seg) p.hist[(size_t)seg * p.bins + b] += base;
     }
 }
 
 __global__ void __launch_bounds__(SK_PLAN_THREADS)
     sk_plan_scatter_kernel(const __grid_constant__ sk_plan_params p) {
     __shared__ int32_t keys[SK_SCHED_SEGMENT];
-    const int32_t t = blockIdx.x * SK_SCHED_SEGMENT + threadIdx.x;
-    const int32_t key = t < p.num_tiles ? p.keys[t] : -1;
+    const int32_t t = sk_plan_segment_tile(p, blockIdx.x, threadIdx.x);
+    const int32_t key = t >= 0 ? p.keys[t] : -1;
     keys[threadIdx.x] = key;
     __syncthreads();
-    if (t >= p.num_tiles) return;
+    if (t < 0) return;
     int32_t rank = 0;
     for (int j = 0; j < (int)threadIdx.x; ++j) rank += keys[j] == key;
     const int32_t slot = p.hist[(size_t)blockIdx.x * p.bins + key] + rank;
@@ -188,6 +229,8 @@ sk_status sk_schedule_enqueue(const sk_schedule_geometry *g, const sk_plan_layou
     k.causal = g->causal;
     k.segs = w->segs;
     k.bins = w->bins;
+    k.group_tiles = w->group_tiles;
+    k.group_segs = w->group_segs;
     k.keys = (int32_t *)(base + w->keys);
     k.hist = (int32_t *)(base + w->hist);
     k.order = (int32_t *)(base + w->order);
@@ -195,7 +238,7 @@ sk_status sk_schedule_enqueue(const sk_schedule_geometry *g, const sk_plan_layou
 
     sk_plan_count_kernel<<<w->segs, SK_PLAN_THREADS, 0, stream>>>(k);
     SK_CUDA_TRY(cudaGetLastError(), "plan count kernel launch");
-    sk_plan_offsets_kernel<<<1, SK_PLAN_THREADS, 0, stream>>>(k);
+    sk_plan_offsets_kernel<<<w->groups, SK_PLAN_THREADS, 0, stream>>>(k);
     SK_CUDA_TRY(cudaGetLastError(), "plan offsets kernel launch");
     sk_plan_scatter_kernel<<<w->segs, SK_PLAN_THREADS, 0, stream>>>(k);
     SK_CUDA_TRY(cudaGetLastError(), "plan scatter kernel launch");

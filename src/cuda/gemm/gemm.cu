@@ -35,6 +35,7 @@ static sk_schedule_geometry sk_gemm_geometry(const sk_bsr_gemm_problem *p) {
     g.seq_q = p->m > INT32_MAX ? INT32_MAX : (int32_t)p->m; /* unused: not causal */
     g.seq_k = p->k > INT32_MAX ? INT32_MAX : (int32_t)p->k;
     g.causal = 0;
+    g.group_tiles = 0; /* one group: every tile reads the same B */
     return g;
 }
 
