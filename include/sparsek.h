@@ -503,7 +503,9 @@ SK_API sk_status sk_attention_forward(const sk_attention_desc *desc, const sk_bs
  *   capability 9.0, so one descriptor serves a Hopper forward and its
  *   backward). It takes what the forward's kernels take (F16 or BF16,
  *   head_dim 64 or 128, blocks 64 or 128, the same sequence and stride
- *   limits); anything else is SK_STATUS_NOT_SUPPORTED naming the argument,
+ *   limits, dO and the gradients included) and grids below 2^31 CTAs
+ *   (B * Hq * ceil(Sq / 64), B * Hkv * ceil(Sk / block_k) * block_k / 64);
+ *   anything else is SK_STATUS_NOT_SUPPORTED naming the argument,
  *   after all the argument checks, so a bad argument gets the same status
  *   on every backend. One CTA owns each dK/dV key tile and each dQ query
  *   tile and sums in a fixed order: deterministic with no atomics.
