@@ -144,6 +144,9 @@ $(BUILD)/obj/bench/%.o: bench/%.c include/sparsek.h
 $(BUILD)/gemm_speed: $(BUILD)/obj/bench/gemm_speed.o $(BUILD)/libsparsek.a
 	$(CC) -o $@ $^ $(CUDA_LIBS) $(LDLIBS)
 
+$(BUILD)/attention_bwd_speed: $(BUILD)/obj/bench/attention_bwd_speed.o $(BUILD)/libsparsek.a
+	$(CC) -o $@ $^ $(CUDA_LIBS) $(LDLIBS)
+
 $(BUILD)/topk_speed: $(BUILD)/obj/bench/topk_speed.o $(BUILD)/libsparsek.a
 	$(CC) -o $@ $^ $(CUDA_LIBS) $(LDLIBS)
 

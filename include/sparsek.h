@@ -492,12 +492,23 @@ SK_API sk_status sk_attention_forward(const sk_attention_desc *desc, const sk_bs
  *   (last-bit differences from run to run); no backend has one yet, so it
  *   gives the deterministic results.
  * - Workspace and plan: nothing on the CPU (workspace size 0, the plan a
- *   no-op after the checks). The CUDA backward is not built yet (issue 29):
- *   on a CUDA backend every backward call returns SK_STATUS_NOT_SUPPORTED
- *   after all its argument checks, so a bad argument gets the same status
- *   on every backend. Its plan will build on the GPU what the kernels need
- *   (the transposed layout: for each key block the query blocks that
- *   select it; the tile order), with no host synchronisation.
+ *   no-op after the checks). On CUDA the plan builds on the GPU, with no
+ *   host synchronisation, what the run needs: the transposed layout (for
+ *   each key block, the query blocks that select it) and the tile orders;
+ *   the workspace also holds the run's per-row Dl and LSE terms, so its
+ *   size grows with B * Hq * Sq as well as with the layout's sizes. Re-plan
+ *   whenever the layout content changes.
+ * - CUDA kernels: the portable sm_80+ backward (mma.sync, cp.async) runs on
+ *   every CUDA backend (SK_BACKEND_CUDA_SM90 still needs compute
+ *   capability 9.0, so one descriptor serves a Hopper forward and its
+ *   backward). It takes what the forward's kernels take (F16 or BF16,
+ *   head_dim 64 or 128, blocks 64 or 128, the same sequence and stride
+ *   limits, dO and the gradients included) and grids below 2^31 CTAs
+ *   (B * Hq * ceil(Sq / 64), B * Hkv * ceil(Sk / block_k) * block_k / 64);
+ *   anything else is SK_STATUS_NOT_SUPPORTED naming the argument,
+ *   after all the argument checks, so a bad argument gets the same status
+ *   on every backend. One CTA owns each dK/dV key tile and each dQ query
+ *   tile and sums in a fixed order: deterministic with no atomics.
  * - Aliasing: dQ, dK, dV (and the CUDA workspace) are written: none may
  *   share a byte with any other buffer of the call (q, k, v, o, dout, lse,
  *   the layout arrays, each other). Inputs may overlap each other.

@@ -2,7 +2,7 @@
  * attention_backward.c - the public attention backward entry points: the
  * backward descriptor's defaults, every argument check, and dispatch (CPU:
  * the reference, src/cpu/attention_bwd_ref.c; CUDA: src/cuda/attention/
- * bwd.cu, which answers SK_STATUS_NOT_SUPPORTED until its kernels exist).
+ * bwd.cu: the plan on the GPU and the portable kernels).
  *
  * All checks run before any backend is called, so a failed call writes
  * nothing, and they are the same on every backend. The order is: the

@@ -35,9 +35,10 @@ sk_status sk_cuda_attention_run(const sk_attention_problem *p, void *workspace,
 
 /* The attention backward (attention/bwd.cu). The problem arrives with
  * every argument checked, aliasing and workspace placement included; the
- * plan builds on the GPU what the kernels need (docs/perf/backward.md),
- * the run launches them. Until the kernels exist (issue 29) all three
- * return SK_STATUS_NOT_SUPPORTED, touching nothing. */
+ * plan builds on the GPU what the kernels need (the transposed layout, the
+ * tile orders: docs/perf/backward_sm80.md), the run launches them. A
+ * problem the kernels do not cover is SK_STATUS_NOT_SUPPORTED from all
+ * three, touching nothing. */
 sk_status sk_cuda_attention_backward_workspace_size(const sk_attention_backward_problem *p,
                                                     size_t *bytes);
 sk_status sk_cuda_attention_backward_plan(const sk_attention_backward_problem *p, void *workspace,

@@ -16,11 +16,15 @@ typedef struct nb_row {
 } nb_row;
 
 /* The bound terms of one row (naive_bwd.h), added to eq/ek/ev. */
-static void add_bounds(int64_t n, int64_t d, double scale, sk_dtype dtype, const double *q,
-                       const double *k, const double *v, const double *dout, int64_t row,
-                       double lse, double dl, const nb_row *w, const double *m, double *eq,
-                       double *ek, double *ev) {
+static void add_bounds(int64_t n, int64_t d, double scale, sk_dtype dtype, int operands,
+                       const double *q, const double *k, const double *v, const double *dout,
+                       int64_t row, double lse, double dl, const nb_row *w, const double *m,
+                       double *eq, double *ek, double *ev) {
     const double u = 0x1.0p-24, ud = tu_unit_roundoff(dtype), sd = sqrt((double)d);
+    /* P and dS rounded to the dtype as MMA operands: relative error ud,
+     * plus eta (half the smallest subnormal) where they underflow. */
+    const double uo = operands ? ud : 0.0;
+    const double eta = !operands ? 0.0 : dtype == SK_DTYPE_F16 ? 0x1.0p-25 : 0x1.0p-134;
     double qn = 0.0, don = 0.0, kmax = 0.0, vmax = 0.0;
     for (int64_t x = 0; x < d; ++x) {
         qn += q[x] * q[x];
@@ -56,28 +60,20 @@ static void add_bounds(int64_t n, int64_t d, double scale, sk_dtype dtype, const
                             (rel_p + u) * w->p[t] * fabs(w->dp[t] - dl);
         const double sm = sqrt(m[key]);
         for (int64_t x = 0; x < d; ++x) {
-            eq[x] += fabs(scale) * (e_ds + u * sn * fabs(w->ds[t])) * fabs(kr[x]);
-            ek[key * row + x] += fabs(scale) * (e_ds + u * sm * fabs(w->ds[t])) * fabs(q[x]);
-            ev[key * row + x] += (rel_p + u * sm) * w->p[t] * fabs(dout[x]);
+            eq[x] += fabs(scale) * (e_ds + (u * sn + uo) * fabs(w->ds[t]) + eta) * fabs(kr[x]);
+            ek[key * row + x] +=
+                fabs(scale) * (e_ds + (u * sm + uo) * fabs(w->ds[t]) + eta) * fabs(q[x]);
+            ev[key * row + x] += ((rel_p + u * sm + uo) * w->p[t] + eta) * fabs(dout[x]);
         }
     }
 }
 
-void nr_attention_backward(int64_t batch, int64_t sq, int64_t sk, int64_t heads, int64_t d,
-                           double scale, sk_dtype dtype, const double *q, const double *k,
-                           const double *v, const double *dout, const uint8_t *allow, double *dq,
-                           double *dk, double *dv, double *eq, double *ek, double *ev) {
+static void backward(int64_t batch, int64_t sq, int64_t sk, int64_t heads, int64_t d,
+                     double scale, sk_dtype dtype, int operands, const double *q, const double *k,
+                     const double *v, const double *dout, const uint8_t *allow, double *dq,
+                     double *dk, double *dv, double *eq, double *ek, double *ev) {
     const int64_t row = heads * d; /* elements per token */
     const size_t nk = (size_t)(sk > 0 ? sk : 1);
-    nb_row w;
-    w.s = (double *)malloc(nk * sizeof(double));
-    w.p = (double *)malloc(nk * sizeof(double));
-    w.dp = (double *)malloc(nk * sizeof(double));
-    w.ds = (double *)malloc(nk * sizeof(double));
-    w.o = (double *)malloc((size_t)d * sizeof(double));
-    w.keys = (int64_t *)malloc(nk * sizeof(int64_t));
-    double *m = (double *)malloc(nk * sizeof(double));
-    if (!w.s || !w.p || !w.dp || !w.ds || !w.o || !w.keys || !m) abort(); /* tests only */
     const size_t q_bytes = (size_t)(batch * sq * row) * sizeof(double);
     const size_t k_bytes = (size_t)(batch * sk * row) * sizeof(double);
     memset(dq, 0, q_bytes);
@@ -88,8 +84,21 @@ void nr_attention_backward(int64_t batch, int64_t sq, int64_t sk, int64_t heads,
         memset(ek, 0, k_bytes);
         memset(ev, 0, k_bytes);
     }
-    for (int64_t b = 0; b < batch; ++b)
-        for (int64_t h = 0; h < heads; ++h) {
+    /* Each (b, h) writes only its own head's elements: one per thread. */
+#pragma omp parallel
+    {
+        nb_row w;
+        w.s = (double *)malloc(nk * sizeof(double));
+        w.p = (double *)malloc(nk * sizeof(double));
+        w.dp = (double *)malloc(nk * sizeof(double));
+        w.ds = (double *)malloc(nk * sizeof(double));
+        w.o = (double *)malloc((size_t)d * sizeof(double));
+        w.keys = (int64_t *)malloc(nk * sizeof(int64_t));
+        double *m = (double *)malloc(nk * sizeof(double));
+        if (!w.s || !w.p || !w.dp || !w.ds || !w.o || !w.keys || !m) abort(); /* tests only */
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t bh = 0; bh < batch * heads; ++bh) {
+            const int64_t b = bh / heads, h = bh % heads;
             const uint8_t *al = allow != NULL ? allow + (b * heads + h) * sq * sk : NULL;
             const int64_t ko = b * sk * row + h * d; /* key 0 of (b, h) */
             for (int64_t j = 0; j < sk; ++j) {
@@ -138,9 +147,27 @@ void nr_attention_backward(int64_t batch, int64_t sq, int64_t sk, int64_t heads,
                     }
                 }
                 if (eq != NULL)
-                    add_bounds(n, d, scale, dtype, qr, k + ko, v + ko, dor, row, lse, pdp, &w, m,
-                               eq + qo, ek + ko, ev + ko);
+                    add_bounds(n, d, scale, dtype, operands, qr, k + ko, v + ko, dor, row, lse,
+                               pdp, &w, m, eq + qo, ek + ko, ev + ko);
             }
         }
-    free(w.s), free(w.p), free(w.dp), free(w.ds), free(w.o), free(w.keys), free(m);
+        free(w.s), free(w.p), free(w.dp), free(w.ds), free(w.o), free(w.keys), free(m);
+    }
+}
+
+void nr_attention_backward(int64_t batch, int64_t sq, int64_t sk, int64_t heads, int64_t d,
+                           double scale, sk_dtype dtype, const double *q, const double *k,
+                           const double *v, const double *dout, const uint8_t *allow, double *dq,
+                           double *dk, double *dv, double *eq, double *ek, double *ev) {
+    backward(batch, sq, sk, heads, d, scale, dtype, 0, q, k, v, dout, allow, dq, dk, dv, eq, ek,
+             ev);
+}
+
+void nr_attention_backward_mma(int64_t batch, int64_t sq, int64_t sk, int64_t heads, int64_t d,
+                               double scale, sk_dtype dtype, const double *q, const double *k,
+                               const double *v, const double *dout, const uint8_t *allow,
+                               double *dq, double *dk, double *dv, double *eq, double *ek,
+                               double *ev) {
+    backward(batch, sq, sk, heads, d, scale, dtype, 1, q, k, v, dout, allow, dq, dk, dv, eq, ek,
+             ev);
 }

@@ -48,4 +48,17 @@ void nr_attention_backward(int64_t batch, int64_t sq, int64_t sk, int64_t heads,
                            const double *v, const double *dout, const uint8_t *allow, double *dq,
                            double *dk, double *dv, double *eq, double *ek, double *ev);
 
+/* The same, for an implementation that also rounds P and dS to `dtype`
+ * before they multiply dO, K and Q (tensor-core MMA operands, as the CUDA
+ * kernels do); the bounds gain, with ud the dtype's unit roundoff and eta
+ * half its smallest subnormal (2^-25 for F16: small P and dS underflow):
+ *   E(dQ_x) += |scale| sum_k (ud |dS_k| + eta) |k_kx|
+ *   E(dK_kx) += |scale| (ud |dS_k| + eta) |q_x|,  E(dV_kx) += (ud P_k + eta) |dO_x|
+ * the last two over the rows that allow key k. */
+void nr_attention_backward_mma(int64_t batch, int64_t sq, int64_t sk, int64_t heads, int64_t d,
+                               double scale, sk_dtype dtype, const double *q, const double *k,
+                               const double *v, const double *dout, const uint8_t *allow,
+                               double *dq, double *dk, double *dv, double *eq, double *ek,
+                               double *ev);
+
 #endif /* SK_TESTS_NAIVE_BWD_H */

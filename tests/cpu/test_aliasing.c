@@ -532,9 +532,11 @@ SK_TEST(aliasing_every_pair_cpu) {
 /* The CUDA backend with host pointers: every overlap is refused by the core
  * before any device access (workspace pairs included). A build without
  * CUDA checks every pair but the workspace's (96 placements), and not the
- * plans nor sk_attention_topk. The CUDA backward has no workspace size yet
- * (issue 29): its run and one-shot call are checked without a workspace
- * (108 placements) and its plan not at all. */
+ * plans nor sk_attention_topk. The CUDA backward cannot size a workspace
+ * for this problem's head_dim 8 (its kernels take 64 or 128): its run and
+ * one-shot call are checked without a workspace (108 placements) and its
+ * plan not at all; tests/gpu/test_attention_backward_gpu.c checks its
+ * workspace against the other buffers. */
 SK_TEST(aliasing_every_pair_cuda_refused_before_the_device) {
     int skipped;
     const int checked = check_backend(SK_BACKEND_CUDA, &skipped);

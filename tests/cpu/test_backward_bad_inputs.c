@@ -9,8 +9,9 @@
  * naming the problem, that dQ, dK, dV (pre-filled with a 0xA5 sentinel),
  * the inputs, both descriptors and *workspace_bytes are unchanged. The
  * CUDA backend gets the same statuses for bad arguments (its checks are
- * the core's), and SK_STATUS_NOT_SUPPORTED (or NOT_SUPPORTED_BACKEND in a
- * build without CUDA) for a valid call: the CUDA backward is not built yet.
+ * the core's), and SK_STATUS_NOT_SUPPORTED naming head_dim (or
+ * NOT_SUPPORTED_BACKEND in a build without CUDA) for the fixture's valid
+ * call, whose head_dim 16 its kernels do not take.
  */
 #include <math.h>
 #include <stdio.h>
@@ -299,11 +300,12 @@ SK_TEST(backward_inputs_may_overlap) {
 }
 
 /* The CUDA backends: a bad argument gets the CPU's status (the checks are
- * the core's and come first); a valid call, SK_STATUS_NOT_SUPPORTED with
- * a message naming issue 29 (or, in a build without CUDA,
- * NOT_SUPPORTED_BACKEND). Nothing is written either way; host pointers
- * are fine, as no device is touched. */
-SK_TEST(backward_cuda_is_not_built_yet) {
+ * the core's and come first); the valid call with head_dim 16, which the
+ * CUDA kernels do not take, SK_STATUS_NOT_SUPPORTED naming head_dim (or,
+ * in a build without CUDA, NOT_SUPPORTED_BACKEND). Nothing is written
+ * either way; host pointers are fine, as no device is touched. With
+ * head_dim 64 the workspace size needs no device either. */
+SK_TEST(backward_cuda_declines_before_the_device) {
     static const sk_backend backends[3] = {SK_BACKEND_CUDA, SK_BACKEND_CUDA_SM80,
                                            SK_BACKEND_CUDA_SM90};
     int32_t devices = -1;
@@ -333,7 +335,16 @@ SK_TEST(backward_cuda_is_not_built_yet) {
         const bcall calls[4] = {B_RUN, B_BACKWARD, B_WORKSPACE_SIZE, B_PLAN};
         for (int i = 0; i < 4; ++i)
             expect2(&f, calls[i], has_cuda ? SK_STATUS_NOT_SUPPORTED : SK_STATUS_NOT_SUPPORTED_BACKEND,
-                    SK_STATUS_SUCCESS, has_cuda ? "issue 29" : "without CUDA");
+                    SK_STATUS_SUCCESS, has_cuda ? "head_dim = 16" : "without CUDA");
+        f.desc.head_dim = 64;
+        size_t bytes = 0;
+        const sk_status st = sk_attention_backward_workspace_size(&f.desc, &f.bwd, &f.layout, &bytes);
+        if (has_cuda)
+            CHECK(st == SK_STATUS_SUCCESS && bytes > 0, "head_dim 64: %s, %zu bytes (%s)",
+                  sk_status_name(st), bytes, sk_last_error());
+        else
+            CHECK(st == SK_STATUS_NOT_SUPPORTED_BACKEND, "head_dim 64 without CUDA: %s",
+                  sk_status_name(st));
         fix_free(&f);
     }
 }

@@ -101,6 +101,74 @@ void gt_case_describe(const gt_case *c, char *buf, size_t len) {
 }
 
 /* ---------------------------------------------------------------------------
+ * Random cases
+ * ------------------------------------------------------------------------- */
+
+/* A sequence length: whole blocks, tiny, or with a tail. */
+static int64_t pick_len(tu_rng *rng, int32_t block, int quick) {
+    const double r = tu_rng_uniform(rng);
+    const int64_t max_len = quick ? 200 : 640;
+    if (r < 0.3) { /* whole blocks */
+        const int64_t n = tu_rng_range(rng, 1, max_len / block > 1 ? max_len / block : 1);
+        return n * block;
+    }
+    if (r < 0.4) return tu_rng_range(rng, 1, 24); /* tiny */
+    return tu_rng_range(rng, 1, max_len);        /* tails */
+}
+
+void gt_case_random(gt_case *c, tu_rng *rng, sk_dtype dtype, int64_t d, int32_t bq, int32_t bk,
+                    int causal, int quick, double budget) {
+    static const int groups[3] = {1, 4, 8};
+    memset(c, 0, sizeof *c);
+    c->dtype = dtype;
+    c->head_dim = d;
+    c->block_q = bq;
+    c->block_k = bk;
+    c->causal = causal;
+    c->heads_kv = quick ? 1 : tu_rng_range(rng, 1, 2);
+    c->heads_q = c->heads_kv * groups[tu_rng_range(rng, 0, 2)];
+    c->batch = quick ? 1 : (tu_rng_uniform(rng) < 0.15 ? 3 : tu_rng_range(rng, 1, 2));
+    c->seq_k = pick_len(rng, bk, quick);
+    c->seq_q = tu_rng_uniform(rng) < 0.35 ? c->seq_k : pick_len(rng, bq, quick);
+    while ((double)c->batch * c->heads_q * c->seq_q * c->seq_k * d > budget) {
+        if (c->seq_q >= c->seq_k)
+            c->seq_q = (c->seq_q + 1) / 2;
+        else
+            c->seq_k = (c->seq_k + 1) / 2;
+    }
+    c->layout_batch = (c->batch > 1 && tu_rng_uniform(rng) < 0.5) ? (int32_t)c->batch : 1;
+    {
+        const double r = tu_rng_uniform(rng);
+        c->layout_heads = r < 0.3 ? 1 : r < 0.6 ? (int32_t)c->heads_kv : (int32_t)c->heads_q;
+    }
+    {
+        const double r = tu_rng_uniform(rng);
+        if (r < 0.2)
+            c->k_per_row = 1;
+        else if (r < 0.4)
+            c->k_per_row = (int32_t)tu_rng_range(rng, 2, 4);
+        else if (r < 0.6)
+            c->density = 1.0;
+        else
+            c->density = 0.1 + 0.6 * tu_rng_uniform(rng);
+    }
+    c->empty_rows = tu_rng_uniform(rng) < 0.3 ? 0.2 : 0.0;
+    for (int t = 0; t < 4; ++t) {
+        const double r = tu_rng_uniform(rng);
+        c->stride_mode[t] = r < 0.5 ? 0 : r < 0.75 ? 1 : 2;
+    }
+    c->with_lse = tu_rng_uniform(rng) < 0.85;
+    {
+        const double r = tu_rng_uniform(rng);
+        c->scale = r < 0.8   ? 0.0f
+                   : r < 0.9 ? (float)(0.02 + 0.28 * tu_rng_uniform(rng))
+                             : (float)-(0.02 + 0.18 * tu_rng_uniform(rng));
+    }
+    c->q_amp = tu_rng_uniform(rng) < 0.3 ? 3.0f : 1.0f;
+    c->seed = tu_rng_next(rng);
+}
+
+/* ---------------------------------------------------------------------------
  * Layouts
  * ------------------------------------------------------------------------- */
 
@@ -164,10 +232,8 @@ void gt_bsr_free_device(sk_bsr *dev) {
  * Materialised cases
  * ------------------------------------------------------------------------- */
 
-/* Strides of one tensor [B, S, H, D] in the given mode; padding rows after
- * each sequence so that reads past its end find NaN. */
-static void make_tensor(gt_tensor *t, int64_t b, int64_t s, int64_t h, int64_t d, int mode,
-                        tu_rng *rng, sk_dtype dtype) {
+void gt_tensor_make(gt_tensor *t, int64_t b, int64_t s, int64_t h, int64_t d, int mode,
+                    tu_rng *rng, sk_dtype dtype) {
     memset(t, 0, sizeof *t);
     t->extent[0] = b;
     t->extent[1] = s;
@@ -222,7 +288,7 @@ void gt_inst_desc(const gt_inst *x, sk_backend backend, sk_attention_desc *d) {
     memcpy(d->o_strides, x->o.desc_stride, sizeof d->o_strides);
 }
 
-static void fill_values(tu_rng *rng, gt_tensor *t, double *packed, float amp) {
+void gt_tensor_fill(tu_rng *rng, gt_tensor *t, double *packed, float amp) {
     uint16_t *h = t->host;
     int64_t pi = 0;
     for (int64_t b = 0; b < t->extent[0]; ++b)
@@ -405,10 +471,10 @@ int gt_inst_create(gt_inst *x, const gt_case *c, int with_fp64) {
     const int64_t B = c->batch, Sq = c->seq_q, Sk = c->seq_k, Hq = c->heads_q, Hk = c->heads_kv;
     const int64_t D = c->head_dim;
 
-    make_tensor(&x->q, B, Sq, Hq, D, c->stride_mode[0], &rng, c->dtype);
-    make_tensor(&x->k, B, Sk, Hk, D, c->stride_mode[1], &rng, c->dtype);
-    make_tensor(&x->v, B, Sk, Hk, D, c->stride_mode[2], &rng, c->dtype);
-    make_tensor(&x->o, B, Sq, Hq, D, c->stride_mode[3], &rng, c->dtype);
+    gt_tensor_make(&x->q, B, Sq, Hq, D, c->stride_mode[0], &rng, c->dtype);
+    gt_tensor_make(&x->k, B, Sk, Hk, D, c->stride_mode[1], &rng, c->dtype);
+    gt_tensor_make(&x->v, B, Sk, Hk, D, c->stride_mode[2], &rng, c->dtype);
+    gt_tensor_make(&x->o, B, Sq, Hq, D, c->stride_mode[3], &rng, c->dtype);
     x->q.host = malloc(x->q.bytes);
     x->k.host = malloc(x->k.bytes);
     x->v.host = malloc(x->v.bytes);
@@ -438,9 +504,9 @@ int gt_inst_create(gt_inst *x, const gt_case *c, int with_fp64) {
     memcpy(x->o_ref, x->o.host, x->o.bytes);
     for (int64_t i = 0; i < x->lse_elems; ++i) x->lse_nan[i] = NAN;
     memcpy(x->lse_ref, x->lse_nan, (size_t)x->lse_elems * sizeof(float));
-    fill_values(&rng, &x->q, x->qd, x->c.q_amp);
-    fill_values(&rng, &x->k, x->kd, 1.0f);
-    fill_values(&rng, &x->v, x->vd, 1.0f);
+    gt_tensor_fill(&rng, &x->q, x->qd, x->c.q_amp);
+    gt_tensor_fill(&rng, &x->k, x->kd, 1.0f);
+    gt_tensor_fill(&rng, &x->v, x->vd, 1.0f);
 
     sk_grid grid = {Sq, Sk, c->block_q, c->block_k, c->layout_batch, c->layout_heads};
     build_mask(x, &rng);

@@ -57,6 +57,17 @@ typedef struct gt_case {
 /* Describe a case on one line (for messages). */
 void gt_case_describe(const gt_case *c, char *buf, size_t len);
 
+/* A random case (test_attention_random.c's draw): GQA ratio 1, 4 or 8;
+ * batch 1-3; Sq and Sk aligned, with tails, tiny, equal or not; layout
+ * broadcast over batch and heads (1 / Hkv / Hq); one block per row, a few,
+ * random density or dense; empty rows; packed or padded strides per
+ * tensor; with or without LSE; default, positive or negative scales;
+ * sharper softmax. quick: one KV head, one batch, lengths up to 200.
+ * Sequences are halved until B * Hq * Sq * Sk * D <= budget. */
+struct tu_rng;
+void gt_case_random(gt_case *c, struct tu_rng *rng, sk_dtype dtype, int64_t d, int32_t bq,
+                    int32_t bk, int causal, int quick, double budget);
+
 /* Run a case against the reference; records failures with CHECK and
  * returns 0 when it passed. */
 int gt_run_case(const gt_case *c);
@@ -86,6 +97,16 @@ typedef struct gt_tensor {
     void *host;
 } gt_tensor;
 int64_t gt_tensor_index(const gt_tensor *t, int64_t b, int64_t s, int64_t h, int64_t d);
+/* The strides and allocation size of a [b, s, h, d] tensor in stride mode
+ * `mode` (0 packed, 1 padded [B,S,H,D], 2 padded [B,H,S,D]; padding drawn
+ * from rng), with padding rows after each sequence so that reads past its
+ * end find NaN. host is left NULL. */
+void gt_tensor_make(gt_tensor *t, int64_t b, int64_t s, int64_t h, int64_t d, int mode,
+                    struct tu_rng *rng, sk_dtype dtype);
+/* N(0, 1) * amp values, rounded to the dtype, into t->host inside the
+ * logical tensor (the rest untouched); packed (may be NULL) receives them
+ * as a packed [B, S, H, D] fp64 array. */
+void gt_tensor_fill(struct tu_rng *rng, gt_tensor *t, double *packed, float amp);
 
 /* A materialised case: host inputs and reference, device buffers. */
 typedef struct gt_inst {

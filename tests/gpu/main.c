@@ -17,6 +17,7 @@
 
 #include "common/harness.h"
 #include "common/test_util.h"
+#include "gpu/gpu_bwd.h"
 #include "gpu/gpu_util.h"
 
 static void usage(void) {
@@ -74,5 +75,7 @@ int main(int argc, char **argv) {
            gt_cases_run, gt_cases_failed, gt_cases_declined);
     printf("gemm cases: %d run, %d failed, %d declined\n", gt_gemm_cases_run,
            gt_gemm_cases_failed, gt_gemm_cases_declined);
+    printf("backward cases: %d run, %d failed, %d declined\n", gb_cases_run, gb_cases_failed,
+           gb_cases_declined);
     return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }

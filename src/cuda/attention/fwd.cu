@@ -22,9 +22,7 @@
 #include "cuda/common/cuda_check.cuh"
 #include "cuda/common/schedule.h"
 
-/* The schedule's view of an attention problem: one tile per (batch, query
- * head, query block). */
-static sk_schedule_geometry sk_attention_geometry(const sk_attention_problem *p) {
+sk_schedule_geometry sk_attention_schedule_geometry(const sk_attention_problem *p) {
     sk_schedule_geometry g;
     g.row_offsets = p->row_offsets;
     g.col_indices = p->col_indices;
@@ -90,7 +88,7 @@ static sk_status sk_choose_kernel(const sk_attention_problem *p, sk_kernel_choic
 extern "C" sk_status sk_cuda_attention_workspace_size(const sk_attention_problem *p,
                                                       size_t *bytes) {
     sk_plan_layout w;
-    const sk_schedule_geometry g = sk_attention_geometry(p);
+    const sk_schedule_geometry g = sk_attention_schedule_geometry(p);
     SK_TRY(sk_schedule_layout_of(&g, &w));
     *bytes = w.total;
     return SK_STATUS_SUCCESS;
@@ -101,7 +99,7 @@ extern "C" sk_status sk_cuda_attention_workspace_size(const sk_attention_problem
 static sk_status sk_prepare_enqueue(const sk_attention_problem *p, void *workspace,
                                     size_t workspace_size, sk_plan_layout *w,
                                     sk_kernel_choice *choice, char **base) {
-    const sk_schedule_geometry g = sk_attention_geometry(p);
+    const sk_schedule_geometry g = sk_attention_schedule_geometry(p);
     SK_TRY(sk_schedule_layout_of(&g, w));
     SK_TRY(sk_choose_kernel(p, choice));
     SK_TRY(
@@ -116,7 +114,7 @@ extern "C" sk_status sk_cuda_attention_plan(const sk_attention_problem *p, void 
     sk_kernel_choice choice;
     char *base;
     SK_TRY(sk_prepare_enqueue(p, workspace, workspace_size, &w, &choice, &base));
-    const sk_schedule_geometry g = sk_attention_geometry(p);
+    const sk_schedule_geometry g = sk_attention_schedule_geometry(p);
     return sk_schedule_enqueue(&g, &w, base, stream);
 }
 

@@ -23,6 +23,7 @@
 #include <cuda_runtime.h>
 
 #include "core/problem.h"
+#include "cuda/common/schedule.h"
 
 typedef struct sk_attention_schedule {
     const int32_t *tile_order; /* [num_tiles] device; tile ids, longest rows first */
@@ -31,6 +32,11 @@ typedef struct sk_attention_schedule {
     const int4 *tile_info;     /* [num_tiles] device; per slot {tile, first position, end,
                                   first column}, written by the plan (sm80 kernel) */
 } sk_attention_schedule;
+
+/* The schedule's view of an attention problem (fwd.cu): one tile per
+ * (batch, query head, query block); the backward's dQ pass sorts the same
+ * tiles. */
+sk_schedule_geometry sk_attention_schedule_geometry(const sk_attention_problem *p);
 
 /* The portable kernel (mma.sync, cp.async), any compute capability >= 8.0.
  * Returns SK_STATUS_NOT_SUPPORTED (with a message) for a combination it

@@ -1,0 +1,230 @@
+/*
+ * attention_bwd_speed.c - timing of the CUDA attention backward (issue 29),
+ * with the forward of the same problem for scale.
+ *
+ * Build (after `make -j2 all`):  make build/attention_bwd_speed
+ * Run:
+ *   build/attention_bwd_speed [--batch 16] [--heads 96] [--heads-kv 96] [--seq 4096]
+ *                             [--dim 128] [--block 128] [--per-row K] [--causal]
+ *                             [--dtype f16|bf16] [--backend cuda|sm80|sm90] [--reps 10]
+ * Defaults: issue 29's seed row, B16 H96 S4096 D128 fp16, 128 x 128 blocks,
+ * random 25 % (per_row = key blocks / 4, per (batch, head), seeded).
+ *
+ * Inputs: a 16 M-element random pattern repeated over Q, K, V and dO on
+ * the device; O and LSE from the library's forward. Timing: CUDA events
+ * around each of `reps` backward runs (plan once, 2 warm-up runs; the plan
+ * is timed on its own), median and minimum; the forward likewise. A sample
+ * of dQ, dK and dV must be finite (exit 1 otherwise). One JSON object on
+ * stdout; TFLOPS count 2.5 x the forward's 4 D bq bk per selected block
+ * over all (batch, head) (the issue's rule), i.e. the selected blocks only.
+ */
+#include <cuda_runtime_api.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sparsek.h"
+
+#define BENCH_ERROR_EXIT 2 /* 1 is a failed result check */
+#include "bench_check.h"
+#include "host_data.h"
+
+enum { WARMUP = 2, PATTERN = 1 << 24, SAMPLE = 1 << 20, MAX_REPS = 100 };
+
+typedef struct opts {
+    int64_t batch, heads, heads_kv, seq, dim;
+    int32_t block, per_row;
+    int causal, reps;
+    sk_dtype dtype;
+    sk_backend backend;
+} opts;
+
+static int parse(int argc, char **argv, opts *o) {
+    o->batch = 16, o->heads = 96, o->heads_kv = 0, o->seq = 4096, o->dim = 128;
+    o->block = 128, o->per_row = 0, o->causal = 0, o->reps = 10;
+    o->dtype = SK_DTYPE_F16, o->backend = SK_BACKEND_CUDA;
+    for (int i = 1; i < argc; ++i) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(a, "--causal") == 0) {
+            o->causal = 1;
+            continue;
+        }
+        if (v == NULL) return -1;
+        ++i;
+        if (strcmp(a, "--batch") == 0) o->batch = atoll(v);
+        else if (strcmp(a, "--heads") == 0) o->heads = atoll(v);
+        else if (strcmp(a, "--heads-kv") == 0) o->heads_kv = atoll(v);
+        else if (strcmp(a, "--seq") == 0) o->seq = atoll(v);
+        else if (strcmp(a, "--dim") == 0) o->dim = atoll(v);
+        else if (strcmp(a, "--block") == 0) o->block = atoi(v);
+        else if (strcmp(a, "--per-row") == 0) o->per_row = atoi(v);
+        else if (strcmp(a, "--reps") == 0) o->reps = atoi(v);
+        else if (strcmp(a, "--dtype") == 0) o->dtype = strcmp(v, "bf16") == 0 ? SK_DTYPE_BF16 : SK_DTYPE_F16;
+        else if (strcmp(a, "--backend") == 0)
+            o->backend = strcmp(v, "sm80") == 0   ? SK_BACKEND_CUDA_SM80
+                         : strcmp(v, "sm90") == 0 ? SK_BACKEND_CUDA_SM90
+                                                  : SK_BACKEND_CUDA;
+        else return -1;
+    }
+    if (o->heads_kv == 0) o->heads_kv = o->heads;
+    const int64_t cb = (o->seq + o->block - 1) / o->block;
+    if (o->per_row == 0) o->per_row = (int32_t)(cb / 4 > 0 ? cb / 4 : 1);
+    if (o->reps < 1 || o->reps > MAX_REPS) o->reps = 10;
+    return 0;
+}
+
+/* n elements: the pattern from element `shift` on, repeated (device to
+ * device), so that tensors filled with different shifts differ. */
+static void fill(void *dst, const void *pattern, int64_t n, int64_t shift) {
+    const int64_t period = PATTERN - shift;
+    for (int64_t off = 0; off < n; off += period) {
+        const int64_t len = n - off < period ? n - off : period;
+        CUDA_OK(cudaMemcpy((char *)dst + off * 2, (const char *)pattern + shift * 2,
+                           (size_t)len * 2, cudaMemcpyDeviceToDevice));
+    }
+}
+
+static int cmp_float(const void *a, const void *b) {
+    const float x = *(const float *)a, y = *(const float *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Median and minimum milliseconds of `reps` timed calls of what (0: the
+ * forward, 1: the backward run, 2: the backward plan). */
+typedef struct bench_call {
+    const sk_attention_desc *d;
+    const sk_attention_backward_desc *bd;
+    const sk_bsr *layout;
+    void *q, *k, *v, *o, *dout, *dq, *dk, *dv, *fws, *bws;
+    float *lse;
+    size_t fws_bytes, bws_bytes;
+} bench_call;
+
+static void call(const bench_call *c, int what) {
+    if (what == 0)
+        SK_OK(sk_attention_run(c->d, c->layout, c->q, c->k, c->v, c->o, c->lse, c->fws,
+                               c->fws_bytes, NULL));
+    else if (what == 1)
+        SK_OK(sk_attention_backward_run(c->d, c->bd, c->layout, c->q, c->k, c->v, c->o, c->dout,
+                                        c->lse, c->dq, c->dk, c->dv, c->bws, c->bws_bytes, NULL));
+    else
+        SK_OK(sk_attention_backward_plan(c->d, c->bd, c->layout, c->bws, c->bws_bytes, NULL));
+}
+
+static void time_calls(const bench_call *c, int what, int reps, float *median, float *best) {
+    float ms[MAX_REPS];
+    cudaEvent_t e0, e1;
+    CUDA_OK(cudaEventCreate(&e0));
+    CUDA_OK(cudaEventCreate(&e1));
+    for (int r = 0; r < WARMUP; ++r) call(c, what);
+    for (int r = 0; r < reps; ++r) {
+        CUDA_OK(cudaEventRecord(e0, NULL));
+        call(c, what);
+        CUDA_OK(cudaEventRecord(e1, NULL));
+        CUDA_OK(cudaEventSynchronize(e1));
+        CUDA_OK(cudaEventElapsedTime(&ms[r], e0, e1));
+    }
+    qsort(ms, (size_t)reps, sizeof ms[0], cmp_float);
+    *median = ms[reps / 2];
+    *best = ms[0];
+    CUDA_OK(cudaEventDestroy(e0));
+    CUDA_OK(cudaEventDestroy(e1));
+}
+
+/* Non-finite values in the first SAMPLE elements of a device tensor. */
+static int64_t non_finite(const void *dev, int64_t n, sk_dtype dtype) {
+    const int64_t m = n < SAMPLE ? n : SAMPLE;
+    uint16_t *h = malloc((size_t)m * 2);
+    if (h == NULL) return m;
+    CUDA_OK(cudaMemcpy(h, dev, (size_t)m * 2, cudaMemcpyDeviceToHost));
+    int64_t bad = 0;
+    for (int64_t i = 0; i < m; ++i) bad += !isfinite(host_load(h, dtype, i));
+    free(h);
+    return bad;
+}
+
+int main(int argc, char **argv) {
+    opts o;
+    if (parse(argc, argv, &o) != 0) {
+        fprintf(stderr, "usage: see the header of bench/attention_bwd_speed.c\n");
+        return BENCH_ERROR_EXIT;
+    }
+    const int64_t nq = o.batch * o.seq * o.heads * o.dim, nk = o.batch * o.seq * o.heads_kv * o.dim;
+    sk_grid grid = {o.seq, o.seq, o.block, o.block, (int32_t)o.batch, (int32_t)o.heads};
+    sk_layout_t host_layout;
+    SK_OK(sk_layout_create_random(&host_layout, &grid, o.per_row, 29, o.causal));
+    sk_bsr hl, layout;
+    SK_OK(sk_layout_view(host_layout, &hl));
+    layout = hl;
+    const int64_t rows = (int64_t)grid.batch * grid.heads * ((o.seq + o.block - 1) / o.block);
+    CUDA_OK(cudaMalloc((void **)&layout.row_offsets, (size_t)(rows + 1) * 4));
+    CUDA_OK(cudaMalloc((void **)&layout.col_indices, (size_t)(hl.nnz > 0 ? hl.nnz : 1) * 4));
+    CUDA_OK(cudaMemcpy(layout.row_offsets, hl.row_offsets, (size_t)(rows + 1) * 4,
+                       cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(layout.col_indices, hl.col_indices, (size_t)hl.nnz * 4,
+                       cudaMemcpyHostToDevice));
+
+    bench_call c;
+    memset(&c, 0, sizeof c);
+    void *pattern;
+    CUDA_OK(cudaMalloc(&pattern, (size_t)PATTERN * 2));
+    {
+        void *h = malloc((size_t)PATTERN * 2);
+        if (h == NULL) return BENCH_ERROR_EXIT;
+        host_fill_normal(h, o.dtype, PATTERN, 29, 1);
+        CUDA_OK(cudaMemcpy(pattern, h, (size_t)PATTERN * 2, cudaMemcpyHostToDevice));
+        free(h);
+    }
+    void **bufs[8] = {&c.q, &c.o, &c.dout, &c.dq, &c.k, &c.v, &c.dk, &c.dv};
+    for (int i = 0; i < 8; ++i) CUDA_OK(cudaMalloc(bufs[i], (size_t)(i < 4 ? nq : nk) * 2));
+    CUDA_OK(cudaMalloc((void **)&c.lse, (size_t)(o.batch * o.heads * o.seq) * 4));
+    fill(c.q, pattern, nq, 0);
+    fill(c.dout, pattern, nq, 12345);
+    fill(c.k, pattern, nk, 777);
+    fill(c.v, pattern, nk, 4242);
+
+    sk_attention_desc d;
+    sk_attention_backward_desc bd;
+    SK_OK(sk_attention_desc_init(&d, sizeof d));
+    SK_OK(sk_attention_backward_desc_init(&bd, sizeof bd));
+    d.backend = o.backend;
+    d.dtype = o.dtype;
+    d.batch = o.batch;
+    d.seq_q = d.seq_k = o.seq;
+    d.heads_q = o.heads;
+    d.heads_kv = o.heads_kv;
+    d.head_dim = o.dim;
+    d.mask = o.causal ? SK_MASK_CAUSAL : SK_MASK_NONE;
+    c.d = &d;
+    c.bd = &bd;
+    c.layout = &layout;
+    SK_OK(sk_attention_workspace_size(&d, &layout, &c.fws_bytes));
+    SK_OK(sk_attention_backward_workspace_size(&d, &bd, &layout, &c.bws_bytes));
+    CUDA_OK(cudaMalloc(&c.fws, c.fws_bytes));
+    CUDA_OK(cudaMalloc(&c.bws, c.bws_bytes));
+    SK_OK(sk_attention_plan(&d, &layout, c.fws, c.fws_bytes, NULL));
+    float fwd_med, fwd_min, bwd_med, bwd_min, plan_med, plan_min;
+    time_calls(&c, 0, o.reps, &fwd_med, &fwd_min); /* leaves O and LSE */
+    time_calls(&c, 2, o.reps, &plan_med, &plan_min);
+    time_calls(&c, 1, o.reps, &bwd_med, &bwd_min);
+    CUDA_OK(cudaDeviceSynchronize());
+    const int64_t bad = non_finite(c.dq, nq, o.dtype) + non_finite(c.dk, nk, o.dtype) +
+                        non_finite(c.dv, nk, o.dtype);
+
+    const double fwd_flops = 4.0 * (double)o.dim * o.block * o.block * (double)hl.nnz;
+    sk_device_info info;
+    SK_OK(sk_device_get_info(0, &info));
+    printf("{\"gpu\": \"%s\", \"batch\": %lld, \"heads\": %lld, \"heads_kv\": %lld, \"seq\": %lld, "
+           "\"dim\": %lld, \"block\": %d, \"per_row\": %d, \"causal\": %d, \"dtype\": \"%s\", "
+           "\"selected_blocks\": %d, \"fwd_ms\": %.4f, \"fwd_min_ms\": %.4f, \"fwd_tflops\": %.1f, "
+           "\"bwd_plan_ms\": %.4f, \"bwd_ms\": %.4f, \"bwd_min_ms\": %.4f, \"bwd_tflops\": %.1f, "
+           "\"non_finite_in_sample\": %lld}\n",
+           info.name, (long long)o.batch, (long long)o.heads, (long long)o.heads_kv,
+           (long long)o.seq, (long long)o.dim, (int)o.block, (int)o.per_row, o.causal,
+           host_dtype_name(o.dtype), (int)hl.nnz, fwd_med, fwd_min, fwd_flops / fwd_med * 1e-9,
+           plan_med, bwd_med, bwd_min, 2.5 * fwd_flops / bwd_med * 1e-9, (long long)bad);
+    sk_layout_destroy(host_layout);
+    return bad == 0 ? 0 : 1;
+}

@@ -1,0 +1,227 @@
+/*
+ * bwd_sm80_dkv.cuh - the portable backward's dK/dV kernel (part of
+ * bwd_sm80.cu, included there only; its header is the design). One CTA
+ * per (batch b, KV head hk, 64-key tile of key block j): the tile's items
+ * are the (query head, 64-row query tile) pairs of the transposed layout's
+ * row, in its order, each repeated G / t_group times (bwd_kernels.h).
+ *
+ * Shared memory: K and V of the tile (warp w loads and alone reads rows
+ * 16 w .. 16 w + 15: its keys, the A operand), then two stages of an item:
+ * Q and dO [64, D] (the B operands, read by every warp) and its 64 lse2 and
+ * Dl values. Per item and warp, per step of kQN queries (64; 32 at D = 128
+ * for registers): S^T = K Q^T and dP^T = V dO^T (16 x kQN), then P^T and
+ * dS^T in registers as A fragments: dV += P^T dO, dK += dS^T Q.
+ */
+#ifndef SK_CUDA_ATTENTION_BWD_SM80_DKV_CUH
+#define SK_CUDA_ATTENTION_BWD_SM80_DKV_CUH
+
+/* Bytes of one item stage: Q, dO, then lse2 and Dl (64 floats each). */
+template <int kD>
+__host__ __device__ constexpr uint32_t sk_bwd_dkv_stage_bytes(void) {
+    return 2u * SK_BWD_TILE * kD * 2u + 2u * SK_BWD_TILE * 4u;
+}
+
+/* K, V, then two item stages. */
+template <int kD>
+__host__ __device__ constexpr uint32_t sk_bwd_dkv_smem_bytes(void) {
+    return 2u * SK_BWD_TILE * kD * 2u + 2u * sk_bwd_dkv_stage_bytes<kD>();
+}
+
+/* Where the item walk is: repetition, T entry, 64-row query tile of that
+ * entry's query block; and the item's query head and first row. */
+typedef struct sk_bwd_item {
+    int32_t rep, pos, qt;
+    int32_t h, q0;
+} sk_bwd_item;
+
+/* Advance *it to the next item of key tile [kt, kt + 64) of KV head hk in
+ * T entries [start, end) that has a pair to count (a query tile below Sq
+ * whose last row sees key kt when causal); false at the end. Start with
+ * rep = 0, pos = start, qt = -1. Entries outside [0, t_group * row_blocks)
+ * are skipped (a stale or corrupt plan stays in bounds). */
+__device__ __forceinline__ bool sk_bwd_dkv_next(const sk_bwd_params &p, int32_t hk, int32_t kt,
+                                                int32_t start, int32_t end, sk_bwd_item *it) {
+    const int32_t qsubs = p.block_q / SK_BWD_TILE;
+    for (;;) {
+        if (++it->qt >= qsubs) {
+            it->qt = 0;
+            if (++it->pos >= end) {
+                it->pos = start;
+                if (++it->rep >= p.t_reps) return false;
+            }
+        }
+        if (it->pos >= end) return false; /* an empty T row */
+        const int32_t e = __ldg(p.t_entries + it->pos);
+        if ((uint32_t)e >= (uint32_t)(p.t_group * p.row_blocks)) {
+            it->qt = qsubs; /* not an entry: the next one */
+            continue;
+        }
+        const int32_t hl = e / p.row_blocks, i = e - hl * p.row_blocks;
+        const int32_t q0 = i * p.block_q + it->qt * SK_BWD_TILE;
+        if (q0 >= p.seq_q) {
+            it->qt = qsubs;
+            continue;
+        }
+        if (p.causal && kt > min(q0 + SK_BWD_TILE, p.seq_q) - 1 + p.diag) continue;
+        it->h = hk * p.group + it->rep * p.t_group + hl;
+        it->q0 = q0;
+        return true;
+    }
+}
+
+/* cp.async an item's Q and dO rows (this warp's 16 of each; rows that can
+ * count no pair in key tile kt zero-filled) and, by warp 0, its lse2 and Dl
+ * chunks, into `stage`. */
+template <int kD>
+__device__ __forceinline__ void sk_bwd_dkv_load_item(const sk_bwd_params &p, int32_t b,
+                                                     const sk_bwd_item &it, int32_t kt,
+                                                     uint32_t stage) {
+    constexpr uint32_t kTileBytes = SK_BWD_TILE * kD * 2;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, r0 = SK_BWD_WARP_ROWS * warp;
+    /* Rows [lo, hi) of the tile have a key of the tile they may see. */
+    const int lo = p.causal ? kt - p.diag - it.q0 : 0, hi = p.seq_q - it.q0;
+    const char *q = p.q + b * p.q_sb + it.h * p.q_sh + (int64_t)it.q0 * p.q_ss;
+    const char *d = p.dout + b * p.do_sb + it.h * p.do_sh + (int64_t)it.q0 * p.do_ss;
+    const uint32_t dst = stage + (uint32_t)(r0 * kD * 2);
+    sk_sm80_load_rows_range_warp<kD, SK_BWD_WARP_ROWS>(dst, q + (uint32_t)r0 * (uint32_t)p.q_ss,
+                                                       p.q_ss, lo - r0, hi - r0, q);
+    sk_sm80_load_rows_range_warp<kD, SK_BWD_WARP_ROWS>(dst + kTileBytes,
+                                                       d + (uint32_t)r0 * (uint32_t)p.do_ss,
+                                                       p.do_ss, lo - r0, hi - r0, d);
+    if (warp == 0) { /* 16 chunks of lse2, then 16 of Dl; rows padded to 64 */
+        const int64_t row = ((int64_t)b * p.heads_q + it.h) * p.sq_pad + it.q0;
+        const float *src = (lane < 16 ? p.lse2 : p.dl) + row + 4 * (lane & 15);
+        sk_cp_async_16(stage + 2u * kTileBytes + 16u * (uint32_t)lane, src, 16u);
+    }
+}
+
+/* One item for this warp (keys kw .. kw + 15 of the tile): dK and dV
+ * accumulate its pairs. */
+template <int kDtype, int kD>
+__device__ __forceinline__ void sk_bwd_dkv_item(const sk_bwd_params &p, const sk_bwd_lane &ln,
+                                                uint32_t kv, uint32_t stage,
+                                                const unsigned char *stage_ptr, int32_t kw,
+                                                int32_t q0, float (&dk)[kD / 8][4],
+                                                float (&dv)[kD / 8][4]) {
+    constexpr int kRowBytes = kD * 2;
+    constexpr int kQN = kD == 128 ? 32 : 64; /* queries per step */
+    constexpr int kNT = kQN / 8, kPK = kQN / 16;
+    constexpr uint32_t kTileBytes = SK_BWD_TILE * kRowBytes;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t4 = lane & 3;
+    const uint32_t k_lane = kv + (uint32_t)(SK_BWD_WARP_ROWS * warp) * kRowBytes + ln.a_row;
+    const uint32_t q_st = stage, do_st = stage + kTileBytes;
+    const float *lse2 = (const float *)(stage_ptr + 2 * kTileBytes);
+    const float *dl = lse2 + SK_BWD_TILE;
+#pragma unroll
+    for (int half = 0; half < SK_BWD_TILE / kQN; ++half) {
+        const int32_t qh = q0 + half * kQN; /* first query of the step */
+        if (qh >= p.seq_q) break;
+        if (p.causal && kw > min(qh + kQN, p.seq_q) - 1 + p.diag) continue;
+        float s[kNT][4], dp[kNT][4];
+        const uint32_t qs = q_st + (uint32_t)(half * kQN) * kRowBytes;
+        const uint32_t ds = do_st + (uint32_t)(half * kQN) * kRowBytes;
+        sk_bwd_mma_pair<kDtype, kD, kNT>(s, dp, k_lane, k_lane + kTileBytes, qs + ln.b_row,
+                                         ds + ln.b_row, ln);
+        /* P^T and dS^T: entry (key kw + g + 8 ii, query qh + 8 nt + 2 t4 + e). */
+        const bool edge = kw + SK_BWD_WARP_ROWS > p.seq_k || qh + kQN > p.seq_q ||
+                          (p.causal && kw + SK_BWD_WARP_ROWS - 1 > qh + p.diag);
+#pragma unroll
+        for (int nt = 0; nt < kNT; ++nt) {
+            const int qc = half * kQN + nt * 8 + 2 * t4; /* the item's row */
+            const float2 l2 = *(const float2 *)(lse2 + qc), d2 = *(const float2 *)(dl + qc);
+#pragma unroll
+            for (int ii = 0; ii < 2; ++ii)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const int32_t key = kw + g + 8 * ii, q = q0 + qc + e;
+                    const bool ok = !edge || (key < p.seq_k && q < p.seq_q &&
+                                              (!p.causal || key <= q + p.diag));
+                    const float pv =
+                        sk_ex2(fmaf(s[nt][2 * ii + e], p.scale_log2, -(e ? l2.y : l2.x)));
+                    s[nt][2 * ii + e] = ok ? pv : 0.f;
+                    dp[nt][2 * ii + e] = ok ? pv * (dp[nt][2 * ii + e] - (e ? d2.y : d2.x)) : 0.f;
+                }
+        }
+        uint32_t pa[kPK][4], dsa[kPK][4];
+        sk_bwd_to_a<kDtype, kNT>(s, pa);
+        sk_bwd_to_a<kDtype, kNT>(dp, dsa);
+        /* dV += P^T dO, dK += dS^T Q: B from [query][D] rows, transposed. */
+        sk_bwd_mma_rows<kDtype, kD, kPK>(dv, pa, ds + ln.t_row, ln);
+        sk_bwd_mma_rows<kDtype, kD, kPK>(dk, dsa, qs + ln.t_row, ln);
+    }
+}
+
+template <int kDtype, int kD>
+__global__ void __launch_bounds__(SK_BWD_THREADS, SK_BWD_CTAS_PER_SM)
+    sk_bwd_dkv_kernel(const __grid_constant__ sk_bwd_params p) {
+    extern __shared__ __align__(128) unsigned char smem[];
+    constexpr int kRowBytes = kD * 2, kDTiles = kD / 8;
+    constexpr uint32_t kTileBytes = SK_BWD_TILE * kRowBytes;
+    constexpr uint32_t kStageBytes = sk_bwd_dkv_stage_bytes<kD>();
+    const int32_t ksubs = p.block_k / SK_BWD_TILE;
+    const int32_t slot = (int32_t)blockIdx.x / ksubs, ksub = (int32_t)blockIdx.x - slot * ksubs;
+    const int4 info = p.dkv_info[slot];
+    if (info.x < 0 || info.x >= p.dkv_tiles) return; /* a stale plan: no tile */
+    const int32_t j = info.x % p.col_blocks, bh = info.x / p.col_blocks;
+    const int32_t hk = bh % p.heads_kv, b = bh / p.heads_kv;
+    const int32_t kt = j * p.block_k + ksub * SK_BWD_TILE; /* first key of the tile */
+    if (kt >= p.seq_k) return;
+    const int32_t end = min(max(info.z, 0), p.nnz), start = min(max(info.y, 0), end);
+    const int warp = threadIdx.x >> 5;
+    const int32_t kw = kt + SK_BWD_WARP_ROWS * warp; /* this warp's first key */
+    const uint32_t smem0 = (uint32_t)__cvta_generic_to_shared(smem);
+    const sk_bwd_lane ln = sk_bwd_lane_terms<kD>();
+
+    float dk[kDTiles][4], dv[kDTiles][4];
+#pragma unroll
+    for (int dt = 0; dt < kDTiles; ++dt)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) dk[dt][r] = dv[dt][r] = 0.f;
+
+    sk_bwd_item it = {0, start, -1, 0, 0};
+    bool have = sk_bwd_dkv_next(p, hk, kt, start, end, &it);
+    if (have) { /* K and V of this warp's keys (past Sk zero), the first item */
+        const char *k = p.k + b * p.k_sb + hk * p.k_sh + (int64_t)kt * p.k_ss;
+        const char *v = p.v + b * p.v_sb + hk * p.v_sh + (int64_t)kt * p.v_ss;
+        const int r0 = SK_BWD_WARP_ROWS * warp, valid = p.seq_k - kw;
+        sk_sm80_load_rows_warp<kD, SK_BWD_WARP_ROWS>(
+            smem0 + (uint32_t)(r0 * kRowBytes), k + (uint32_t)r0 * (uint32_t)p.k_ss, p.k_ss,
+            valid, k);
+        sk_sm80_load_rows_warp<kD, SK_BWD_WARP_ROWS>(
+            smem0 + kTileBytes + (uint32_t)(r0 * kRowBytes), v + (uint32_t)r0 * (uint32_t)p.v_ss,
+            p.v_ss, valid, v);
+        sk_bwd_dkv_load_item<kD>(p, b, it, kt, smem0 + 2u * kTileBytes);
+        sk_cp_async_commit();
+    }
+    uint32_t stage = 0;
+    while (have) {
+        sk_bwd_item next = it;
+        const bool more = sk_bwd_dkv_next(p, hk, kt, start, end, &next);
+        /* This item has landed, and every warp is done with the other stage. */
+        sk_cp_async_wait<0>();
+        __syncthreads();
+        const uint32_t here = 2u * kTileBytes + stage * kStageBytes;
+        const uint32_t other = 2u * kTileBytes + (stage ^ 1u) * kStageBytes;
+        if (more) sk_bwd_dkv_load_item<kD>(p, b, next, kt, smem0 + other);
+        sk_cp_async_commit();
+        if (kw < p.seq_k && !(p.causal && kw > min(it.q0 + SK_BWD_TILE, p.seq_q) - 1 + p.diag))
+            sk_bwd_dkv_item<kDtype, kD>(p, ln, smem0, smem0 + here, smem + here, kw, it.q0, dk,
+                                        dv);
+        it = next;
+        have = more;
+        stage ^= 1u;
+    }
+    sk_cp_async_wait<0>();
+    __syncwarp();
+    /* dK = s dS^T Q and dV through this warp's K and V rows (its own). */
+    const int valid = p.seq_k - kw;
+    char *dko = p.dk + b * p.dk_sb + hk * p.dk_sh + (int64_t)kt * p.dk_ss;
+    char *dvo = p.dv + b * p.dv_sb + hk * p.dv_sh + (int64_t)kt * p.dv_ss;
+    const int r0 = SK_BWD_WARP_ROWS * warp;
+    sk_bwd_store_rows_warp<kDtype, kD>(dk, p.scale, smem + r0 * kRowBytes,
+                                       dko + (uint32_t)r0 * (uint32_t)p.dk_ss, p.dk_ss, valid);
+    sk_bwd_store_rows_warp<kDtype, kD>(dv, 1.f, smem + kTileBytes + r0 * kRowBytes,
+                                       dvo + (uint32_t)r0 * (uint32_t)p.dv_ss, p.dv_ss, valid);
+}
+
+#endif /* SK_CUDA_ATTENTION_BWD_SM80_DKV_CUH */
