@@ -88,6 +88,10 @@ static sk_schedule_geometry sk_bwd_t_geometry(const sk_attention_problem *p,
     g.seq_q = (int32_t)p->seq_k;
     g.seq_k = (int32_t)p->seq_q;
     g.causal = 0;
+    /* L2 groups (common/schedule.h) of whole KV heads: a dK/dV tile streams
+     * the Q and dO rows of its group's query heads (fp16 / bf16: 2 bytes). */
+    g.group_tiles = sk_schedule_l2_group_tiles(p->batch * p->heads_kv, p->col_blocks, 1,
+                                               2 * p->group * p->seq_q * p->head_dim * 2);
     return g;
 }
 
