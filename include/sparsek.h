@@ -24,6 +24,13 @@
  *   borrowed for the duration of the call only. For the CUDA backend the
  *   tensors, the layout arrays and the workspace are device memory that must
  *   stay valid until the stream work that uses them has finished.
+ * - Workspace and streams: a CUDA workspace holds one plan and the run's
+ *   tile counter, which every run resets and the kernel advances. Work that
+ *   uses one workspace (plans and runs) must be ordered: on one stream, or
+ *   across streams through events. Two runs in flight at once on different
+ *   streams need one workspace each (they may share the layout and the
+ *   read-only tensors); sharing one races on the counter and gives wrong or
+ *   missing outputs. The library cannot detect it (it never synchronises).
  * - Aliasing: no buffer a call writes (outputs, output layout arrays, the
  *   CUDA workspace) may share a byte with any other buffer argument of the
  *   call, read or written, layout arrays included; buffers that are exactly
@@ -415,7 +422,8 @@ SK_API sk_status sk_attention_workspace_size(const sk_attention_desc *desc, cons
                                              size_t *workspace_bytes);
 
 /* Enqueue the planning of a run on `stream`: the tile order (longest rows
- * first) computed from the layout's row offsets, written into `workspace`.
+ * first within groups of KV heads that share the L2) computed from the
+ * layout's row offsets, written into `workspace`.
  * Allocates nothing and never synchronises with the host, so it can be
  * captured in a CUDA graph; re-run it whenever the layout content changes.
  * A no-op for the CPU backend (after the argument checks). */

@@ -402,6 +402,104 @@ SK_TEST(gpu_misaligned_pointer) {
     gt_inst_destroy(&x);
 }
 
+/* sparsek.h, "Workspace and streams": two runs in flight at once on two
+ * streams, each with its own workspace and outputs, sharing the layout and
+ * Q, K, V, both give the reference result, repeatedly. */
+SK_TEST(gpu_two_streams_two_workspaces) {
+    gt_case c = base_case(SK_DTYPE_BF16, 128, 2048, 2048, case_block(), case_block(), 1);
+    c.heads_q = 16;
+    c.heads_kv = 4;
+    c.layout_heads = 4;
+    c.density = 0.5;
+    if (!gt_backend_covers(&c)) return;
+    gt_inst x;
+    REQUIRE(gt_inst_create(&x, &c, 0) == 0, "setup");
+    sk_attention_desc d;
+    gt_inst_desc(&x, gt_opt.backend, &d);
+    void *o2 = NULL, *ws2 = NULL;
+    float *lse2 = NULL;
+    cudaStream_t s1 = NULL, s2 = NULL;
+    REQUIRE(cudaMalloc(&o2, x.o.bytes) == cudaSuccess &&
+                cudaMalloc((void **)&lse2, (size_t)x.lse_elems * 4) == cudaSuccess &&
+                cudaMalloc(&ws2, x.ws_bytes) == cudaSuccess,
+            "device buffers");
+    REQUIRE(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking) == cudaSuccess &&
+                cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking) == cudaSuccess,
+            "streams");
+    void *o_host = malloc(x.o.bytes);
+    float *lse_host = malloc((size_t)x.lse_elems * 4);
+    REQUIRE(o_host != NULL && lse_host != NULL, "host buffers");
+    for (int rep = 0; rep < 3; ++rep) {
+        CHECK(gt_inst_poison_outputs(&x) == 0, "poison 1");
+        CHECK(cudaMemcpy(o2, x.o.host, x.o.bytes, cudaMemcpyHostToDevice) == cudaSuccess &&
+                  cudaMemcpy(lse2, x.lse_nan, (size_t)x.lse_elems * 4,
+                             cudaMemcpyHostToDevice) == cudaSuccess,
+              "poison 2");
+        for (int i = 0; i < 4; ++i) { /* interleaved: both streams busy at once */
+            sk_status st = sk_attention_forward(&d, &x.dlayout, x.dq, x.dk, x.dv, x.dout, x.dlse,
+                                                x.dws, x.ws_bytes, s1);
+            CHECK(st == SK_STATUS_SUCCESS, "stream 1: %s %s", sk_status_name(st), sk_last_error());
+            st = sk_attention_forward(&d, &x.dlayout, x.dq, x.dk, x.dv, o2, lse2, ws2, x.ws_bytes,
+                                      s2);
+            CHECK(st == SK_STATUS_SUCCESS, "stream 2: %s %s", sk_status_name(st), sk_last_error());
+        }
+        CHECK(cudaStreamSynchronize(s1) == cudaSuccess && cudaStreamSynchronize(s2) == cudaSuccess,
+              "sync");
+        CHECK(gt_inst_fetch_outputs(&x, o_host, lse_host) == 0, "download 1");
+        CHECK(gt_inst_compare(&x, o_host, lse_host, "stream 1") == 0, "stream 1, round %d", rep);
+        CHECK(cudaMemcpy(o_host, o2, x.o.bytes, cudaMemcpyDeviceToHost) == cudaSuccess &&
+                  cudaMemcpy(lse_host, lse2, (size_t)x.lse_elems * 4, cudaMemcpyDeviceToHost) ==
+                      cudaSuccess,
+              "download 2");
+        CHECK(gt_inst_compare(&x, o_host, lse_host, "stream 2") == 0, "stream 2, round %d", rep);
+    }
+    free(o_host);
+    free(lse_host);
+    cudaStreamDestroy(s1);
+    cudaStreamDestroy(s2);
+    cudaFree(o2);
+    cudaFree(lse2);
+    cudaFree(ws2);
+    gt_inst_destroy(&x);
+}
+
+/* The Hopper kernel encodes an empty tile t as kTileEmptyBase - t (an int):
+ * it takes at most 2^31 - 3 tiles and declines more with a status naming
+ * the count. Planning only (no launch: the workspace is missing). */
+SK_TEST(gpu_hopper_tile_cap) {
+    int dev = 0, major = 0;
+    REQUIRE(cudaGetDevice(&dev) == cudaSuccess, "device");
+    REQUIRE(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess,
+            "compute capability");
+    if (major != 9) {
+        printf("    not a Hopper GPU: the forced Hopper backend is refused before the cap\n");
+        return;
+    }
+    const sk_grid grid = {128, 128, 128, 128, 1, 1};
+    const uint8_t one = 1;
+    sk_bsr host, dev_layout;
+    REQUIRE(gt_bsr_from_mask(&host, &grid, &one) == 0, "layout");
+    REQUIRE(gt_bsr_to_device(&host, &dev_layout) == 0, "device layout");
+    sk_attention_desc d;
+    REQUIRE(sk_attention_desc_init(&d, sizeof d) == SK_STATUS_SUCCESS, "init");
+    d.backend = SK_BACKEND_CUDA_SM90;
+    d.dtype = SK_DTYPE_F16;
+    d.seq_q = d.seq_k = 128;
+    d.heads_q = d.heads_kv = 1;
+    d.head_dim = 64;
+    d.batch = INT32_MAX - 1; /* 2^31 - 2 tiles: one too many */
+    sk_status st = sk_attention_plan(&d, &dev_layout, NULL, 0, NULL);
+    CHECK(st == SK_STATUS_NOT_SUPPORTED, "2^31 - 2 tiles: %s %s", sk_status_name(st),
+          sk_last_error());
+    CHECK(strstr(sk_last_error(), "2147483646 tiles") != NULL, "message: %s", sk_last_error());
+    d.batch = INT32_MAX - 2; /* 2^31 - 3: the kernel takes it; the missing workspace stops it */
+    st = sk_attention_plan(&d, &dev_layout, NULL, 0, NULL);
+    CHECK(st == SK_STATUS_BAD_PARAM_WORKSPACE, "2^31 - 3 tiles: %s %s", sk_status_name(st),
+          sk_last_error());
+    gt_bsr_free_device(&dev_layout);
+    gt_bsr_free(&host);
+}
+
 /* SK_BACKEND_CUDA_SM90 either computes the right answer or says it cannot,
  * writing nothing. */
 SK_TEST(gpu_forced_hopper_backend) {

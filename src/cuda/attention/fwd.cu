@@ -61,10 +61,10 @@ static sk_status sk_choose_kernel(const sk_attention_problem *p, sk_kernel_choic
         if (!sk_attention_sm90_supports(p))
             return sk_error(SK_STATUS_NOT_SUPPORTED,
                             "backend SK_BACKEND_CUDA_SM90: the Hopper kernel does not cover this "
-                            "problem (dtype %d, head_dim %lld, blocks %d x %d); use "
-                            "SK_BACKEND_CUDA",
+                            "problem (dtype %d, head_dim %lld, blocks %d x %d, %lld tiles: at "
+                            "most 2^31 - 3); use SK_BACKEND_CUDA",
                             (int)p->dtype, (long long)p->head_dim, (int)p->block_q,
-                            (int)p->block_k);
+                            (int)p->block_k, (long long)(p->batch * p->heads_q * p->row_blocks));
         *choice = SK_KERNEL_SM90;
         return SK_STATUS_SUCCESS;
     case SK_BACKEND_CUDA:

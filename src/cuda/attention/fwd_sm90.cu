@@ -313,6 +313,8 @@ __global__ void __launch_bounds__(kThreads, 1) sk_attention_sm90_kernel(const __
 /* Largest extent, coordinate and byte stride the kernel and TMA handle. */
 static const int64_t kSk90MaxSeq = (int64_t)1 << 30;
 static const int64_t kSk90MaxCount = INT32_MAX;
+/* Tiles: a tile slot encodes an empty tile t as kTileEmptyBase - t, an int. */
+static const int64_t kSk90MaxTiles = (int64_t)INT32_MAX + kTileEmptyBase + 1;
 static const int64_t kSk90MaxStrideBytes = (int64_t)1 << 40;
 
 /* A 4-D map {D, H, S, B} over a [B, S, H, D] tensor with element strides
@@ -354,7 +356,7 @@ int sk_attention_sm90_supports(const sk_attention_problem *p) {
     if (p->scale == 0.0f || !isfinite(p->scale)) return 0; /* resolved: never 0 */
     if (p->seq_q > kSk90MaxSeq || p->seq_k > kSk90MaxSeq) return 0;
     if (p->batch > kSk90MaxCount || p->heads_q > kSk90MaxCount) return 0;
-    if (p->batch * p->heads_q * (int64_t)p->row_blocks > kSk90MaxCount) return 0;
+    if (p->batch * p->heads_q * (int64_t)p->row_blocks > kSk90MaxTiles) return 0;
     if (!sk90_stride_ok(p->q_stride[0], p->batch) || !sk90_stride_ok(p->q_stride[1], p->seq_q) ||
         !sk90_stride_ok(p->q_stride[2], p->heads_q) || !sk90_stride_ok(p->o_stride[0], p->batch) ||
         !sk90_stride_ok(p->o_stride[1], p->seq_q) || !sk90_stride_ok(p->o_stride[2], p->heads_q) ||

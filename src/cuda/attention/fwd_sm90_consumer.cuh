@@ -209,7 +209,7 @@ __device__ void sk90_consumer(const sk90_params &p, uint32_t base, const int32_t
 
     for (uint32_t n = 0;; ++n) {
         const uint32_t slot = n % kTileSlots, slot_phase = (n / kTileSlots) & 1;
-        sk_mbar_wait(base + L::kBarTileFull + 8 * slot, slot_phase);
+        sk_mbar_wait(base + L::kBarTileFull + 8 * slot, slot_phase, "tile full");
         const int slot_value = *(volatile const int32_t *)(tile_ids + slot);
         sk_mbar_arrive(base + L::kBarTileEmpty + 8 * slot);
         if (slot_value == kTileEnd) break;
@@ -229,7 +229,7 @@ __device__ void sk90_consumer(const sk90_params &p, uint32_t base, const int32_t
         if (has_blocks) {
             const uint32_t q_base = q_wg + qp.stage * L::kQBytes;
             const uint32_t q_empty = base + L::kBarQEmpty + 8 * qp.stage;
-            sk_mbar_wait(base + L::kBarQFull + 8 * qp.stage, qp.phase);
+            sk_mbar_wait(base + L::kBarQFull + 8 * qp.stage, qp.phase, "Q full");
             qp.advance();
             float s[64];
             uint32_t pf[32];
@@ -238,7 +238,7 @@ __device__ void sk90_consumer(const sk90_params &p, uint32_t base, const int32_t
             /* Prologue: S_0 alone. (The three phases are written out: ptxas
              * serializes wgmma issued under run-time conditions.) The block
              * index and whether another block follows come with the K stage. */
-            sk_mbar_wait(base + L::kBarKFull + 8 * kp.stage, kp.phase);
+            sk_mbar_wait(base + L::kBarKFull + 8 * kp.stage, kp.phase, "K full");
             int info = sk90_read_info(block_info, kp.stage, lane);
             sk_bar_sync(bar_mine, 256);
             sk_wgmma_fence();
@@ -258,8 +258,8 @@ __device__ void sk90_consumer(const sk90_params &p, uint32_t base, const int32_t
             while (info & kInfoMore) {
                 /* V_{j-1} was loaded right after K_j: waiting for both before
                  * the issue keeps the two GEMMs in one fenced sequence. */
-                sk_mbar_wait(base + L::kBarKFull + 8 * kp.stage, kp.phase);
-                sk_mbar_wait(base + L::kBarVFull + 8 * vp.stage, vp.phase);
+                sk_mbar_wait(base + L::kBarKFull + 8 * kp.stage, kp.phase, "K full");
+                sk_mbar_wait(base + L::kBarVFull + 8 * vp.stage, vp.phase, "V full");
                 info = sk90_read_info(block_info, kp.stage, lane);
                 sk_bar_sync(bar_mine, 256);
                 sk90_fence_operands<HD>(o, pf);
@@ -295,7 +295,7 @@ __device__ void sk90_consumer(const sk90_params &p, uint32_t base, const int32_t
             }
 
             /* Tail: the last P V. */
-            sk_mbar_wait(base + L::kBarVFull + 8 * vp.stage, vp.phase);
+            sk_mbar_wait(base + L::kBarVFull + 8 * vp.stage, vp.phase, "V full");
             sk_bar_sync(bar_mine, 256);
             if constexpr (L::kRescaleEarly) {
 #pragma unroll

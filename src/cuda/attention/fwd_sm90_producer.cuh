@@ -48,7 +48,7 @@ __device__ void sk90_scheduler(const sk90_params &p, uint32_t base, volatile int
                 start = t.start;
                 end = t.end;
             }
-            sk_mbar_wait(base + L::kBarSchedEmpty + 8 * slot, phase ^ 1);
+            sk_mbar_wait(base + L::kBarSchedEmpty + 8 * slot, phase ^ 1, "sched empty");
             sched[4 * slot + 0] = tile;
             sched[4 * slot + 1] = start;
             sched[4 * slot + 2] = end;
@@ -103,7 +103,8 @@ __device__ void sk90_producer(const sk90_params &p, uint32_t base, int32_t *tile
     sk90_pipe<L::kQBufs> qp = {0, 0};
     for (uint32_t n = 0;; ++n) {
         const uint32_t sslot = n % kSchedSlots, sphase = (n / kSchedSlots) & 1;
-        sk_mbar_wait(base + L::kBarSchedFull + 8 * sslot, sphase); /* every lane: acquire */
+        /* every lane: acquire */
+        sk_mbar_wait(base + L::kBarSchedFull + 8 * sslot, sphase, "sched full");
         /* The lane that releases the slot reads it and shares it, so the
          * read is ordered before the scheduler's next write by that lane's
          * own arrival (which racecheck can follow). */
@@ -129,7 +130,7 @@ __device__ void sk90_producer(const sk90_params &p, uint32_t base, int32_t *tile
         const int slot_value = tile >= 0 && !has0 ? kTileEmptyBase - tile : tile;
         const uint32_t slot = n % kTileSlots, slot_phase = (n / kTileSlots) & 1;
         if (lead) {
-            sk_mbar_wait(base + L::kBarTileEmpty + 8 * slot, slot_phase ^ 1);
+            sk_mbar_wait(base + L::kBarTileEmpty + 8 * slot, slot_phase ^ 1, "tile empty");
             *(volatile int32_t *)(tile_ids + slot) = slot_value;
             sk_mbar_arrive(base + L::kBarTileFull + 8 * slot); /* release */
         }
@@ -142,7 +143,7 @@ __device__ void sk90_producer(const sk90_params &p, uint32_t base, int32_t *tile
          * the previous one, so this load runs while that tile finishes; with
          * one, it waits for the previous tile's last S GEMMs. */
         if (lead) {
-            sk_mbar_wait(base + L::kBarQEmpty + 8 * qp.stage, qp.phase ^ 1);
+            sk_mbar_wait(base + L::kBarQEmpty + 8 * qp.stage, qp.phase ^ 1, "Q empty");
             sk_mbar_arrive_expect_tx(base + L::kBarQFull + 8 * qp.stage, L::kQBytes);
             const uint64_t stream = sk_policy_evict_first(); /* Q: read once */
 #pragma unroll
@@ -159,7 +160,7 @@ __device__ void sk90_producer(const sk90_params &p, uint32_t base, int32_t *tile
          * the stage's arrival, which releases it). */
         bool has1 = sk90_cursor_next(p, t, cur, &c1);
         if (lead) {
-            sk_mbar_wait(base + L::kBarKEmpty + 8 * kp.stage, kp.phase ^ 1);
+            sk_mbar_wait(base + L::kBarKEmpty + 8 * kp.stage, kp.phase ^ 1, "K empty");
             block_info[kp.stage] = c0 | (has1 ? kInfoMore : 0);
             sk90_load_kv<HD>(&p.tm_k, base + L::kK + kp.stage * L::kBlockBytes,
                              base + L::kBarKFull + 8 * kp.stage, hk, c0, t.b);
@@ -171,7 +172,7 @@ __device__ void sk90_producer(const sk90_params &p, uint32_t base, int32_t *tile
             if (has1) {
                 has2 = sk90_cursor_next(p, t, cur, &c2);
                 if (lead) {
-                    sk_mbar_wait(base + L::kBarKEmpty + 8 * kp.stage, kp.phase ^ 1);
+                    sk_mbar_wait(base + L::kBarKEmpty + 8 * kp.stage, kp.phase ^ 1, "K empty");
                     block_info[kp.stage] = c1 | (has2 ? kInfoMore : 0);
                     sk90_load_kv<HD>(&p.tm_k, base + L::kK + kp.stage * L::kBlockBytes,
                                      base + L::kBarKFull + 8 * kp.stage, hk, c1, t.b);
@@ -179,7 +180,7 @@ __device__ void sk90_producer(const sk90_params &p, uint32_t base, int32_t *tile
                 kp.advance();
             }
             if (lead) {
-                sk_mbar_wait(base + L::kBarVEmpty + 8 * vp.stage, vp.phase ^ 1);
+                sk_mbar_wait(base + L::kBarVEmpty + 8 * vp.stage, vp.phase ^ 1, "V empty");
                 sk90_load_kv<HD>(&p.tm_v, base + L::kV + vp.stage * L::kBlockBytes,
                                  base + L::kBarVFull + 8 * vp.stage, hk, c0, t.b);
             }

@@ -13,12 +13,39 @@
 #include "cuda/common/ptx.cuh"
 
 #if !defined(__CUDA_ARCH__) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#ifdef SK_MBAR_WATCHDOG
+#include <stdio.h>
+/* Debug builds (`make watchdog`): a wait that has not completed after
+ * SK_MBAR_WATCHDOG_CYCLES (~4 s at 1.98 GHz; every legitimate wait of these
+ * kernels lasts microseconds) prints which barrier, where, and traps, so a
+ * producer / consumer disagreement fails the launch instead of hanging the
+ * GPU. */
+#ifndef SK_MBAR_WATCHDOG_CYCLES
+#define SK_MBAR_WATCHDOG_CYCLES (1ll << 33)
+#endif
+/* The cold path, out of line so the waits stay small. */
+static __device__ __noinline__ void sk_mbar_watchdog_fire(uint32_t bar, uint32_t parity, const char *what) {
+    printf("sparsek watchdog: mbarrier \"%s\" (shared 0x%x) never completed phase parity %u;"
+           " block %d, thread %d\n",
+           what, bar, parity, (int)blockIdx.x, (int)threadIdx.x);
+    __trap();
+}
+__device__ __forceinline__ void sk_mbar_wait(uint32_t bar, uint32_t parity, const char *what) {
+    const long long start = clock64();
+    while (!sk_mbar_try_wait(bar, parity)) {
+        if (clock64() - start > SK_MBAR_WATCHDOG_CYCLES) sk_mbar_watchdog_fire(bar, parity, what);
+    }
+}
+#else
 /* Wait until the mbarrier's phase with this parity has completed
- * (try_wait may time out, hence the loop). */
-__device__ __forceinline__ void sk_mbar_wait(uint32_t bar, uint32_t parity) {
+ * (try_wait may time out, hence the loop). `what` names the barrier for
+ * the watchdog of debug builds; release builds do not use it. */
+__device__ __forceinline__ void sk_mbar_wait(uint32_t bar, uint32_t parity, const char *what) {
+    (void)what;
     while (!sk_mbar_try_wait(bar, parity)) {
     }
 }
+#endif /* SK_MBAR_WATCHDOG */
 #endif /* sm_90a: ptx.cuh's mbarrier wrappers */
 
 /* Byte offset of 16-byte chunk c16 (0..7) of row `row` in a 128B-swizzled

@@ -219,7 +219,7 @@ __device__ void g90_scheduler(const g90_params &p, const g90_smem &sm, g90_tile 
             t.end = ri.z;
         }
         if (lane == 0) {
-            sk_mbar_wait(sm.tile_empty(tslot), tphase ^ 1);
+            sk_mbar_wait(sm.tile_empty(tslot), tphase ^ 1, "tile empty");
             tiles[tslot] = t;
             sk_mbar_arrive(sm.tile_full(tslot));
         }
@@ -241,7 +241,7 @@ __device__ void g90_producer(const g90_params &p, const g90_smem &sm, const g90_
         sk_prefetch_tensormap(&p.tm_b);
     }
     for (;;) {
-        sk_mbar_wait(sm.tile_full(tslot), tphase);
+        sk_mbar_wait(sm.tile_full(tslot), tphase, "tile full");
         const g90_tile t = tiles[tslot];
         __syncwarp();
         if (lane == 0) sk_mbar_arrive(sm.tile_empty(tslot));
@@ -261,7 +261,7 @@ __device__ void g90_producer(const g90_params &p, const g90_smem &sm, const g90_
                     const void *tm_a = c == p.tail_col ? &p.tm_a_tail : &p.tm_a;
                     const int chunks = g90_block_chunks(p, c);
                     for (int ch = 0; ch < chunks; ++ch) {
-                        sk_mbar_wait(sm.empty(stage), phase ^ 1);
+                        sk_mbar_wait(sm.empty(stage), phase ^ 1, "stage empty");
                         sk_mbar_arrive_expect_tx(sm.full(stage), kStageBytes);
                         sk_tma_load_3d(sm.a(stage), tm_a, ch * kChunkK, 0, e0 + l, sm.full(stage),
                                        policy);
@@ -436,7 +436,7 @@ __device__ void g90_consumer(const g90_params &p, const g90_smem &sm, uint8_t *b
     uint32_t phase = 0, tphase = 0;
     float acc[128];
     for (;;) {
-        sk_mbar_wait(sm.tile_full(tslot), tphase);
+        sk_mbar_wait(sm.tile_full(tslot), tphase, "tile full");
         const g90_tile t = tiles[tslot];
         sk_mbar_arrive(sm.tile_empty(tslot));
         if (++tslot == kTileSlots) tslot = 0, tphase ^= 1;
@@ -446,7 +446,7 @@ __device__ void g90_consumer(const g90_params &p, const g90_smem &sm, uint8_t *b
         for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
         int prev = 0;
         for (int c = 0; c < t.chunks; ++c) {
-            sk_mbar_wait(sm.full(stage), phase);
+            sk_mbar_wait(sm.full(stage), phase, "stage full");
             g90_mma_chunk<DT, B_ROW_MAJOR>(acc, sm.a(stage) + wg * (kWgRows * 128), sm.b(stage));
             sk_wgmma_wait<1>();
             if (c > 0 && lane == 0) sk_mbar_arrive(sm.empty(prev));

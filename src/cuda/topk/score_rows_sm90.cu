@@ -322,7 +322,7 @@ __global__ void __launch_bounds__(SR_THREADS, 1)
         re0 = so->q_exp[a_tile * SC_TM + r0];
         re1 = so->q_exp[a_tile * SC_TM + r0 + 8];
         __syncthreads(); /* publishes the mbarriers' initialisation */
-        sk_mbar_wait(bar_a, 0);
+        sk_mbar_wait(bar_a, 0, "score A");
     } else {
         sr_split_tile(x, base, CHUNKS, p->scale, a_exp);
         sk_fence_proxy_async_smem(); /* the A panels' generic stores before wgmma reads them */
@@ -360,7 +360,7 @@ __global__ void __launch_bounds__(SR_THREADS, 1)
          * arrival for tile jt + 2 only after this buffer's refill, which
          * waits for warpgroup 1's wgmma of jt. */
         if (wg == 1) sk_bar_sync(3 + buf, SR_THREADS);
-        sk_mbar_wait(bar_k0 + 8 * buf, (uint32_t)(jt >> 1) & 1u);
+        sk_mbar_wait(bar_k0 + 8 * buf, (uint32_t)(jt >> 1) & 1u, "score K");
 #pragma unroll
         for (int e = 0; e < 64; ++e) acc[e] = 0.f;
         sk_wgmma_fence();
