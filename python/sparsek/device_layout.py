@@ -180,6 +180,11 @@ class DeviceLayout:
             f"this layout lives on {self.device}: the CPU backend needs a host layout; use .to_host()"
         )
 
+    def op_grid(self) -> list:
+        """[rows, cols, block_rows, block_cols, batch, heads, capacity], the
+        grid argument of the torch ops (nnz = capacity, as device_view)."""
+        return list(self._grid) + [self._capacity]
+
     def torch_arrays(self, device) -> tuple:
         """(row_offsets, col_indices_buffer), the device tensors themselves,
         for the torch op. Only for the layout's own device."""

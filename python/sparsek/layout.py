@@ -114,12 +114,23 @@ def _device_key(device) -> str:
     return str(device)
 
 
+# id -> Layout, for every Layout alive: what torch.compile's constant
+# functions (torch_ops.layout_args) look a Layout up by, as they may take
+# only constants (an id) as arguments.
+_LIVE = weakref.WeakValueDictionary()
+
+
+def live_layout(ident: int) -> "Layout":
+    """The Layout alive with this id()."""
+    return _LIVE[ident]
+
+
 class Layout:
     """An owned block-sparse layout (sk_layout_t). Build one with a
     classmethod: dense, causal, window, sinks_window, strided, random, topk,
     from_mask, from_bsr, from_flex or from_block_mask."""
 
-    __slots__ = ("_handle", "_view", "_finalizer", "_device_views", "_traced", "__weakref__")
+    __slots__ = ("_handle", "_view", "_finalizer", "_device_views", "_traced", "_op_grid", "__weakref__")
 
     def __init__(self, *args, **kwargs):
         # A raw sk_layout_t from Python (an int) could point anywhere, and
@@ -142,6 +153,10 @@ class Layout:
         # device key -> (SkBsr over the tensors, row_offsets, col_indices)
         self._device_views = {}
         self._traced = {}  # the same, made during a torch.compile trace
+        _LIVE[id(self)] = self
+        g = self._view.grid
+        # Plain ints: torch.compile reads them (it cannot read ctypes fields).
+        self._op_grid = (g.rows, g.cols, g.block_rows, g.block_cols, g.batch, g.heads, self._view.nnz)
         return self
 
     # A copy would share the handle that the original's finalizer frees;
@@ -495,6 +510,11 @@ class Layout:
         view.row_offsets = ctypes.cast(c_void_p(ro.data_ptr()), POINTER(c_int32))
         view.col_indices = ctypes.cast(c_void_p(ci.data_ptr()), POINTER(c_int32))
         return view, ro, ci
+
+    def op_grid(self) -> list:
+        """[rows, cols, block_rows, block_cols, batch, heads, nnz], the
+        grid argument of the torch ops."""
+        return list(self._op_grid)
 
     def has_torch_arrays(self, device) -> bool:
         """Whether torch_arrays(device) has been made (no upload needed)."""

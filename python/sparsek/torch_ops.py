@@ -27,7 +27,11 @@ the ops.
 - Plans come from the plan cache (plan_cache.py), keyed by the layout
   tensors' identity and version, so a training step neither re-plans nor
   re-uploads an unchanged layout, and a layout written in place is planned
-  again. Inside a CUDA graph capture the plan is captured too.
+  again. Inside a torch.cuda.graph capture the plan is captured too, so
+  replays follow the layout's content. The ops carry the cudagraph_unsafe
+  tag (where torch has it): under torch.compile(mode="reduce-overhead")
+  inductor runs them between its CUDA graph partitions, as a cached
+  workspace cannot live in the pool of its graph trees.
 """
 
 from __future__ import annotations
@@ -40,8 +44,7 @@ from torch import Tensor
 from ._lib import Backend
 from .attention import _BACKEND_NAMES, _check_layout, _check_qkv, _options, cached_attention_plan
 from .backward import cached_backward_plan
-from .device_layout import DeviceLayout
-from .layout import Grid, Layout
+from .layout import Grid, Layout, live_layout
 from .layout_arrays import of_tensors
 
 
@@ -59,7 +62,14 @@ def _plan_options(scale: float, backend: int):
     return (None if scale == 0.0 else scale), (None if backend == 0 else Backend(backend))
 
 
-@torch.library.custom_op("sparsek::attention_fwd", mutates_args=())
+# Inductor's CUDA graph trees (mode="reduce-overhead") allocate in a pool of
+# their own, in which nothing may stay alive but the graph's outputs; a
+# cached plan's workspace would. The tag makes inductor run the ops between
+# its captured partitions; torch.cuda.graph captures them (plan included).
+_OP_TAGS = {"tags": (torch.Tag.cudagraph_unsafe,)} if hasattr(torch.Tag, "cudagraph_unsafe") else {}
+
+
+@torch.library.custom_op("sparsek::attention_fwd", mutates_args=(), **_OP_TAGS)
 def attention_fwd(
     q: Tensor, k: Tensor, v: Tensor, row_offsets: Tensor, col_indices: Tensor, grid: List[int], causal: bool,
     scale: float, backend: int,
@@ -76,7 +86,7 @@ def _(q, k, v, row_offsets, col_indices, grid, causal, scale, backend):
     return q.new_empty((B, Sq, Hq, D)), q.new_empty((B, Hq, Sq), dtype=torch.float32)
 
 
-@torch.library.custom_op("sparsek::attention_bwd", mutates_args=())
+@torch.library.custom_op("sparsek::attention_bwd", mutates_args=(), **_OP_TAGS)
 def attention_bwd(
     dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, row_offsets: Tensor,
     col_indices: Tensor, grid: List[int], causal: bool, scale: float, backend: int, deterministic: bool,
@@ -102,8 +112,10 @@ def _usable_grad(g: Tensor) -> Tensor:
     ok = g.stride(-1) == 1 or g.shape[-1] == 1
     ok = ok and all(s > 0 for s, n in zip(g.stride(), g.shape) if n > 1)
     if ok and g.device.type == "cuda":
+        # No data_ptr(): AOT autograd traces this with fake tensors. torch's
+        # storages start aligned; the offset and strides decide the rest.
         size = g.element_size()
-        ok = g.data_ptr() % 16 == 0 and all(s * size % 16 == 0 for s in g.stride()[:3])
+        ok = all(s * size % 16 == 0 for s in (g.storage_offset(),) + g.stride()[:3])
     return g if ok else g.contiguous()
 
 
@@ -128,8 +140,9 @@ attention_fwd.register_autograd(_backward, setup_context=_setup_context)
 
 
 @torch.compiler.assume_constant_result
-def _made_while_tracing(layout, device):
-    return layout.torch_arrays_for_trace(device)
+def _made_while_tracing(layout_id: int, device: str):
+    # Constant arguments only (torch 2.11 refuses a Layout here).
+    return live_layout(layout_id).torch_arrays_for_trace(device)
 
 
 def layout_args(layout, device) -> tuple:
@@ -144,11 +157,10 @@ def layout_args(layout, device) -> tuple:
     guarded on this Layout object; a later eager use (or
     layout.torch_arrays(device) before compiling) makes the general kind."""
     if isinstance(layout, Layout) and torch.compiler.is_compiling() and not layout.has_torch_arrays(device):
-        row_offsets, col_indices = _made_while_tracing(layout, device)
+        row_offsets, col_indices = _made_while_tracing(id(layout), str(device))
     else:
         row_offsets, col_indices = layout.torch_arrays(device)
-    nnz = layout.capacity if isinstance(layout, DeviceLayout) else layout.nnz
-    return row_offsets, col_indices, list(layout.grid) + [nnz]
+    return row_offsets, col_indices, layout.op_grid()
 
 
 def attention(q, k, v, layout, *, causal=False, scale=None, backend=None):
