@@ -231,6 +231,25 @@ def test_op_checks_the_layout_tensors():
         torch.ops.sparsek.attention_fwd(q, k, v, bad, ci, grid, *rest)
 
 
+def test_grad_preparation_traces_with_fake_cuda_tensors():
+    # AOT autograd traces the backward formula with fake tensors (a CUDA
+    # compile once failed on data_ptr() there): no data access, and the
+    # gradient is copied only when the library could not take it.
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from sparsek.torch_ops import _usable_grad
+
+    with FakeTensorMode():
+        g = torch.empty(2, 64, 4, 16, device="cuda", dtype=torch.float16)
+        assert _usable_grad(g) is g
+        t = torch.empty(2, 4, 64, 16, device="cuda", dtype=torch.float16).transpose(1, 2)
+        assert _usable_grad(t) is t
+        odd = torch.empty(2, 64, 4, 17, device="cuda", dtype=torch.float16)[..., :16]  # 34-byte rows
+        assert _usable_grad(odd).is_contiguous()
+        scalar = torch.ones((), device="cuda", dtype=torch.float16).expand(2, 64, 4, 16)
+        assert _usable_grad(scalar).is_contiguous()
+
+
 # ---------------------------------------------------------------------------
 # torch.compile
 # ---------------------------------------------------------------------------
@@ -383,6 +402,64 @@ def test_cuda_graph_capture_follows_the_layout():
         ref = op_grads(q, k, v, dout, lay)
         for x, y in zip(static, ref):
             assert torch.equal(x, y)
+
+
+@requires_cuda
+def test_cuda_forward_graph_capture_follows_the_layout():
+    # The forward alone (runs before the CUDA backward exists): captured
+    # with its plan, replayed after layouts of other block counts are
+    # written into the same tensors.
+    q, k, v, _ = make_inputs(407, 1, 2048, 2048, 4, 4, 64, torch.float16, "cuda", requires_grad=False)
+    layouts = [Layout.random(2048, k=n, seed=n, block=128, heads=4) for n in (2, 9)]
+    nnz = max(lay.nnz for lay in layouts)
+    ro = torch.zeros_like(layouts[0].torch_arrays("cuda")[0])
+    ci = torch.zeros(nnz, dtype=torch.int32, device="cuda")
+    grid = layouts[0].op_grid()[:6] + [nnz]
+    import sparsek.torch_ops  # noqa: F401
+
+    def load(lay):
+        r, c = lay.torch_arrays("cuda")
+        ro.copy_(r)
+        ci[: c.numel()].copy_(c)
+
+    load(layouts[0])
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        torch.ops.sparsek.attention_fwd(q, k, v, ro, ci, grid, False, 0.0, 0)
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        static, _ = torch.ops.sparsek.attention_fwd(q, k, v, ro, ci, grid, False, 0.0, 0)
+    for lay in layouts + layouts:
+        load(lay)
+        g.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(static, sparsek.attention(q, k, v, lay)), lay.nnz
+
+
+@requires_cuda
+@pytest.mark.parametrize("mode", [None, "reduce-overhead"])
+def test_cuda_compile_forward(mode):
+    # inductor, plain and with CUDA graph trees (the ops run between its
+    # partitions): Layouts of one geometry, and a DeviceLayout written in
+    # place between calls.
+    torch._dynamo.reset()
+    q, k, v, _ = make_inputs(408, 2, 1024, 1024, 4, 2, 128, torch.bfloat16, "cuda", requires_grad=False)
+
+    def fn(q, k, v, lay):
+        return sparsek.attention(q * 1.0, k, v, lay, causal=True) * 2
+
+    compiled = torch.compile(fn, fullgraph=True, mode=mode)
+    for lay in [Layout.random(1024, k=2, seed=s, block=128, heads=2) for s in range(3)] * 2:
+        assert torch.equal(compiled(q, k, v, lay).clone(), fn(q, k, v, lay))
+    sel = [sparsek.pool_select_topk(x, k, 2, sink_blocks=1, causal=True) for x in (q, -q)]
+    dl = sparsek.DeviceLayout(sel[0].grid, sel[0].capacity, sel[0].row_offsets.clone(),
+                              sel[0].col_indices_buffer.clone())
+    for src in sel + sel:
+        dl.row_offsets.copy_(src.row_offsets)
+        dl.col_indices_buffer.copy_(src.col_indices_buffer)
+        assert torch.equal(compiled(q, k, v, dl).clone(), fn(q, k, v, src))
 
 
 @requires_cuda
