@@ -25,7 +25,8 @@ blocks, 4 / 16 / 64 random blocks per block row; --quick: 2048):
   gemm call         sparsek.bsr_gemm(a_values, b, layout, c=c), plan from
                     the cache
 
-Three figures per variant:
+Three figures per variant, medians over `rounds` rounds in which the
+variants of a comparison take turns (clock drift hits all alike):
   loop_ms    CUDA events around `reps` back-to-back calls, divided by reps:
              the steady-state cost per call (host overhead hides behind the
              GPU unless it is longer than the kernel). The issue's target
@@ -56,9 +57,7 @@ import sparsek
 from sparsek import Layout, SparseKError
 
 
-def timings(fn, reps: int, warmup: int = 3) -> dict:
-    for _ in range(warmup):
-        fn()
+def _loop_ms(fn, reps: int) -> float:
     torch.cuda.synchronize()
     e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     e0.record()
@@ -66,28 +65,51 @@ def timings(fn, reps: int, warmup: int = 3) -> dict:
         fn()
     e1.record()
     e1.synchronize()
-    loop_ms = e0.elapsed_time(e1) / reps
-    single, host = [], []
-    for _ in range(reps):
-        torch.cuda.synchronize()
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        t0 = time.perf_counter()
-        fn()
-        host.append((time.perf_counter() - t0) * 1e6)
-        b.record()
-        b.synchronize()
-        single.append(a.elapsed_time(b))
-    return {"loop_ms": loop_ms, "single_ms": statistics.median(single), "host_us": statistics.median(host)}
+    return e0.elapsed_time(e1) / reps
 
 
-def measure(name, fn, reps):
-    try:
-        r = timings(fn, reps)
-    except SparseKError as e:
-        r = {"error": f"{e.status_name}: {e.message}"}
-    print(f"  {name:16s} {json.dumps(r)}", flush=True)
-    return r
+def _single(fn) -> tuple:
+    """(event ms, host us) of one call after a synchronisation."""
+    torch.cuda.synchronize()
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    a.record()
+    t0 = time.perf_counter()
+    fn()
+    host = (time.perf_counter() - t0) * 1e6
+    b.record()
+    b.synchronize()
+    return a.elapsed_time(b), host
+
+
+def measure(variants: dict, reps: int, rounds: int, label: str) -> dict:
+    """The three figures of each variant (name -> fn), measured in
+    interleaved rounds so that clock drift hits all alike; medians. A
+    variant that raises SparseKError is recorded as an error."""
+    out, live = {}, {}
+    for name, fn in variants.items():
+        try:
+            for _ in range(3):
+                fn()
+            live[name] = fn
+        except SparseKError as e:
+            out[name] = {"error": f"{e.status_name}: {e.message}"}
+    loops = {n: [] for n in live}
+    singles = {n: [] for n in live}
+    hosts = {n: [] for n in live}
+    for _ in range(rounds):
+        for name, fn in live.items():
+            loops[name].append(_loop_ms(fn, reps))
+        for _ in range(reps):
+            for name, fn in live.items():
+                ms, us = _single(fn)
+                singles[name].append(ms)
+                hosts[name].append(us)
+    for name in live:
+        out[name] = {"loop_ms": statistics.median(loops[name]), "single_ms": statistics.median(singles[name]),
+                     "host_us": statistics.median(hosts[name])}
+    for name, r in out.items():
+        print(f"  {label} {name:10s} {json.dumps(r)}", flush=True)
+    return out
 
 
 def ratios(results: dict, base: str) -> dict:
@@ -101,36 +123,41 @@ def ratios(results: dict, base: str) -> dict:
     return out
 
 
-def attention_cases(B, H, S, D, reps) -> dict:
+def attention_cases(B, H, S, D, reps, rounds) -> dict:
     dev = "cuda"
     g = torch.Generator(device=dev).manual_seed(0)
     q, k, v, do = (torch.randn(B, S, H, D, device=dev, dtype=torch.float16, generator=g) for _ in range(4))
     cb = -(-S // 128)
     layout = Layout.random(S, k=max(1, cb // 4), seed=104, block=128, batch=B, heads=H)
-    fwd, bwd = {}, {}
     plan = sparsek.plan_attention(q, k, v, layout)
     out = torch.empty_like(q)
-    fwd["plan_run"] = measure("fwd plan_run", lambda: plan.run(q, k, v, out=out, return_lse=True), reps)
-    fwd["call"] = measure("fwd call", lambda: sparsek.attention(q, k, v, layout, return_lse=True), reps)
     qg, kg, vg = (x.detach().requires_grad_(True) for x in (q, k, v))
-    fwd["call_grad"] = measure("fwd call_grad", lambda: sparsek.attention(qg, kg, vg, layout, return_lse=True), reps)
+    fwd = measure({
+        "plan_run": lambda: plan.run(q, k, v, out=out, return_lse=True),
+        "call": lambda: sparsek.attention(q, k, v, layout, return_lse=True),
+        "call_grad": lambda: sparsek.attention(qg, kg, vg, layout, return_lse=True),
+    }, reps, rounds, "fwd")
 
     o, lse = plan.run(q, k, v, return_lse=True)
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    variants = {}
     try:
         bplan = sparsek.plan_attention_backward(q, k, v, layout)
-        bwd["plan_run"] = measure("bwd plan_run", lambda: bplan.run(q, k, v, o, do, lse, dq=dq, dk=dk, dv=dv), reps)
+        variants["plan_run"] = lambda: bplan.run(q, k, v, o, do, lse, dq=dq, dk=dk, dv=dv)
     except SparseKError as e:
-        bwd["plan_run"] = {"error": f"{e.status_name}: {e.message}"}
-        print(f"  bwd plan_run     {bwd['plan_run']}", flush=True)
+        err = e
+
+        def failed():
+            raise err
+
+        variants["plan_run"] = failed
     from sparsek.torch_ops import layout_args
 
     ro, ci, grid = layout_args(layout, q.device)
-    bwd["op"] = measure(
-        "bwd op", lambda: torch.ops.sparsek.attention_bwd(do, q, k, v, o, lse, ro, ci, grid, False, 0.0, 0, True), reps
-    )
+    variants["op"] = lambda: torch.ops.sparsek.attention_bwd(do, q, k, v, o, lse, ro, ci, grid, False, 0.0, 0, True)
     og = sparsek.attention(qg, kg, vg, layout)
-    bwd["autograd"] = measure("bwd autograd", lambda: torch.autograd.grad(og, (qg, kg, vg), do, retain_graph=True), reps)
+    variants["autograd"] = lambda: torch.autograd.grad(og, (qg, kg, vg), do, retain_graph=True)
+    bwd = measure(variants, reps, rounds, "bwd")
     return {"forward": fwd, "forward_ratio": ratios(fwd, "plan_run"),
             "backward": bwd, "backward_ratio": ratios(bwd, "plan_run")}
 
@@ -155,7 +182,7 @@ def gemm_kernel(vals, b, c, layout):
     return lambda: F.sk_bsr_gemm_run(*args)
 
 
-def gemm_cases(size, reps) -> dict:
+def gemm_cases(size, reps, rounds) -> dict:
     res = {}
     for per_row in (4, 16, 64):
         rb = size // 128
@@ -165,10 +192,10 @@ def gemm_cases(size, reps) -> dict:
         vals = torch.randn(layout.nnz, 128, 128, device="cuda", dtype=torch.float16, generator=g)
         b = torch.randn(size, size, device="cuda", dtype=torch.float16, generator=g)
         c = torch.empty(size, size, device="cuda", dtype=torch.float16)
-        case = {
-            "kernel": measure(f"gemm{per_row} kernel", gemm_kernel(vals, b, c, layout), reps),
-            "call": measure(f"gemm{per_row} call", lambda: sparsek.bsr_gemm(vals, b, layout, c=c), reps),
-        }
+        case = measure({
+            "kernel": gemm_kernel(vals, b, c, layout),
+            "call": lambda: sparsek.bsr_gemm(vals, b, layout, c=c),
+        }, reps, rounds, f"gemm{per_row}")
         case["ratio"] = ratios(case, "kernel")
         res[f"per_row_{per_row}"] = case
     return res
@@ -185,7 +212,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", help="JSON results file")
     ap.add_argument("--quick", action="store_true", help="small shapes (a smoke test)")
-    ap.add_argument("--reps", type=int, default=30)
+    ap.add_argument("--reps", type=int, default=20, help="calls per loop, and single calls per round")
+    ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds (medians over them)")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available() or not sparsek.devices():
         print("python_overhead.py needs a CUDA device and a CUDA build of the library", file=sys.stderr)
@@ -193,9 +221,9 @@ def main(argv=None) -> int:
     B, H, S, D = (2, 8, 1024, 128) if args.quick else (16, 96, 4096, 128)
     gemm_size = 2048 if args.quick else 8192
     print(f"attention B{B} H{H} S{S} D{D} fp16, random 25 %", flush=True)
-    attn = attention_cases(B, H, S, D, args.reps)
+    attn = attention_cases(B, H, S, D, args.reps, args.rounds)
     print(f"bsr_gemm M = N = K = {gemm_size} fp16", flush=True)
-    gemm = gemm_cases(gemm_size, args.reps)
+    gemm = gemm_cases(gemm_size, args.reps, args.rounds)
     result = {
         "gpu": torch.cuda.get_device_name(),
         "commit": git_commit(),
