@@ -5,7 +5,10 @@
     out = sparsek.attention(q, k, v, layout, causal=True)      # q [B, S, H, D]
 
 numpy arrays run on the CPU backend; torch CUDA tensors on the CUDA backend
-(torch CPU tensors on the CPU backend). Errors from the library raise
+(torch CPU tensors on the CPU backend). On torch tensors sparsek.attention
+is differentiable (the ops of sparsek/torch_ops.py, loaded on the first
+torch call: `import sparsek` never imports torch). Plans are cached per
+layout (plan_cache_info, clear_plan_cache). Errors from the library raise
 SparseKError (.status, .status_name, .message). See python/README.md.
 """
 
@@ -25,9 +28,12 @@ from ._lib import (
     Status,
     check,
 )
-from .attention import AttentionPlan, attention, bsr_gemm, plan_attention
+from .attention import AttentionPlan, attention, plan_attention
+from .gemm import BsrGemmPlan, bsr_gemm
 from .backward import AttentionBackwardPlan, attention_backward, plan_attention_backward
-from .layout import DeviceLayout, Grid, Layout, grid_blocks, make_grid
+from .device_layout import DeviceLayout
+from .layout import Grid, Layout, grid_blocks, make_grid
+from .plan_cache import clear_plan_cache, plan_cache_info
 from .topk import attention_topk, block_pool, layout_from_scores, pool_select_topk, select_topk, topk_capacity
 
 
@@ -90,6 +96,7 @@ __all__ = [
     "AttentionBackwardPlan",
     "AttentionPlan",
     "Backend",
+    "BsrGemmPlan",
     "DType",
     "DeviceInfo",
     "DeviceLayout",
@@ -106,12 +113,14 @@ __all__ = [
     "block_pool",
     "bsr_gemm",
     "build_info",
+    "clear_plan_cache",
     "devices",
     "grid_blocks",
     "layout_from_scores",
     "make_grid",
     "plan_attention",
     "plan_attention_backward",
+    "plan_cache_info",
     "select_topk",
     "pool_select_topk",
     "status_name",

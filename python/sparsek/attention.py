@@ -1,4 +1,4 @@
-"""sparsek.attention, AttentionPlan and bsr_gemm over numpy arrays and torch tensors.
+"""sparsek.attention and AttentionPlan over numpy arrays and torch tensors.
 
 - numpy arrays run on the CPU backend (float16, float32, and bfloat16 where
   the ml_dtypes package provides it);
@@ -7,11 +7,16 @@
   arrays uploaded once per device (cached on the Layout);
 - torch CPU tensors run on the CPU backend.
 
+On torch tensors (without out=) sparsek.attention goes through the torch
+op sparsek::attention_fwd (torch_ops.py, imported on that first call), which
+is differentiable and traced by torch.compile; its gradients are
+sparsek.attention_backward's (backward.py). Plans come from the plan cache
+(plan_cache.py), one per layout, problem and stream.
+
 Every argument is checked here before the library is called (types, ndim,
 dtypes, devices, shapes, strides, `out`), with ValueError / TypeError; what
 the library finds itself (a layout that does not fit, ...) raises
-SparseKError. Nothing here is differentiable: the gradients are
-sparsek.attention_backward (backward.py), not an autograd op yet.
+SparseKError. sparsek.bsr_gemm lives in gemm.py.
 """
 
 from __future__ import annotations
@@ -22,10 +27,13 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ._arrays import Arr, adapt, check_family, check_output, check_packed, outer_strides
+from ._arrays import Arr, adapt, check_family, check_output, is_torch, outer_strides
 from ._cvalues import as_int, float32
-from ._lib import Backend, DType, F, Mask, Order, SkAttentionDesc, SkBsrGemmDesc, check
-from .layout import DeviceLayout, Layout
+from ._lib import Backend, DType, F, Mask, SkAttentionDesc, check
+from .device_layout import DeviceLayout
+from .layout import Layout
+from .layout_arrays import BorrowedLayout, of_layout
+from .plan_cache import cached_plan
 
 # ---------------------------------------------------------------------------
 # Backends
@@ -114,12 +122,9 @@ def _check_out(out, aq: Arr) -> Arr:
     return ao
 
 
-def _attention_desc(aq: Arr, ak: Arr, layout, causal, scale, backend):
-    """The checks a plan makes before any C call, and the forward's
-    descriptor (strides left packed: run() sets them). Returns (backend,
-    desc); shared with the backward's plan."""
-    if not isinstance(layout, (Layout, DeviceLayout)):
-        raise TypeError(f"layout must be a sparsek.Layout (or DeviceLayout), got {type(layout).__name__}")
+def _options(aq: Arr, scale, backend):
+    """The backend and scale checks a plan makes before any C call:
+    (backend, scale as a float32 value or None for 1/sqrt(D))."""
     be = _parse_backend(backend, aq.device)
     if be != Backend.CPU and aq.dtype == DType.F32:
         raise TypeError("float32 inputs are for the CPU backend only; use float16 or bfloat16 on CUDA")
@@ -129,6 +134,30 @@ def _attention_desc(aq: Arr, ak: Arr, layout, causal, scale, backend):
         scale = float32(scale, "scale", nonzero=True)
         if scale == 0.0 or not math.isfinite(scale):
             raise ValueError(f"scale = {scale} must be finite and non-zero (None means 1/sqrt(D))")
+    return be, scale
+
+
+def _check_layout(layout) -> None:
+    if not isinstance(layout, (Layout, DeviceLayout, BorrowedLayout)):
+        raise TypeError(f"layout must be a sparsek.Layout (or DeviceLayout), got {type(layout).__name__}")
+
+
+def write_strides(struct, fields, strides, last):
+    """Set struct's stride fields (each write is range-checked, which costs)
+    unless they hold these values already (last: what was written last).
+    Returns strides."""
+    if strides != last:
+        for field, value in zip(fields, strides):
+            setattr(struct, field, value)
+    return strides
+
+
+def _attention_desc(aq: Arr, ak: Arr, layout, causal, scale, backend):
+    """The checks a plan makes before any C call, and the forward's
+    descriptor (strides left packed: run() sets them). Returns (backend,
+    desc); shared with the backward's plan."""
+    _check_layout(layout)
+    be, scale = _options(aq, scale, backend)
     B, Sq, Hq, D = aq.shape
     _, Sk, Hkv, _ = ak.shape
     desc = SkAttentionDesc()
@@ -156,6 +185,7 @@ class AttentionPlan:
         self.layout = layout
         self.causal = bool(causal)
         self.spec = _Spec(aq.kind, aq.device, aq.dtype, aq.dtype_name, aq.shape, ak.shape)
+        self._strides = None  # what run() wrote into desc last
         desc = self.desc
 
         self._torch_device = None
@@ -206,10 +236,12 @@ class AttentionPlan:
         B, Sq, Hq, D = aq.shape
         if out is None:
             out = _empty_like(q, aq)
-        ao = _check_out(out, aq)
+            ao = adapt(out, "out")  # ours: nothing to check
+        else:
+            ao = _check_out(out, aq)
         desc = self.desc
-        for field, a, name in (("q_strides", aq, "q"), ("k_strides", ak, "k"), ("v_strides", av, "v"), ("o_strides", ao, "out")):
-            setattr(desc, field, outer_strides(a, name))
+        strides = tuple(outer_strides(a, name) for a, name in ((aq, "q"), (ak, "k"), (av, "v"), (ao, "out")))
+        self._strides = write_strides(desc, ("q_strides", "k_strides", "v_strides", "o_strides"), strides, self._strides)
         lse = None
         lse_ptr = None
         if return_lse:
@@ -261,6 +293,32 @@ def plan_attention(q, k, v, layout, *, causal=False, scale=None, backend=None) -
     return AttentionPlan(q, k, v, layout, causal=causal, scale=scale, backend=backend)
 
 
+def _problem_key(aq: Arr, ak: Arr, av: Arr, causal, scale, be) -> tuple:
+    """What a plan depends on besides the layout and the stream."""
+    return (aq.kind, aq.device, aq.dtype, aq.shape, ak.shape, aq.strides, ak.strides, av.strides,
+            bool(causal), scale, int(be))
+
+
+def cached_attention_plan(q, k, v, arrays, *, causal=False, scale=None, backend=None, out_strides=None):
+    """The AttentionPlan for these inputs over `arrays`
+    (layout_arrays.LayoutArrays), from the plan cache (plan_cache.py).
+    out_strides: those of a caller's `out` (None: allocated packed)."""
+    aq, ak, av = _check_qkv(q, k, v)
+    be, sc = _options(aq, scale, backend)
+    key = ("fwd", out_strides) + _problem_key(aq, ak, av, causal, sc, be)
+    return cached_plan(
+        arrays, key, aq.device,
+        lambda: AttentionPlan(q, k, v, arrays.borrow(), causal=causal, scale=scale, backend=backend),
+    )
+
+
+def needs_grad(*tensors) -> bool:
+    """Whether autograd would record an op on these torch tensors."""
+    import torch
+
+    return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+
+
 def attention(q, k, v, layout, causal=False, scale=None, return_lse=False, out=None, backend=None):
     """Block-sparse attention forward.
 
@@ -275,113 +333,28 @@ def attention(q, k, v, layout, causal=False, scale=None, return_lse=False, out=N
 
     Returns out, or (out, lse) with lse float32 [B, Hq, Sq] (natural log;
     -inf for a row with no admissible key, whose output is 0).
+
+    torch tensors: differentiable with respect to q, k and v (the op
+    sparsek::attention_fwd, whose backward is sparsek::attention_bwd; see
+    torch_ops.py); torch.compile traces it. lse carries no gradient. With
+    out= the call is not differentiable: it is refused when q, k or v
+    requires grad. Plans are cached per layout (plan_cache.py).
     """
-    plan = AttentionPlan(q, k, v, layout, causal=causal, scale=scale, backend=backend)
+    if out is None and is_torch(q):
+        from .torch_ops import attention as op_attention
+
+        o, lse = op_attention(q, k, v, layout, causal=causal, scale=scale, backend=backend)
+        return (o, lse) if return_lse else o
+    aq = _check_qkv(q, k, v)[0]
+    out_strides = None
+    if out is not None:
+        out_strides = _check_out(out, aq).strides
+        if aq.kind == "torch" and needs_grad(q, k, v):
+            raise ValueError("out= makes the call non-differentiable, but q, k or v requires grad: leave out=None")
+    plan = cached_attention_plan(
+        q, k, v, of_layout(layout, aq.device), causal=causal, scale=scale, backend=backend, out_strides=out_strides
+    )
     return plan.run(q, k, v, out=out, return_lse=return_lse)
 
 
-# ---------------------------------------------------------------------------
-# BSR GEMM
-# ---------------------------------------------------------------------------
-
-
-def _matrix(a: Arr, name: str):
-    """(order, leading dimension) of a 2-D matrix with one contiguous axis."""
-    if len(a.shape) != 2:
-        raise ValueError(f"{name} must be 2-D, got shape {a.shape}")
-    r, c = a.shape
-    s0, s1 = a.strides
-    if (s1 == 1 or c == 1) and s0 >= c:
-        return Order.ROW_MAJOR, s0 if r > 1 else c
-    if (s0 == 1 or r == 1) and s1 >= r:
-        return Order.COL_MAJOR, s1 if c > 1 else r
-    raise ValueError(f"{name} (shape {a.shape}, element strides {a.strides}) must be row- or column-major with one contiguous axis")
-
-
-_C_DTYPES_NUMPY = {"float16": np.float16, "float32": np.float32}
-
-
-def bsr_gemm(a_values, b, layout, *, c=None, alpha=1.0, beta=0.0, c_dtype=None, backend=None):
-    """C = alpha * A * B + beta * C with A block-sparse (sk_bsr_gemm).
-
-    layout: A's layout (rows = m, cols = k, batch = heads = 1).
-    a_values: [nnz, block_rows, block_cols] contiguous, in col_indices order.
-    b: [k, n], row- or column-major. c: [m, n] row-major (leading dimension
-    from its strides), read when beta != 0; allocated (c_dtype, default
-    float32) when None; a caller's c must be writable (check_output).
-    alpha, beta: floats that keep their value in float32.
-    numpy arrays -> CPU backend; torch CUDA tensors -> CUDA backend on the
-    current stream. Returns c.
-    """
-    if not isinstance(layout, Layout):
-        raise TypeError(f"layout must be a sparsek.Layout, got {type(layout).__name__}")
-    aa, ab = adapt(a_values, "a_values"), adapt(b, "b")
-    check_family((aa, ab))
-    if aa.dtype != ab.dtype:
-        raise TypeError(f"a_values ({aa.dtype_name}) and b ({ab.dtype_name}) must have the same dtype")
-    if aa.device != ab.device:
-        raise ValueError(f"a_values is on {aa.device} but b is on {ab.device}")
-    be = _parse_backend(backend, aa.device)
-    if layout.batch != 1 or layout.heads != 1:
-        raise ValueError(f"a layout for bsr_gemm must have batch = heads = 1 (got {layout.batch}, {layout.heads})")
-    m, k = layout.rows, layout.cols
-    want = (layout.nnz, layout.block_rows, layout.block_cols)
-    if aa.shape != want:
-        raise ValueError(f"a_values has shape {aa.shape}; this layout needs [nnz, block_rows, block_cols] = {want}")
-    check_packed(aa, "a_values", "[nnz, block_rows, block_cols]")
-    b_order, ldb = _matrix(ab, "b")
-    if ab.shape[0] != k:
-        raise ValueError(f"b has {ab.shape[0]} rows; A has k = {k} columns")
-    n = ab.shape[1]
-    if c is None:
-        if aa.kind == "numpy":
-            name = c_dtype or "float32"
-            if name not in _C_DTYPES_NUMPY:
-                raise TypeError(f"c_dtype = {c_dtype!r} is not supported for numpy (float16, float32)")
-            c = np.zeros((m, n), dtype=_C_DTYPES_NUMPY[name])
-        else:
-            import torch
-
-            c = torch.zeros((m, n), dtype=c_dtype or torch.float32, device=b.device)
-    ac = adapt(c, "c")
-    check_family((aa, ac))
-    if ac.device != aa.device:
-        raise ValueError(f"c is on {ac.device} but a_values is on {aa.device}")
-    if ac.shape != (m, n):
-        raise ValueError(f"c has shape {ac.shape}; it must be [m, n] = {(m, n)}")
-    c_order, ldc = _matrix(ac, "c")
-    if c_order != Order.ROW_MAJOR:
-        # Also a single row with a non-unit stride: the library writes it packed.
-        raise ValueError(f"c (shape {ac.shape}, element strides {ac.strides}) must be row-major")
-    check_output(ac, "c")
-    if be != Backend.CPU and aa.dtype == DType.F32:
-        raise TypeError("float32 A and B are for the CPU backend only")
-
-    desc = SkBsrGemmDesc()
-    check(F.sk_bsr_gemm_desc_init(byref(desc), sizeof(desc)))
-    desc.backend = int(be)
-    desc.ab_dtype = int(aa.dtype)
-    desc.c_dtype = int(ac.dtype)
-    desc.m, desc.n, desc.k = m, n, k
-    desc.b_order = int(b_order)
-    desc.ldb = ldb
-    desc.ldc = ldc
-    desc.alpha = float32(alpha, "alpha")
-    desc.beta = float32(beta, "beta")
-    a_ptr = aa.ptr if layout.nnz else None
-    if be == Backend.CPU:
-        check(F.sk_bsr_gemm(byref(desc), byref(layout.view()), a_ptr, ab.ptr, ac.ptr, None, 0, None))
-        return c
-    import torch
-
-    with torch.cuda.device(b.device):
-        bsr = layout.device_view(b.device)
-        size = c_size_t()
-        check(F.sk_bsr_gemm_workspace_size(byref(desc), byref(bsr), byref(size)))
-        ws = torch.empty(max(size.value, 1), dtype=torch.uint8, device=b.device)
-        stream = torch.cuda.current_stream(b.device).cuda_stream
-        check(F.sk_bsr_gemm(byref(desc), byref(bsr), a_ptr, ab.ptr, ac.ptr, ws.data_ptr(), size.value, stream))
-    return c
-
-
-__all__ = ["attention", "plan_attention", "AttentionPlan", "bsr_gemm"]
+__all__ = ["attention", "plan_attention", "AttentionPlan", "cached_attention_plan"]

@@ -11,8 +11,10 @@ CUDA tensors on the CUDA backend, whose backward kernels are not built yet
 
 AttentionBackwardPlan holds the descriptors, the layout on the data's
 device, the workspace and the plan, so that a caller that runs many
-backward passes on one layout (the torch autograd op to come) plans once;
-run() only checks its arrays and calls sk_attention_backward_run.
+backward passes on one layout plans once; run() only checks its arrays and
+calls sk_attention_backward_run. attention_backward and the torch op's
+backward (torch_ops.py) take their plans from the plan cache
+(plan_cache.py).
 Every argument is checked here before the library is called (ValueError /
 TypeError); what the library finds itself raises SparseKError.
 """
@@ -23,7 +25,9 @@ from ctypes import byref, c_size_t, sizeof
 
 from ._arrays import Arr, adapt, check_family, check_output, check_packed, outer_strides
 from ._lib import Backend, DType, F, SkAttentionBackwardDesc, check
-from .attention import _Spec, _attention_desc, _check_qkv, _empty_like
+from .attention import _Spec, _attention_desc, _check_qkv, _empty_like, _options, _problem_key, write_strides
+from .layout_arrays import of_layout
+from .plan_cache import cached_plan
 
 
 def _check_like(x, like: Arr, like_name: str, name: str, output: bool) -> Arr:
@@ -77,26 +81,38 @@ class AttentionBackwardPlan:
         check(F.sk_attention_backward_desc_init(byref(bwd), sizeof(bwd)))
         bwd.deterministic = 1 if deterministic else 0
         self.bwd = bwd
+        self._strides = None  # what run() wrote into desc and bwd last
 
         self._torch_device = None
         if self.backend == Backend.CPU:
             self.bsr = layout.view()
             self.workspace, self.workspace_size = None, 0
-            check(F.sk_attention_backward_plan(byref(self.desc), byref(bwd), byref(self.bsr), None, 0, None))
+        else:
+            import torch
+
+            self._torch_device = q.device
+            with torch.cuda.device(q.device):
+                self.bsr = layout.device_view(q.device)
+                size = c_size_t()
+                check(F.sk_attention_backward_workspace_size(byref(self.desc), byref(bwd), byref(self.bsr), byref(size)))
+                self.workspace_size = size.value
+                self.workspace = torch.empty(max(size.value, 1), dtype=torch.uint8, device=q.device)
+        self.replan()
+
+    def replan(self) -> None:
+        """Enqueue sk_attention_backward_plan again (after the layout's
+        device arrays changed content); on torch's current stream."""
+        if self.backend == Backend.CPU:
+            check(F.sk_attention_backward_plan(byref(self.desc), byref(self.bwd), byref(self.bsr), None, 0, None))
             return
         import torch
 
-        self._torch_device = q.device
-        with torch.cuda.device(q.device):
-            self.bsr = layout.device_view(q.device)
-            size = c_size_t()
-            check(F.sk_attention_backward_workspace_size(byref(self.desc), byref(bwd), byref(self.bsr), byref(size)))
-            self.workspace_size = size.value
-            self.workspace = torch.empty(max(size.value, 1), dtype=torch.uint8, device=q.device)
-            stream = torch.cuda.current_stream(q.device).cuda_stream
+        with torch.cuda.device(self._torch_device):
+            stream = torch.cuda.current_stream(self._torch_device).cuda_stream
             check(
                 F.sk_attention_backward_plan(
-                    byref(self.desc), byref(bwd), byref(self.bsr), self.workspace.data_ptr(), self.workspace_size, stream
+                    byref(self.desc), byref(self.bwd), byref(self.bsr), self.workspace.data_ptr(), self.workspace_size,
+                    stream,
                 )
             )
 
@@ -115,17 +131,18 @@ class AttentionBackwardPlan:
         ao = _check_like(o, aq, "q", "o", False)
         ado = _check_like(do, aq, "q", "do", False)
         alse = _check_lse(lse, aq)
-        dq = _empty_like(q, aq) if dq is None else dq
-        dk = _empty_like(k, ak) if dk is None else dk
-        dv = _empty_like(v, av) if dv is None else dv
-        adq = _check_like(dq, aq, "q", "dq", True)
-        adk = _check_like(dk, ak, "k", "dk", True)
-        adv = _check_like(dv, ak, "k", "dv", True)
+        # Outputs allocated here need no checks.
+        dq, adq = (_empty_like(q, aq), None) if dq is None else (dq, _check_like(dq, aq, "q", "dq", True))
+        dk, adk = (_empty_like(k, ak), None) if dk is None else (dk, _check_like(dk, ak, "k", "dk", True))
+        dv, adv = (_empty_like(v, av), None) if dv is None else (dv, _check_like(dv, ak, "k", "dv", True))
+        adq, adk, adv = (a or adapt(x, n) for a, x, n in ((adq, dq, "dq"), (adk, dk, "dk"), (adv, dv, "dv")))
         desc, bwd = self.desc, self.bwd
-        for field, a, name in (("q_strides", aq, "q"), ("k_strides", ak, "k"), ("v_strides", av, "v"), ("o_strides", ao, "o")):
-            setattr(desc, field, outer_strides(a, name))
-        for field, a, name in (("dout_strides", ado, "do"), ("dq_strides", adq, "dq"), ("dk_strides", adk, "dk"), ("dv_strides", adv, "dv")):
-            setattr(bwd, field, outer_strides(a, name))
+        arrays = ((aq, "q"), (ak, "k"), (av, "v"), (ao, "o"), (ado, "do"), (adq, "dq"), (adk, "dk"), (adv, "dv"))
+        strides = tuple(outer_strides(a, name) for a, name in arrays)
+        if strides != self._strides:
+            write_strides(desc, ("q_strides", "k_strides", "v_strides", "o_strides"), strides[:4], None)
+            write_strides(bwd, ("dout_strides", "dq_strides", "dk_strides", "dv_strides"), strides[4:], None)
+            self._strides = strides
         ptrs = [a.ptr for a in (aq, ak, av, ao, ado, alse, adq, adk, adv)]
         if self.backend == Backend.CPU:
             check(F.sk_attention_backward_run(byref(desc), byref(bwd), byref(self.bsr), *ptrs, None, 0, None))
@@ -147,6 +164,20 @@ def plan_attention_backward(q, k, v, layout, *, causal=False, scale=None, backen
     return AttentionBackwardPlan(q, k, v, layout, causal=causal, scale=scale, backend=backend, deterministic=deterministic)
 
 
+def cached_backward_plan(q, k, v, arrays, *, causal=False, scale=None, backend=None, deterministic=True, strides=()):
+    """The AttentionBackwardPlan for these inputs over `arrays`
+    (layout_arrays.LayoutArrays), from the plan cache (plan_cache.py).
+    strides: those of o, do and any caller's dq, dk, dv."""
+    aq, ak, av = _check_qkv(q, k, v)
+    be, sc = _options(aq, scale, backend)
+    key = ("bwd", bool(deterministic), strides) + _problem_key(aq, ak, av, causal, sc, be)
+    return cached_plan(
+        arrays, key, aq.device,
+        lambda: AttentionBackwardPlan(q, k, v, arrays.borrow(), causal=causal, scale=scale, backend=backend,
+                                      deterministic=deterministic),
+    )
+
+
 def attention_backward(q, k, v, o, do, lse, layout, causal=False, scale=None, *, dq=None, dk=None, dv=None,
                        backend=None, deterministic=True):
     """Gradients of sparsek.attention with respect to q, k and v.
@@ -158,9 +189,17 @@ def attention_backward(q, k, v, o, do, lse, layout, causal=False, scale=None, *,
     and dv k's shape, summed over the query heads of each KV head. Rows with
     no admissible key get dq = 0; keys no row reaches get dk = dv = 0.
     dq, dk, dv: optional outputs (writable, last dimension contiguous).
+    The plan is cached per layout, problem and stream (plan_cache.py).
     """
-    plan = AttentionBackwardPlan(q, k, v, layout, causal=causal, scale=scale, backend=backend, deterministic=deterministic)
+    aq = _check_qkv(q, k, v)[0]
+    arrays = of_layout(layout, aq.device)
+    # run() writes these strides into the plan's descriptors: a plan serves
+    # one set of them, so that calls sharing it never disagree.
+    strides = tuple(None if x is None else adapt(x, name).strides
+                    for x, name in ((o, "o"), (do, "do"), (dq, "dq"), (dk, "dk"), (dv, "dv")))
+    plan = cached_backward_plan(q, k, v, arrays, causal=causal, scale=scale, backend=backend,
+                                deterministic=deterministic, strides=strides)
     return plan.run(q, k, v, o, do, lse, dq=dq, dk=dk, dv=dv)
 
 
-__all__ = ["attention_backward", "plan_attention_backward", "AttentionBackwardPlan"]
+__all__ = ["attention_backward", "plan_attention_backward", "AttentionBackwardPlan", "cached_backward_plan"]

@@ -2,8 +2,10 @@
 
 A Layout owns a validated host BSR layout made by one of the library's
 builders (sk_layout_create_*). It is freed by a finalizer when the object is
-collected. For the CUDA backend its arrays are uploaded to each device once,
-on first use, and cached on the object.
+collected. Its arrays never change. For the CUDA backend (and the torch op,
+on any device) they are copied into torch tensors once per device, on first
+use, and cached on the object (torch_arrays). DeviceLayout, a layout on a
+CUDA device, is in device_layout.py.
 
 Geometry (sk_grid): `rows` query tokens and `cols` key tokens, cut into
 blocks of `block_rows` x `block_cols` (64 or 128), with `batch * heads`
@@ -102,12 +104,33 @@ def _slices_array(a, grid: Grid, name: str, dtype) -> np.ndarray:
     return packed(a, dtype)
 
 
+def _device_key(device) -> str:
+    """"cpu" or "cuda:N" (the current device for a bare "cuda")."""
+    import torch
+
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    return str(device)
+
+
+# id -> Layout, for every Layout alive: what torch.compile's constant
+# functions (torch_ops.layout_args) look a Layout up by, as they may take
+# only constants (an id) as arguments.
+_LIVE = weakref.WeakValueDictionary()
+
+
+def live_layout(ident: int) -> "Layout":
+    """The Layout alive with this id()."""
+    return _LIVE[ident]
+
+
 class Layout:
     """An owned block-sparse layout (sk_layout_t). Build one with a
     classmethod: dense, causal, window, sinks_window, strided, random, topk,
     from_mask, from_bsr, from_flex or from_block_mask."""
 
-    __slots__ = ("_handle", "_view", "_finalizer", "_device_views", "__weakref__")
+    __slots__ = ("_handle", "_view", "_finalizer", "_device_views", "_traced", "_op_grid", "__weakref__")
 
     def __init__(self, *args, **kwargs):
         # A raw sk_layout_t from Python (an int) could point anywhere, and
@@ -127,8 +150,13 @@ class Layout:
         self._finalizer = weakref.finalize(self, F.sk_layout_destroy, c_void_p(out.value))
         self._view = SkBsr()
         check(F.sk_layout_view(self._handle, byref(self._view)))
-        # device key -> (SkBsr with device pointers, keep-alive tensors)
+        # device key -> (SkBsr over the tensors, row_offsets, col_indices)
         self._device_views = {}
+        self._traced = {}  # the same, made during a torch.compile trace
+        _LIVE[id(self)] = self
+        g = self._view.grid
+        # Plain ints: torch.compile reads them (it cannot read ctypes fields).
+        self._op_grid = (g.rows, g.cols, g.block_rows, g.block_cols, g.batch, g.heads, self._view.nnz)
         return self
 
     # A copy would share the handle that the original's finalizer frees;
@@ -448,27 +476,55 @@ class Layout:
     # Device copies (CUDA backend)
     # ------------------------------------------------------------------
 
-    def device_view(self, device) -> SkBsr:
-        """An sk_bsr whose arrays live on torch CUDA `device`, uploaded once
-        and cached on this Layout."""
+    def torch_arrays(self, device) -> tuple:
+        """(row_offsets, col_indices) as int32 torch tensors on `device`
+        (CUDA or CPU), the layout arrays the torch op takes; col_indices
+        has one element when nnz = 0. Made once per device and cached (the
+        CUDA copy is what device_view hands to the library). Read-only:
+        writing them would make them disagree with this Layout."""
+        key = _device_key(device)
+        hit = self._device_views.get(key)
+        if hit is None:
+            hit = self._traced.pop(key, None) or self._upload(key)
+            self._device_views[key] = hit
+        return hit[1], hit[2]
+
+    def torch_arrays_for_trace(self, device) -> tuple:
+        """torch_arrays for a torch.compile trace that found none made: the
+        same tensors, kept aside until the next torch_arrays call adopts
+        them, because the trace has just guarded on their absence."""
+        key = _device_key(device)
+        hit = self._device_views.get(key) or self._traced.get(key)
+        if hit is None:
+            hit = self._traced[key] = self._upload(key)
+        return hit[1], hit[2]
+
+    def _upload(self, key: str) -> tuple:
         import torch
 
-        device = torch.device(device)
-        if device.type == "cuda" and device.index is None:
-            device = torch.device("cuda", torch.cuda.current_device())
-        key = str(device)
-        hit = self._device_views.get(key)
-        if hit is not None:
-            return hit[0]
-        ro = torch.from_numpy(self.row_offsets).to(device)
-        ci = torch.from_numpy(self.col_indices if self.nnz else np.zeros(1, np.int32)).to(device)
+        ro = torch.from_numpy(self.row_offsets).to(key)
+        ci = torch.from_numpy(self.col_indices if self.nnz else np.zeros(1, np.int32)).to(key)
         view = SkBsr()
         view.grid = self._view.grid
         view.nnz = self._view.nnz
         view.row_offsets = ctypes.cast(c_void_p(ro.data_ptr()), POINTER(c_int32))
         view.col_indices = ctypes.cast(c_void_p(ci.data_ptr()), POINTER(c_int32))
-        self._device_views[key] = (view, ro, ci)
-        return view
+        return view, ro, ci
+
+    def op_grid(self) -> list:
+        """[rows, cols, block_rows, block_cols, batch, heads, nnz], the
+        grid argument of the torch ops."""
+        return list(self._op_grid)
+
+    def has_torch_arrays(self, device) -> bool:
+        """Whether torch_arrays(device) has been made (no upload needed)."""
+        return _device_key(device) in self._device_views
+
+    def device_view(self, device) -> SkBsr:
+        """An sk_bsr whose arrays live on torch CUDA `device`, uploaded once
+        and cached on this Layout (torch_arrays)."""
+        self.torch_arrays(device)
+        return self._device_views[_device_key(device)][0]
 
     def __repr__(self) -> str:
         g = self.grid
@@ -482,191 +538,3 @@ def _rebuild_layout(row_offsets, col_indices, grid) -> Layout:
     """Layout.__reduce__'s inverse: a validated copy from the arrays."""
     rows, cols, br, bc, batch, heads = grid
     return Layout.from_bsr(row_offsets, col_indices, rows, cols, block=(br, bc), batch=batch, heads=heads)
-
-
-class DeviceLayout:
-    """A block-sparse layout written on a CUDA device by the top-k selection
-    (sparsek.select_topk, layout_from_scores or attention_topk on torch CUDA
-    tensors).
-
-    Its arrays are torch int32 tensors on that device, allocated at the
-    capacity that sk_topk_layout_capacity gives, so the selection never
-    waits for the host. The real block count is row_offsets[-1] (equal to
-    the capacity unless NaN / -inf scores left rows short).
-
-    Nothing here copies to the host unless asked:
-    - device_view(device) (what sparsek.attention uses) hands the arrays to
-      the library as they are, with nnz = capacity; the kernels clamp the
-      row offsets, so the real count is not needed there;
-    - `nnz`, `density`, `col_indices` (trimmed to nnz) and `to_host()` copy
-      row_offsets[-1] (and for to_host() the arrays) back: each waits for
-      the selection to finish on the stream it was enqueued on. `nnz` is
-      read once and cached.
-    - to_host() returns a validated host sparsek.Layout (cached); to_mask,
-      to_flex, to_block_mask and validate go through it.
-    The tensors are borrowed by the library on the stream of the selection;
-    using them on another stream needs the usual torch stream care
-    (record_stream / synchronisation).
-    """
-
-    __slots__ = ("_grid", "_capacity", "_ro", "_ci", "_view", "_stream", "_nnz", "_host", "__weakref__")
-
-    def __init__(self, grid: Grid, capacity: int, row_offsets, col_indices, stream=None):
-        """grid: the layout's Grid; capacity: max nnz (col_indices holds at
-        least max(capacity, 1) entries); row_offsets / col_indices: int32
-        torch CUDA tensors; stream: the torch stream that writes them (None:
-        the current stream of their device)."""
-        import torch
-
-        if not isinstance(grid, Grid):
-            raise TypeError(f"grid must be a sparsek.Grid, got {type(grid).__name__}")
-        capacity = int32(capacity, "capacity")
-        if capacity < 0:
-            raise ValueError(f"capacity = {capacity} must be >= 0")
-        if not (isinstance(row_offsets, torch.Tensor) and isinstance(col_indices, torch.Tensor)):
-            raise TypeError("row_offsets and col_indices must be torch tensors")
-        if row_offsets.dtype != torch.int32 or col_indices.dtype != torch.int32:
-            raise TypeError("row_offsets and col_indices must be int32 tensors")
-        if row_offsets.device != col_indices.device or row_offsets.device.type != "cuda":
-            raise ValueError("row_offsets and col_indices must be on the same CUDA device")
-        rb, _, ns = grid_blocks(grid)  # the library's grid checks first
-        want = ns * rb + 1
-        if row_offsets.numel() != want or not row_offsets.is_contiguous():
-            raise ValueError(f"row_offsets must be a contiguous tensor of {want} entries")
-        if col_indices.numel() < max(capacity, 1) or not col_indices.is_contiguous():
-            raise ValueError(f"col_indices must be a contiguous tensor of at least {max(capacity, 1)} entries")
-        self._grid = grid
-        self._capacity = capacity
-        self._ro = row_offsets
-        self._ci = col_indices
-        self._stream = stream if stream is not None else torch.cuda.current_stream(row_offsets.device)
-        view = SkBsr()
-        view.grid = grid.to_c()
-        view.nnz = self._capacity
-        view.row_offsets = ctypes.cast(c_void_p(row_offsets.data_ptr()), POINTER(c_int32))
-        view.col_indices = ctypes.cast(c_void_p(col_indices.data_ptr()), POINTER(c_int32))
-        self._view = view
-        self._nnz = None
-        self._host = None
-
-    # Geometry (no device access) -----------------------------------------
-    grid = property(lambda self: self._grid)
-    rows = property(lambda self: self._grid.rows)
-    cols = property(lambda self: self._grid.cols)
-    block_rows = property(lambda self: self._grid.block_rows)
-    block_cols = property(lambda self: self._grid.block_cols)
-    batch = property(lambda self: self._grid.batch)
-    heads = property(lambda self: self._grid.heads)
-    row_blocks = property(lambda self: self._grid.row_blocks)
-    col_blocks = property(lambda self: self._grid.col_blocks)
-    slices = property(lambda self: self._grid.slices)
-
-    @property
-    def capacity(self) -> int:
-        """The most blocks the selection can write (sk_topk_layout_capacity)."""
-        return self._capacity
-
-    @property
-    def device(self):
-        return self._ro.device
-
-    @property
-    def row_offsets(self):
-        """The device tensor, int32 [slices*row_blocks + 1] (no copy)."""
-        return self._ro
-
-    @property
-    def col_indices(self):
-        """The device tensor's first nnz entries (reads nnz: one host copy)."""
-        return self._ci[: self.nnz]
-
-    @property
-    def col_indices_buffer(self):
-        """The whole device buffer, int32 [max(capacity, 1)]; entries past
-        nnz are unspecified (no copy)."""
-        return self._ci
-
-    # The real count, copied back on request -------------------------------
-    @property
-    def nnz(self) -> int:
-        """The real number of selected blocks, row_offsets[-1]. The first
-        access copies it to the host (waiting for the selection); cached."""
-        if self._nnz is None:
-            import torch
-
-            with torch.cuda.stream(self._stream):
-                self._nnz = int(self._ro[-1].item())
-        return self._nnz
-
-    @property
-    def density(self) -> float:
-        """Selected blocks / all blocks of the grid (reads nnz)."""
-        return self.nnz / float(self.slices * self.row_blocks * self.col_blocks)
-
-    def selected_blocks(self, batch: int, heads_q: int) -> int:
-        """As Layout.selected_blocks (reads nnz)."""
-        if self.batch not in (1, batch):
-            raise ValueError(f"layout batch = {self.batch} does not fit batch = {batch}")
-        if heads_q % self.heads:
-            raise ValueError(f"layout heads = {self.heads} does not divide heads_q = {heads_q}")
-        return self.nnz * (batch // self.batch) * (heads_q // self.heads)
-
-    def to_host(self) -> "Layout":
-        """A validated host copy (sparsek.Layout) with the real count;
-        waits for the selection. Cached."""
-        if self._host is None:
-            import torch
-
-            with torch.cuda.stream(self._stream):
-                ro = self._ro.cpu().numpy()
-                nnz = int(ro[-1])
-                if not 0 <= nnz <= self._capacity:
-                    raise RuntimeError(f"row_offsets[-1] = {nnz} is outside [0, capacity = {self._capacity}]")
-                ci = self._ci[:nnz].cpu().numpy()
-            self._nnz = nnz
-            g = self._grid
-            self._host = Layout.from_bsr(
-                ro, ci, g.rows, g.cols, block=(g.block_rows, g.block_cols), batch=g.batch, heads=g.heads
-            )
-        return self._host
-
-    def validate(self) -> None:
-        """sk_layout_validate on the host copy."""
-        self.to_host().validate()
-
-    def to_mask(self) -> np.ndarray:
-        return self.to_host().to_mask()
-
-    def to_flex(self) -> tuple:
-        return self.to_host().to_flex()
-
-    def to_block_mask(self, **kwargs):
-        return self.to_host().to_block_mask(**kwargs)
-
-    # Library views ---------------------------------------------------------
-    def view(self) -> SkBsr:
-        raise TypeError(
-            f"this layout lives on {self.device}: the CPU backend needs a host layout; use .to_host()"
-        )
-
-    def device_view(self, device) -> SkBsr:
-        """The sk_bsr over the device arrays (nnz = capacity; the kernels
-        clamp the row offsets). Only for the layout's own device."""
-        import torch
-
-        device = torch.device(device)
-        if device.type == "cuda" and device.index is None:
-            device = torch.device("cuda", torch.cuda.current_device())
-        if device != self.device:
-            raise ValueError(
-                f"this layout lives on {self.device}, not {device}; use .to_host() to move it"
-            )
-        return self._view
-
-    def __repr__(self) -> str:
-        g = self._grid
-        nnz = "not read" if self._nnz is None else str(self._nnz)
-        return (
-            f"DeviceLayout(rows={g.rows}, cols={g.cols}, block=({g.block_rows}, {g.block_cols}), "
-            f"batch={g.batch}, heads={g.heads}, capacity={self._capacity}, nnz={nnz}, device={self.device})"
-        )

@@ -33,8 +33,9 @@ import numpy as np
 from ._lib import Backend, DType, F, Mask, SkAttentionDesc, SkBsr, SkGrid, SkTopkDesc, check
 from ._arrays import adapt, check_family, check_packed, outer_strides, packed
 from ._cvalues import float32, int32, int64
-from .attention import _check_out, _check_qkv, _empty_like, _empty_lse, _parse_backend
-from .layout import DeviceLayout, Grid, Layout
+from .attention import _check_out, _check_qkv, _empty_like, _empty_lse, _parse_backend, needs_grad
+from .device_layout import DeviceLayout
+from .layout import Grid, Layout
 
 __all__ = ["block_pool", "select_topk", "pool_select_topk", "layout_from_scores", "attention_topk", "topk_capacity"]
 
@@ -488,6 +489,15 @@ def attention_topk(
     Returns (out, layout) or (out, layout, lse) with return_lse; without
     return_layout, out or (out, lse). layout is a Layout (CPU) or a
     DeviceLayout (CUDA: nothing copied back). lse float32 [B, Hq, Sq].
+
+    Gradients (torch tensors): out is differentiable with respect to q, k
+    and v through the attention alone. The selection has no gradient: it is
+    a discrete choice, so the gradient is that of sparsek.attention on the
+    selected layout held fixed, and nothing flows through the block scores
+    into q or k. When q, k or v requires grad, the call runs the selection
+    (pool_select_topk, the same layout bit for bit) and then the
+    differentiable op (sparsek::attention_fwd); out= is refused then. lse
+    carries no gradient.
     """
     aq, ak, av = _check_qkv(q, k, v)
     be = _qk_backend(aq, backend)
@@ -496,6 +506,17 @@ def attention_topk(
     sc = _scale(scale)
     B, Sq, Hq, D = aq.shape
     _, Sk, Hkv, _ = ak.shape
+    if aq.kind == "torch" and needs_grad(q, k, v):
+        if out is not None:
+            raise ValueError("out= makes the call non-differentiable, but q, k or v requires grad: leave out=None")
+        from .torch_ops import attention as op_attention
+
+        layout = pool_select_topk(q.detach(), k.detach(), k_blocks, sink_blocks=sink_blocks, local_blocks=local_blocks,
+                                  causal=causal, per_kv_head=per_kv_head, scale=scale, block_q=block_q,
+                                  block_k=block_k, backend=backend)
+        out, lse = op_attention(q, k, v, layout, causal=causal, scale=scale, backend=backend)
+        lse = lse if return_lse else None
+        return _topk_result(out, layout, lse, return_layout)
     if out is None:
         out = _empty_like(q, aq)
     ao = _check_out(out, aq)
@@ -536,6 +557,11 @@ def attention_topk(
                 )
             )
         layout = res.result(stream)
+    return _topk_result(out, layout, lse, return_layout)
+
+
+def _topk_result(out, layout, lse, return_layout):
+    """attention_topk's return value (lse None: not asked for)."""
     if return_layout:
-        return (out, layout, lse) if return_lse else (out, layout)
-    return (out, lse) if return_lse else out
+        return (out, layout) if lse is None else (out, layout, lse)
+    return out if lse is None else (out, lse)

@@ -20,6 +20,21 @@ REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 requires_torch = pytest.mark.skipif(not HAVE_TORCH, reason="torch is not installed")
 
 
+def _have_cuda() -> bool:
+    """torch sees a GPU and the library was built with CUDA."""
+    if not HAVE_TORCH:
+        return False
+    import torch
+
+    import sparsek
+
+    return torch.cuda.is_available() and len(sparsek.devices()) > 0
+
+
+HAVE_CUDA = _have_cuda()
+requires_cuda = pytest.mark.skipif(not HAVE_CUDA, reason="no torch CUDA device (or library built without CUDA)")
+
+
 def seeded_rng(seed: int) -> np.random.Generator:
     # The seed is printed so a failure can be replayed (pytest shows stdout
     # of failing tests).

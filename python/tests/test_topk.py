@@ -15,7 +15,7 @@ import pytest
 import sparsek
 from sparsek import DeviceLayout, Layout, SparseKError
 
-from conftest import HAVE_TORCH, assert_close_rule, make_qkv, seeded_rng
+from conftest import HAVE_TORCH, assert_close_rule, make_qkv, requires_cuda, requires_torch, seeded_rng
 
 try:
     import ml_dtypes
@@ -351,13 +351,6 @@ def test_exports():
 
 if HAVE_TORCH:
     import torch
-
-    HAVE_CUDA = torch.cuda.is_available() and len(sparsek.devices()) > 0
-else:
-    HAVE_CUDA = False
-
-requires_torch = pytest.mark.skipif(not HAVE_TORCH, reason="torch is not installed")
-requires_cuda = pytest.mark.skipif(not HAVE_CUDA, reason="no torch CUDA device (or library built without CUDA)")
 
 
 @requires_torch

@@ -11,18 +11,12 @@ import pytest
 import sparsek
 from sparsek import Layout, SparseKError
 
-from conftest import HAVE_TORCH, assert_close_rule, make_qkv, seeded_rng
+from conftest import HAVE_TORCH, assert_close_rule, make_qkv, requires_cuda, seeded_rng
 
 pytestmark = pytest.mark.skipif(not HAVE_TORCH, reason="torch is not installed")
 
 if HAVE_TORCH:
     import torch
-
-    HAVE_CUDA = torch.cuda.is_available() and len(sparsek.devices()) > 0
-else:
-    HAVE_CUDA = False
-
-requires_cuda = pytest.mark.skipif(not HAVE_CUDA, reason="no CUDA device (or library built without CUDA)")
 
 
 def as_f64(t):
