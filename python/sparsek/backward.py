@@ -6,8 +6,8 @@ attention(..., return_lse=True)), plus do = dL/do, and gives (dq, dk, dv)
 with dk, dv summed over the query heads of each KV head (GQA). Same data
 families as the forward: numpy arrays on the CPU backend (float16, float32,
 bfloat16 through ml_dtypes), torch CPU tensors on the CPU backend, torch
-CUDA tensors on the CUDA backend, whose backward kernels are not built yet
-(issue 29): making a CUDA plan raises SparseKError (NOT_SUPPORTED).
+CUDA tensors on the CUDA backend (the portable sm80 backward kernels on
+every CUDA GPU, Hopper included, until a Hopper backward exists).
 
 AttentionBackwardPlan holds the descriptors, the layout on the data's
 device, the workspace and the plan, so that a caller that runs many
