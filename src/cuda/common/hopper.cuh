@@ -24,7 +24,8 @@
 #define SK_MBAR_WATCHDOG_CYCLES (1ll << 33)
 #endif
 /* The cold path, out of line so the waits stay small. */
-static __device__ __noinline__ void sk_mbar_watchdog_fire(uint32_t bar, uint32_t parity, const char *what) {
+static __device__ __noinline__ void sk_mbar_watchdog_fire(uint32_t bar, uint32_t parity,
+                                                          const char *what) {
     printf("sparsek watchdog: mbarrier \"%s\" (shared 0x%x) never completed phase parity %u;"
            " block %d, thread %d\n",
            what, bar, parity, (int)blockIdx.x, (int)threadIdx.x);

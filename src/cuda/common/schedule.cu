@@ -31,7 +31,8 @@ sk_status sk_schedule_layout_of(const sk_schedule_geometry *g, sk_plan_layout *w
                         "most 2^31 - 1",
                         (long long)g->tiles);
     w->tiles = (int32_t)g->tiles;
-    const int64_t group = g->group_tiles <= 0 || g->group_tiles >= g->tiles ? g->tiles : g->group_tiles;
+    const int64_t group =
+        g->group_tiles <= 0 || g->group_tiles >= g->tiles ? g->tiles : g->group_tiles;
     const int64_t groups = g->tiles == 0 ? 0 : (g->tiles + group - 1) / group;
     const int64_t group_segs = (group + SK_SCHED_SEGMENT - 1) / SK_SCHED_SEGMENT;
     /* groups * group_segs <= tiles + groups <= 2 * tiles: checked, not assumed. */
