@@ -106,20 +106,26 @@ def _check_qkv(q, k, v):
     return aq, ak, av
 
 
+def _check_like(x, like: Arr, like_name: str, name: str, output: bool) -> Arr:
+    """x has like's kind, shape, dtype and device; an output must also be
+    writable (check_output)."""
+    a = adapt(x, name)
+    if a.kind != like.kind:
+        raise TypeError(f"{name} is a {a.kind} array but {like_name} is a {like.kind} array")
+    if a.shape != like.shape:
+        raise ValueError(f"{name} has shape {a.shape}; it must be {like_name}'s shape {like.shape}")
+    if a.dtype != like.dtype:
+        raise TypeError(f"{name}.dtype = {a.dtype_name} must be {like_name}'s dtype {like.dtype_name}")
+    if a.device != like.device:
+        raise ValueError(f"{name} is on {a.device} but {like_name} is on {like.device}")
+    if output:
+        check_output(a, name)
+    return a
+
+
 def _check_out(out, aq: Arr) -> Arr:
-    """`out` must match q: kind, shape, dtype, device, and be writable
-    (check_output)."""
-    ao = adapt(out, "out")
-    if ao.kind != aq.kind:
-        raise TypeError(f"out is a {ao.kind} array but q is a {aq.kind} array")
-    if ao.shape != aq.shape:
-        raise ValueError(f"out has shape {ao.shape}; it must be q's shape {aq.shape}")
-    if ao.dtype != aq.dtype:
-        raise TypeError(f"out.dtype = {ao.dtype_name} must be q's dtype {aq.dtype_name}")
-    if ao.device != aq.device:
-        raise ValueError(f"out is on {ao.device} but q is on {aq.device}")
-    check_output(ao, "out")
-    return ao
+    """`out` must match q and be writable."""
+    return _check_like(out, aq, "q", "out", True)
 
 
 def _options(aq: Arr, scale, backend):

@@ -23,28 +23,11 @@ from __future__ import annotations
 
 from ctypes import byref, c_size_t, sizeof
 
-from ._arrays import Arr, adapt, check_family, check_output, check_packed, outer_strides
+from ._arrays import Arr, adapt, check_family, check_packed, outer_strides
 from ._lib import Backend, DType, F, SkAttentionBackwardDesc, check
-from .attention import _Spec, _attention_desc, _check_qkv, _empty_like, _options, _problem_key, write_strides
+from .attention import _Spec, _attention_desc, _check_like, _check_qkv, _empty_like, _options, _problem_key, write_strides
 from .layout_arrays import of_layout
 from .plan_cache import cached_plan
-
-
-def _check_like(x, like: Arr, like_name: str, name: str, output: bool) -> Arr:
-    """x has like's kind, shape, dtype and device; an output must also be
-    writable (check_output)."""
-    a = adapt(x, name)
-    if a.kind != like.kind:
-        raise TypeError(f"{name} is a {a.kind} array but {like_name} is a {like.kind} array")
-    if a.shape != like.shape:
-        raise ValueError(f"{name} has shape {a.shape}; it must be {like_name}'s shape {like.shape}")
-    if a.dtype != like.dtype:
-        raise TypeError(f"{name}.dtype = {a.dtype_name} must be {like_name}'s dtype {like.dtype_name}")
-    if a.device != like.device:
-        raise ValueError(f"{name} is on {a.device} but {like_name} is on {like.device}")
-    if output:
-        check_output(a, name)
-    return a
 
 
 def _check_lse(lse, aq: Arr) -> Arr:

@@ -36,6 +36,7 @@
 
 #include "core/internal.h"
 #include "cpu/cpu_backend.h"
+#include "cpu/dots.h"
 #include "cpu/half.h"
 
 /* Per-thread scratch, for either pass. T = max(block_q, block_k). */
@@ -146,25 +147,12 @@ static void load_kv_block(const sk_attention_problem *f, int64_t b, int64_t hk, 
     }
 }
 
-/* out[kk] = sum_x a[x] * t[x * ldt + kk] for kk < n, in fp32, each sum in
- * order of x (the forward's score order); the inner loop runs over keys. */
-static void dots_f32(float *out, const float *a, const float *t, int64_t ldt, int64_t dim,
-                     int64_t n) {
-    for (int64_t kk = 0; kk < n; ++kk) out[kk] = 0.0f;
-    for (int64_t x = 0; x < dim; ++x) {
-        const float ax = a[x];
-        const float *tx = t + x * ldt;
-#pragma omp simd
-        for (int64_t kk = 0; kk < n; ++kk) out[kk] += ax * tx[kk];
-    }
-}
-
 /* Row r of the loaded query rows against the first n keys of the loaded
  * block: w->p = P and w->ds = dS (without the scale of dQ and dK). */
 static void row_grads(const sk_attention_problem *f, int64_t r, int64_t n, bwd_scratch *w) {
     const int64_t D = f->head_dim, bk = f->block_k;
-    dots_f32(w->p, w->q + r * D, w->kt, bk, D, n);
-    dots_f32(w->ds, w->dout + r * D, w->vt, bk, D, n);
+    sk_cpu_dots_f32(w->p, w->q + r * D, w->kt, bk, D, n);
+    sk_cpu_dots_f32(w->ds, w->dout + r * D, w->vt, bk, D, n);
     const float lse = w->lse[r], dl = w->dl[r];
     for (int64_t kk = 0; kk < n; ++kk) {
         w->p[kk] = expf(w->p[kk] * f->scale - lse);

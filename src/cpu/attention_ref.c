@@ -29,6 +29,7 @@
 
 #include "core/internal.h"
 #include "cpu/cpu_backend.h"
+#include "cpu/dots.h"
 #include "cpu/half.h"
 
 /* Per-thread scratch of one tile. */
@@ -106,19 +107,6 @@ static void load_kv_block(const sk_attention_problem *p, int64_t b, int64_t hk, 
     }
 }
 
-/* s[kk] = sum_d q[d] * kt[d * ldk + kk] for kk < n, in fp32, each sum in
- * order of d; the inner loop runs over contiguous keys. */
-static void scores_f32(float *s, const float *q, const float *kt, int64_t ldk, int64_t dim,
-                       int64_t n) {
-    for (int64_t kk = 0; kk < n; ++kk) s[kk] = 0.0f;
-    for (int64_t d = 0; d < dim; ++d) {
-        const float qd = q[d];
-        const float *k = kt + d * ldk;
-#pragma omp simd
-        for (int64_t kk = 0; kk < n; ++kk) s[kk] += qd * k[kk];
-    }
-}
-
 /* acc[d] += sum_kk p[kk] * v[kk * dim + d] for kk < n, in fp64, each sum in
  * order of kk; the inner loop runs over contiguous columns. */
 static void accumulate_pv(double *acc, const float *p, const double *v, int64_t dim, int64_t n) {
@@ -136,7 +124,7 @@ static void attend_row(const sk_attention_problem *p, int64_t r, int64_t nvalid,
     float *s = w->s;
     double *acc = w->acc + r * D;
 
-    scores_f32(s, w->q + r * D, w->kt, p->block_k, D, nvalid);
+    sk_cpu_dots_f32(s, w->q + r * D, w->kt, p->block_k, D, nvalid);
     float block_max = -INFINITY;
     for (int64_t kk = 0; kk < nvalid; ++kk) {
         s[kk] *= p->scale;
