@@ -251,6 +251,8 @@ json_check "--json: the CPU check compares with fp64, not with the CPU backend (
 json_check "--json: median, minimum and plan times" \
     "d['iters'] == 5 and 0 < d['time_min_ms'] <= d['time_ms'] and d['plan_ms'] >= 0" \
     run $TINY --iters 5
+json_check "--json: energy and power are null on the CPU backend (not measured)" \
+    "'energy_j_per_call' in d and d['energy_j_per_call'] is None and d['power_w'] is None" run $TINY
 
 # --- progress lines on stderr ------------------------------------------------
 # progress_check name grep-pattern-on-stderr (empty: stderr must be empty)

@@ -193,11 +193,31 @@ typedef struct topk_state {
     int64_t offsets_len; /* slices * row_blocks + 1 */
 } topk_state;
 
-/* Medians and minimum of the timed calls, in milliseconds. */
+/* Medians and minimum of the timed calls, in milliseconds; the GPU's
+ * energy over them (energy.c). */
 typedef struct timing {
     double median_ms, min_ms;
-    double plan_ms; /* sk_attention_plan's median (sk_attention_run only; topk plans inside) */
+    double plan_ms;           /* sk_attention_plan's median (sk_attention_run only) */
+    double energy_j_per_call; /* < 0: unknown (CPU backend, no NVML, or the counter did not move) */
+    double power_w;           /* mean power over the timed window; < 0 with the energy */
 } timing;
+
+/* ---- GPU energy (energy.c; not in SK_NO_CUDA builds) ------------------------ */
+
+typedef struct gpu_energy {
+    void *lib;    /* dlopen handle of libnvidia-ml.so.1; NULL when unavailable */
+    void *device; /* nvmlDevice_t */
+    /* nvmlDeviceGetTotalEnergyConsumption */
+    int (*read)(void *device, unsigned long long *millijoules);
+} gpu_energy;
+
+#ifndef SK_NO_CUDA
+/* 0 when NVML serves the CUDA device's energy counter; -1 otherwise (*e zeroed). */
+int energy_open(gpu_energy *e, int cuda_device);
+/* The counter in millijoules; -1 when unavailable. */
+int energy_read_mj(const gpu_energy *e, unsigned long long *millijoules);
+void energy_close(gpu_energy *e);
+#endif
 
 /* w->warmup untimed calls, then w->iters timed ones (CUDA events on a GPU):
  * of sk_attention_run on t->layout (planned outside the timing; the plan is

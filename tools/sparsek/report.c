@@ -34,6 +34,14 @@ static void json_number(FILE *f, double x) {
         fputs("null", f);
 }
 
+/* A measured quantity that is negative when unknown: the number, or null. */
+static void json_number_or_null(FILE *f, double x) {
+    if (x < 0)
+        fputs("null", f);
+    else
+        json_number(f, x);
+}
+
 static void pattern_detail(const workload *w, char *buf, size_t size) {
     switch (w->pattern) {
     case PAT_WINDOW:
@@ -85,6 +93,9 @@ static void report_text(const workload *w, const run_stats *s, const check_resul
     if (w->iters > 1) snprintf(min_text, sizeof min_text, "; min %.3f ms", s->time.min_ms);
     printf("time       %.3f ms (median of %d, after %d warm-up%s)%s\n", s->time.median_ms, w->iters,
            w->warmup, min_text, s->topk ? ": sk_attention_topk, selection + attention" : "");
+    if (s->time.energy_j_per_call >= 0)
+        printf("energy     %.3f J per call, %.0f W mean over the timed calls (NVML)\n",
+               s->time.energy_j_per_call, s->time.power_w);
     if (!s->topk && w->on_gpu) /* the CPU backend plans nothing */
         printf("plan       %.3f ms (sk_attention_plan, median)\n", s->time.plan_ms);
     if (s->topk) {
@@ -151,6 +162,10 @@ static void report_json(const workload *w, const run_stats *s, const check_resul
         fputs(", \"plan_ms\": ", f);
         json_number(f, s->time.plan_ms);
     }
+    fputs(", \"energy_j_per_call\": ", f);
+    json_number_or_null(f, s->time.energy_j_per_call);
+    fputs(", \"power_w\": ", f);
+    json_number_or_null(f, s->time.power_w);
     fputs(", \"tflops_actual\": ", f);
     json_number(f, s->tflops_actual);
     fputs(", \"tflops_dense_equiv\": ", f);

@@ -8,7 +8,8 @@
  * host synchronisation between calls), so the host's launch time hides
  * behind the previous call; on the CPU each call is timed with the
  * monotonic host clock. sk_attention_run is timed on a planned workspace;
- * sk_attention_plan is timed the same way on its own, before it.
+ * sk_attention_plan is timed the same way on its own, before it. On a GPU
+ * the timed calls' energy comes from NVML (energy.c) when it is there.
  */
 #include <omp.h>
 #include <stdio.h>
@@ -81,9 +82,12 @@ static double now_ms(void) {
 }
 
 /* Median and minimum milliseconds of w->iters calls after w->warmup untimed
- * ones. label NULL: no progress lines (the plan, which is quick). */
+ * ones. label NULL: no progress lines (the plan, which is quick). With
+ * energy (a GPU run), also joules per call and mean power over the timed
+ * calls, or -1 when unknown. */
 static void time_calls(const workload *w, call_kind kind, const call_args *a, const char *label,
-                       double *median_ms, double *min_ms) {
+                       double *median_ms, double *min_ms, double *energy_j, double *power_w) {
+    if (energy_j != NULL) *energy_j = *power_w = -1.0;
     const int total = w->warmup + w->iters;
     double *times = xmalloc((size_t)w->iters * sizeof(double), "the timings");
     if (label != NULL)
@@ -104,12 +108,26 @@ static void time_calls(const workload *w, call_kind kind, const call_args *a, co
         /* Call i lies between events i and i + 1. */
         cudaEvent_t *ev = xmalloc(((size_t)w->iters + 1) * sizeof(cudaEvent_t), "the events");
         for (int i = 0; i <= w->iters; ++i) check_cuda(cudaEventCreate(&ev[i]), "cudaEventCreate");
+        gpu_energy e;
+        unsigned long long mj0 = 0, mj1 = 0;
+        int dev = 0;
+        const int metered = energy_j != NULL && cudaGetDevice(&dev) == cudaSuccess &&
+                            energy_open(&e, dev) == 0 && energy_read_mj(&e, &mj0) == 0;
+        const double t0 = now_ms();
         check_cuda(cudaEventRecord(ev[0], a->stream), "cudaEventRecord");
         for (int i = 0; i < w->iters; ++i) {
             call_once(kind, a);
             check_cuda(cudaEventRecord(ev[i + 1], a->stream), "cudaEventRecord");
         }
         check_cuda(cudaEventSynchronize(ev[w->iters]), "cudaEventSynchronize (timed calls)");
+        const double window_ms = now_ms() - t0;
+        if (metered) {
+            if (energy_read_mj(&e, &mj1) == 0 && mj1 > mj0) {
+                *energy_j = (double)(mj1 - mj0) * 1e-3 / w->iters;
+                *power_w = (double)(mj1 - mj0) / window_ms;
+            }
+            energy_close(&e);
+        }
         check_cuda(cudaGetLastError(), "cudaGetLastError");
         for (int i = 0; i < w->iters; ++i) {
             float ms = 0.0f;
@@ -153,9 +171,10 @@ timing run_timed(const workload *w, tensors *t, topk_state *tk, const char *labe
     double unused_min;
     if (tk == NULL) {
         call_once(CALL_PLAN, &a);
-        time_calls(w, CALL_PLAN, &a, NULL, &result.plan_ms, &unused_min);
+        time_calls(w, CALL_PLAN, &a, NULL, &result.plan_ms, &unused_min, NULL, NULL);
     }
-    time_calls(w, tk != NULL ? CALL_TOPK : CALL_RUN, &a, label, &result.median_ms, &result.min_ms);
+    time_calls(w, tk != NULL ? CALL_TOPK : CALL_RUN, &a, label, &result.median_ms, &result.min_ms,
+               &result.energy_j_per_call, &result.power_w);
 #ifndef SK_NO_CUDA
     if (w->on_gpu) {
         if (a.ws != NULL) cudaFree(a.ws);
