@@ -346,6 +346,7 @@ def plot(result: dict, path: str):
     for col, lay in enumerate(layouts):
         runs = {r["role"]: r for r in result["runs"] if r["layout"] == lay}
         top, bottom = axes[0][col], axes[1][col]
+        runs = {role: r for role, r in runs.items() if "losses" in r}  # not the runs that raised
         for r in runs.values():
             label = f"{r['attention']} seed {r['init_seed']} ({r['step_ms']['median']:.1f} ms/step)"
             top.plot(r["losses"], label=label, lw=1)
@@ -358,15 +359,18 @@ def plot(result: dict, path: str):
                     bottom.semilogy(np.maximum(diff, 1e-8), lw=1, label=f"|{role} - peer|")
         verdict = next((c for c in result["checks"] if c["layout"] == lay), None)
         title = f"layout {lay}"
-        if verdict:
+        if verdict and "error" in verdict:
+            title += ": FAIL (a run raised)"
+        elif verdict:
             title += f": {'PASS' if verdict['pass'] else 'FAIL'} (d={verdict['d_sparsek']:.3g}, " \
                      f"noise {verdict['d_noise']:.3g})"
         top.set_title(title, fontsize=9)
         top.set_ylabel("training loss (nats/byte)")
         bottom.set_xlabel("step")
         bottom.set_ylabel("|loss difference|")
-        top.legend(fontsize=7)
-        bottom.legend(fontsize=7)
+        for ax in (top, bottom):
+            if ax.lines:
+                ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

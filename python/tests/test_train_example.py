@@ -99,6 +99,25 @@ def test_quick_cpu_run_notices_a_wrong_gradient(tmp_path):
     assert data["checks"][0]["max_abs_diff"] > 1e-3, data["checks"][0]
 
 
+def test_a_run_that_raises_is_recorded_and_fails_the_check(tmp_path):
+    prelude = """
+        import tiny_lm
+        real = tiny_lm.PeerAttention.__call__
+        def boom(self, q, k, v):
+            if self.spec.kind == "topk":
+                raise RuntimeError("injected failure")
+            return real(self, q, k, v)
+        tiny_lm.PeerAttention.__call__ = boom
+    """
+    res, data = _run(["--device", "cpu", "--quick", "--steps", "4"], tmp_path, prelude)
+    assert res.returncode == 1, res.stderr[-3000:]
+    assert res.stdout.strip().splitlines()[-1].startswith("FAIL:")
+    assert data["verdict"] == "FAIL" and len(data["runs"]) == 6
+    causal, topk = data["checks"]
+    assert causal["pass"] and not topk["pass"] and "injected failure" in topk["error"]
+    assert [r["role"] for r in data["runs"] if "error" in r] == ["peer", "noise"]
+
+
 @requires_cuda
 def test_quick_cuda_run(tmp_path):
     res, data = _run(["--device", "cuda", "--quick"], tmp_path)
