@@ -18,6 +18,24 @@
 sk_status sk_attention_check_geometry(const sk_attention_desc *desc, const sk_bsr *layout,
                                       sk_attention_problem *p);
 
+/* The steps of sk_attention_check_geometry that the varlen call
+ * (attention_varlen.c) shares, messages included ("desc->scale ..."). */
+sk_status sk_attention_check_scale_mask(float scale, sk_mask mask);
+/* memset *p, then the sizes {batch, seq_q, seq_k, heads_q, heads_kv,
+ * head_dim} (checked), group, the resolved scale, causal, and LSE's head
+ * stride (seq_q). */
+void sk_attention_problem_init(sk_attention_problem *p, sk_backend backend, sk_dtype dtype,
+                               const int64_t sizes[6], float scale, sk_mask mask);
+/* A layout whose grid passed sk_grid_check (row_blocks, col_blocks): its
+ * heads against p's, nnz and the arrays (present, 4-byte aligned), then
+ * the layout fields of *p (slice mapping, slice_rows = row_blocks). */
+sk_status sk_attention_layout_slices(const sk_bsr *layout, int32_t row_blocks, int32_t col_blocks,
+                                     sk_attention_problem *p);
+/* The byte counts of Q/O, K/V and LSE fit int64; messages name the
+ * leading dimensions as given ("batch x seq_q", ...). */
+sk_status sk_attention_check_sizes(const sk_attention_problem *p, const char *q_dims,
+                                   const char *kv_dims, const char *lse_dims);
+
 /* The buffers of an attention call, in the order of its aliasing check:
  * the outputs, then the inputs, then the layout arrays (inputs here; the
  * caller marks them written where it writes them, as sk_attention_topk). */

@@ -31,8 +31,16 @@ typedef struct sk_attention_problem {
     int32_t row_blocks, col_blocks; /* ceil(Sq / block_q), ceil(Sk / block_k) */
     int32_t layout_batch, layout_heads, head_div;
     int32_t nnz;
-    const int32_t *row_offsets; /* [layout_batch * layout_heads * row_blocks + 1] */
+    const int32_t *row_offsets; /* [layout_batch * layout_heads * slice_rows + 1] */
     const int32_t *col_indices; /* [nnz] */
+    /* Row g of slice s is row_offsets[s * slice_rows + i], and LSE[b, h, q]
+     * is lse[(b * heads_q + h) * lse_head_stride + q]. Every fixed-batch
+     * call has slice_rows = row_blocks and lse_head_stride = seq_q, which
+     * the CUDA kernels assume; a varlen sequence's problem (the CPU
+     * backend's, src/cpu/attention_varlen_ref.c) has the layout's R rows
+     * per slice and the packed total_q. */
+    int32_t slice_rows;
+    int64_t lse_head_stride;
 
     const void *q, *k, *v; /* may be NULL in workspace-size / plan calls */
     void *o;
