@@ -65,6 +65,20 @@ typedef struct sk_layout_params {
 sk_status sk_layout_build(sk_layout_t *out, const sk_grid *grid, const sk_grid *segs,
                           int32_t count, const sk_layout_params *prm);
 
+/* Varlen layouts (layout_varlen.c). The lengths in cu (host, [batch + 1],
+ * side 'q' or 'k' for the messages: "cu_seqlens_q[3] ..."): 0 first,
+ * non-decreasing, last == total when total >= 0, each length <= max_len
+ * when max_len >= 0; SK_STATUS_BAD_PARAM_SHAPE naming the entry. */
+sk_status sk_varlen_check_seqlens(const int32_t *cu, int32_t batch, int64_t total, int64_t max_len,
+                                  char side);
+/* The block rows the sequences need: the sum of ceil(len_q / block_rows). */
+int64_t sk_varlen_rows_needed(const int32_t *cu_q, int32_t batch, int32_t block_rows);
+/* A layout that passed sk_layout_check, with a batch-1 grid, against
+ * checked lengths: enough rows per slice, and every index of a sequence's
+ * rows below its key block count. */
+sk_status sk_varlen_check_layout(const sk_bsr *layout, int32_t batch, const int32_t *cu_q,
+                                 const int32_t *cu_k);
+
 /* The causal count of query row block `row` of `grid`: key blocks
  * 0 .. n-1 hold at least one pair k <= q + Sk - Sq; n may be 0. */
 int32_t sk_layout_causal_blocks(const sk_grid *grid, int32_t row);

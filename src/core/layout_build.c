@@ -261,6 +261,17 @@ static sk_status build_pattern(sk_layout_t *out, const sk_grid *grid, const sk_g
 static sk_status build_random(sk_layout_t *out, const sk_grid *grid, const sk_grid *segs,
                               int32_t count, int32_t k, uint64_t seed, int causal);
 
+/* A token distance argument (`name` = value`unit` in messages), >= lo,
+ * capped at SK_DISTANCE_CAP into *capped. */
+static sk_status token_distance(int64_t value, int64_t lo, const char *name, const char *unit,
+                                int64_t *capped) {
+    if (value < lo)
+        return sk_error(SK_STATUS_BAD_PARAM_VALUE, "%s = %lld%s must be >= %lld", name,
+                        (long long)value, unit, (long long)lo);
+    *capped = min_i64(value, SK_DISTANCE_CAP);
+    return SK_STATUS_SUCCESS;
+}
+
 sk_status sk_layout_build(sk_layout_t *out, const sk_grid *grid, const sk_grid *segs, int32_t count,
                           const sk_layout_params *prm) {
     pattern pt = {PATTERN_DENSE, 0, 0, 1, 0, 0};
@@ -272,26 +283,14 @@ sk_status sk_layout_build(sk_layout_t *out, const sk_grid *grid, const sk_grid *
         pt.causal = 1;
         break;
     case SK_LAYOUT_WINDOW:
-        if (prm->a < 0)
-            return sk_error(SK_STATUS_BAD_PARAM_VALUE, "left = %lld tokens must be >= 0",
-                            (long long)prm->a);
-        if (prm->b < 0)
-            return sk_error(SK_STATUS_BAD_PARAM_VALUE, "right = %lld tokens must be >= 0",
-                            (long long)prm->b);
+        SK_TRY(token_distance(prm->a, 0, "left", " tokens", &pt.a));
+        SK_TRY(token_distance(prm->b, 0, "right", " tokens", &pt.b));
         pt.kind = PATTERN_WINDOW;
-        pt.a = min_i64(prm->a, SK_DISTANCE_CAP);
-        pt.b = min_i64(prm->b, SK_DISTANCE_CAP);
         break;
     case SK_LAYOUT_SINKS_WINDOW:
-        if (prm->a < 0)
-            return sk_error(SK_STATUS_BAD_PARAM_VALUE, "sink_tokens = %lld must be >= 0",
-                            (long long)prm->a);
-        if (prm->b < 1)
-            return sk_error(SK_STATUS_BAD_PARAM_VALUE, "window_tokens = %lld must be >= 1",
-                            (long long)prm->b);
+        SK_TRY(token_distance(prm->a, 0, "sink_tokens", "", &pt.a));
+        SK_TRY(token_distance(prm->b, 1, "window_tokens", "", &pt.b));
         pt.kind = PATTERN_SINKS_WINDOW;
-        pt.a = min_i64(prm->a, SK_DISTANCE_CAP);
-        pt.b = min_i64(prm->b, SK_DISTANCE_CAP);
         pt.causal = 1;
         break;
     case SK_LAYOUT_RANDOM:

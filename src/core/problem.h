@@ -60,6 +60,23 @@ typedef struct sk_attention_backward_problem {
     void *dk, *dv;            /* [B, Sk, Hkv, D] */
 } sk_attention_backward_problem;
 
+/* A varlen attention (src/core/attention_varlen.c): B sequences packed
+ * along the token axis. `flat` is the whole packed call as one fixed-batch
+ * problem of batch 1: seq_q = total_q, seq_k = total_k, the tensors
+ * [1, total, H, D] (stride[0] unused), LSE [Hq, total_q] (lse_head_stride
+ * = total_q), the layout's R rows per slice (row_blocks = slice_rows = R)
+ * with its slice mapping, every pointer at token 0. A backend cuts it into
+ * one problem per sequence. cu_seqlens_* are host arrays on the CPU backend
+ * (checked against the lengths and the layout before the backend is
+ * called), device arrays on CUDA (never read on the host). */
+typedef struct sk_attention_varlen_problem {
+    sk_attention_problem flat;
+    int32_t batch;                   /* B sequences */
+    int64_t max_seqlen_q, max_seqlen_k;
+    const int32_t *cu_seqlens_q;     /* [B + 1]; NULL in workspace-size calls */
+    const int32_t *cu_seqlens_k;     /* [B + 1]; NULL in workspace-size calls */
+} sk_attention_varlen_problem;
+
 typedef struct sk_bsr_gemm_problem {
     sk_backend backend;
     sk_dtype ab_dtype, c_dtype;

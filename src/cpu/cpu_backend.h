@@ -15,6 +15,10 @@ sk_status sk_cpu_attention_run(const sk_attention_problem *p);
  * row_blocks of them, in that order); tile_start[count] is the total. */
 sk_status sk_cpu_attention_run_problems(const sk_attention_problem *probs,
                                         const int64_t *tile_start, int32_t count);
+/* A varlen call (attention_varlen_ref.c): one problem per sequence, run as
+ * above. Allocates the problem list (SK_STATUS_ALLOC_FAILED, nothing
+ * written, when that fails). */
+sk_status sk_cpu_attention_varlen_run(const sk_attention_varlen_problem *p);
 /* The backward (attention_bwd_ref.c): dQ, dK, dV, deterministic whatever
  * the thread count. Allocates host scratch (the layout's transpose and one
  * slab per thread) before writing: SK_STATUS_ALLOC_FAILED when that fails. */
