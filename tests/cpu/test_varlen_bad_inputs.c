@@ -274,7 +274,7 @@ BAD_VARLEN(misaligned_lse, V_RUN, SK_STATUS_BAD_PARAM_ALIGNMENT,
            "lse = ", FIX->arg[ILSE] = FIX->p[ILSE] + 2)
 /* Aliasing (the full table is in test_aliasing.c). */
 BAD_VARLEN(o_overlaps_q, V_RUN, SK_STATUS_BAD_PARAM_STRIDE, "o overlaps q",
-           FIX->arg[IO] = FIX->p[IQ] + 64)
+           FIX->arg[IO] = FIX->p[IQ] + 16)
 BAD_VARLEN(lse_overlaps_cu_seqlens_q, V_FORWARD, SK_STATUS_BAD_PARAM_STRIDE,
            "lse overlaps cu_seqlens_q", FIX->arg[ICUQ] = FIX->p[ILSE] + 8;
            memcpy(FIX->p[ILSE] + 8, FIX->p[ICUQ], 16))
