@@ -4,6 +4,10 @@
     layout = sparsek.Layout.causal(1024, block=128)
     out = sparsek.attention(q, k, v, layout, causal=True)      # q [B, S, H, D]
 
+    # packed sequences (varlen): q [total_q, H, D], cu_seqlens int32 [B + 1]
+    vl = sparsek.VarlenLayout.causal(cu_seqlens, block=64)
+    out = sparsek.attention_varlen(q, k, v, cu_seqlens, cu_seqlens, vl, causal=True)
+
 numpy arrays run on the CPU backend; torch CUDA tensors on the CUDA backend
 (torch CPU tensors on the CPU backend). On torch tensors sparsek.attention
 is differentiable (the ops of sparsek/torch_ops.py, loaded on the first
@@ -35,6 +39,7 @@ from .device_layout import DeviceLayout
 from .layout import Grid, Layout, grid_blocks, make_grid
 from .plan_cache import clear_plan_cache, plan_cache_info
 from .topk import attention_topk, block_pool, layout_from_scores, pool_select_topk, select_topk, topk_capacity
+from .varlen import VarlenLayout, attention_varlen, varlen_layout_grid, varlen_max_row_blocks
 
 
 def version() -> str:
@@ -107,9 +112,11 @@ __all__ = [
     "Order",
     "SparseKError",
     "Status",
+    "VarlenLayout",
     "attention",
     "attention_backward",
     "attention_topk",
+    "attention_varlen",
     "block_pool",
     "bsr_gemm",
     "build_info",
@@ -125,6 +132,8 @@ __all__ = [
     "pool_select_topk",
     "status_name",
     "topk_capacity",
+    "varlen_layout_grid",
+    "varlen_max_row_blocks",
     "version",
     "version_int",
 ]
