@@ -643,6 +643,109 @@ SK_API sk_status sk_attention_varlen_forward(const sk_attention_varlen_desc *des
                                              struct CUstream_st *stream);
 
 /* ---------------------------------------------------------------------------
+ * Paged KV cache (chunked prefill)
+ * ---------------------------------------------------------------------------
+ * The varlen forward with the keys and values in caches of pages, as vLLM
+ * and flashinfer keep them (the NHD order):
+ *   Q, O, LSE, cu_seqlens_q   as varlen: total_q packed query rows
+ *   K cache [num_pages, page_size, Hkv, D]  element strides over [page,
+ *   V cache [num_pages, page_size, Hkv, D]  slot, head]; D contiguous
+ *   seq_lens_k  int32 [B]: len_k(b), sequence b's keys (its cached context
+ *               plus, where they were appended, its new tokens:
+ *               FlashAttention's seqused_k)
+ *   page_table  int32 [B, max_pages], row stride page_table_stride:
+ *               sequence b's key k is in page page_table[b][k / page_size],
+ *               slot k % page_size (vLLM's block_table)
+ * Each sequence is the varlen sequence with len_q(b) queries and len_k(b)
+ * keys, read through its page table row; causal is bottom-right, so with
+ * chunked prefill (len_q new tokens, the last len_q of the len_k keys) a
+ * new token sees the whole cached context and the new tokens up to itself.
+ * The layout is the varlen layout over len_q(b) x len_k(b) per sequence:
+ * its key blocks are logical positions (a block may span several pages, a
+ * page several blocks). page_size is 16, 32, 64 or 128 on every backend.
+ * A sequence reads pages page_table[b][0 .. ceil(len_k(b) / page_size) -
+ * 1], each in [0, num_pages); the rest of its row is never read. Pages may
+ * appear in any order and be shared by sequences (prefix sharing); the
+ * caches are read only. Slots of a page past a sequence's len_k are never
+ * used (they may hold anything, NaN included).
+ *
+ * Checks: as varlen, with max_seqlen_k <= max_pages x page_size. On the CPU
+ * backend the run and plan also check each len_k(b) in [0, max_seqlen_k]
+ * (SK_STATUS_BAD_PARAM_SHAPE), every page index a sequence uses
+ * (SK_STATUS_BAD_PARAM_VALUE naming the entry) and the layout against the
+ * lengths, before anything is written. The CUDA kernels (a later step)
+ * cannot check device arrays: they will clamp len_k(b) to [0,
+ * max_seqlen_k], and treat a page index outside [0, num_pages) as absent
+ * (its keys masked, never read), so no read leaves the caches. Until then
+ * the CUDA backends make every check and answer SK_STATUS_NOT_SUPPORTED.
+ */
+
+typedef struct sk_attention_paged_desc {
+    size_t struct_size;        /* sizeof(sk_attention_paged_desc); set by its init */
+    sk_backend backend;        /* default SK_BACKEND_CUDA */
+    sk_dtype dtype;            /* Q, caches, O: F16 or BF16; F32 on the CPU only. Default F16 */
+    int64_t batch;             /* B >= 1 sequences (fits int32) */
+    int64_t total_q;           /* rows of Q and O, 1 .. INT32_MAX (= cu_seqlens_q[B]) */
+    int64_t max_seqlen_q;      /* >= every len_q(b); 1 .. INT32_MAX */
+    int64_t max_seqlen_k;      /* >= every len_k(b); 1 .. max_pages x page_size */
+    int64_t heads_q;           /* Hq >= 1, a multiple of heads_kv */
+    int64_t heads_kv;          /* Hkv >= 1 */
+    int64_t head_dim;          /* D */
+    float scale;               /* as sk_attention_desc: 0 (default) means 1/sqrt(D) */
+    sk_mask mask;              /* default SK_MASK_NONE; causal is per sequence */
+    int64_t num_pages;         /* pages in each cache, 1 .. INT32_MAX */
+    int32_t page_size;         /* tokens per page: 16, 32, 64 or 128; default 16 */
+    int32_t max_pages;         /* columns of page_table, >= 1 */
+    int64_t page_table_stride; /* elements between rows of page_table; 0 (default) = max_pages */
+    int64_t q_strides[2];      /* Q [total_q, Hq, D] over [token, head]; 0 0 = packed */
+    int64_t o_strides[2];      /* O [total_q, Hq, D]; 0 0 = packed */
+    int64_t k_strides[3];      /* K cache over [page, slot, head]; all 0 = packed */
+    int64_t v_strides[3];      /* V cache over [page, slot, head]; all 0 = packed */
+} sk_attention_paged_desc;
+
+/* Fill *desc with the defaults above (sizes 0, to be set). */
+SK_API sk_status sk_attention_paged_desc_init(sk_attention_paged_desc *desc, size_t struct_size);
+
+/* Bytes of device workspace for this descriptor and layout geometry (no
+ * array is read). 0 for the CPU backend. */
+SK_API sk_status sk_attention_paged_workspace_size(const sk_attention_paged_desc *desc,
+                                                   const sk_bsr *layout, size_t *workspace_bytes);
+
+/* Enqueue the planning of a run (graph safe; re-plan when the lengths, the
+ * page table or the layout change). On the CPU: the checks, nothing else. */
+SK_API sk_status sk_attention_paged_plan(const sk_attention_paged_desc *desc, const sk_bsr *layout,
+                                         const int32_t *cu_seqlens_q, const int32_t *seq_lens_k,
+                                         const int32_t *page_table, void *workspace,
+                                         size_t workspace_size, struct CUstream_st *stream);
+
+/* Enqueue the paged forward, using the plan in `workspace`.
+ *   q        [total_q, Hq, D]                   dtype, desc->q_strides
+ *   k_cache  [num_pages, page_size, Hkv, D]     dtype, desc->k_strides
+ *   v_cache  [num_pages, page_size, Hkv, D]     dtype, desc->v_strides
+ *   o        [total_q, Hq, D]                   dtype, desc->o_strides; written
+ *   lse      [Hq, total_q]                      fp32 contiguous; written; may be NULL
+ * Aliasing: o and lse against every other buffer (the caches as their
+ * whole strided span, the layout arrays, cu_seqlens_q [B + 1], seq_lens_k
+ * [B] and page_table [(B - 1) x page_table_stride + max_pages] included).
+ * Graph safe on CUDA; synchronous on the CPU, which may allocate host
+ * scratch (SK_STATUS_ALLOC_FAILED, nothing written, when that fails). */
+SK_API sk_status sk_attention_paged_run(const sk_attention_paged_desc *desc, const sk_bsr *layout,
+                                        const int32_t *cu_seqlens_q, const int32_t *seq_lens_k,
+                                        const int32_t *page_table, const void *q,
+                                        const void *k_cache, const void *v_cache, void *o,
+                                        float *lse, void *workspace, size_t workspace_size,
+                                        struct CUstream_st *stream);
+
+/* sk_attention_paged_plan followed by sk_attention_paged_run. */
+SK_API sk_status sk_attention_paged_forward(const sk_attention_paged_desc *desc,
+                                            const sk_bsr *layout, const int32_t *cu_seqlens_q,
+                                            const int32_t *seq_lens_k, const int32_t *page_table,
+                                            const void *q, const void *k_cache,
+                                            const void *v_cache, void *o, float *lse,
+                                            void *workspace, size_t workspace_size,
+                                            struct CUstream_st *stream);
+
+/* ---------------------------------------------------------------------------
  * Attention backward
  * ---------------------------------------------------------------------------
  * The gradients of the forward above with respect to Q, K and V, given

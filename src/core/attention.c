@@ -172,7 +172,8 @@ sk_status sk_attention_check_geometry(const sk_attention_desc *d, const sk_bsr *
     SK_TRY(check_desc(d, sizes));
     sk_attention_problem_init(p, d->backend, d->dtype, sizes, d->scale, d->mask);
     SK_TRY(check_layout_geometry(d, layout, p));
-    SK_TRY(sk_attention_check_sizes(p, "batch x seq_q", "batch x seq_k", "batch x heads_q x seq_q"));
+    SK_TRY(
+        sk_attention_check_sizes(p, "batch x seq_q", "batch x seq_k", "batch x heads_q x seq_q"));
     sk_resolve_strides(d->q_strides, d->seq_q, d->heads_q, d->head_dim, p->q_stride);
     sk_resolve_strides(d->k_strides, d->seq_k, d->heads_kv, d->head_dim, p->k_stride);
     sk_resolve_strides(d->v_strides, d->seq_k, d->heads_kv, d->head_dim, p->v_stride);
@@ -186,6 +187,34 @@ void sk_attention_layout_buffers(const sk_attention_problem *p, sk_buffer out[2]
     const int64_t rows = (int64_t)p->layout_batch * p->layout_heads * p->row_blocks;
     sk_layout_array_buffers(out, "layout->row_offsets", "layout->col_indices", p->row_offsets, rows,
                             p->col_indices, p->nnz, 0);
+}
+
+sk_status sk_attention_check_row_bytes(const sk_attention_problem *p) {
+    const int64_t row_bytes = p->head_dim * (int64_t)sk_dtype_size(p->dtype);
+    if (sk_backend_is_cuda(p->backend) && row_bytes % 16 != 0)
+        return sk_error(SK_STATUS_BAD_PARAM_ALIGNMENT,
+                        "head_dim = %lld rows are not a multiple of 16 bytes, as the CUDA backend "
+                        "needs",
+                        (long long)p->head_dim);
+    return SK_STATUS_SUCCESS;
+}
+
+sk_status sk_attention_check_tensor(const sk_attention_problem *p, const void *ptr, int64_t n0,
+                                    int64_t n1, int64_t heads, const int64_t stride[3], int written,
+                                    const char *what, sk_buffer *out) {
+    const size_t es = sk_dtype_size(p->dtype);
+    sk_tensor_shape t;
+    sk_tensor_shape_init(&t, n0, n1, heads, p->head_dim, stride);
+    int64_t bytes;
+    SK_TRY(sk_check_tensor_extent(&t, es, what, &bytes));
+    if (written) SK_TRY(sk_check_no_self_overlap(&t, what));
+    const int cuda = sk_backend_is_cuda(p->backend);
+    SK_TRY(sk_check_alignment(ptr, &t, es, cuda ? 16 : es, cuda ? 16 : 0, what));
+    out->what = what;
+    out->ptr = ptr;
+    out->bytes = bytes;
+    out->written = written;
+    return SK_STATUS_SUCCESS;
 }
 
 /* Pointer, extent and alignment checks of the run call; the byte spans of
@@ -214,11 +243,7 @@ sk_status sk_attention_check_tensors(sk_attention_problem *p, const void *q, con
      * element alignment only. */
     const int cuda = sk_backend_is_cuda(p->backend);
     const size_t align = cuda ? 16 : es, stride_align = cuda ? 16 : 0;
-    if (cuda && (p->head_dim * (int64_t)es) % 16 != 0)
-        return sk_error(SK_STATUS_BAD_PARAM_ALIGNMENT,
-                        "head_dim = %lld rows are not a multiple of 16 bytes, as the CUDA backend "
-                        "needs",
-                        (long long)p->head_dim);
+    SK_TRY(sk_attention_check_row_bytes(p));
     SK_TRY(sk_check_alignment(q, &tq, es, align, stride_align, "q"));
     SK_TRY(sk_check_alignment(k, &tk, es, align, stride_align, "k"));
     SK_TRY(sk_check_alignment(v, &tv, es, align, stride_align, "v"));

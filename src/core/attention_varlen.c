@@ -37,8 +37,7 @@ sk_status sk_attention_varlen_desc_init(sk_attention_varlen_desc *desc, size_t s
     return SK_STATUS_SUCCESS;
 }
 
-/* A token count of the descriptor: >= 1, and int32 (the lengths are). */
-static sk_status check_count(int64_t value, const char *name) {
+sk_status sk_varlen_check_count(int64_t value, const char *name) {
     if (value < 1)
         return sk_error(SK_STATUS_BAD_PARAM_SHAPE, "desc->%s = %lld must be >= 1", name,
                         (long long)value);
@@ -56,19 +55,37 @@ static sk_status check_desc(const sk_attention_varlen_desc *d, const int64_t siz
     SK_TRY(sk_check_desc_struct_size(d->struct_size, sizeof(sk_attention_varlen_desc), "desc",
                                      "sk_attention_varlen_desc_init"));
     SK_TRY(sk_check_attention_shape_named(d->backend, d->dtype, sizes, names));
-    SK_TRY(check_count(d->total_q, "total_q"));
-    SK_TRY(check_count(d->total_k, "total_k"));
-    SK_TRY(check_count(d->max_seqlen_q, "max_seqlen_q"));
-    SK_TRY(check_count(d->max_seqlen_k, "max_seqlen_k"));
+    SK_TRY(sk_varlen_check_count(d->total_q, "total_q"));
+    SK_TRY(sk_varlen_check_count(d->total_k, "total_k"));
+    SK_TRY(sk_varlen_check_count(d->max_seqlen_q, "max_seqlen_q"));
+    SK_TRY(sk_varlen_check_count(d->max_seqlen_k, "max_seqlen_k"));
     return sk_attention_check_scale_mask(d->scale, d->mask);
 }
 
-/* [token, head] strides of a [total, heads, D] tensor as the flat
- * problem's three (the batch axis has one element: never stepped). */
-static void resolve_strides(const int64_t in[2], int64_t heads, int64_t dim, int64_t out[3]) {
+void sk_varlen_resolve_strides(const int64_t in[2], int64_t heads, int64_t dim, int64_t out[3]) {
     out[0] = 0;
     out[1] = in[0] == 0 && in[1] == 0 ? heads * dim : in[0];
     out[2] = in[0] == 0 && in[1] == 0 ? dim : in[1];
+}
+
+sk_status sk_varlen_check_queries(sk_attention_problem *p, sk_backend backend, sk_dtype dtype,
+                                  const int64_t flat[6], float scale, sk_mask mask,
+                                  const sk_bsr *layout, const char *kv_dims,
+                                  const int64_t q_strides[2], const int64_t o_strides[2]) {
+    sk_attention_problem_init(p, backend, dtype, flat, scale, mask);
+    SK_CHECK_NOT_NULL(layout);
+    int32_t row_blocks, col_blocks;
+    SK_TRY(sk_grid_check(&layout->grid, &row_blocks, &col_blocks, NULL));
+    if (layout->grid.batch != 1)
+        return sk_error(SK_STATUS_BAD_LAYOUT_MISMATCH,
+                        "layout grid batch = %d must be 1 in a varlen call (the sequences are "
+                        "its rows)",
+                        (int)layout->grid.batch);
+    SK_TRY(sk_attention_layout_slices(layout, row_blocks, col_blocks, p));
+    SK_TRY(sk_attention_check_sizes(p, "total_q", kv_dims, "heads_q x total_q"));
+    sk_varlen_resolve_strides(q_strides, p->heads_q, p->head_dim, p->q_stride);
+    sk_varlen_resolve_strides(o_strides, p->heads_q, p->head_dim, p->o_stride);
+    return SK_STATUS_SUCCESS;
 }
 
 /* Everything that needs no pointer but the layout's: fills *vp but the
@@ -82,22 +99,10 @@ static sk_status check_geometry(const sk_attention_varlen_desc *d, const sk_bsr 
     memset(vp, 0, sizeof *vp);
     const int64_t flat[6] = {1, d->total_q, d->total_k, d->heads_q, d->heads_kv, d->head_dim};
     sk_attention_problem *p = &vp->flat;
-    sk_attention_problem_init(p, d->backend, d->dtype, flat, d->scale, d->mask);
-
-    SK_CHECK_NOT_NULL(layout);
-    int32_t row_blocks, col_blocks;
-    SK_TRY(sk_grid_check(&layout->grid, &row_blocks, &col_blocks, NULL));
-    if (layout->grid.batch != 1)
-        return sk_error(SK_STATUS_BAD_LAYOUT_MISMATCH,
-                        "layout grid batch = %d must be 1 in a varlen call (the sequences are "
-                        "its rows)",
-                        (int)layout->grid.batch);
-    SK_TRY(sk_attention_layout_slices(layout, row_blocks, col_blocks, p));
-    SK_TRY(sk_attention_check_sizes(p, "total_q", "total_k", "heads_q x total_q"));
-    resolve_strides(d->q_strides, d->heads_q, d->head_dim, p->q_stride);
-    resolve_strides(d->k_strides, d->heads_kv, d->head_dim, p->k_stride);
-    resolve_strides(d->v_strides, d->heads_kv, d->head_dim, p->v_stride);
-    resolve_strides(d->o_strides, d->heads_q, d->head_dim, p->o_stride);
+    SK_TRY(sk_varlen_check_queries(p, d->backend, d->dtype, flat, d->scale, d->mask, layout,
+                                   "total_k", d->q_strides, d->o_strides));
+    sk_varlen_resolve_strides(d->k_strides, d->heads_kv, d->head_dim, p->k_stride);
+    sk_varlen_resolve_strides(d->v_strides, d->heads_kv, d->head_dim, p->v_stride);
     vp->batch = (int32_t)d->batch;
     vp->max_seqlen_q = d->max_seqlen_q;
     vp->max_seqlen_k = d->max_seqlen_k;
@@ -149,7 +154,8 @@ static sk_status check_content(const sk_attention_varlen_problem *vp, const sk_b
     SK_TRY(sk_varlen_check_seqlens(vp->cu_seqlens_k, vp->batch, vp->flat.seq_k, vp->max_seqlen_k,
                                    'k'));
     SK_TRY(sk_layout_check(layout));
-    return sk_varlen_check_layout(layout, vp->batch, vp->cu_seqlens_q, vp->cu_seqlens_k);
+    return sk_varlen_check_layout(layout, vp->batch, vp->cu_seqlens_q, vp->cu_seqlens_k + 1,
+                                  vp->cu_seqlens_k);
 }
 
 /* Every buffer of a run: the forward's list (attention_internal.h), then

@@ -75,9 +75,11 @@ sk_status sk_varlen_check_seqlens(const int32_t *cu, int32_t batch, int64_t tota
 int64_t sk_varlen_rows_needed(const int32_t *cu_q, int32_t batch, int32_t block_rows);
 /* A layout that passed sk_layout_check, with a batch-1 grid, against
  * checked lengths: enough rows per slice, and every index of a sequence's
- * rows below its key block count. */
+ * rows below its key block count. Sequence b has len_k = k_end[b] -
+ * k_start[b] keys (k_start NULL: 0): cu_seqlens_k + 1 and cu_seqlens_k for
+ * varlen, seq_lens_k and NULL for paged. */
 sk_status sk_varlen_check_layout(const sk_bsr *layout, int32_t batch, const int32_t *cu_q,
-                                 const int32_t *cu_k);
+                                 const int32_t *k_end, const int32_t *k_start);
 
 /* The causal count of query row block `row` of `grid`: key blocks
  * 0 .. n-1 hold at least one pair k <= q + Sk - Sq; n may be 0. */

@@ -56,7 +56,7 @@ int64_t sk_varlen_rows_needed(const int32_t *cu_q, int32_t batch, int32_t block_
 }
 
 sk_status sk_varlen_check_layout(const sk_bsr *layout, int32_t batch, const int32_t *cu_q,
-                                 const int32_t *cu_k) {
+                                 const int32_t *k_end, const int32_t *k_start) {
     const sk_grid *g = &layout->grid;
     const int64_t R = sk_ceil_div_i64(g->rows, g->block_rows);
     const int64_t need = sk_varlen_rows_needed(cu_q, batch, g->block_rows);
@@ -69,7 +69,7 @@ sk_status sk_varlen_check_layout(const sk_bsr *layout, int32_t batch, const int3
     for (int32_t s = 0; s < g->heads; ++s) {
         int64_t row = s * R;
         for (int32_t b = 0; b < batch; ++b) {
-            const int64_t len_k = (int64_t)cu_k[b + 1] - cu_k[b];
+            const int64_t len_k = (int64_t)k_end[b] - (k_start != NULL ? k_start[b] : 0);
             const int64_t nbq = sk_ceil_div_i64((int64_t)cu_q[b + 1] - cu_q[b], g->block_rows);
             const int64_t nbk = sk_ceil_div_i64(len_k, g->block_cols);
             for (int64_t i = 0; i < nbq; ++i, ++row) {
@@ -189,7 +189,8 @@ sk_status sk_layout_validate_varlen(const sk_bsr *layout, const sk_varlen_grid *
                         "this grid has blocks %d x %d, batch 1, heads %d",
                         (int)g->block_rows, (int)g->block_cols, (int)g->batch, (int)g->heads,
                         (int)grid->block_rows, (int)grid->block_cols, (int)grid->heads);
-    return sk_varlen_check_layout(layout, grid->batch, grid->cu_seqlens_q, grid->cu_seqlens_k);
+    return sk_varlen_check_layout(layout, grid->batch, grid->cu_seqlens_q, grid->cu_seqlens_k + 1,
+                                  grid->cu_seqlens_k);
 }
 
 /* ---------------------------------------------------------------------------

@@ -41,6 +41,12 @@ typedef struct sk_attention_problem {
      * per slice and the packed total_q. */
     int32_t slice_rows;
     int64_t lse_head_stride;
+    /* Paged K/V (a paged call's sequence, on the CPU backend; NULL in every
+     * other problem, as the CUDA kernels assume): batch 1, and key s of KV
+     * head h at element page_table[s / page_size] * k_stride[0] +
+     * (s % page_size) * k_stride[1] + h * k_stride[2] of k (and so for v). */
+    const int32_t *page_table;
+    int32_t page_size;
 
     const void *q, *k, *v; /* may be NULL in workspace-size / plan calls */
     void *o;
@@ -76,6 +82,22 @@ typedef struct sk_attention_varlen_problem {
     const int32_t *cu_seqlens_q;     /* [B + 1]; NULL in workspace-size calls */
     const int32_t *cu_seqlens_k;     /* [B + 1]; NULL in workspace-size calls */
 } sk_attention_varlen_problem;
+
+/* A paged attention (src/core/attention_paged.c): the varlen call's
+ * packed queries, output, LSE and layout in v (v.cu_seqlens_k is NULL),
+ * K and V in caches of pages: v.flat.k and v.flat.v are the caches
+ * [num_pages, page_size, Hkv, D] with strides over [page, slot, head]
+ * (v.flat.seq_k = num_pages x page_size), sequence b's key k in page
+ * page_table[b * page_table_stride + k / page_size], slot k % page_size.
+ * Host arrays on the CPU backend (checked before the backend is called),
+ * device arrays on CUDA (never read on the host). */
+typedef struct sk_attention_paged_problem {
+    sk_attention_varlen_problem v;
+    const int32_t *seq_lens_k; /* [B] len_k(b) */
+    const int32_t *page_table; /* [B, max_pages], row stride page_table_stride */
+    int64_t num_pages, page_table_stride;
+    int32_t page_size, max_pages;
+} sk_attention_paged_problem;
 
 typedef struct sk_bsr_gemm_problem {
     sk_backend backend;

@@ -96,15 +96,25 @@ static int64_t offset_of(const int64_t stride[3], int64_t b, int64_t s, int64_t 
     return b * stride[0] + s * stride[1] + h * stride[2];
 }
 
+/* Element offset of key (or value) s of batch b, KV head h: through the
+ * page table in a paged problem (batch 0 only, problem.h). */
+static int64_t kv_offset_of(const sk_attention_problem *p, const int64_t stride[3], int64_t b,
+                            int64_t s, int64_t h) {
+    if (p->page_table == NULL) return offset_of(stride, b, s, h);
+    return offset_of(stride, p->page_table[s / p->page_size], s % p->page_size, h);
+}
+
 /* Key block starting at token k0, nk valid keys, for (b, KV head hk). */
 static void load_kv_block(const sk_attention_problem *p, int64_t b, int64_t hk, int64_t k0,
                           int64_t nk, attn_scratch *w) {
     const int64_t D = p->head_dim, bk = p->block_k;
     for (int64_t kk = 0; kk < nk; ++kk) {
-        const void *krow = sk_cpu_elem(p->k, p->dtype, offset_of(p->k_stride, b, k0 + kk, hk));
+        const void *krow =
+            sk_cpu_elem(p->k, p->dtype, kv_offset_of(p, p->k_stride, b, k0 + kk, hk));
         sk_cpu_load_f32(w->krow, krow, p->dtype, D);
         for (int64_t d = 0; d < D; ++d) w->kt[d * bk + kk] = w->krow[d];
-        const void *vrow = sk_cpu_elem(p->v, p->dtype, offset_of(p->v_stride, b, k0 + kk, hk));
+        const void *vrow =
+            sk_cpu_elem(p->v, p->dtype, kv_offset_of(p, p->v_stride, b, k0 + kk, hk));
         sk_cpu_load_f64(w->v + kk * D, vrow, p->dtype, D);
     }
 }

@@ -19,6 +19,9 @@ sk_status sk_cpu_attention_run_problems(const sk_attention_problem *probs,
  * above. Allocates the problem list (SK_STATUS_ALLOC_FAILED, nothing
  * written, when that fails). */
 sk_status sk_cpu_attention_varlen_run(const sk_attention_varlen_problem *p);
+/* A paged call: the same, each sequence's keys read through its page
+ * table row. */
+sk_status sk_cpu_attention_paged_run(const sk_attention_paged_problem *p);
 /* The backward (attention_bwd_ref.c): dQ, dK, dV, deterministic whatever
  * the thread count. Allocates host scratch (the layout's transpose and one
  * slab per thread) before writing: SK_STATUS_ALLOC_FAILED when that fails. */

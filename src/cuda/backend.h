@@ -58,6 +58,14 @@ sk_status sk_cuda_attention_varlen_plan(const sk_attention_varlen_problem *p, vo
                                         size_t workspace_size, struct CUstream_st *stream);
 sk_status sk_cuda_attention_varlen_run(const sk_attention_varlen_problem *p, void *workspace,
                                        size_t workspace_size, struct CUstream_st *stream);
+/* The paged forward (attention/varlen.cu), the same way: the lengths, the
+ * page table and the layout are device memory; NOT_SUPPORTED for now. */
+sk_status sk_cuda_attention_paged_workspace_size(const sk_attention_paged_problem *p,
+                                                 size_t *bytes);
+sk_status sk_cuda_attention_paged_plan(const sk_attention_paged_problem *p, void *workspace,
+                                       size_t workspace_size, struct CUstream_st *stream);
+sk_status sk_cuda_attention_paged_run(const sk_attention_paged_problem *p, void *workspace,
+                                      size_t workspace_size, struct CUstream_st *stream);
 
 sk_status sk_cuda_bsr_gemm_workspace_size(const sk_bsr_gemm_problem *p, size_t *bytes);
 sk_status sk_cuda_bsr_gemm_plan(const sk_bsr_gemm_problem *p, void *workspace,

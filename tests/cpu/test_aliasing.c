@@ -63,6 +63,7 @@ static struct {
     sk_attention_desc attn;
     sk_attention_backward_desc bwd;
     sk_attention_varlen_desc varlen;
+    sk_attention_paged_desc paged;
     sk_bsr_gemm_desc gemm;
     sk_topk_desc topk;
     sk_bsr layout; /* the output layout of the top-k calls */
@@ -121,6 +122,20 @@ static void ctx_init(sk_backend backend) {
     ctx.varlen.heads_q = 2;
     ctx.varlen.heads_kv = 1;
     ctx.varlen.head_dim = (int64_t)ctx.dim;
+    /* The same sequences with K and V in 9 pages of 16 tokens. */
+    sk_attention_paged_desc_init(&ctx.paged, sizeof ctx.paged);
+    ctx.paged.backend = backend;
+    ctx.paged.dtype = dtype;
+    ctx.paged.batch = 2;
+    ctx.paged.total_q = 64;
+    ctx.paged.max_seqlen_q = 34;
+    ctx.paged.max_seqlen_k = 100;
+    ctx.paged.heads_q = 2;
+    ctx.paged.heads_kv = 1;
+    ctx.paged.head_dim = (int64_t)ctx.dim;
+    ctx.paged.num_pages = 9;
+    ctx.paged.page_size = 16;
+    ctx.paged.max_pages = 7;
     sk_bsr_gemm_desc_init(&ctx.gemm, sizeof ctx.gemm);
     ctx.gemm.backend = backend;
     ctx.gemm.ab_dtype = dtype;
@@ -218,6 +233,33 @@ static sk_status run_attention_varlen(unsigned char *const p[], int variant) {
                                    workspace_at(p, 9), ctx.ws_bytes, NULL);
 }
 
+/* The paged forward: the varlen problem above with K and V in caches of 9
+ * pages (sequence 0 in pages 0 .. 6, sequence 1 in 7 and 8). Buffers: o,
+ * lse, q, k_cache, v_cache, the layout arrays, cu_seqlens_q, seq_lens_k,
+ * page_table, the workspace (the plan: the workspace, the layout arrays,
+ * the three arrays). */
+static const int32_t paged_lens[2] = {100, 28};
+static const int32_t paged_table[14] = {0, 1, 2, 3, 4, 5, 6, 7, 8, -1, -1, -1, -1, -1};
+
+static sk_status run_attention_paged(unsigned char *const p[], int variant) {
+    const sk_grid g = tu_grid(128, 100, 64, 64, 1, 1);
+    if (variant == VARIANT_PLAN) {
+        const sk_bsr layout = bsr_of(&g, p[1], p[2], 3);
+        return sk_attention_paged_plan(&ctx.paged, &layout, (const int32_t *)(void *)p[3],
+                                       (const int32_t *)(void *)p[4], (const int32_t *)(void *)p[5],
+                                       p[0], ctx.ws_bytes, NULL);
+    }
+    const sk_bsr layout = bsr_of(&g, p[5], p[6], 3);
+    const int32_t *cu_q = (const int32_t *)(void *)p[7], *lens = (const int32_t *)(void *)p[8];
+    const int32_t *table = (const int32_t *)(void *)p[9];
+    float *lse = (float *)(void *)p[1];
+    if (variant == VARIANT_FULL)
+        return sk_attention_paged_forward(&ctx.paged, &layout, cu_q, lens, table, p[2], p[3], p[4],
+                                          p[0], lse, workspace_at(p, 10), ctx.ws_bytes, NULL);
+    return sk_attention_paged_run(&ctx.paged, &layout, cu_q, lens, table, p[2], p[3], p[4], p[0],
+                                  lse, workspace_at(p, 10), ctx.ws_bytes, NULL);
+}
+
 /* The top-k calls write ctx.layout: its arrays are p[0] and p[1], set by
  * check_pair (its other fields hold a sentinel until the call succeeds). */
 static sk_status run_attention_topk(unsigned char *const p[], int variant) {
@@ -296,6 +338,8 @@ static size_t workspace_of(run_fn run) {
         st = sk_attention_topk_workspace_size(&ctx.attn, &ctx.topk, &bytes);
     else if (run == run_attention_varlen)
         st = sk_attention_varlen_workspace_size(&ctx.varlen, &layout, &bytes);
+    else if (run == run_attention_paged)
+        st = sk_attention_paged_workspace_size(&ctx.paged, &layout, &bytes);
     else if (run == run_gemm)
         st = sk_bsr_gemm_workspace_size(&ctx.gemm, &layout, &bytes);
     else if (run == run_select_topk || run == run_layout_from_scores)
@@ -339,6 +383,10 @@ static int build_table(acall *calls, int *skipped) {
     const abuf v_ci = {"layout->col_indices", 12, 4, 0, varlen_indices};
     const abuf cu_q = {"cu_seqlens_q", 12, 4, 0, varlen_cu_q};
     const abuf cu_k = {"cu_seqlens_k", 12, 4, 0, varlen_cu_k};
+    const size_t cache = 9 * 16 * d * es; /* [9, 16, 1, d] */
+    const abuf kc = {"k_cache", cache, ta, 0, data}, vc = {"v_cache", cache, ta, 0, data};
+    const abuf lens = {"seq_lens_k", 8, 4, 0, paged_lens};
+    const abuf table = {"page_table", 14 * 4, 4, 0, paged_table};
     const acall all[] = {
         {"sk_attention_run", run_attention, VARIANT_RUN, 8, {o, lse, q, k, v, ro, ci, ws}},
         {"sk_attention_forward", run_attention, VARIANT_FULL, 8, {o, lse, q, k, v, ro, ci, ws}},
@@ -370,6 +418,21 @@ static int build_table(acall *calls, int *skipped) {
          VARIANT_PLAN,
          5,
          {ws, v_ro, v_ci, cu_q, cu_k}},
+        {"sk_attention_paged_run",
+         run_attention_paged,
+         VARIANT_RUN,
+         11,
+         {o, lse, q, kc, vc, v_ro, v_ci, cu_q, lens, table, ws}},
+        {"sk_attention_paged_forward",
+         run_attention_paged,
+         VARIANT_FULL,
+         11,
+         {o, lse, q, kc, vc, v_ro, v_ci, cu_q, lens, table, ws}},
+        {"sk_attention_paged_plan",
+         run_attention_paged,
+         VARIANT_PLAN,
+         6,
+         {ws, v_ro, v_ci, cu_q, lens, table}},
         {"sk_bsr_gemm_run", run_gemm, VARIANT_RUN, 6, {c, a_values, b, a_ro, a_ci, ws}},
         {"sk_bsr_gemm", run_gemm, VARIANT_FULL, 6, {c, a_values, b, a_ro, a_ci, ws}},
         {"sk_bsr_gemm_plan", run_gemm, VARIANT_PLAN, 3, {ws, a_ro, a_ci}},
@@ -579,12 +642,13 @@ static int check_backend(sk_backend backend, int *skipped) {
     return checked;
 }
 
-/* 15 entry points, every pair with a written member, four placements
- * (the two backward calls: 27 pairs each; the two varlen calls: 15). */
+/* 17 entry points, every pair with a written member, four placements
+ * (the two backward calls: 27 pairs each; the two varlen calls: 15; the
+ * two paged calls: 17). */
 SK_TEST(aliasing_every_pair_cpu) {
     int skipped;
     const int checked = check_backend(SK_BACKEND_CPU, &skipped);
-    CHECK(checked == 628 && skipped == 0, "%d placements checked (want 628), %d skipped", checked,
+    CHECK(checked == 764 && skipped == 0, "%d placements checked (want 764), %d skipped", checked,
           skipped);
 }
 
@@ -595,14 +659,15 @@ SK_TEST(aliasing_every_pair_cpu) {
  * for this problem's head_dim 8 (its kernels take 64 or 128): its run and
  * one-shot call are checked without a workspace (108 placements) and its
  * plan not at all; tests/gpu/test_attention_backward_gpu.c checks its
- * workspace against the other buffers. The CUDA varlen forward has no
- * kernels yet (its workspace size is SK_STATUS_NOT_SUPPORTED): its run and
- * one-shot call are checked without a workspace (60 placements), its plan
- * not at all. */
+ * workspace against the other buffers. The CUDA varlen and paged forwards
+ * have no kernels yet (their workspace sizes are SK_STATUS_NOT_SUPPORTED):
+ * their runs and one-shot calls are checked without a workspace (60 and 68
+ * placements), their plans not at all. */
 SK_TEST(aliasing_every_pair_cuda_refused_before_the_device) {
     int skipped;
     const int checked = check_backend(SK_BACKEND_CUDA, &skipped);
-    CHECK((skipped == 2 && checked == 224 + 108 + 60) || (skipped == 5 && checked == 96 + 108 + 60),
-          "%d placements checked (want 392, or 264 without CUDA), %d entry points skipped", checked,
+    CHECK((skipped == 3 && checked == 224 + 108 + 60 + 68) ||
+              (skipped == 6 && checked == 96 + 108 + 60 + 68),
+          "%d placements checked (want 460, or 332 without CUDA), %d entry points skipped", checked,
           skipped);
 }
