@@ -195,6 +195,32 @@ class SkAttentionVarlenDesc(CheckedStructure):
     ]
 
 
+class SkAttentionPagedDesc(CheckedStructure):
+    _c_name_ = "sk_attention_paged_desc"
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("backend", c_int),  # sk_backend
+        ("dtype", c_int),  # sk_dtype
+        ("batch", c_int64),
+        ("total_q", c_int64),
+        ("max_seqlen_q", c_int64),
+        ("max_seqlen_k", c_int64),
+        ("heads_q", c_int64),
+        ("heads_kv", c_int64),
+        ("head_dim", c_int64),
+        ("scale", c_float),
+        ("mask", c_int),  # sk_mask
+        ("num_pages", c_int64),
+        ("page_size", c_int32),
+        ("max_pages", c_int32),
+        ("page_table_stride", c_int64),
+        ("q_strides", c_int64 * 2),
+        ("o_strides", c_int64 * 2),
+        ("k_strides", c_int64 * 3),
+        ("v_strides", c_int64 * 3),
+    ]
+
+
 class SkTopkDesc(CheckedStructure):
     _c_name_ = "sk_topk_desc"
     _fields_ = [
@@ -260,6 +286,7 @@ STRUCTS = {
     "sk_attention_backward_desc": SkAttentionBackwardDesc,
     "sk_varlen_grid": SkVarlenGrid,
     "sk_attention_varlen_desc": SkAttentionVarlenDesc,
+    "sk_attention_paged_desc": SkAttentionPagedDesc,
     "sk_topk_desc": SkTopkDesc,
     "sk_bsr_gemm_desc": SkBsrGemmDesc,
     "sk_device_info": SkDeviceInfo,
@@ -277,6 +304,7 @@ _i32_p = POINTER(c_int32)
 _stream = c_void_p  # struct CUstream_st *
 _vgrid_p = POINTER(SkVarlenGrid)
 _varlen_p = POINTER(SkAttentionVarlenDesc)
+_paged_p = POINTER(SkAttentionPagedDesc)
 
 SIGNATURES = {
     "sk_version": (c_int, []),
@@ -384,6 +412,13 @@ SIGNATURES = {
     "sk_attention_varlen_plan": (_st, [_varlen_p, _bsr_p, c_void_p, c_void_p, c_void_p, c_size_t, _stream]),
     "sk_attention_varlen_run": (_st, [_varlen_p, _bsr_p] + [c_void_p] * 8 + [c_size_t, _stream]),
     "sk_attention_varlen_forward": (_st, [_varlen_p, _bsr_p] + [c_void_p] * 8 + [c_size_t, _stream]),
+    # The paged KV cache: cu_seqlens_q, seq_lens_k, page_table and the
+    # tensors are raw addresses (c_void_p).
+    "sk_attention_paged_desc_init": (_st, [_paged_p, c_size_t]),
+    "sk_attention_paged_workspace_size": (_st, [_paged_p, _bsr_p, POINTER(c_size_t)]),
+    "sk_attention_paged_plan": (_st, [_paged_p, _bsr_p] + [c_void_p] * 4 + [c_size_t, _stream]),
+    "sk_attention_paged_run": (_st, [_paged_p, _bsr_p] + [c_void_p] * 9 + [c_size_t, _stream]),
+    "sk_attention_paged_forward": (_st, [_paged_p, _bsr_p] + [c_void_p] * 9 + [c_size_t, _stream]),
     # Dynamic top-k selection. Data pointers (q, k, pooled arrays, scores,
     # o, lse) are c_void_p: the same machine type as the header's typed
     # pointers, taking raw addresses from numpy and torch.

@@ -305,15 +305,112 @@ def _check_qkv(q, k, v):
     return aq, ak, av
 
 
-def _device_lengths(cu, name: str, aq: Arr):
-    """A length array on q's CUDA device: an int32 tensor, contiguous."""
+def _device_int32(x, name: str, aq: Arr, ndim: int):
+    """An int32 array on q's CUDA device (read there by the library): a
+    torch tensor of ndim dimensions, its last dimension contiguous."""
     import torch
 
-    if not isinstance(cu, torch.Tensor) or cu.device != aq.obj.device:
+    if not isinstance(x, torch.Tensor) or x.device != aq.obj.device:
         raise ValueError(f"{name} must be an int32 torch tensor on {aq.device} (the CUDA backend reads it there)")
-    if cu.dtype != torch.int32 or cu.dim() != 1 or cu.numel() < 2 or (cu.numel() > 1 and cu.stride(0) != 1):
-        raise ValueError(f"{name} must be a contiguous 1-D int32 tensor [B + 1]; got {cu.dtype} {tuple(cu.shape)}")
-    return cu
+    if x.dtype != torch.int32 or x.dim() != ndim or (x.shape[-1] > 1 and x.stride(-1) != 1) or min(x.stride()) < 0:
+        raise ValueError(f"{name} must be a {ndim}-D int32 tensor, last dimension contiguous; got {x.dtype} {tuple(x.shape)}")
+    return x
+
+
+def int32_args(be, aq: Arr, args):
+    """The int32 array arguments [(value, name, ndim)] as the backend reads
+    them: packed host arrays (numpy) on the CPU, tensors on q's device on
+    CUDA. Returns (arrays, their addresses)."""
+    if be == Backend.CPU:
+        arrays = [_host_lengths(x, name) if ndim == 1 else _host_table(x, name) for x, name, ndim in args]
+        return arrays, [a.ctypes.data for a in arrays]
+    arrays = [_device_int32(x, name, aq, ndim) for x, name, ndim in args]
+    return arrays, [a.data_ptr() for a in arrays]
+
+
+def _host_table(x, name: str) -> np.ndarray:
+    """A host 2-D int32 table (a page table), packed."""
+    if is_torch(x):
+        if x.device.type != "cpu":
+            raise ValueError(f"{name} is on {x.device}; the CPU backend needs a host table")
+        x = x.detach().numpy()
+    a = np.asarray(x)
+    if a.ndim != 2 or a.size < 1:
+        raise ValueError(f"{name} must be 2-D [B, max_pages]; got shape {a.shape}")
+    if a.dtype.kind not in "iu":
+        raise TypeError(f"{name}.dtype = {a.dtype} must be an integer type")
+    if a.min() < -(2**31) or a.max() >= 2**31:
+        raise ValueError(f"{name} has values outside int32")
+    return packed(a, np.int32)
+
+
+def packed_call_options(q, k, v, aq: Arr, layout, scale, backend, what: str):
+    """The checks both packed calls make first: the layout's type, backend
+    and scale, no autograd. Returns (backend, scale)."""
+    if not isinstance(layout, Layout):
+        raise TypeError(f"layout must be a sparsek.VarlenLayout, got {type(layout).__name__}")
+    be, sc = _options(aq, scale, backend)
+    if aq.kind == "torch" and needs_grad(q, k, v):
+        raise ValueError(f"{what} has no backward yet: call it under torch.no_grad() or on detached tensors")
+    return be, sc
+
+
+def check_layout_lengths(layout, cu_q, cu_k) -> None:
+    """Host lengths against those a VarlenLayout was built for."""
+    if isinstance(layout, VarlenLayout) and not (
+        np.array_equal(cu_q, layout._cu_q) and np.array_equal(cu_k, layout._cu_k)
+    ):
+        raise ValueError("the sequence lengths differ from the lengths the layout was built for")
+
+
+def max_len(lens, given) -> int:
+    """given, or the longest of the host lengths lens (at least 1)."""
+    return max(int(np.max(lens, initial=1)), 1) if given is None else given
+
+
+def out_and_lse(q, aq: Arr, out, return_lse):
+    """(out, its Arr, lse or None, lse's address or None): out made like q
+    or checked to be like q and writable; lse float32 [Hq, total_q]."""
+    if out is None:
+        out = _empty_like(q, aq)
+        ao = adapt(out, "out")
+    else:
+        ao = adapt(out, "out")
+        if (ao.kind, ao.shape, ao.dtype, ao.device) != (aq.kind, aq.shape, aq.dtype, aq.device):
+            raise ValueError(f"out must be like q ({aq.kind} {aq.shape} {aq.dtype_name} on {aq.device})")
+        check_output(ao, "out")
+    lse = _empty_lse(q, aq, (aq.shape[1], aq.shape[0])) if return_lse else None
+    lse_ptr = None if lse is None else (lse.ctypes.data if aq.kind == "numpy" else lse.data_ptr())
+    return out, ao, lse, lse_ptr
+
+
+def fill_common(desc, be, aq: Arr, ak_heads: int, batch, max_q, max_k, sc, causal) -> None:
+    """The fields the varlen and paged descriptors share."""
+    desc.backend, desc.dtype = int(be), int(aq.dtype)
+    desc.batch, desc.total_q = batch, aq.shape[0]
+    desc.max_seqlen_q = int64(max_q, "max_seqlen_q")
+    desc.max_seqlen_k = int64(max_k, "max_seqlen_k")
+    desc.heads_q, desc.heads_kv, desc.head_dim = aq.shape[1], ak_heads, aq.shape[2]
+    desc.scale = 0.0 if sc is None else sc
+    desc.mask = int(Mask.CAUSAL if causal else Mask.NONE)
+
+
+def launch(q, be, layout, desc, workspace_size_fn, forward_fn, pointers) -> None:
+    """forward_fn(desc, layout, *pointers, workspace, size, stream): on the
+    CPU directly; on CUDA with the layout's device copy, a torch workspace
+    of workspace_size_fn's size and torch's current stream."""
+    if be == Backend.CPU:
+        check(forward_fn(byref(desc), byref(layout.view()), *pointers, None, 0, None))
+        return
+    import torch
+
+    with torch.cuda.device(q.device):
+        bsr = layout.device_view(q.device)
+        size = c_size_t()
+        check(workspace_size_fn(byref(desc), byref(bsr), byref(size)))
+        ws = torch.empty(max(size.value, 1), dtype=torch.uint8, device=q.device)
+        stream = torch.cuda.current_stream(q.device).cuda_stream
+        check(forward_fn(byref(desc), byref(bsr), *pointers, ws.data_ptr(), size.value, stream))
 
 
 def attention_varlen(
@@ -335,72 +432,27 @@ def attention_varlen(
     -inf and O = 0 for a query with no admissible key).
     """
     aq, ak, av = _check_qkv(q, k, v)
-    if not isinstance(layout, Layout):
-        raise TypeError(f"layout must be a sparsek.VarlenLayout, got {type(layout).__name__}")
-    be, sc = _options(aq, scale, backend)
-    if aq.kind == "torch" and needs_grad(q, k, v):
-        raise ValueError("attention_varlen has no backward yet: call it under torch.no_grad() or on detached tensors")
-    total_q, Hq, D = aq.shape
-    total_k, Hkv, _ = ak.shape
+    be, sc = packed_call_options(q, k, v, aq, layout, scale, backend, "attention_varlen")
+    (cu_q, cu_k), ptrs = int32_args(be, aq, [(cu_seqlens_q, "cu_seqlens_q", 1), (cu_seqlens_k, "cu_seqlens_k", 1)])
+    if len(cu_q) != len(cu_k):
+        raise ValueError(f"cu_seqlens_q has {len(cu_q)} entries, cu_seqlens_k {len(cu_k)}")
     if be == Backend.CPU:
-        cu_q = _host_lengths(cu_seqlens_q, "cu_seqlens_q")
-        cu_k = _host_lengths(cu_seqlens_k, "cu_seqlens_k")
-        if isinstance(layout, VarlenLayout) and not (
-            np.array_equal(cu_q, layout._cu_q) and np.array_equal(cu_k, layout._cu_k)
-        ):
-            raise ValueError("cu_seqlens_q / cu_seqlens_k differ from the lengths the layout was built for")
-        if cu_q.size != cu_k.size:
-            raise ValueError(f"cu_seqlens_q has {cu_q.size} entries, cu_seqlens_k {cu_k.size}")
-        lens_q, lens_k = np.diff(cu_q.astype(np.int64)), np.diff(cu_k.astype(np.int64))
-        max_seqlen_q = max(int(lens_q.max(initial=1)), 1) if max_seqlen_q is None else max_seqlen_q
-        max_seqlen_k = max(int(lens_k.max(initial=1)), 1) if max_seqlen_k is None else max_seqlen_k
-        cu_ptrs = (cu_q.ctypes.data, cu_k.ctypes.data)
-        batch = cu_q.size - 1
-    else:
-        if max_seqlen_q is None or max_seqlen_k is None:
-            raise ValueError("max_seqlen_q and max_seqlen_k are required with CUDA tensors (no host sync)")
-        cu_q = _device_lengths(cu_seqlens_q, "cu_seqlens_q", aq)
-        cu_k = _device_lengths(cu_seqlens_k, "cu_seqlens_k", aq)
-        if cu_q.numel() != cu_k.numel():
-            raise ValueError(f"cu_seqlens_q has {cu_q.numel()} entries, cu_seqlens_k {cu_k.numel()}")
-        cu_ptrs = (cu_q.data_ptr(), cu_k.data_ptr())
-        batch = cu_q.numel() - 1
-    if out is None:
-        out = _empty_like(q, aq)
-        ao = adapt(out, "out")
-    else:
-        ao = adapt(out, "out")
-        if (ao.kind, ao.shape, ao.dtype, ao.device) != (aq.kind, aq.shape, aq.dtype, aq.device):
-            raise ValueError(f"out must be like q ({aq.kind} {aq.shape} {aq.dtype_name} on {aq.device})")
-        check_output(ao, "out")
+        check_layout_lengths(layout, cu_q, cu_k)
+        max_seqlen_q = max_len(np.diff(cu_q.astype(np.int64)), max_seqlen_q)
+        max_seqlen_k = max_len(np.diff(cu_k.astype(np.int64)), max_seqlen_k)
+    elif max_seqlen_q is None or max_seqlen_k is None:
+        raise ValueError("max_seqlen_q and max_seqlen_k are required with CUDA tensors (no host sync)")
+    out, ao, lse, lse_ptr = out_and_lse(q, aq, out, return_lse)
     desc = SkAttentionVarlenDesc()
     check(F.sk_attention_varlen_desc_init(byref(desc), sizeof(desc)))
-    desc.backend, desc.dtype = int(be), int(aq.dtype)
-    desc.batch, desc.total_q, desc.total_k = batch, total_q, total_k
-    desc.max_seqlen_q = int64(max_seqlen_q, "max_seqlen_q")
-    desc.max_seqlen_k = int64(max_seqlen_k, "max_seqlen_k")
-    desc.heads_q, desc.heads_kv, desc.head_dim = Hq, Hkv, D
-    desc.scale = 0.0 if sc is None else sc
-    desc.mask = int(Mask.CAUSAL if causal else Mask.NONE)
+    fill_common(desc, be, aq, ak.shape[1], len(cu_q) - 1, max_seqlen_q, max_seqlen_k, sc, causal)
+    desc.total_k = ak.shape[0]
     desc.q_strides = _token_strides(aq, "q")
     desc.k_strides = _token_strides(ak, "k")
     desc.v_strides = _token_strides(av, "v")
     desc.o_strides = _token_strides(ao, "out")
-    lse = _empty_lse(q, aq, (Hq, total_q)) if return_lse else None
-    lse_ptr = None if lse is None else (lse.ctypes.data if aq.kind == "numpy" else lse.data_ptr())
-    tensors = (cu_ptrs[0], cu_ptrs[1], aq.ptr, ak.ptr, av.ptr, ao.ptr, lse_ptr)
-    if be == Backend.CPU:
-        check(F.sk_attention_varlen_forward(byref(desc), byref(layout.view()), *tensors, None, 0, None))
-    else:
-        import torch
-
-        with torch.cuda.device(q.device):
-            bsr = layout.device_view(q.device)
-            size = c_size_t()
-            check(F.sk_attention_varlen_workspace_size(byref(desc), byref(bsr), byref(size)))
-            ws = torch.empty(max(size.value, 1), dtype=torch.uint8, device=q.device)
-            stream = torch.cuda.current_stream(q.device).cuda_stream
-            check(F.sk_attention_varlen_forward(byref(desc), byref(bsr), *tensors, ws.data_ptr(), size.value, stream))
+    pointers = (ptrs[0], ptrs[1], aq.ptr, ak.ptr, av.ptr, ao.ptr, lse_ptr)
+    launch(q, be, layout, desc, F.sk_attention_varlen_workspace_size, F.sk_attention_varlen_forward, pointers)
     return (out, lse) if return_lse else out
 
 
