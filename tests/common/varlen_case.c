@@ -157,6 +157,50 @@ static int make_tensors(const vc_case *c, tu_rng *rng, vc_data *x) {
     return 1;
 }
 
+void vc_max_lengths(const vc_case *c, int64_t *max_q, int64_t *max_k) {
+    *max_q = *max_k = 1;
+    for (int32_t b = 0; b < c->batch; ++b) {
+        if (c->len_q[b] > *max_q) *max_q = c->len_q[b];
+        if (c->len_k[b] > *max_k) *max_k = c->len_k[b];
+    }
+}
+
+vc_case vc_random_case(tu_rng *rng, int32_t max_batch, int32_t max_len_q, int32_t max_len_k) {
+    static const sk_dtype dtypes[3] = {SK_DTYPE_F16, SK_DTYPE_BF16, SK_DTYPE_F32};
+    int32_t lq[VC_MAXB], lk[VC_MAXB];
+    const int32_t batch = (int32_t)tu_rng_range(rng, 1, max_batch);
+    int64_t total_q = 0, total_k = 0;
+    for (int32_t b = 0; b < batch; ++b) {
+        /* Mostly short; now and then empty, or several blocks. */
+        const int64_t kind = tu_rng_range(rng, 0, 9);
+        lq[b] = (int32_t)(kind == 0  ? 0
+                          : kind < 7 ? tu_rng_range(rng, 1, max_len_q / 2)
+                                     : tu_rng_range(rng, max_len_q / 2, max_len_q));
+        lk[b] = (int32_t)(kind == 1 ? 0 : tu_rng_range(rng, 1, max_len_k));
+        total_q += lq[b];
+        total_k += lk[b];
+    }
+    if (total_q == 0) lq[0] = 1;
+    if (total_k == 0) lk[0] = 1;
+    vc_case c = vc_base_case(dtypes[tu_rng_range(rng, 0, 2)], batch, lq, lk);
+    c.heads_kv = tu_rng_range(rng, 1, 2);
+    c.heads_q = c.heads_kv * (int64_t)(1 << tu_rng_range(rng, 0, 3));
+    c.head_dim =
+        tu_rng_range(rng, 0, 3) == 0 ? tu_rng_range(rng, 1, 40) : 64 * tu_rng_range(rng, 1, 2);
+    c.bq = tu_rng_range(rng, 0, 1) ? 128 : 64;
+    c.bk = tu_rng_range(rng, 0, 1) ? 128 : 64;
+    c.causal = (int)tu_rng_range(rng, 0, 1);
+    c.density = tu_rng_uniform(rng);
+    const int64_t lh = tu_rng_range(rng, 0, 2);
+    c.layout_heads = (int32_t)(lh == 0 ? 1 : lh == 1 ? c.heads_kv : c.heads_q);
+    c.padded = (int)tu_rng_range(rng, 0, 1);
+    c.with_lse = tu_rng_range(rng, 0, 3) != 0;
+    c.call = (vc_call)tu_rng_range(rng, 0, 2);
+    c.extra_rows = (int32_t)(tu_rng_range(rng, 0, 2) == 0 ? tu_rng_range(rng, 1, 3) : 0);
+    c.scale = tu_rng_range(rng, 0, 1) ? 0.0f : (float)(0.05 + tu_rng_uniform(rng));
+    return c;
+}
+
 int vc_make(const vc_case *c, tu_rng *rng, vc_data *x) {
     memset(x, 0, sizeof *x);
     return make_layout(c, rng, x) && make_tensors(c, rng, x);
@@ -171,11 +215,7 @@ sk_status vc_call_varlen(const vc_case *c, vc_data *x) {
     desc.batch = c->batch;
     desc.total_q = x->total_q;
     desc.total_k = x->total_k;
-    desc.max_seqlen_q = desc.max_seqlen_k = 1;
-    for (int32_t b = 0; b < c->batch; ++b) {
-        if (c->len_q[b] > desc.max_seqlen_q) desc.max_seqlen_q = c->len_q[b];
-        if (c->len_k[b] > desc.max_seqlen_k) desc.max_seqlen_k = c->len_k[b];
-    }
+    vc_max_lengths(c, &desc.max_seqlen_q, &desc.max_seqlen_k);
     desc.heads_q = c->heads_q;
     desc.heads_kv = c->heads_kv;
     desc.head_dim = c->head_dim;

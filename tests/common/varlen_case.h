@@ -67,6 +67,17 @@ size_t vc_elem_size(sk_dtype t);
  * D 32, blocks 64, a full layout, LSE, sk_attention_varlen_forward. */
 vc_case vc_base_case(sk_dtype dtype, int32_t batch, const int32_t *lq, const int32_t *lk);
 
+/* A case with every option at random: 1 .. max_batch sequences, query
+ * lengths mostly up to max_len_q / 2, now and then up to max_len_q or 0,
+ * key lengths 1 .. max_len_k or 0 (totals at least 1), GQA 1 to 8, D odd
+ * or 64 or 128, blocks, causal, density, layout heads, strides, LSE, the
+ * call, spare layout rows, the scale. */
+vc_case vc_random_case(tu_rng *rng, int32_t max_batch, int32_t max_len_q, int32_t max_len_k);
+
+/* The longest query and key sequences (at least 1): the max_seqlen_q /
+ * max_seqlen_k of a descriptor. */
+void vc_max_lengths(const vc_case *c, int64_t *max_q, int64_t *max_k);
+
 /* *x (zeroed first): lengths, masks and the BSR (rows s * R +
  * row_start[b] + i), then the tensors (NaN first), drawn from rng. 0 when
  * out of memory (free *x with vc_data_free either way). */

@@ -151,11 +151,7 @@ static sk_status call_paged(const vc_case *c, vc_data *x, const paged_data *pd,
     desc.dtype = c->dtype;
     desc.batch = c->batch;
     desc.total_q = x->total_q;
-    desc.max_seqlen_q = desc.max_seqlen_k = 1;
-    for (int32_t b = 0; b < c->batch; ++b) {
-        if (c->len_q[b] > desc.max_seqlen_q) desc.max_seqlen_q = c->len_q[b];
-        if (c->len_k[b] > desc.max_seqlen_k) desc.max_seqlen_k = c->len_k[b];
-    }
+    vc_max_lengths(c, &desc.max_seqlen_q, &desc.max_seqlen_k);
     desc.heads_q = c->heads_q;
     desc.heads_kv = c->heads_kv;
     desc.head_dim = c->head_dim;
@@ -321,28 +317,7 @@ SK_TEST(paged_cpu_random_cases) {
     tu_rng rng;
     tu_rng_seed(&rng, case_seed(4, 999));
     for (int id = 0; id < 24; ++id) {
-        int32_t lq[VC_MAXB], lk[VC_MAXB];
-        const int32_t batch = (int32_t)tu_rng_range(&rng, 1, 7);
-        int64_t total_q = 0;
-        for (int32_t b = 0; b < batch; ++b) {
-            lk[b] = (int32_t)(tu_rng_range(&rng, 0, 7) == 0 ? 0 : tu_rng_range(&rng, 1, 400));
-            lq[b] = (int32_t)(tu_rng_range(&rng, 0, 7) == 0 ? 0 : tu_rng_range(&rng, 1, 200));
-            total_q += lq[b];
-        }
-        if (total_q == 0) lq[0] = 1;
-        vc_case c = vc_base_case(all_dtypes[tu_rng_range(&rng, 0, 2)], batch, lq, lk);
-        c.heads_kv = tu_rng_range(&rng, 1, 2);
-        c.heads_q = c.heads_kv * (int64_t)(1 << tu_rng_range(&rng, 0, 2));
-        c.head_dim = tu_rng_range(&rng, 0, 2) == 0 ? tu_rng_range(&rng, 1, 40) : 64;
-        c.bq = tu_rng_range(&rng, 0, 1) ? 128 : 64;
-        c.bk = tu_rng_range(&rng, 0, 1) ? 128 : 64;
-        c.causal = (int)tu_rng_range(&rng, 0, 1);
-        c.density = tu_rng_uniform(&rng);
-        const int64_t lh = tu_rng_range(&rng, 0, 2);
-        c.layout_heads = (int32_t)(lh == 0 ? 1 : lh == 1 ? c.heads_kv : c.heads_q);
-        c.padded = (int)tu_rng_range(&rng, 0, 1);
-        c.with_lse = tu_rng_range(&rng, 0, 3) != 0;
-        c.extra_rows = (int32_t)tu_rng_range(&rng, 0, 2);
+        const vc_case c = vc_random_case(&rng, 7, 200, 400);
         paged_opts po = base_opts(sizes[tu_rng_range(&rng, 0, 3)]);
         po.extra_pages = (int32_t)tu_rng_range(&rng, 0, 4);
         po.table_pad = (int32_t)tu_rng_range(&rng, 0, 3);

@@ -222,37 +222,7 @@ SK_TEST(varlen_cpu_random_cases) {
     tu_rng_seed(&rng, case_seed(5, 999));
     int compared = 0;
     for (int id = 0; id < 40; ++id) {
-        int32_t lq[VC_MAXB], lk[VC_MAXB];
-        const int32_t batch = (int32_t)tu_rng_range(&rng, 1, 8);
-        int64_t total_q = 0, total_k = 0;
-        for (int32_t b = 0; b < batch; ++b) {
-            /* Mostly short; now and then empty, or several blocks. */
-            const int64_t kind = tu_rng_range(&rng, 0, 9);
-            lq[b] = (int32_t)(kind == 0  ? 0
-                              : kind < 7 ? tu_rng_range(&rng, 1, 140)
-                                         : tu_rng_range(&rng, 140, 330));
-            lk[b] = (int32_t)(kind == 1 ? 0 : tu_rng_range(&rng, 1, 330));
-            total_q += lq[b];
-            total_k += lk[b];
-        }
-        if (total_q == 0) lq[0] = 1;
-        if (total_k == 0) lk[0] = 1;
-        vc_case c = vc_base_case(all_dtypes[tu_rng_range(&rng, 0, 2)], batch, lq, lk);
-        c.heads_kv = tu_rng_range(&rng, 1, 2);
-        c.heads_q = c.heads_kv * (int64_t)(1 << tu_rng_range(&rng, 0, 3));
-        c.head_dim = tu_rng_range(&rng, 0, 3) == 0 ? tu_rng_range(&rng, 1, 40)
-                                                   : 64 * tu_rng_range(&rng, 1, 2);
-        c.bq = tu_rng_range(&rng, 0, 1) ? 128 : 64;
-        c.bk = tu_rng_range(&rng, 0, 1) ? 128 : 64;
-        c.causal = (int)tu_rng_range(&rng, 0, 1);
-        c.density = tu_rng_uniform(&rng);
-        const int64_t lh = tu_rng_range(&rng, 0, 2);
-        c.layout_heads = (int32_t)(lh == 0 ? 1 : lh == 1 ? c.heads_kv : c.heads_q);
-        c.padded = (int)tu_rng_range(&rng, 0, 1);
-        c.with_lse = tu_rng_range(&rng, 0, 3) != 0;
-        c.call = (vc_call)tu_rng_range(&rng, 0, 2);
-        c.extra_rows = (int32_t)(tu_rng_range(&rng, 0, 2) == 0 ? tu_rng_range(&rng, 1, 3) : 0);
-        c.scale = tu_rng_range(&rng, 0, 1) ? 0.0f : (float)(0.05 + tu_rng_uniform(&rng));
+        const vc_case c = vc_random_case(&rng, 8, 330, 330);
         vc_outcome out;
         run_case(&c, case_seed(5, (uint64_t)id), &out);
         compared += out.bitwise_sequences;

@@ -19,10 +19,11 @@
 #include <string.h>
 
 #include "common/harness.h"
+#include "common/packed_fixture.h"
 #include "common/test_util.h"
 #include "sparsek.h"
 
-enum { SENTINEL = 0xA5, NBUF = 8, TOTAL_Q = 120, HQ = 4, HKV = 2, DIM = 16, PAGES = 8 };
+enum { NBUF = 8, TOTAL_Q = 120, HQ = 4, HKV = 2, DIM = 16, PAGES = 8 };
 
 typedef enum pcall { P_RUN, P_FORWARD, P_WORKSPACE_SIZE, P_PLAN, P_INIT } pcall;
 
@@ -40,20 +41,16 @@ static const char *const buf_names[NBUF] = {"q",   "k_cache",      "v_cache",   
 typedef struct pfix {
     sk_attention_paged_desc desc;
     const sk_attention_paged_desc *desc_arg;
-    int32_t offsets[7], indices[2];
-    sk_bsr layout;
+    pk_layout lay;
     const sk_bsr *layout_arg;
-    unsigned char *p[NBUF], *copy[NBUF];
-    size_t bytes[NBUF];
-    void *arg[NBUF];
-    int32_t off_copy[7], idx_copy[2];
+    pk_buffers b;
     size_t ws_bytes;
     size_t *ws_arg;
     size_t init_size;
 } pfix;
 
 static int32_t *ints(pfix *f, int which) {
-    return (int32_t *)(void *)f->p[which];
+    return (int32_t *)(void *)f->b.p[which];
 }
 
 static int fix_init(pfix *f) {
@@ -76,32 +73,16 @@ static int fix_init(pfix *f) {
     f->desc.page_table_stride = 6;
     const size_t qn = TOTAL_Q * HQ * DIM * 2, kn = PAGES * 32 * HKV * DIM * 2;
     const size_t bytes[NBUF] = {qn, kn, kn, qn, HQ * TOTAL_Q * 4, 16, 12, 3 * 6 * 4};
-    for (int i = 0; i < NBUF; ++i) {
-        f->bytes[i] = bytes[i];
-        f->p[i] = (unsigned char *)malloc(bytes[i] + 16);
-        f->copy[i] = (unsigned char *)malloc(bytes[i] + 16);
-        if (f->p[i] == NULL || f->copy[i] == NULL) return 0;
-        /* Inputs: small finite fp16 values (bytes below 0x40). */
-        for (size_t x = 0; x < bytes[i] + 16; ++x)
-            f->p[i][x] = i <= IV ? (unsigned char)(tu_rng_next(&rng) & 0x3f) : SENTINEL;
-        f->arg[i] = f->p[i];
-    }
+    if (!pk_alloc(&f->b, NBUF, bytes, buf_names, IV + 1, &rng)) return 0;
     const int32_t cu_q[4] = {0, 50, 50, 120}, lens[3] = {60, 130, 0};
     /* Sequence 0: pages 6, 1; sequence 1: 0, 2, 3, 4, 5; garbage elsewhere. */
     const int32_t table[18] = {6, 1, -1, 99, 7, 12345, 0, 2, 3, 4, 5, -9, 8, -2, 77, 1 << 30, 3, 0};
     memcpy(ints(f, ICUQ), cu_q, sizeof cu_q);
     memcpy(ints(f, ILENS), lens, sizeof lens);
     memcpy(ints(f, ITABLE), table, sizeof table);
-    const int32_t offsets[7] = {0, 1, 1, 1, 2, 2, 2}, indices[2] = {0, 0};
-    memcpy(f->offsets, offsets, sizeof offsets);
-    memcpy(f->indices, indices, sizeof indices);
-    const sk_grid grid = tu_grid(3 * 64, 130, 64, 64, 1, HKV);
-    f->layout.grid = grid;
-    f->layout.nnz = 2;
-    f->layout.row_offsets = f->offsets;
-    f->layout.col_indices = f->indices;
+    pk_layout_init(&f->lay);
     f->desc_arg = &f->desc;
-    f->layout_arg = &f->layout;
+    f->layout_arg = &f->lay.bsr;
     f->ws_bytes = 12345;
     f->ws_arg = &f->ws_bytes;
     f->init_size = sizeof(sk_attention_paged_desc);
@@ -109,11 +90,11 @@ static int fix_init(pfix *f) {
 }
 
 static void fix_free(pfix *f) {
-    for (int i = 0; i < NBUF; ++i) free(f->p[i]), free(f->copy[i]);
+    pk_free(&f->b);
 }
 
 static sk_status fix_call(pfix *f, pcall call) {
-    void *const *a = f->arg;
+    void *const *a = f->b.arg;
     const int32_t *cq = (const int32_t *)a[ICUQ], *lens = (const int32_t *)a[ILENS],
                   *table = (const int32_t *)a[ITABLE];
     switch (call) {
@@ -135,23 +116,10 @@ static sk_status fix_call(pfix *f, pcall call) {
 }
 
 static void expect2(pfix *f, pcall call, sk_status want, sk_status want2, const char *needle) {
-    for (int i = 0; i < NBUF; ++i) memcpy(f->copy[i], f->p[i], f->bytes[i] + 16);
-    memcpy(f->off_copy, f->offsets, sizeof f->offsets);
-    memcpy(f->idx_copy, f->indices, sizeof f->indices);
+    pk_snapshot(&f->b, &f->lay);
     const sk_attention_paged_desc desc_before = f->desc;
     const sk_status got = fix_call(f, call);
-    const char *msg = sk_last_error();
-    CHECK(got == want || (want2 != SK_STATUS_SUCCESS && got == want2), "%s: got %s, want %s (%s)",
-          pcall_name(call), sk_status_name(got), sk_status_name(want), msg);
-    CHECK(strstr(msg, pcall_name(call)) != NULL, "message does not name %s: \"%s\"",
-          pcall_name(call), msg);
-    CHECK(strstr(msg, needle) != NULL, "message does not mention \"%s\": \"%s\"", needle, msg);
-    for (int i = 0; i < NBUF; ++i)
-        CHECK(memcmp(f->copy[i], f->p[i], f->bytes[i] + 16) == 0, "%s: buffer %s was written",
-              pcall_name(call), buf_names[i]);
-    CHECK(memcmp(f->off_copy, f->offsets, sizeof f->offsets) == 0 &&
-              memcmp(f->idx_copy, f->indices, sizeof f->indices) == 0,
-          "%s: the layout arrays were written", pcall_name(call));
+    pk_expect(&f->b, &f->lay, pcall_name(call), got, want, want2, needle);
     CHECK(f->ws_bytes == 12345, "workspace_bytes was written: %zu", f->ws_bytes);
     if (call != P_INIT)
         CHECK(memcmp(&desc_before, &f->desc, sizeof desc_before) == 0, "desc was written");
@@ -189,12 +157,7 @@ SK_TEST(paged_bad_input_fixture_is_valid) {
               sk_last_error());
     }
     CHECK(f.ws_bytes == 0, "CPU workspace %zu", f.ws_bytes);
-    size_t untouched = 0;
-    for (size_t x = 0; x < f.bytes[IO]; x += 2)
-        untouched += f.p[IO][x] == SENTINEL && f.p[IO][x + 1] == SENTINEL;
-    static const unsigned char poison[4] = {SENTINEL, SENTINEL, SENTINEL, SENTINEL};
-    for (size_t x = 0; x < f.bytes[ILSE]; x += 4)
-        untouched += memcmp(f.p[ILSE] + x, poison, 4) == 0;
+    const size_t untouched = pk_untouched(&f.b, IO, 2) + pk_untouched(&f.b, ILSE, 4);
     CHECK(untouched == 0, "%zu elements of O and LSE not written", untouched);
     fix_free(&f);
 }
@@ -236,33 +199,33 @@ BAD_PAGED(v_cache_extent_overflow, P_FORWARD, SK_STATUS_BAD_PARAM_OVERFLOW, "v_c
 BAD_PAGED(cache_size_overflow, P_WORKSPACE_SIZE, SK_STATUS_BAD_PARAM_OVERFLOW,
           "num_pages x page_size", FIX->desc.num_pages = INT32_MAX;
           FIX->desc.heads_q = FIX->desc.heads_kv = 1 << 10; FIX->desc.head_dim = 1 << 30;
-          FIX->layout.grid.heads = 1)
+          FIX->lay.bsr.grid.heads = 1)
 BAD_PAGED(overlapping_o_strides, P_RUN, SK_STATUS_BAD_PARAM_STRIDE, "o stride over head",
           FIX->desc.o_strides[0] = 64;
           FIX->desc.o_strides[1] = 8)
 /* The layout's geometry. */
 BAD_PAGED(layout_batch_2, P_PLAN, SK_STATUS_BAD_LAYOUT_MISMATCH, "batch = 2",
-          FIX->layout.grid.batch = 2)
+          FIX->lay.bsr.grid.batch = 2)
 /* Pointers and alignment. */
 BAD_PAGED(null_seq_lens_k, P_RUN, SK_STATUS_BAD_PARAM_NULL_POINTER, "seq_lens_k",
-          FIX->arg[ILENS] = NULL)
+          FIX->b.arg[ILENS] = NULL)
 BAD_PAGED(null_page_table, P_PLAN, SK_STATUS_BAD_PARAM_NULL_POINTER, "page_table",
-          FIX->arg[ITABLE] = NULL)
+          FIX->b.arg[ITABLE] = NULL)
 BAD_PAGED(misaligned_page_table, P_FORWARD, SK_STATUS_BAD_PARAM_ALIGNMENT,
-          "page_table = ", FIX->arg[ITABLE] = FIX->p[ITABLE] + 2)
+          "page_table = ", FIX->b.arg[ITABLE] = FIX->b.p[ITABLE] + 2)
 BAD_PAGED(null_k_cache, P_RUN, SK_STATUS_BAD_PARAM_NULL_POINTER, "k_cache must not be NULL",
-          FIX->arg[IK] = NULL)
+          FIX->b.arg[IK] = NULL)
 BAD_PAGED(misaligned_v_cache, P_RUN, SK_STATUS_BAD_PARAM_ALIGNMENT,
-          "v_cache = ", FIX->arg[IV] = FIX->p[IV] + 1)
+          "v_cache = ", FIX->b.arg[IV] = FIX->b.p[IV] + 1)
 /* Aliasing (the full table is in test_aliasing.c). */
 BAD_PAGED(o_overlaps_k_cache, P_RUN, SK_STATUS_BAD_PARAM_STRIDE, "o overlaps k_cache",
-          FIX->arg[IO] = FIX->p[IK] + 16)
+          FIX->b.arg[IO] = FIX->b.p[IK] + 16)
 BAD_PAGED(lse_overlaps_page_table, P_FORWARD, SK_STATUS_BAD_PARAM_STRIDE, "lse overlaps page_table",
-          FIX->arg[ITABLE] = FIX->p[ILSE] + 8;
-          memcpy(FIX->p[ILSE] + 8, FIX->p[ITABLE], 72))
+          FIX->b.arg[ITABLE] = FIX->b.p[ILSE] + 8;
+          memcpy(FIX->b.p[ILSE] + 8, FIX->b.p[ITABLE], 72))
 BAD_PAGED(o_overlaps_seq_lens_k, P_RUN, SK_STATUS_BAD_PARAM_STRIDE, "o overlaps seq_lens_k",
-          FIX->arg[ILENS] = FIX->p[IO] + 4;
-          memcpy(FIX->p[IO] + 4, FIX->p[ILENS], 12))
+          FIX->b.arg[ILENS] = FIX->b.p[IO] + 4;
+          memcpy(FIX->b.p[IO] + 4, FIX->b.p[ILENS], 12))
 /* The arrays' content (host arrays on the CPU). */
 BAD_PAGED(cu_seqlens_q_last_not_total, P_RUN, SK_STATUS_BAD_PARAM_SHAPE, "total_q = 120",
           ints(FIX, ICUQ)[3] = 119)
@@ -279,9 +242,9 @@ BAD_PAGED(longer_sequence_reaches_a_garbage_entry, P_PLAN, SK_STATUS_BAD_PARAM_V
           "page_table[0][2] = -1", ints(FIX, ILENS)[0] = 65)
 /* Sequence 0 has one key block of 64 keys; index 1 would be a second. */
 BAD_PAGED(layout_index_past_sequence, P_RUN, SK_STATUS_BAD_LAYOUT_INDEX_RANGE,
-          "sequence 0 has len_k = 60", FIX->indices[0] = 1)
+          "sequence 0 has len_k = 60", FIX->lay.indices[0] = 1)
 BAD_PAGED(layout_count_differs_from_nnz, P_RUN, SK_STATUS_BAD_LAYOUT_COUNT, "nnz",
-          FIX->layout.nnz = 3)
+          FIX->lay.bsr.nnz = 3)
 
 /* The CUDA backends: the CPU's statuses for bad arguments, then
  * SK_STATUS_NOT_SUPPORTED (no kernels yet) or NOT_SUPPORTED_BACKEND; the
@@ -302,12 +265,12 @@ SK_TEST(paged_cuda_declines_before_the_device) {
         f.desc.page_size = 24;
         expect(&f, P_RUN, SK_STATUS_BAD_PARAM_VALUE, "page_size = 24");
         f.desc.page_size = 32;
-        f.arg[IO] = f.p[IV]; /* o overlaps v_cache */
+        f.b.arg[IO] = f.b.p[IV]; /* o overlaps v_cache */
         expect(&f, P_FORWARD, SK_STATUS_BAD_PARAM_STRIDE, "o overlaps v_cache");
-        f.arg[IO] = f.p[IO];
-        f.arg[IQ] = f.p[IQ] + 8; /* CUDA wants 16-byte tensors */
+        f.b.arg[IO] = f.b.p[IO];
+        f.b.arg[IQ] = f.b.p[IQ] + 8; /* CUDA wants 16-byte tensors */
         expect(&f, P_RUN, SK_STATUS_BAD_PARAM_ALIGNMENT, "q = ");
-        f.arg[IQ] = f.p[IQ];
+        f.b.arg[IQ] = f.b.p[IQ];
         ints(&f, ITABLE)[0] = -100; /* not read on the host */
         const pcall calls[4] = {P_RUN, P_FORWARD, P_WORKSPACE_SIZE, P_PLAN};
         for (int i = 0; i < 4; ++i)

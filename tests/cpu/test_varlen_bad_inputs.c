@@ -21,10 +21,11 @@
 #include <string.h>
 
 #include "common/harness.h"
+#include "common/packed_fixture.h"
 #include "common/test_util.h"
 #include "sparsek.h"
 
-enum { SENTINEL = 0xA5, NBUF = 7, TOTAL_Q = 120, TOTAL_K = 190, HQ = 4, HKV = 2, DIM = 16 };
+enum { NBUF = 7, TOTAL_Q = 120, TOTAL_K = 190, HQ = 4, HKV = 2, DIM = 16 };
 
 typedef enum vcall { V_RUN, V_FORWARD, V_WORKSPACE_SIZE, V_PLAN, V_INIT } vcall;
 
@@ -43,20 +44,16 @@ static const char *const buf_names[NBUF] = {"q",           "k", "v", "o", "lse",
 typedef struct vfix {
     sk_attention_varlen_desc desc;
     const sk_attention_varlen_desc *desc_arg;
-    int32_t offsets[7], indices[2]; /* the layout's arrays */
-    sk_bsr layout;
+    pk_layout lay;
     const sk_bsr *layout_arg;
-    unsigned char *p[NBUF], *copy[NBUF];
-    size_t bytes[NBUF];
-    void *arg[NBUF];
-    int32_t off_copy[7], idx_copy[2];
+    pk_buffers b;
     size_t ws_bytes;
     size_t *ws_arg;
     size_t init_size;
 } vfix;
 
 static int32_t *cu(vfix *f, int which) {
-    return (int32_t *)(void *)f->p[which];
+    return (int32_t *)(void *)f->b.p[which];
 }
 
 static int fix_init(vfix *f) {
@@ -76,30 +73,13 @@ static int fix_init(vfix *f) {
     f->desc.head_dim = DIM;
     const size_t qn = TOTAL_Q * HQ * DIM * 2, kn = TOTAL_K * HKV * DIM * 2;
     const size_t bytes[NBUF] = {qn, kn, kn, qn, HQ * TOTAL_Q * 4, 16, 16};
-    for (int i = 0; i < NBUF; ++i) {
-        f->bytes[i] = bytes[i];
-        f->p[i] = (unsigned char *)malloc(bytes[i] + 16);
-        f->copy[i] = (unsigned char *)malloc(bytes[i] + 16);
-        if (f->p[i] == NULL || f->copy[i] == NULL) return 0;
-        /* Inputs: small finite fp16 values (bytes below 0x40). */
-        for (size_t x = 0; x < bytes[i] + 16; ++x)
-            f->p[i][x] = i <= IV ? (unsigned char)(tu_rng_next(&rng) & 0x3f) : SENTINEL;
-        f->arg[i] = f->p[i];
-    }
+    if (!pk_alloc(&f->b, NBUF, bytes, buf_names, IV + 1, &rng)) return 0;
     const int32_t cu_q[4] = {0, 50, 50, 120}, cu_k[4] = {0, 60, 190, 190};
     memcpy(cu(f, ICUQ), cu_q, sizeof cu_q);
     memcpy(cu(f, ICUK), cu_k, sizeof cu_k);
-    /* Per slice: sequence 0's row {0}, sequence 2's two rows empty. */
-    const int32_t offsets[7] = {0, 1, 1, 1, 2, 2, 2}, indices[2] = {0, 0};
-    memcpy(f->offsets, offsets, sizeof offsets);
-    memcpy(f->indices, indices, sizeof indices);
-    const sk_grid grid = tu_grid(3 * 64, 130, 64, 64, 1, HKV);
-    f->layout.grid = grid;
-    f->layout.nnz = 2;
-    f->layout.row_offsets = f->offsets;
-    f->layout.col_indices = f->indices;
+    pk_layout_init(&f->lay);
     f->desc_arg = &f->desc;
-    f->layout_arg = &f->layout;
+    f->layout_arg = &f->lay.bsr;
     f->ws_bytes = 12345;
     f->ws_arg = &f->ws_bytes;
     f->init_size = sizeof(sk_attention_varlen_desc);
@@ -107,11 +87,11 @@ static int fix_init(vfix *f) {
 }
 
 static void fix_free(vfix *f) {
-    for (int i = 0; i < NBUF; ++i) free(f->p[i]), free(f->copy[i]);
+    pk_free(&f->b);
 }
 
 static sk_status fix_call(vfix *f, vcall call) {
-    void *const *a = f->arg;
+    void *const *a = f->b.arg;
     const int32_t *cq = (const int32_t *)a[ICUQ], *ck = (const int32_t *)a[ICUK];
     switch (call) {
     case V_RUN:
@@ -134,23 +114,10 @@ static sk_status fix_call(vfix *f, vcall call) {
 /* Call, then check status (want, or want2 when it is not SUCCESS),
  * message and untouched buffers, layout arrays and descriptor. */
 static void expect2(vfix *f, vcall call, sk_status want, sk_status want2, const char *needle) {
-    for (int i = 0; i < NBUF; ++i) memcpy(f->copy[i], f->p[i], f->bytes[i] + 16);
-    memcpy(f->off_copy, f->offsets, sizeof f->offsets);
-    memcpy(f->idx_copy, f->indices, sizeof f->indices);
+    pk_snapshot(&f->b, &f->lay);
     const sk_attention_varlen_desc desc_before = f->desc;
     const sk_status got = fix_call(f, call);
-    const char *msg = sk_last_error();
-    CHECK(got == want || (want2 != SK_STATUS_SUCCESS && got == want2), "%s: got %s, want %s (%s)",
-          vcall_name(call), sk_status_name(got), sk_status_name(want), msg);
-    CHECK(strstr(msg, vcall_name(call)) != NULL, "message does not name %s: \"%s\"",
-          vcall_name(call), msg);
-    CHECK(strstr(msg, needle) != NULL, "message does not mention \"%s\": \"%s\"", needle, msg);
-    for (int i = 0; i < NBUF; ++i)
-        CHECK(memcmp(f->copy[i], f->p[i], f->bytes[i] + 16) == 0, "%s: buffer %s was written",
-              vcall_name(call), buf_names[i]);
-    CHECK(memcmp(f->off_copy, f->offsets, sizeof f->offsets) == 0 &&
-              memcmp(f->idx_copy, f->indices, sizeof f->indices) == 0,
-          "%s: the layout arrays were written", vcall_name(call));
+    pk_expect(&f->b, &f->lay, vcall_name(call), got, want, want2, needle);
     CHECK(f->ws_bytes == 12345, "workspace_bytes was written: %zu", f->ws_bytes);
     if (call != V_INIT)
         CHECK(memcmp(&desc_before, &f->desc, sizeof desc_before) == 0, "desc was written");
@@ -190,14 +157,9 @@ SK_TEST(varlen_bad_input_fixture_is_valid) {
     CHECK(f.ws_bytes == 0, "CPU workspace %zu", f.ws_bytes);
     /* Every element of O and LSE was written (fp16 0xA5A5 is not a possible
      * result here; sequence 2's rows are O = 0, LSE = -inf). */
-    size_t untouched = 0;
-    for (size_t x = 0; x < f.bytes[IO]; x += 2)
-        untouched += f.p[IO][x] == SENTINEL && f.p[IO][x + 1] == SENTINEL;
-    static const unsigned char poison[4] = {SENTINEL, SENTINEL, SENTINEL, SENTINEL};
-    for (size_t x = 0; x < f.bytes[ILSE]; x += 4)
-        untouched += memcmp(f.p[ILSE] + x, poison, 4) == 0;
+    const size_t untouched = pk_untouched(&f.b, IO, 2) + pk_untouched(&f.b, ILSE, 4);
     CHECK(untouched == 0, "%zu elements of O and LSE not written", untouched);
-    const float *lse = (const float *)(void *)f.p[ILSE];
+    const float *lse = (const float *)(void *)f.b.p[ILSE];
     CHECK(isinf(lse[TOTAL_Q - 1]) && lse[TOTAL_Q - 1] < 0 && isfinite(lse[0]),
           "LSE of sequence 2 (no key) %g, of sequence 0 %g", (double)lse[TOTAL_Q - 1],
           (double)lse[0]);
@@ -248,41 +210,41 @@ BAD_VARLEN(stride_extent_overflow, V_RUN, SK_STATUS_BAD_PARAM_OVERFLOW, "k: exte
 BAD_VARLEN(size_overflow, V_WORKSPACE_SIZE, SK_STATUS_BAD_PARAM_OVERFLOW, "total_q x heads_q",
            FIX->desc.total_q = INT32_MAX;
            FIX->desc.heads_q = FIX->desc.heads_kv = 1 << 30; FIX->desc.head_dim = 1 << 20;
-           FIX->layout.grid.heads = 1)
+           FIX->lay.bsr.grid.heads = 1)
 /* The layout's geometry. */
 BAD_VARLEN(null_layout, V_PLAN, SK_STATUS_BAD_PARAM_NULL_POINTER, "layout", FIX->layout_arg = NULL)
 BAD_VARLEN(layout_batch_2, V_RUN, SK_STATUS_BAD_LAYOUT_MISMATCH, "batch = 2",
-           FIX->layout.grid.batch = 2)
+           FIX->lay.bsr.grid.batch = 2)
 BAD_VARLEN(layout_heads_3, V_RUN, SK_STATUS_BAD_LAYOUT_MISMATCH, "heads",
-           FIX->layout.grid.heads = 3)
+           FIX->lay.bsr.grid.heads = 3)
 BAD_VARLEN(layout_block_32, V_WORKSPACE_SIZE, SK_STATUS_BAD_PARAM_VALUE, "block_rows",
-           FIX->layout.grid.block_rows = 32)
+           FIX->lay.bsr.grid.block_rows = 32)
 BAD_VARLEN(null_workspace_bytes, V_WORKSPACE_SIZE, SK_STATUS_BAD_PARAM_NULL_POINTER,
            "workspace_bytes", FIX->ws_arg = NULL)
 /* Pointers and alignment. */
 BAD_VARLEN(null_cu_seqlens_q, V_RUN, SK_STATUS_BAD_PARAM_NULL_POINTER, "cu_seqlens_q",
-           FIX->arg[ICUQ] = NULL)
+           FIX->b.arg[ICUQ] = NULL)
 BAD_VARLEN(null_cu_seqlens_k_plan, V_PLAN, SK_STATUS_BAD_PARAM_NULL_POINTER, "cu_seqlens_k",
-           FIX->arg[ICUK] = NULL)
+           FIX->b.arg[ICUK] = NULL)
 BAD_VARLEN(misaligned_cu_seqlens_k, V_FORWARD, SK_STATUS_BAD_PARAM_ALIGNMENT,
-           "cu_seqlens_k = ", FIX->arg[ICUK] = FIX->p[ICUK] + 2)
+           "cu_seqlens_k = ", FIX->b.arg[ICUK] = FIX->b.p[ICUK] + 2)
 BAD_VARLEN(null_q, V_RUN, SK_STATUS_BAD_PARAM_NULL_POINTER, "q must not be NULL",
-           FIX->arg[IQ] = NULL)
+           FIX->b.arg[IQ] = NULL)
 BAD_VARLEN(null_o, V_FORWARD, SK_STATUS_BAD_PARAM_NULL_POINTER, "o must not be NULL",
-           FIX->arg[IO] = NULL)
+           FIX->b.arg[IO] = NULL)
 BAD_VARLEN(misaligned_q, V_RUN, SK_STATUS_BAD_PARAM_ALIGNMENT,
-           "q = ", FIX->arg[IQ] = FIX->p[IQ] + 1)
+           "q = ", FIX->b.arg[IQ] = FIX->b.p[IQ] + 1)
 BAD_VARLEN(misaligned_lse, V_RUN, SK_STATUS_BAD_PARAM_ALIGNMENT,
-           "lse = ", FIX->arg[ILSE] = FIX->p[ILSE] + 2)
+           "lse = ", FIX->b.arg[ILSE] = FIX->b.p[ILSE] + 2)
 /* Aliasing (the full table is in test_aliasing.c). */
 BAD_VARLEN(o_overlaps_q, V_RUN, SK_STATUS_BAD_PARAM_STRIDE, "o overlaps q",
-           FIX->arg[IO] = FIX->p[IQ] + 16)
+           FIX->b.arg[IO] = FIX->b.p[IQ] + 16)
 BAD_VARLEN(lse_overlaps_cu_seqlens_q, V_FORWARD, SK_STATUS_BAD_PARAM_STRIDE,
-           "lse overlaps cu_seqlens_q", FIX->arg[ICUQ] = FIX->p[ILSE] + 8;
-           memcpy(FIX->p[ILSE] + 8, FIX->p[ICUQ], 16))
+           "lse overlaps cu_seqlens_q", FIX->b.arg[ICUQ] = FIX->b.p[ILSE] + 8;
+           memcpy(FIX->b.p[ILSE] + 8, FIX->b.p[ICUQ], 16))
 BAD_VARLEN(o_overlaps_cu_seqlens_k, V_RUN, SK_STATUS_BAD_PARAM_STRIDE, "o overlaps cu_seqlens_k",
-           FIX->arg[ICUK] = FIX->p[IO] + 32;
-           memcpy(FIX->p[IO] + 32, FIX->p[ICUK], 16))
+           FIX->b.arg[ICUK] = FIX->b.p[IO] + 32;
+           memcpy(FIX->b.p[IO] + 32, FIX->b.p[ICUK], 16))
 /* The lengths (host arrays on the CPU: checked before anything is written). */
 BAD_VARLEN(cu_seqlens_q_first_not_0, V_RUN, SK_STATUS_BAD_PARAM_SHAPE, "cu_seqlens_q[0] = 1",
            cu(FIX, ICUQ)[0] = 1)
@@ -298,20 +260,20 @@ BAD_VARLEN(len_k_above_max, V_PLAN, SK_STATUS_BAD_PARAM_SHAPE, "sequence 1 has l
            FIX->desc.max_seqlen_k = 100)
 /* The layout's content. */
 BAD_VARLEN(layout_count_differs_from_nnz, V_RUN, SK_STATUS_BAD_LAYOUT_COUNT, "nnz",
-           FIX->layout.nnz = 1)
+           FIX->lay.bsr.nnz = 1)
 BAD_VARLEN(layout_index_past_grid, V_FORWARD, SK_STATUS_BAD_LAYOUT_INDEX_RANGE, "col_indices",
-           FIX->indices[1] = 3)
+           FIX->lay.indices[1] = 3)
 /* Sequence 0 has one key block; index 1 is inside the grid, not inside it. */
 BAD_VARLEN(layout_index_past_sequence, V_RUN, SK_STATUS_BAD_LAYOUT_INDEX_RANGE, "sequence 0",
-           FIX->indices[0] = 1)
+           FIX->lay.indices[0] = 1)
 /* Sequence 2 has no key: its row may not select any block. */
 BAD_VARLEN(layout_row_of_sequence_without_keys, V_PLAN, SK_STATUS_BAD_LAYOUT_INDEX_RANGE,
-           "sequence 2 has len_k = 0", FIX->offsets[1] = 0;
-           FIX->offsets[2] = 1)
+           "sequence 2 has len_k = 0", FIX->lay.offsets[1] = 0;
+           FIX->lay.offsets[2] = 1)
 /* Two rows per slice where the sequences need three. */
 BAD_VARLEN(layout_too_few_rows, V_RUN, SK_STATUS_BAD_LAYOUT_MISMATCH, "need 3",
-           FIX->layout.grid.rows = 2 * 64;
-           FIX->offsets[3] = 2; FIX->offsets[4] = 2)
+           FIX->lay.bsr.grid.rows = 2 * 64;
+           FIX->lay.offsets[3] = 2; FIX->lay.offsets[4] = 2)
 
 /* The CUDA backends: a bad argument gets the CPU's status (the core's
  * checks come first); the valid call, SK_STATUS_NOT_SUPPORTED (no kernels
@@ -334,15 +296,15 @@ SK_TEST(varlen_cuda_declines_before_the_device) {
         f.desc.head_dim = 0;
         expect(&f, V_RUN, SK_STATUS_BAD_PARAM_SHAPE, "head_dim");
         f.desc.head_dim = DIM;
-        f.layout.grid.batch = 3;
+        f.lay.bsr.grid.batch = 3;
         expect(&f, V_WORKSPACE_SIZE, SK_STATUS_BAD_LAYOUT_MISMATCH, "batch = 3");
-        f.layout.grid.batch = 1;
-        f.arg[IO] = f.p[IQ]; /* o overlaps q */
+        f.lay.bsr.grid.batch = 1;
+        f.b.arg[IO] = f.b.p[IQ]; /* o overlaps q */
         expect(&f, V_FORWARD, SK_STATUS_BAD_PARAM_STRIDE, "o overlaps q");
-        f.arg[IO] = f.p[IO];
-        f.arg[IK] = f.p[IK] + 2; /* CUDA wants 16-byte tensors */
+        f.b.arg[IO] = f.b.p[IO];
+        f.b.arg[IK] = f.b.p[IK] + 2; /* CUDA wants 16-byte tensors */
         expect(&f, V_RUN, SK_STATUS_BAD_PARAM_ALIGNMENT, "k = ");
-        f.arg[IK] = f.p[IK];
+        f.b.arg[IK] = f.b.p[IK];
         cu(&f, ICUQ)[3] = 7; /* not read on the host */
         const vcall calls[4] = {V_RUN, V_FORWARD, V_WORKSPACE_SIZE, V_PLAN};
         for (int i = 0; i < 4; ++i)
