@@ -22,12 +22,13 @@ from ctypes import byref, sizeof
 
 import numpy as np
 
-from ._arrays import adapt, check_family, is_torch, outer_strides
+from ._arrays import is_torch, outer_strides
 from ._cvalues import as_int, int32, int64
 from ._lib import Backend, F, SkAttentionPagedDesc, check
 from .varlen import (
     _token_strides,
     check_layout_lengths,
+    check_packed_tensors,
     fill_common,
     int32_args,
     launch,
@@ -35,29 +36,6 @@ from .varlen import (
     out_and_lse,
     packed_call_options,
 )
-
-
-def _check_tensors(q, k_cache, v_cache):
-    aq, ak, av = adapt(q, "q"), adapt(k_cache, "k_cache"), adapt(v_cache, "v_cache")
-    check_family((aq, ak, av))
-    if len(aq.shape) != 3:
-        raise ValueError(f"q must have 3 dimensions [total_q, Hq, D]; got shape {aq.shape}")
-    for a, name in ((ak, "k_cache"), (av, "v_cache")):
-        if len(a.shape) != 4:
-            raise ValueError(f"{name} must have 4 dimensions [num_pages, page_size, Hkv, D]; got shape {a.shape}")
-    if not (aq.dtype == ak.dtype == av.dtype):
-        raise TypeError(f"q, k_cache, v_cache dtypes differ: {aq.dtype_name}, {ak.dtype_name}, {av.dtype_name}")
-    if not (aq.device == ak.device == av.device):
-        raise ValueError(f"q, k_cache, v_cache are on different devices: {aq.device}, {ak.device}, {av.device}")
-    if ak.shape != av.shape:
-        raise ValueError(f"k_cache {ak.shape} and v_cache {av.shape} must have the same shape")
-    if ak.shape[3] != aq.shape[2]:
-        raise ValueError(f"head_dim differs: q has {aq.shape[2]}, the caches {ak.shape[3]}")
-    if min(aq.shape) < 1 or min(ak.shape) < 1:
-        raise ValueError(f"every dimension must be >= 1: q {aq.shape}, k_cache {ak.shape}")
-    if aq.shape[1] % ak.shape[2]:
-        raise ValueError(f"q heads ({aq.shape[1]}) must be a multiple of the caches' heads ({ak.shape[2]})")
-    return aq, ak, av
 
 
 def attention_paged(
@@ -76,7 +54,9 @@ def attention_paged(
     causal: bottom-right per sequence (chunked prefill). Returns out, or
     (out, lse) with lse float32 [Hq, total_q].
     """
-    aq, ak, av = _check_tensors(q, k_cache, v_cache)
+    aq, ak, av = check_packed_tensors(
+        q, k_cache, v_cache, ("q", "k_cache", "v_cache"), "[num_pages, page_size, Hkv, D]"
+    )
     be, sc = packed_call_options(q, k_cache, v_cache, aq, layout, scale, backend, "attention_paged")
     (cu_q, lens, table), ptrs = int32_args(
         be, aq, [(cu_seqlens_q, "cu_seqlens_q", 1), (seq_lens_k, "seq_lens_k", 1), (page_table, "page_table", 2)]

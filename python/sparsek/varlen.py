@@ -33,21 +33,32 @@ from .attention import _empty_like, _empty_lse, _options, needs_grad
 from .layout import Grid, Layout, _block_pair, bsr_view
 
 
-def _host_lengths(cu, name: str) -> np.ndarray:
-    """A host length array as a packed int32 numpy array [B + 1] (content:
-    the library's check)."""
-    if is_torch(cu):
-        if cu.device.type != "cpu":
-            raise ValueError(f"{name} is on {cu.device}; the CPU backend needs host lengths")
-        cu = cu.detach().numpy()
-    a = np.asarray(cu)
-    if a.ndim != 1 or a.size < 2:
-        raise ValueError(f"{name} must be 1-D with B + 1 >= 2 entries; got shape {a.shape}")
+def _host_int32(x, name: str, ndim: int, min_size: int, what: str) -> np.ndarray:
+    """A host integer array (numpy, torch CPU, list) as a packed int32
+    numpy array of ndim dimensions (content: the library's check)."""
+    if is_torch(x):
+        if x.device.type != "cpu":
+            raise ValueError(f"{name} is on {x.device}; the CPU backend needs host arrays")
+        x = x.detach().numpy()
+    a = np.asarray(x)
+    if a.ndim != ndim or a.size < min_size:
+        raise ValueError(f"{name} must be {what}; got shape {a.shape}")
     if a.dtype.kind not in "iu":
         raise TypeError(f"{name}.dtype = {a.dtype} must be an integer type")
     if a.min() < -(2**31) or a.max() >= 2**31:
         raise ValueError(f"{name} has values outside int32")
     return packed(a, np.int32)
+
+
+def _host_lengths(cu, name: str) -> np.ndarray:
+    """A host length array [B + 1] as packed int32."""
+    return _host_int32(cu, name, 1, 2, "1-D with B + 1 >= 2 entries")
+
+
+def _host_pair(cu_seqlens_q, cu_seqlens_k) -> tuple:
+    """Both host length arrays; cu_seqlens_k None means cu_seqlens_q's."""
+    cu_q = _host_lengths(cu_seqlens_q, "cu_seqlens_q")
+    return cu_q, cu_q if cu_seqlens_k is None else _host_lengths(cu_seqlens_k, "cu_seqlens_k")
 
 
 def _vgrid(cu_q: np.ndarray, cu_k: np.ndarray, block, heads) -> SkVarlenGrid:
@@ -64,8 +75,7 @@ def _vgrid(cu_q: np.ndarray, cu_k: np.ndarray, block, heads) -> SkVarlenGrid:
 
 def varlen_layout_grid(cu_seqlens_q, cu_seqlens_k=None, *, block=128, heads=1) -> Grid:
     """The grid of the layout the builders make (sk_varlen_layout_grid)."""
-    cu_q = _host_lengths(cu_seqlens_q, "cu_seqlens_q")
-    cu_k = cu_q if cu_seqlens_k is None else _host_lengths(cu_seqlens_k, "cu_seqlens_k")
+    cu_q, cu_k = _host_pair(cu_seqlens_q, cu_seqlens_k)
     out = SkGrid()
     check(F.sk_varlen_layout_grid(byref(_vgrid(cu_q, cu_k, block, heads)), byref(out)))
     return Grid(out.rows, out.cols, out.block_rows, out.block_cols, out.batch, out.heads)
@@ -96,8 +106,7 @@ class VarlenLayout(Layout):
 
     @classmethod
     def _build(cls, fn, cu_seqlens_q, cu_seqlens_k, block, heads, *args) -> "VarlenLayout":
-        cu_q = _host_lengths(cu_seqlens_q, "cu_seqlens_q")
-        cu_k = cu_q if cu_seqlens_k is None else _host_lengths(cu_seqlens_k, "cu_seqlens_k")
+        cu_q, cu_k = _host_pair(cu_seqlens_q, cu_seqlens_k)
         g = _vgrid(cu_q, cu_k, block, heads)
         self = cls._create(fn, byref(g), *args)
         self._cu_q, self._cu_k = cu_q.copy(), cu_k.copy()
@@ -146,8 +155,7 @@ class VarlenLayout(Layout):
     def from_masks(cls, masks, cu_seqlens_q, cu_seqlens_k=None, *, block=128, heads=1) -> "VarlenLayout":
         """From one 0/1 block mask per sequence, [heads, nb_q, nb_k] (or
         [nb_q, nb_k] when heads is 1); any non-zero selects the block."""
-        cu_q = _host_lengths(cu_seqlens_q, "cu_seqlens_q")
-        cu_k = cu_q if cu_seqlens_k is None else _host_lengths(cu_seqlens_k, "cu_seqlens_k")
+        cu_q, cu_k = _host_pair(cu_seqlens_q, cu_seqlens_k)
         br, bc = _block_pair(block)
         masks = list(masks)
         if len(masks) != cu_q.size - 1:
@@ -195,8 +203,7 @@ class VarlenLayout(Layout):
         """A validated copy of a varlen BSR given as arrays (row_offsets
         [heads * R + 1], col_indices [nnz]); R = row_blocks, by default the
         rows the sequences need."""
-        cu_q = _host_lengths(cu_seqlens_q, "cu_seqlens_q")
-        cu_k = cu_q if cu_seqlens_k is None else _host_lengths(cu_seqlens_k, "cu_seqlens_k")
+        cu_q, cu_k = _host_pair(cu_seqlens_q, cu_seqlens_k)
         g = varlen_layout_grid(cu_q, cu_k, block=block, heads=heads)
         if row_blocks is not None:
             g = g._replace(rows=as_int(row_blocks, "row_blocks") * g.block_rows)
@@ -284,24 +291,30 @@ def _token_strides(a: Arr, name: str) -> tuple:
     return tuple(st)
 
 
-def _check_qkv(q, k, v):
-    aq, ak, av = adapt(q, "q"), adapt(k, "k"), adapt(v, "v")
+def check_packed_tensors(q, k, v, names=("q", "k", "v"), kv_what="[total_k, Hkv, D]"):
+    """q [total_q, Hq, D] and k, v of the shape kv_what (varlen: packed
+    [total_k, Hkv, D]; paged: caches [num_pages, page_size, Hkv, D]): one
+    family, dtype and device, the same head_dim, Hq a multiple of Hkv."""
+    aq, ak, av = (adapt(x, name) for x, name in zip((q, k, v), names))
     check_family((aq, ak, av))
-    for a, name, what in ((aq, "q", "[total_q, Hq, D]"), (ak, "k", "[total_k, Hkv, D]"), (av, "v", "[total_k, Hkv, D]")):
-        if len(a.shape) != 3:
-            raise ValueError(f"{name} must have 3 dimensions {what}; got shape {a.shape}")
+    if len(aq.shape) != 3:
+        raise ValueError(f"{names[0]} must have 3 dimensions [total_q, Hq, D]; got shape {aq.shape}")
+    kv_ndim = kv_what.count(",") + 1
+    for a, name in ((ak, names[1]), (av, names[2])):
+        if len(a.shape) != kv_ndim:
+            raise ValueError(f"{name} must have {kv_ndim} dimensions {kv_what}; got shape {a.shape}")
     if not (aq.dtype == ak.dtype == av.dtype):
-        raise TypeError(f"q, k, v dtypes differ: {aq.dtype_name}, {ak.dtype_name}, {av.dtype_name}")
+        raise TypeError(f"{', '.join(names)} dtypes differ: {aq.dtype_name}, {ak.dtype_name}, {av.dtype_name}")
     if not (aq.device == ak.device == av.device):
-        raise ValueError(f"q, k, v are on different devices: {aq.device}, {ak.device}, {av.device}")
+        raise ValueError(f"{', '.join(names)} are on different devices: {aq.device}, {ak.device}, {av.device}")
     if ak.shape != av.shape:
-        raise ValueError(f"k {ak.shape} and v {av.shape} must have the same shape [total_k, Hkv, D]")
-    if ak.shape[2] != aq.shape[2]:
-        raise ValueError(f"head_dim differs: q has {aq.shape[2]}, k and v have {ak.shape[2]}")
+        raise ValueError(f"{names[1]} {ak.shape} and {names[2]} {av.shape} must have the same shape {kv_what}")
+    if ak.shape[-1] != aq.shape[2]:
+        raise ValueError(f"head_dim differs: {names[0]} has {aq.shape[2]}, {names[1]} and {names[2]} {ak.shape[-1]}")
     if min(aq.shape) < 1 or min(ak.shape) < 1:
-        raise ValueError(f"every dimension must be >= 1: q {aq.shape}, k {ak.shape}")
-    if aq.shape[1] % ak.shape[1]:
-        raise ValueError(f"q heads ({aq.shape[1]}) must be a multiple of k/v heads ({ak.shape[1]})")
+        raise ValueError(f"every dimension must be >= 1: {names[0]} {aq.shape}, {names[1]} {ak.shape}")
+    if aq.shape[1] % ak.shape[-2]:
+        raise ValueError(f"{names[0]} heads ({aq.shape[1]}) must be a multiple of {names[1]} heads ({ak.shape[-2]})")
     return aq, ak, av
 
 
@@ -322,26 +335,13 @@ def int32_args(be, aq: Arr, args):
     them: packed host arrays (numpy) on the CPU, tensors on q's device on
     CUDA. Returns (arrays, their addresses)."""
     if be == Backend.CPU:
-        arrays = [_host_lengths(x, name) if ndim == 1 else _host_table(x, name) for x, name, ndim in args]
+        arrays = [
+            _host_lengths(x, name) if ndim == 1 else _host_int32(x, name, 2, 1, "2-D [B, max_pages]")
+            for x, name, ndim in args
+        ]
         return arrays, [a.ctypes.data for a in arrays]
     arrays = [_device_int32(x, name, aq, ndim) for x, name, ndim in args]
     return arrays, [a.data_ptr() for a in arrays]
-
-
-def _host_table(x, name: str) -> np.ndarray:
-    """A host 2-D int32 table (a page table), packed."""
-    if is_torch(x):
-        if x.device.type != "cpu":
-            raise ValueError(f"{name} is on {x.device}; the CPU backend needs a host table")
-        x = x.detach().numpy()
-    a = np.asarray(x)
-    if a.ndim != 2 or a.size < 1:
-        raise ValueError(f"{name} must be 2-D [B, max_pages]; got shape {a.shape}")
-    if a.dtype.kind not in "iu":
-        raise TypeError(f"{name}.dtype = {a.dtype} must be an integer type")
-    if a.min() < -(2**31) or a.max() >= 2**31:
-        raise ValueError(f"{name} has values outside int32")
-    return packed(a, np.int32)
 
 
 def packed_call_options(q, k, v, aq: Arr, layout, scale, backend, what: str):
@@ -431,7 +431,7 @@ def attention_varlen(
     Returns out, or (out, lse) with lse float32 [Hq, total_q] (natural log;
     -inf and O = 0 for a query with no admissible key).
     """
-    aq, ak, av = _check_qkv(q, k, v)
+    aq, ak, av = check_packed_tensors(q, k, v)
     be, sc = packed_call_options(q, k, v, aq, layout, scale, backend, "attention_varlen")
     (cu_q, cu_k), ptrs = int32_args(be, aq, [(cu_seqlens_q, "cu_seqlens_q", 1), (cu_seqlens_k, "cu_seqlens_k", 1)])
     if len(cu_q) != len(cu_k):

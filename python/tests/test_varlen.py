@@ -13,18 +13,9 @@ import pytest
 import sparsek
 from sparsek import Layout, SparseKError, VarlenLayout
 
-from conftest import assert_close_rule, requires_cuda, requires_torch, seeded_rng
+from conftest import assert_close_rule, cu_of, float_dtypes, requires_cuda, requires_torch, seeded_rng
 
-try:
-    import ml_dtypes
-except ImportError:  # optional
-    ml_dtypes = None
-
-DTYPES = [np.float32, np.float16] + ([ml_dtypes.bfloat16] if ml_dtypes is not None else [])
-
-
-def cu_of(lens):
-    return np.concatenate([[0], np.cumsum(lens)]).astype(np.int32)
+DTYPES = float_dtypes()
 
 
 LENS_Q = [100, 0, 200, 1, 64, 130]
