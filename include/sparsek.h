@@ -451,6 +451,301 @@ SK_API sk_status sk_attention_forward(const sk_attention_desc *desc, const sk_bs
                                       struct CUstream_st *stream);
 
 /* ---------------------------------------------------------------------------
+ * Varlen batches: sequences of different lengths, packed
+ * ---------------------------------------------------------------------------
+ * B sequences packed along the token axis, as FlashAttention's and
+ * flashinfer's varlen calls take them (element strides over [token, head];
+ * D is contiguous):
+ *   Q   [total_q, Hq,  D]   sequence b's queries: rows cu_seqlens_q[b] .. cu_seqlens_q[b+1]-1
+ *   K   [total_k, Hkv, D]   its keys: rows cu_seqlens_k[b] .. cu_seqlens_k[b+1]-1
+ *   V   [total_k, Hkv, D]
+ *   O   [total_q, Hq,  D]
+ *   LSE [Hq, total_q]  fp32 contiguous, natural log; may be NULL. This is
+ *                      FlashAttention's varlen order: each head's entries
+ *                      are one run of total_q floats, as the fixed batch's
+ *                      [B, Hq, Sq] with B = 1 and Sq = total_q.
+ *   cu_seqlens_q, cu_seqlens_k  int32 [B + 1]: 0 first, non-decreasing,
+ *                      total_q (total_k) last; where the tensors are
+ *                      (host memory on the CPU backend, device memory on CUDA).
+ * len_q(b) = cu_seqlens_q[b+1] - cu_seqlens_q[b] <= max_seqlen_q and
+ * len_k(b) likewise (<= max_seqlen_k); either may be 0. Each sequence is
+ * the fixed-batch attention above with B = 1, Sq = len_q(b), Sk = len_k(b),
+ * on its own tokens: causal is bottom-right per sequence (key k visible to
+ * query q iff k <= q + len_k(b) - len_q(b)), tails are per sequence, and a
+ * query with no admissible key (an empty layout row, a sequence with no
+ * key, causal rows before len_q(b) - len_k(b)) gets O = 0, LSE = -inf.
+ *
+ * The layout: ONE sk_bsr over the query blocks of all sequences, in order.
+ * Sequence b owns nb_q(b) = ceil(len_q(b) / block_rows) consecutive block
+ * rows, from row_start(b) = nb_q(0) + ... + nb_q(b-1) on; its query block i
+ * (its tokens i*block_rows ..) is layout row row_start(b) + i, whose
+ * col_indices are the sequence's own key blocks, 0-based, each below
+ * nb_k(b) = ceil(len_k(b) / block_cols). Its grid:
+ *   rows   R * block_rows, with R >= row_start(B) block rows (the rows past
+ *          row_start(B) are never read: a caller may size R for the most
+ *          rows any lengths can need, sk_varlen_max_row_blocks);
+ *   cols   >= 1, bounding the indices (the builders: the longest len_k);
+ *   batch  1 (the sequences are rows);
+ *   heads  1, Hkv or Hq as for the fixed batch: head slice s holds rows
+ *          s * R .. s * R + R - 1.
+ * One BSR keeps every layout tool (validation, views, masks, uploads,
+ * device layouts) and lets the GPU find a sequence's rows from a prefix sum
+ * of nb_q (docs/perf/varlen_paged.md).
+ *
+ * Checks. The host knows capacities only (B, total_q, total_k, max_seqlen_q,
+ * max_seqlen_k, the layout's grid): workspace sizes and plans never read
+ * the length arrays on the host. On the CPU backend the plan and the run
+ * check the lengths (the rules above: SK_STATUS_BAD_PARAM_SHAPE naming the
+ * entry) and the layout against them (R too small: BAD_LAYOUT_MISMATCH; an
+ * index at or past nb_k(b): BAD_LAYOUT_INDEX_RANGE), with everything else,
+ * before anything is written. On CUDA the kernels cannot check device
+ * arrays; they will never read or write outside the tensors and the layout
+ * for ANY content: each sequence's start is clamped to [0, total] and its
+ * end to [start, total], its length to max_seqlen; rows past R are skipped
+ * (their queries' O and LSE are then unspecified, possibly unwritten);
+ * column indices at or past the sequence's nb_k(b) are skipped as absent
+ * (as "Robustness" above says for every layout).
+ *
+ * Backends: the CPU reference now; on the CUDA backends every call makes
+ * all the argument checks above, then answers SK_STATUS_NOT_SUPPORTED
+ * (the kernels are a later step), so a bad argument gets the same status
+ * on every backend.
+ */
+
+/* A varlen problem's sequences, as the layout builders need them: host
+ * arrays, blocks and head slices. A plain value type (the arrays are
+ * borrowed for the call). */
+typedef struct sk_varlen_grid {
+    int32_t batch;               /* B >= 1 sequences */
+    int32_t block_rows;          /* 64 or 128 */
+    int32_t block_cols;          /* 64 or 128 */
+    int32_t heads;               /* layout slices over heads: 1, Hkv or Hq */
+    const int32_t *cu_seqlens_q; /* [B + 1] host: 0, non-decreasing */
+    const int32_t *cu_seqlens_k; /* [B + 1] host: 0, non-decreasing */
+} sk_varlen_grid;
+
+/* The sk_grid of the varlen layout the builders make for `grid`: rows =
+ * max(row_start(B), 1) * block_rows, cols = max(longest len_k, 1), batch
+ * 1, heads; checked as sk_grid_blocks checks (counts fit int32), with the
+ * length arrays (SK_STATUS_BAD_PARAM_SHAPE naming the entry). */
+SK_API sk_status sk_varlen_layout_grid(const sk_varlen_grid *grid, sk_grid *layout_grid);
+
+/* The most block rows B sequences of total_q tokens, none longer than
+ * max_seqlen_q, can need: an R that fits every such length array, for
+ * layout buffers made before the lengths are known (a CUDA graph). It is
+ * min(B * ceil(max_seqlen_q / block_rows), floor((total_q + B * (block_rows
+ * - 1)) / block_rows), total_q), at least 1. */
+SK_API sk_status sk_varlen_max_row_blocks(int64_t batch, int64_t total_q, int64_t max_seqlen_q,
+                                          int32_t block_rows, int32_t *row_blocks);
+
+/* Check a host varlen layout completely: sk_layout_validate's checks, its
+ * grid against `grid` (block sizes, heads, batch 1: BAD_LAYOUT_MISMATCH),
+ * the lengths, R >= row_start(B), and every index of sequence b's rows
+ * below nb_k(b) (BAD_LAYOUT_INDEX_RANGE naming the sequence and row). */
+SK_API sk_status sk_layout_validate_varlen(const sk_bsr *layout, const sk_varlen_grid *grid);
+
+/* Varlen builders: each sequence gets the pattern of the fixed-batch
+ * builder of the same name over its own grid (len_q(b) x len_k(b) tokens,
+ * bottom-right alignment within the sequence; a sequence with no query has
+ * no row, one with no key has empty rows), every head slice the same
+ * pattern except random, which draws per slice and row (reproducible from
+ * seed). The layout's grid is sk_varlen_layout_grid's. *out as the fixed
+ * builders (untouched on failure). */
+SK_API sk_status sk_layout_create_varlen_dense(sk_layout_t *out, const sk_varlen_grid *grid);
+SK_API sk_status sk_layout_create_varlen_causal(sk_layout_t *out, const sk_varlen_grid *grid);
+SK_API sk_status sk_layout_create_varlen_window(sk_layout_t *out, const sk_varlen_grid *grid,
+                                                int64_t left, int64_t right);
+SK_API sk_status sk_layout_create_varlen_sinks_window(sk_layout_t *out,
+                                                      const sk_varlen_grid *grid,
+                                                      int64_t sink_tokens, int64_t window_tokens);
+SK_API sk_status sk_layout_create_varlen_random(sk_layout_t *out, const sk_varlen_grid *grid,
+                                                int32_t k, uint64_t seed, int causal);
+
+/* From per-sequence 0/1 block masks, uint8, one after another: sequence
+ * b's mask is [heads, nb_q(b), nb_k(b)] contiguous (no bytes for a
+ * sequence with no query or no key); any non-zero byte selects the block.
+ * mask_bytes: at least heads x the sum of nb_q(b) x nb_k(b). */
+SK_API sk_status sk_layout_create_varlen_from_masks(sk_layout_t *out, const sk_varlen_grid *grid,
+                                                    const uint8_t *masks, size_t mask_bytes);
+
+/* From per-sequence host layouts: layouts[b] (b < B) is NULL (no block for
+ * that sequence) or a valid layout whose grid is exactly len_q(b) x
+ * len_k(b) tokens, grid's block sizes, batch 1 and grid's heads (a
+ * sequence with no query or no key can only be NULL). */
+SK_API sk_status sk_layout_create_varlen_from_layouts(sk_layout_t *out, const sk_varlen_grid *grid,
+                                                      const sk_bsr *const *layouts);
+
+typedef struct sk_attention_varlen_desc {
+    size_t struct_size;   /* sizeof(sk_attention_varlen_desc); set by its init */
+    sk_backend backend;   /* default SK_BACKEND_CUDA */
+    sk_dtype dtype;       /* Q, K, V and O: F16 or BF16; F32 on the CPU only. Default F16 */
+    int64_t batch;        /* B >= 1 sequences (fits int32) */
+    int64_t total_q;      /* rows of Q and O, 1 .. INT32_MAX (= cu_seqlens_q[B]) */
+    int64_t total_k;      /* rows of K and V, 1 .. INT32_MAX (= cu_seqlens_k[B]) */
+    int64_t max_seqlen_q; /* >= every len_q(b); 1 .. INT32_MAX */
+    int64_t max_seqlen_k; /* >= every len_k(b); 1 .. INT32_MAX */
+    int64_t heads_q;      /* Hq >= 1, a multiple of heads_kv */
+    int64_t heads_kv;     /* Hkv >= 1 */
+    int64_t head_dim;     /* D */
+    float scale;          /* as sk_attention_desc: 0 (default) means 1/sqrt(D) */
+    sk_mask mask;         /* default SK_MASK_NONE; causal is per sequence */
+    /* Element strides over [token, head]; both zero (the default) means
+     * packed [total, H, D]. As sk_attention_desc: inputs >= 0, O's make no
+     * two elements share memory; CUDA: 16-byte multiples. */
+    int64_t q_strides[2]; /* Q [total_q, Hq, D] */
+    int64_t k_strides[2]; /* K [total_k, Hkv, D] */
+    int64_t v_strides[2]; /* V [total_k, Hkv, D] */
+    int64_t o_strides[2]; /* O [total_q, Hq, D] */
+} sk_attention_varlen_desc;
+
+/* Fill *desc with the defaults above (all sizes 0, to be set). */
+SK_API sk_status sk_attention_varlen_desc_init(sk_attention_varlen_desc *desc,
+                                               size_t struct_size);
+
+/* Bytes of device workspace for this descriptor and layout geometry (no
+ * array is read). 0 for the CPU backend. */
+SK_API sk_status sk_attention_varlen_workspace_size(const sk_attention_varlen_desc *desc,
+                                                    const sk_bsr *layout,
+                                                    size_t *workspace_bytes);
+
+/* Enqueue the planning of a run (on the GPU it will read the lengths and the
+ * layout's row offsets there: graph safe; re-plan when either changes). On
+ * the CPU: the checks (lengths and layout included), nothing else. */
+SK_API sk_status sk_attention_varlen_plan(const sk_attention_varlen_desc *desc,
+                                          const sk_bsr *layout, const int32_t *cu_seqlens_q,
+                                          const int32_t *cu_seqlens_k, void *workspace,
+                                          size_t workspace_size, struct CUstream_st *stream);
+
+/* Enqueue the varlen forward, using the plan in `workspace`.
+ *   q   [total_q, Hq, D]   dtype, desc->q_strides
+ *   k   [total_k, Hkv, D]  dtype, desc->k_strides
+ *   v   [total_k, Hkv, D]  dtype, desc->v_strides
+ *   o   [total_q, Hq, D]   dtype, desc->o_strides; written (every row)
+ *   lse [Hq, total_q]      fp32 contiguous; written; may be NULL
+ * Aliasing: o and lse against every other buffer, the layout arrays and
+ * cu_seqlens_q / cu_seqlens_k ([B + 1] int32 each) included. Allocates
+ * nothing on the device and never synchronises (CUDA-graph safe); the CPU
+ * backend is synchronous and may allocate host scratch
+ * (SK_STATUS_ALLOC_FAILED, nothing written, when that fails). */
+SK_API sk_status sk_attention_varlen_run(const sk_attention_varlen_desc *desc,
+                                         const sk_bsr *layout, const int32_t *cu_seqlens_q,
+                                         const int32_t *cu_seqlens_k, const void *q,
+                                         const void *k, const void *v, void *o, float *lse,
+                                         void *workspace, size_t workspace_size,
+                                         struct CUstream_st *stream);
+
+/* sk_attention_varlen_plan followed by sk_attention_varlen_run. */
+SK_API sk_status sk_attention_varlen_forward(const sk_attention_varlen_desc *desc,
+                                             const sk_bsr *layout, const int32_t *cu_seqlens_q,
+                                             const int32_t *cu_seqlens_k, const void *q,
+                                             const void *k, const void *v, void *o, float *lse,
+                                             void *workspace, size_t workspace_size,
+                                             struct CUstream_st *stream);
+
+/* ---------------------------------------------------------------------------
+ * Paged KV cache (chunked prefill)
+ * ---------------------------------------------------------------------------
+ * The varlen forward with the keys and values in caches of pages, as vLLM
+ * and flashinfer keep them (the NHD order):
+ *   Q, O, LSE, cu_seqlens_q   as varlen: total_q packed query rows
+ *   K cache [num_pages, page_size, Hkv, D]  element strides over [page,
+ *   V cache [num_pages, page_size, Hkv, D]  slot, head]; D contiguous
+ *   seq_lens_k  int32 [B]: len_k(b), sequence b's keys (its cached context
+ *               plus, where they were appended, its new tokens:
+ *               FlashAttention's seqused_k)
+ *   page_table  int32 [B, max_pages], row stride page_table_stride:
+ *               sequence b's key k is in page page_table[b][k / page_size],
+ *               slot k % page_size (vLLM's block_table)
+ * Each sequence is the varlen sequence with len_q(b) queries and len_k(b)
+ * keys, read through its page table row; causal is bottom-right, so with
+ * chunked prefill (len_q new tokens, the last len_q of the len_k keys) a
+ * new token sees the whole cached context and the new tokens up to itself.
+ * The layout is the varlen layout over len_q(b) x len_k(b) per sequence:
+ * its key blocks are logical positions (a block may span several pages, a
+ * page several blocks). page_size is 16, 32, 64 or 128 on every backend.
+ * A sequence reads pages page_table[b][0 .. ceil(len_k(b) / page_size) -
+ * 1], each in [0, num_pages); the rest of its row is never read. Pages may
+ * appear in any order and be shared by sequences (prefix sharing); the
+ * caches are read only. Slots of a page past a sequence's len_k are never
+ * used (they may hold anything, NaN included).
+ *
+ * Checks: as varlen, with max_seqlen_k <= max_pages x page_size. On the CPU
+ * backend the run and plan also check each len_k(b) in [0, max_seqlen_k]
+ * (SK_STATUS_BAD_PARAM_SHAPE), every page index a sequence uses
+ * (SK_STATUS_BAD_PARAM_VALUE naming the entry) and the layout against the
+ * lengths, before anything is written. The CUDA kernels (a later step)
+ * cannot check device arrays: they will clamp len_k(b) to [0,
+ * max_seqlen_k], and treat a page index outside [0, num_pages) as absent
+ * (its keys masked, never read), so no read leaves the caches. Until then
+ * the CUDA backends make every check and answer SK_STATUS_NOT_SUPPORTED.
+ */
+
+typedef struct sk_attention_paged_desc {
+    size_t struct_size;        /* sizeof(sk_attention_paged_desc); set by its init */
+    sk_backend backend;        /* default SK_BACKEND_CUDA */
+    sk_dtype dtype;            /* Q, caches, O: F16 or BF16; F32 on the CPU only. Default F16 */
+    int64_t batch;             /* B >= 1 sequences (fits int32) */
+    int64_t total_q;           /* rows of Q and O, 1 .. INT32_MAX (= cu_seqlens_q[B]) */
+    int64_t max_seqlen_q;      /* >= every len_q(b); 1 .. INT32_MAX */
+    int64_t max_seqlen_k;      /* >= every len_k(b); 1 .. max_pages x page_size */
+    int64_t heads_q;           /* Hq >= 1, a multiple of heads_kv */
+    int64_t heads_kv;          /* Hkv >= 1 */
+    int64_t head_dim;          /* D */
+    float scale;               /* as sk_attention_desc: 0 (default) means 1/sqrt(D) */
+    sk_mask mask;              /* default SK_MASK_NONE; causal is per sequence */
+    int64_t num_pages;         /* pages in each cache, 1 .. INT32_MAX */
+    int32_t page_size;         /* tokens per page: 16, 32, 64 or 128; default 16 */
+    int32_t max_pages;         /* columns of page_table, >= 1 */
+    int64_t page_table_stride; /* elements between rows of page_table; 0 (default) = max_pages */
+    int64_t q_strides[2];      /* Q [total_q, Hq, D] over [token, head]; 0 0 = packed */
+    int64_t o_strides[2];      /* O [total_q, Hq, D]; 0 0 = packed */
+    int64_t k_strides[3];      /* K cache over [page, slot, head]; all 0 = packed */
+    int64_t v_strides[3];      /* V cache over [page, slot, head]; all 0 = packed */
+} sk_attention_paged_desc;
+
+/* Fill *desc with the defaults above (sizes 0, to be set). */
+SK_API sk_status sk_attention_paged_desc_init(sk_attention_paged_desc *desc, size_t struct_size);
+
+/* Bytes of device workspace for this descriptor and layout geometry (no
+ * array is read). 0 for the CPU backend. */
+SK_API sk_status sk_attention_paged_workspace_size(const sk_attention_paged_desc *desc,
+                                                   const sk_bsr *layout, size_t *workspace_bytes);
+
+/* Enqueue the planning of a run (graph safe; re-plan when the lengths, the
+ * page table or the layout change). On the CPU: the checks, nothing else. */
+SK_API sk_status sk_attention_paged_plan(const sk_attention_paged_desc *desc, const sk_bsr *layout,
+                                         const int32_t *cu_seqlens_q, const int32_t *seq_lens_k,
+                                         const int32_t *page_table, void *workspace,
+                                         size_t workspace_size, struct CUstream_st *stream);
+
+/* Enqueue the paged forward, using the plan in `workspace`.
+ *   q        [total_q, Hq, D]                   dtype, desc->q_strides
+ *   k_cache  [num_pages, page_size, Hkv, D]     dtype, desc->k_strides
+ *   v_cache  [num_pages, page_size, Hkv, D]     dtype, desc->v_strides
+ *   o        [total_q, Hq, D]                   dtype, desc->o_strides; written
+ *   lse      [Hq, total_q]                      fp32 contiguous; written; may be NULL
+ * Aliasing: o and lse against every other buffer (the caches as their
+ * whole strided span, the layout arrays, cu_seqlens_q [B + 1], seq_lens_k
+ * [B] and page_table [(B - 1) x page_table_stride + max_pages] included).
+ * Graph safe on CUDA; synchronous on the CPU, which may allocate host
+ * scratch (SK_STATUS_ALLOC_FAILED, nothing written, when that fails). */
+SK_API sk_status sk_attention_paged_run(const sk_attention_paged_desc *desc, const sk_bsr *layout,
+                                        const int32_t *cu_seqlens_q, const int32_t *seq_lens_k,
+                                        const int32_t *page_table, const void *q,
+                                        const void *k_cache, const void *v_cache, void *o,
+                                        float *lse, void *workspace, size_t workspace_size,
+                                        struct CUstream_st *stream);
+
+/* sk_attention_paged_plan followed by sk_attention_paged_run. */
+SK_API sk_status sk_attention_paged_forward(const sk_attention_paged_desc *desc,
+                                            const sk_bsr *layout, const int32_t *cu_seqlens_q,
+                                            const int32_t *seq_lens_k, const int32_t *page_table,
+                                            const void *q, const void *k_cache,
+                                            const void *v_cache, void *o, float *lse,
+                                            void *workspace, size_t workspace_size,
+                                            struct CUstream_st *stream);
+
+/* ---------------------------------------------------------------------------
  * Attention backward
  * ---------------------------------------------------------------------------
  * The gradients of the forward above with respect to Q, K and V, given

@@ -4,6 +4,13 @@
     layout = sparsek.Layout.causal(1024, block=128)
     out = sparsek.attention(q, k, v, layout, causal=True)      # q [B, S, H, D]
 
+    # packed sequences (varlen): q [total_q, H, D], cu_seqlens int32 [B + 1]
+    vl = sparsek.VarlenLayout.causal(cu_seqlens, block=64)
+    out = sparsek.attention_varlen(q, k, v, cu_seqlens, cu_seqlens, vl, causal=True)
+    # the same keys in a paged cache: (k_cache, v_cache, page_table, seq_lens_k)
+    kc, vc, table, lens = sparsek.paged_kv_from_dense(k, v, cu_seqlens, page_size=16)
+    out = sparsek.attention_paged(q, kc, vc, cu_seqlens, lens, table, vl, causal=True)
+
 numpy arrays run on the CPU backend; torch CUDA tensors on the CUDA backend
 (torch CPU tensors on the CPU backend). On torch tensors sparsek.attention
 is differentiable (the ops of sparsek/torch_ops.py, loaded on the first
@@ -33,8 +40,10 @@ from .gemm import BsrGemmPlan, bsr_gemm
 from .backward import AttentionBackwardPlan, attention_backward, plan_attention_backward
 from .device_layout import DeviceLayout
 from .layout import Grid, Layout, grid_blocks, make_grid
+from .paged import attention_paged, paged_kv_from_dense
 from .plan_cache import clear_plan_cache, plan_cache_info
 from .topk import attention_topk, block_pool, layout_from_scores, pool_select_topk, select_topk, topk_capacity
+from .varlen import VarlenLayout, attention_varlen, varlen_layout_grid, varlen_max_row_blocks
 
 
 def version() -> str:
@@ -107,9 +116,12 @@ __all__ = [
     "Order",
     "SparseKError",
     "Status",
+    "VarlenLayout",
     "attention",
     "attention_backward",
+    "attention_paged",
     "attention_topk",
+    "attention_varlen",
     "block_pool",
     "bsr_gemm",
     "build_info",
@@ -118,6 +130,7 @@ __all__ = [
     "grid_blocks",
     "layout_from_scores",
     "make_grid",
+    "paged_kv_from_dense",
     "plan_attention",
     "plan_attention_backward",
     "plan_cache_info",
@@ -125,6 +138,8 @@ __all__ = [
     "pool_select_topk",
     "status_name",
     "topk_capacity",
+    "varlen_layout_grid",
+    "varlen_max_row_blocks",
     "version",
     "version_int",
 ]

@@ -160,6 +160,67 @@ class SkAttentionBackwardDesc(CheckedStructure):
     ]
 
 
+class SkVarlenGrid(CheckedStructure):
+    _c_name_ = "sk_varlen_grid"
+    _fields_ = [
+        ("batch", c_int32),
+        ("block_rows", c_int32),
+        ("block_cols", c_int32),
+        ("heads", c_int32),
+        ("cu_seqlens_q", POINTER(c_int32)),
+        ("cu_seqlens_k", POINTER(c_int32)),
+    ]
+
+
+class SkAttentionVarlenDesc(CheckedStructure):
+    _c_name_ = "sk_attention_varlen_desc"
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("backend", c_int),  # sk_backend
+        ("dtype", c_int),  # sk_dtype
+        ("batch", c_int64),
+        ("total_q", c_int64),
+        ("total_k", c_int64),
+        ("max_seqlen_q", c_int64),
+        ("max_seqlen_k", c_int64),
+        ("heads_q", c_int64),
+        ("heads_kv", c_int64),
+        ("head_dim", c_int64),
+        ("scale", c_float),
+        ("mask", c_int),  # sk_mask
+        ("q_strides", c_int64 * 2),
+        ("k_strides", c_int64 * 2),
+        ("v_strides", c_int64 * 2),
+        ("o_strides", c_int64 * 2),
+    ]
+
+
+class SkAttentionPagedDesc(CheckedStructure):
+    _c_name_ = "sk_attention_paged_desc"
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("backend", c_int),  # sk_backend
+        ("dtype", c_int),  # sk_dtype
+        ("batch", c_int64),
+        ("total_q", c_int64),
+        ("max_seqlen_q", c_int64),
+        ("max_seqlen_k", c_int64),
+        ("heads_q", c_int64),
+        ("heads_kv", c_int64),
+        ("head_dim", c_int64),
+        ("scale", c_float),
+        ("mask", c_int),  # sk_mask
+        ("num_pages", c_int64),
+        ("page_size", c_int32),
+        ("max_pages", c_int32),
+        ("page_table_stride", c_int64),
+        ("q_strides", c_int64 * 2),
+        ("o_strides", c_int64 * 2),
+        ("k_strides", c_int64 * 3),
+        ("v_strides", c_int64 * 3),
+    ]
+
+
 class SkTopkDesc(CheckedStructure):
     _c_name_ = "sk_topk_desc"
     _fields_ = [
@@ -223,6 +284,9 @@ STRUCTS = {
     "sk_topk_options": SkTopkOptions,
     "sk_attention_desc": SkAttentionDesc,
     "sk_attention_backward_desc": SkAttentionBackwardDesc,
+    "sk_varlen_grid": SkVarlenGrid,
+    "sk_attention_varlen_desc": SkAttentionVarlenDesc,
+    "sk_attention_paged_desc": SkAttentionPagedDesc,
     "sk_topk_desc": SkTopkDesc,
     "sk_bsr_gemm_desc": SkBsrGemmDesc,
     "sk_device_info": SkDeviceInfo,
@@ -238,6 +302,9 @@ _grid_p = POINTER(SkGrid)
 _bsr_p = POINTER(SkBsr)
 _i32_p = POINTER(c_int32)
 _stream = c_void_p  # struct CUstream_st *
+_vgrid_p = POINTER(SkVarlenGrid)
+_varlen_p = POINTER(SkAttentionVarlenDesc)
+_paged_p = POINTER(SkAttentionPagedDesc)
 
 SIGNATURES = {
     "sk_version": (c_int, []),
@@ -328,6 +395,30 @@ SIGNATURES = {
         + [c_void_p] * 10
         + [c_size_t, _stream],
     ),
+    # Varlen batches: the length arrays, like the tensors, are raw addresses
+    # (c_void_p) from numpy or torch.
+    "sk_varlen_layout_grid": (_st, [_vgrid_p, _grid_p]),
+    "sk_varlen_max_row_blocks": (_st, [c_int64, c_int64, c_int64, c_int32, _i32_p]),
+    "sk_layout_validate_varlen": (_st, [_bsr_p, _vgrid_p]),
+    "sk_layout_create_varlen_dense": (_st, [_layout_out, _vgrid_p]),
+    "sk_layout_create_varlen_causal": (_st, [_layout_out, _vgrid_p]),
+    "sk_layout_create_varlen_window": (_st, [_layout_out, _vgrid_p, c_int64, c_int64]),
+    "sk_layout_create_varlen_sinks_window": (_st, [_layout_out, _vgrid_p, c_int64, c_int64]),
+    "sk_layout_create_varlen_random": (_st, [_layout_out, _vgrid_p, c_int32, c_uint64, c_int]),
+    "sk_layout_create_varlen_from_masks": (_st, [_layout_out, _vgrid_p, POINTER(c_uint8), c_size_t]),
+    "sk_layout_create_varlen_from_layouts": (_st, [_layout_out, _vgrid_p, POINTER(_bsr_p)]),
+    "sk_attention_varlen_desc_init": (_st, [_varlen_p, c_size_t]),
+    "sk_attention_varlen_workspace_size": (_st, [_varlen_p, _bsr_p, POINTER(c_size_t)]),
+    "sk_attention_varlen_plan": (_st, [_varlen_p, _bsr_p, c_void_p, c_void_p, c_void_p, c_size_t, _stream]),
+    "sk_attention_varlen_run": (_st, [_varlen_p, _bsr_p] + [c_void_p] * 8 + [c_size_t, _stream]),
+    "sk_attention_varlen_forward": (_st, [_varlen_p, _bsr_p] + [c_void_p] * 8 + [c_size_t, _stream]),
+    # The paged KV cache: cu_seqlens_q, seq_lens_k, page_table and the
+    # tensors are raw addresses (c_void_p).
+    "sk_attention_paged_desc_init": (_st, [_paged_p, c_size_t]),
+    "sk_attention_paged_workspace_size": (_st, [_paged_p, _bsr_p, POINTER(c_size_t)]),
+    "sk_attention_paged_plan": (_st, [_paged_p, _bsr_p] + [c_void_p] * 4 + [c_size_t, _stream]),
+    "sk_attention_paged_run": (_st, [_paged_p, _bsr_p] + [c_void_p] * 9 + [c_size_t, _stream]),
+    "sk_attention_paged_forward": (_st, [_paged_p, _bsr_p] + [c_void_p] * 9 + [c_size_t, _stream]),
     # Dynamic top-k selection. Data pointers (q, k, pooled arrays, scores,
     # o, lse) are c_void_p: the same machine type as the header's typed
     # pointers, taking raw addresses from numpy and torch.

@@ -104,6 +104,32 @@ def _slices_array(a, grid: Grid, name: str, dtype) -> np.ndarray:
     return packed(a, dtype)
 
 
+def bsr_view(row_offsets, col_indices, grid: Grid) -> tuple:
+    """(an sk_bsr over int32 copies of the arrays, the copies to keep alive
+    while it is used), after the library's grid checks and the count of
+    row_offsets (batch*heads*row_blocks + 1)."""
+    grid_blocks(grid)  # the library's grid checks first
+    ro = np.ascontiguousarray(np.asarray(row_offsets).reshape(-1), dtype=np.int64)
+    ci = np.ascontiguousarray(np.asarray(col_indices).reshape(-1), dtype=np.int64)
+    for a, name in ((ro, "row_offsets"), (ci, "col_indices")):
+        if a.size and (a.min() < -(2**31) or a.max() >= 2**31):
+            raise ValueError(f"{name} has values outside int32")
+    ro = ro.astype(np.int32)
+    ci = ci.astype(np.int32)
+    want = grid.slices * grid.row_blocks + 1
+    if ro.size != want:
+        raise ValueError(
+            f"row_offsets has {ro.size} entries; this grid needs "
+            f"batch*heads*row_blocks + 1 = {want}"
+        )
+    view = SkBsr()
+    view.grid = grid.to_c()
+    view.nnz = int32(ci.size, "len(col_indices)")
+    view.row_offsets = _i32_ptr(ro)
+    view.col_indices = _i32_ptr(ci) if ci.size else ctypes.cast(None, POINTER(c_int32))
+    return view, (ro, ci)
+
+
 def _device_key(device) -> str:
     """"cpu" or "cuda:N" (the current device for a bare "cuda")."""
     import torch
@@ -317,25 +343,7 @@ class Layout:
         """A validated copy of a BSR layout given as arrays: row_offsets
         [batch*heads*row_blocks + 1] and col_indices [nnz] (int32 values)."""
         grid = make_grid(rows, cols, block, batch, heads)
-        grid_blocks(grid)  # the library's grid checks first
-        ro = np.ascontiguousarray(np.asarray(row_offsets).reshape(-1), dtype=np.int64)
-        ci = np.ascontiguousarray(np.asarray(col_indices).reshape(-1), dtype=np.int64)
-        for a, name in ((ro, "row_offsets"), (ci, "col_indices")):
-            if a.size and (a.min() < -(2**31) or a.max() >= 2**31):
-                raise ValueError(f"{name} has values outside int32")
-        ro = ro.astype(np.int32)
-        ci = ci.astype(np.int32)
-        want = grid.slices * grid.row_blocks + 1
-        if ro.size != want:
-            raise ValueError(
-                f"row_offsets has {ro.size} entries; this grid needs "
-                f"batch*heads*row_blocks + 1 = {want}"
-            )
-        view = SkBsr()
-        view.grid = grid.to_c()
-        view.nnz = int32(ci.size, "len(col_indices)")
-        view.row_offsets = _i32_ptr(ro)
-        view.col_indices = _i32_ptr(ci) if ci.size else ctypes.cast(None, POINTER(c_int32))
+        view, _arrays = bsr_view(row_offsets, col_indices, grid)
         return cls._create(F.sk_layout_create_from_bsr, byref(view))
 
     @classmethod

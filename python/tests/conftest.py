@@ -134,6 +134,20 @@ def positions(sq, sk):
     return np.arange(sq)[:, None] + (sk - sq), np.arange(sk)[None, :]
 
 
+def cu_of(lens):
+    """Cumulative lengths [0, l0, l0 + l1, ...] as int32 (cu_seqlens)."""
+    return np.concatenate([[0], np.cumsum(lens)]).astype(np.int32)
+
+
+def float_dtypes():
+    """float32, float16 and, where ml_dtypes is installed, bfloat16."""
+    try:
+        import ml_dtypes
+    except ImportError:  # optional
+        return [np.float32, np.float16]
+    return [np.float32, np.float16, ml_dtypes.bfloat16]
+
+
 def make_qkv(rng, B, Sq, Sk, Hq, Hkv, D, dtype=np.float32):
     q = rng.standard_normal((B, Sq, Hq, D)).astype(dtype)
     k = rng.standard_normal((B, Sk, Hkv, D)).astype(dtype)

@@ -38,50 +38,56 @@ sk_status sk_attention_desc_init(sk_attention_desc *desc, size_t struct_size) {
     return SK_STATUS_SUCCESS;
 }
 
-static sk_status check_desc(const sk_attention_desc *d) {
-    if (d == NULL) return sk_error(SK_STATUS_BAD_PARAM_NULL_POINTER, "desc must not be NULL");
-    SK_TRY(sk_check_desc_struct_size(d->struct_size, sizeof(sk_attention_desc), "desc", "sk_attention_desc_init"));
-    const int64_t sizes[6] = {d->batch,   d->seq_q,    d->seq_k,
-                              d->heads_q, d->heads_kv, d->head_dim};
-    SK_TRY(sk_check_attention_shape(d->backend, d->dtype, sizes));
-    if (!isfinite(d->scale))
+sk_status sk_attention_check_scale_mask(float scale, sk_mask mask) {
+    if (!isfinite(scale))
         return sk_error(SK_STATUS_BAD_PARAM_VALUE, "desc->scale = %g must be finite",
-                        (double)d->scale);
+                        (double)scale);
     /* The CUDA kernels' softmax is in base 2 with scale x log2(e) folded
      * into one fp32 factor: a scale whose fold overflows fp32 can only give
      * inf and NaN, so no backend takes it. fp32 rounds a product to inf
      * from 2^128 - 2^103 on; the double product of two floats is exact. */
-    if ((double)fabsf(d->scale) * (double)SK_LOG2E_F32 >= 0x1p128 - 0x1p103)
+    if ((double)fabsf(scale) * (double)SK_LOG2E_F32 >= 0x1p128 - 0x1p103)
         return sk_error(SK_STATUS_BAD_PARAM_VALUE,
                         "desc->scale = %g is too large: scale x log2(e), the fp32 factor of the "
                         "base-2 softmax, overflows fp32 (|scale| must be below %g)",
-                        (double)d->scale, (double)FLT_MAX / (double)SK_LOG2E_F32);
-    if (d->mask != SK_MASK_NONE && d->mask != SK_MASK_CAUSAL)
+                        (double)scale, (double)FLT_MAX / (double)SK_LOG2E_F32);
+    if (mask != SK_MASK_NONE && mask != SK_MASK_CAUSAL)
         return sk_error(SK_STATUS_BAD_PARAM_VALUE,
-                        "desc->mask = %d is not an sk_mask (NONE=0, CAUSAL=1)", (int)d->mask);
+                        "desc->mask = %d is not an sk_mask (NONE=0, CAUSAL=1)", (int)mask);
     return SK_STATUS_SUCCESS;
 }
 
-/* Layout geometry against the descriptor; fills the layout part of *p. */
-static sk_status check_layout_geometry(const sk_attention_desc *d, const sk_bsr *layout,
-                                       sk_attention_problem *p) {
-    SK_CHECK_NOT_NULL(layout);
-    int32_t row_blocks, col_blocks, slices;
-    SK_TRY(sk_grid_check(&layout->grid, &row_blocks, &col_blocks, &slices));
+/* d is not NULL; sizes are its six sizes. */
+static sk_status check_desc(const sk_attention_desc *d, const int64_t sizes[6]) {
+    SK_TRY(sk_check_desc_struct_size(d->struct_size, sizeof(sk_attention_desc), "desc", "sk_attention_desc_init"));
+    SK_TRY(sk_check_attention_shape(d->backend, d->dtype, sizes));
+    return sk_attention_check_scale_mask(d->scale, d->mask);
+}
+
+void sk_attention_problem_init(sk_attention_problem *p, sk_backend backend, sk_dtype dtype,
+                               const int64_t sizes[6], float scale, sk_mask mask) {
+    memset(p, 0, sizeof *p);
+    p->backend = backend;
+    p->dtype = dtype;
+    p->batch = sizes[0];
+    p->seq_q = sizes[1];
+    p->seq_k = sizes[2];
+    p->heads_q = sizes[3];
+    p->heads_kv = sizes[4];
+    p->head_dim = sizes[5];
+    p->group = (int32_t)(p->heads_q / p->heads_kv);
+    p->scale = scale != 0.0f ? scale : (float)(1.0 / sqrt((double)p->head_dim));
+    p->causal = mask == SK_MASK_CAUSAL;
+    p->lse_head_stride = p->seq_q;
+}
+
+sk_status sk_attention_layout_slices(const sk_bsr *layout, int32_t row_blocks, int32_t col_blocks,
+                                     sk_attention_problem *p) {
     const sk_grid *g = &layout->grid;
-    if (g->rows != d->seq_q || g->cols != d->seq_k)
-        return sk_error(SK_STATUS_BAD_LAYOUT_MISMATCH,
-                        "layout grid is %lld x %lld tokens, but seq_q = %lld and seq_k = %lld",
-                        (long long)g->rows, (long long)g->cols, (long long)d->seq_q,
-                        (long long)d->seq_k);
-    if (g->batch != 1 && g->batch != d->batch)
-        return sk_error(SK_STATUS_BAD_LAYOUT_MISMATCH,
-                        "layout grid batch = %d must be 1 (broadcast) or batch = %lld",
-                        (int)g->batch, (long long)d->batch);
-    if (g->heads != 1 && g->heads != d->heads_kv && g->heads != d->heads_q)
+    if (g->heads != 1 && g->heads != p->heads_kv && g->heads != p->heads_q)
         return sk_error(SK_STATUS_BAD_LAYOUT_MISMATCH,
                         "layout grid heads = %d must be 1, heads_kv = %lld or heads_q = %lld",
-                        (int)g->heads, (long long)d->heads_kv, (long long)d->heads_q);
+                        (int)g->heads, (long long)p->heads_kv, (long long)p->heads_q);
     if (layout->nnz < 0)
         return sk_error(SK_STATUS_BAD_LAYOUT_COUNT, "layout nnz = %d is negative", (int)layout->nnz);
     if (layout->row_offsets == NULL)
@@ -96,19 +102,63 @@ static sk_status check_layout_geometry(const sk_attention_desc *d, const sk_bsr 
     p->block_q = g->block_rows;
     p->block_k = g->block_cols;
     p->row_blocks = row_blocks;
+    p->slice_rows = row_blocks;
     p->col_blocks = col_blocks;
     p->layout_batch = g->batch;
     p->layout_heads = g->heads;
     /* Query head h reads head slice h / head_div. */
     if (g->heads == 1)
-        p->head_div = (int32_t)d->heads_q;
-    else if (g->heads == d->heads_q)
+        p->head_div = (int32_t)p->heads_q;
+    else if (g->heads == p->heads_q)
         p->head_div = 1;
     else
-        p->head_div = (int32_t)(d->heads_q / d->heads_kv);
+        p->head_div = (int32_t)(p->heads_q / p->heads_kv);
     p->nnz = layout->nnz;
     p->row_offsets = layout->row_offsets;
     p->col_indices = layout->col_indices;
+    return SK_STATUS_SUCCESS;
+}
+
+/* Layout geometry against the descriptor; fills the layout part of *p. */
+static sk_status check_layout_geometry(const sk_attention_desc *d, const sk_bsr *layout,
+                                       sk_attention_problem *p) {
+    SK_CHECK_NOT_NULL(layout);
+    int32_t row_blocks, col_blocks;
+    SK_TRY(sk_grid_check(&layout->grid, &row_blocks, &col_blocks, NULL));
+    const sk_grid *g = &layout->grid;
+    if (g->rows != d->seq_q || g->cols != d->seq_k)
+        return sk_error(SK_STATUS_BAD_LAYOUT_MISMATCH,
+                        "layout grid is %lld x %lld tokens, but seq_q = %lld and seq_k = %lld",
+                        (long long)g->rows, (long long)g->cols, (long long)d->seq_q,
+                        (long long)d->seq_k);
+    if (g->batch != 1 && g->batch != d->batch)
+        return sk_error(SK_STATUS_BAD_LAYOUT_MISMATCH,
+                        "layout grid batch = %d must be 1 (broadcast) or batch = %lld",
+                        (int)g->batch, (long long)d->batch);
+    return sk_attention_layout_slices(layout, row_blocks, col_blocks, p);
+}
+
+sk_status sk_attention_check_sizes(const sk_attention_problem *p, const char *q_dims,
+                                   const char *kv_dims, const char *lse_dims) {
+    /* Packed strides are products of the sizes: check those first, in
+     * bytes; LSE [B, Hq, Sq] fp32 on its own (with 2-byte elements and
+     * D = 1 it is larger than Q). */
+    const int64_t es = (int64_t)sk_dtype_size(p->dtype);
+    const int64_t q_sizes[5] = {p->batch, p->seq_q, p->heads_q, p->head_dim, es};
+    const int64_t kv_sizes[5] = {p->batch, p->seq_k, p->heads_kv, p->head_dim, es};
+    const int64_t lse_sizes[4] = {p->batch, p->heads_q, p->seq_q, 4};
+    int64_t bytes;
+    if (!sk_product_i64(q_sizes, 5, &bytes))
+        return sk_error(SK_STATUS_BAD_PARAM_OVERFLOW,
+                        "q and o: %s x heads_q x head_dim x %lld bytes overflows int64", q_dims,
+                        (long long)es);
+    if (!sk_product_i64(kv_sizes, 5, &bytes))
+        return sk_error(SK_STATUS_BAD_PARAM_OVERFLOW,
+                        "k and v: %s x heads_kv x head_dim x %lld bytes overflows int64", kv_dims,
+                        (long long)es);
+    if (!sk_product_i64(lse_sizes, 4, &bytes))
+        return sk_error(SK_STATUS_BAD_PARAM_OVERFLOW, "lse: %s x 4 bytes overflows int64",
+                        lse_dims);
     return SK_STATUS_SUCCESS;
 }
 
@@ -116,40 +166,14 @@ static sk_status check_layout_geometry(const sk_attention_desc *d, const sk_bsr 
  * layout geometry. Fills *p except the tensor pointers. */
 sk_status sk_attention_check_geometry(const sk_attention_desc *d, const sk_bsr *layout,
                                      sk_attention_problem *p) {
-    SK_TRY(check_desc(d));
-    memset(p, 0, sizeof *p);
-    p->backend = d->backend;
-    p->dtype = d->dtype;
-    p->batch = d->batch;
-    p->seq_q = d->seq_q;
-    p->seq_k = d->seq_k;
-    p->heads_q = d->heads_q;
-    p->heads_kv = d->heads_kv;
-    p->head_dim = d->head_dim;
-    p->group = (int32_t)(d->heads_q / d->heads_kv);
-    p->scale = d->scale != 0.0f ? d->scale : (float)(1.0 / sqrt((double)d->head_dim));
-    p->causal = d->mask == SK_MASK_CAUSAL;
+    if (d == NULL) return sk_error(SK_STATUS_BAD_PARAM_NULL_POINTER, "desc must not be NULL");
+    const int64_t sizes[6] = {d->batch,   d->seq_q,    d->seq_k,
+                              d->heads_q, d->heads_kv, d->head_dim};
+    SK_TRY(check_desc(d, sizes));
+    sk_attention_problem_init(p, d->backend, d->dtype, sizes, d->scale, d->mask);
     SK_TRY(check_layout_geometry(d, layout, p));
-
-    /* Packed strides are products of the sizes: check those first, in
-     * bytes; LSE [B, Hq, Sq] fp32 on its own (with 2-byte elements and
-     * D = 1 it is larger than Q). */
-    const int64_t es = (int64_t)sk_dtype_size(d->dtype);
-    const int64_t q_sizes[5] = {d->batch, d->seq_q, d->heads_q, d->head_dim, es};
-    const int64_t kv_sizes[5] = {d->batch, d->seq_k, d->heads_kv, d->head_dim, es};
-    const int64_t lse_sizes[4] = {d->batch, d->heads_q, d->seq_q, 4};
-    int64_t bytes;
-    if (!sk_product_i64(q_sizes, 5, &bytes))
-        return sk_error(SK_STATUS_BAD_PARAM_OVERFLOW,
-                        "q and o: batch x seq_q x heads_q x head_dim x %lld bytes overflows int64",
-                        (long long)es);
-    if (!sk_product_i64(kv_sizes, 5, &bytes))
-        return sk_error(SK_STATUS_BAD_PARAM_OVERFLOW,
-                        "k and v: batch x seq_k x heads_kv x head_dim x %lld bytes overflows int64",
-                        (long long)es);
-    if (!sk_product_i64(lse_sizes, 4, &bytes))
-        return sk_error(SK_STATUS_BAD_PARAM_OVERFLOW,
-                        "lse: batch x heads_q x seq_q x 4 bytes overflows int64");
+    SK_TRY(
+        sk_attention_check_sizes(p, "batch x seq_q", "batch x seq_k", "batch x heads_q x seq_q"));
     sk_resolve_strides(d->q_strides, d->seq_q, d->heads_q, d->head_dim, p->q_stride);
     sk_resolve_strides(d->k_strides, d->seq_k, d->heads_kv, d->head_dim, p->k_stride);
     sk_resolve_strides(d->v_strides, d->seq_k, d->heads_kv, d->head_dim, p->v_stride);
@@ -163,6 +187,34 @@ void sk_attention_layout_buffers(const sk_attention_problem *p, sk_buffer out[2]
     const int64_t rows = (int64_t)p->layout_batch * p->layout_heads * p->row_blocks;
     sk_layout_array_buffers(out, "layout->row_offsets", "layout->col_indices", p->row_offsets, rows,
                             p->col_indices, p->nnz, 0);
+}
+
+sk_status sk_attention_check_row_bytes(const sk_attention_problem *p) {
+    const int64_t row_bytes = p->head_dim * (int64_t)sk_dtype_size(p->dtype);
+    if (sk_backend_is_cuda(p->backend) && row_bytes % 16 != 0)
+        return sk_error(SK_STATUS_BAD_PARAM_ALIGNMENT,
+                        "head_dim = %lld rows are not a multiple of 16 bytes, as the CUDA backend "
+                        "needs",
+                        (long long)p->head_dim);
+    return SK_STATUS_SUCCESS;
+}
+
+sk_status sk_attention_check_tensor(const sk_attention_problem *p, const void *ptr, int64_t n0,
+                                    int64_t n1, int64_t heads, const int64_t stride[3], int written,
+                                    const char *what, sk_buffer *out) {
+    const size_t es = sk_dtype_size(p->dtype);
+    sk_tensor_shape t;
+    sk_tensor_shape_init(&t, n0, n1, heads, p->head_dim, stride);
+    int64_t bytes;
+    SK_TRY(sk_check_tensor_extent(&t, es, what, &bytes));
+    if (written) SK_TRY(sk_check_no_self_overlap(&t, what));
+    const int cuda = sk_backend_is_cuda(p->backend);
+    SK_TRY(sk_check_alignment(ptr, &t, es, cuda ? 16 : es, cuda ? 16 : 0, what));
+    out->what = what;
+    out->ptr = ptr;
+    out->bytes = bytes;
+    out->written = written;
+    return SK_STATUS_SUCCESS;
 }
 
 /* Pointer, extent and alignment checks of the run call; the byte spans of
@@ -191,11 +243,7 @@ sk_status sk_attention_check_tensors(sk_attention_problem *p, const void *q, con
      * element alignment only. */
     const int cuda = sk_backend_is_cuda(p->backend);
     const size_t align = cuda ? 16 : es, stride_align = cuda ? 16 : 0;
-    if (cuda && (p->head_dim * (int64_t)es) % 16 != 0)
-        return sk_error(SK_STATUS_BAD_PARAM_ALIGNMENT,
-                        "head_dim = %lld rows are not a multiple of 16 bytes, as the CUDA backend "
-                        "needs",
-                        (long long)p->head_dim);
+    SK_TRY(sk_attention_check_row_bytes(p));
     SK_TRY(sk_check_alignment(q, &tq, es, align, stride_align, "q"));
     SK_TRY(sk_check_alignment(k, &tk, es, align, stride_align, "k"));
     SK_TRY(sk_check_alignment(v, &tv, es, align, stride_align, "v"));

@@ -35,8 +35,9 @@ sk_status sk_attention_backward_desc_init(sk_attention_backward_desc *bwd, size_
 
 /* The forward's geometry, then the backward descriptor; fills *p but its
  * tensor pointers. */
-static sk_status check_geometry(const sk_attention_desc *desc, const sk_attention_backward_desc *bwd,
-                                const sk_bsr *layout, sk_attention_backward_problem *p) {
+static sk_status check_geometry(const sk_attention_desc *desc,
+                                const sk_attention_backward_desc *bwd, const sk_bsr *layout,
+                                sk_attention_backward_problem *p) {
     memset(p, 0, sizeof *p);
     SK_TRY(sk_attention_check_geometry(desc, layout, &p->fwd));
     if (bwd == NULL) return sk_error(SK_STATUS_BAD_PARAM_NULL_POINTER, "bwd must not be NULL");
@@ -54,28 +55,6 @@ static sk_status check_geometry(const sk_attention_desc *desc, const sk_attentio
     sk_resolve_strides(bwd->dq_strides, f->seq_q, f->heads_q, f->head_dim, p->dq_stride);
     sk_resolve_strides(bwd->dk_strides, f->seq_k, f->heads_kv, f->head_dim, p->dk_stride);
     sk_resolve_strides(bwd->dv_strides, f->seq_k, f->heads_kv, f->head_dim, p->dv_stride);
-    return SK_STATUS_SUCCESS;
-}
-
-/* One gradient tensor (dout read; dq, dk, dv written) of `seq` tokens and
- * `heads` heads: extent, no self-overlap for an output, and the alignment
- * of the forward's tensors (CUDA: 16-byte pointer and strides; CPU: the
- * element). Its byte span goes into *out for the aliasing check. */
-static sk_status check_grad_tensor(const sk_attention_problem *f, const void *ptr, int64_t seq,
-                                   int64_t heads, const int64_t stride[3], int written,
-                                   const char *what, sk_buffer *out) {
-    const size_t es = sk_dtype_size(f->dtype);
-    sk_tensor_shape t;
-    sk_tensor_shape_init(&t, f->batch, seq, heads, f->head_dim, stride);
-    int64_t bytes;
-    SK_TRY(sk_check_tensor_extent(&t, es, what, &bytes));
-    if (written) SK_TRY(sk_check_no_self_overlap(&t, what));
-    const int cuda = sk_backend_is_cuda(f->backend);
-    SK_TRY(sk_check_alignment(ptr, &t, es, cuda ? 16 : es, cuda ? 16 : 0, what));
-    out->what = what;
-    out->ptr = ptr;
-    out->bytes = bytes;
-    out->written = written;
     return SK_STATUS_SUCCESS;
 }
 
@@ -107,14 +86,14 @@ static sk_status check_tensors(sk_attention_backward_problem *p, const void *q, 
     SK_CHECK_NOT_NULL(dq);
     SK_CHECK_NOT_NULL(dk);
     SK_CHECK_NOT_NULL(dv);
-    SK_TRY(check_grad_tensor(f, dout, f->seq_q, f->heads_q, p->dout_stride, 0, "dout",
-                             &buffers[BWD_DOUT]));
-    SK_TRY(check_grad_tensor(f, dq, f->seq_q, f->heads_q, p->dq_stride, 1, "dq",
-                             &buffers[BWD_DQ]));
-    SK_TRY(check_grad_tensor(f, dk, f->seq_k, f->heads_kv, p->dk_stride, 1, "dk",
-                             &buffers[BWD_DK]));
-    SK_TRY(check_grad_tensor(f, dv, f->seq_k, f->heads_kv, p->dv_stride, 1, "dv",
-                             &buffers[BWD_DV]));
+    SK_TRY(sk_attention_check_tensor(f, dout, f->batch, f->seq_q, f->heads_q, p->dout_stride, 0,
+                                     "dout", &buffers[BWD_DOUT]));
+    SK_TRY(sk_attention_check_tensor(f, dq, f->batch, f->seq_q, f->heads_q, p->dq_stride, 1, "dq",
+                                     &buffers[BWD_DQ]));
+    SK_TRY(sk_attention_check_tensor(f, dk, f->batch, f->seq_k, f->heads_kv, p->dk_stride, 1, "dk",
+                                     &buffers[BWD_DK]));
+    SK_TRY(sk_attention_check_tensor(f, dv, f->batch, f->seq_k, f->heads_kv, p->dv_stride, 1, "dv",
+                                     &buffers[BWD_DV]));
     p->dout = dout;
     p->dq = dq;
     p->dk = dk;

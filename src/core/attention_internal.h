@@ -18,6 +18,24 @@
 sk_status sk_attention_check_geometry(const sk_attention_desc *desc, const sk_bsr *layout,
                                       sk_attention_problem *p);
 
+/* The steps of sk_attention_check_geometry that the varlen call
+ * (attention_varlen.c) shares, messages included ("desc->scale ..."). */
+sk_status sk_attention_check_scale_mask(float scale, sk_mask mask);
+/* memset *p, then the sizes {batch, seq_q, seq_k, heads_q, heads_kv,
+ * head_dim} (checked), group, the resolved scale, causal, and LSE's head
+ * stride (seq_q). */
+void sk_attention_problem_init(sk_attention_problem *p, sk_backend backend, sk_dtype dtype,
+                               const int64_t sizes[6], float scale, sk_mask mask);
+/* A layout whose grid passed sk_grid_check (row_blocks, col_blocks): its
+ * heads against p's, nnz and the arrays (present, 4-byte aligned), then
+ * the layout fields of *p (slice mapping, slice_rows = row_blocks). */
+sk_status sk_attention_layout_slices(const sk_bsr *layout, int32_t row_blocks, int32_t col_blocks,
+                                     sk_attention_problem *p);
+/* The byte counts of Q/O, K/V and LSE fit int64; messages name the
+ * leading dimensions as given ("batch x seq_q", ...). */
+sk_status sk_attention_check_sizes(const sk_attention_problem *p, const char *q_dims,
+                                   const char *kv_dims, const char *lse_dims);
+
 /* The buffers of an attention call, in the order of its aliasing check:
  * the outputs, then the inputs, then the layout arrays (inputs here; the
  * caller marks them written where it writes them, as sk_attention_topk). */
@@ -37,6 +55,36 @@ enum {
 sk_status sk_attention_check_tensors(sk_attention_problem *p, const void *q, const void *k,
                                      const void *v, void *o, float *lse,
                                      sk_buffer buffers[SK_ATTN_BUFFERS]);
+
+/* The packed calls (attention_varlen.c, attention_paged.c). */
+/* A token count of a descriptor ("desc->name"): in [1, INT32_MAX], as the
+ * int32 length arrays need (SHAPE below, OVERFLOW above). */
+sk_status sk_varlen_check_count(int64_t value, const char *name);
+/* [token, head] strides of a [total, heads, D] tensor (both 0: packed) as
+ * a flat problem's three (the batch axis has one element: never stepped). */
+void sk_varlen_resolve_strides(const int64_t in[2], int64_t heads, int64_t dim, int64_t out[3]);
+/* The packed queries of a varlen or paged call: *p from the flat sizes
+ * {1, total_q, keys, heads_q, heads_kv, head_dim} (checked), the layout's
+ * geometry (grid batch 1, its slices), the byte sizes (kv_dims names the
+ * keys' leading dimensions in messages) and Q's and O's strides; K's and
+ * V's strides are the caller's. */
+sk_status sk_varlen_check_queries(sk_attention_problem *p, sk_backend backend, sk_dtype dtype,
+                                  const int64_t flat[6], float scale, sk_mask mask,
+                                  const sk_bsr *layout, const char *kv_dims,
+                                  const int64_t q_strides[2], const int64_t o_strides[2]);
+
+/* One [n0, n1, heads, head_dim] tensor of p's dtype with outer element
+ * strides `stride` (resolved): extent, no self-overlap when written, and
+ * the alignment of the forward's tensors (CUDA: 16-byte pointer and
+ * strides; CPU: the element); its byte span into *out for the aliasing
+ * check. Messages name it `what`. */
+sk_status sk_attention_check_tensor(const sk_attention_problem *p, const void *ptr, int64_t n0,
+                                    int64_t n1, int64_t heads, const int64_t stride[3], int written,
+                                    const char *what, sk_buffer *out);
+
+/* CUDA: a head_dim row is a multiple of 16 bytes (the kernels move 16-byte
+ * vectors of one row); nothing on the CPU. */
+sk_status sk_attention_check_row_bytes(const sk_attention_problem *p);
 
 /* The layout arrays of a checked problem as two read buffers (slices x
  * row_blocks + 1 offsets, nnz indices), named "layout->row_offsets" and

@@ -77,6 +77,11 @@ sk_status sk_check_desc_struct_size(size_t struct_size, size_t want, const char 
 sk_status sk_check_attention_shape(sk_backend backend, sk_dtype dtype, const int64_t sizes[6]) {
     static const char *const names[6] = {"batch",   "seq_q",    "seq_k",
                                          "heads_q", "heads_kv", "head_dim"};
+    return sk_check_attention_shape_named(backend, dtype, sizes, names);
+}
+
+sk_status sk_check_attention_shape_named(sk_backend backend, sk_dtype dtype, const int64_t sizes[6],
+                                         const char *const names[6]) {
     SK_TRY(sk_check_backend(backend, "desc->backend"));
     if (sk_dtype_size(dtype) == 0)
         return sk_error(SK_STATUS_BAD_PARAM_DTYPE, "desc->dtype = %d is not an sk_dtype",

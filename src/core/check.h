@@ -32,6 +32,10 @@ sk_status sk_check_desc_struct_size(size_t struct_size, size_t want, const char 
  * sizes[6] = {batch, seq_q, seq_k, heads_q, heads_kv, head_dim} each >= 1,
  * heads_q a multiple of heads_kv, batch and heads_q fitting int32. */
 sk_status sk_check_attention_shape(sk_backend backend, sk_dtype dtype, const int64_t sizes[6]);
+/* The same with the six sizes named by the caller (the varlen descriptor's
+ * {"batch", "total_q", "total_k", "heads_q", "heads_kv", "head_dim"}). */
+sk_status sk_check_attention_shape_named(sk_backend backend, sk_dtype dtype, const int64_t sizes[6],
+                                         const char *const names[6]);
 
 /* A strided 4-D tensor [n0, n1, n2, inner] whose inner axis is contiguous.
  * `stride` holds the element strides of the three outer axes. */

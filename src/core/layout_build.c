@@ -16,6 +16,9 @@
  * [lo/bk, hi/bk] of each range clipped to [0, Sk-1]. In particular the causal
  * blocks of a row are 0 .. p1/bk (none when p1 < 0).
  *
+ * A slice is a run of segments (layout.h, sk_layout_build): the fixed-batch
+ * builders' one segment is the whole grid, a varlen layout's are its
+ * sequences, each with its own tokens and bottom-right alignment.
  * The deterministic builders compute one slice (a counting pass, then a
  * filling pass) and replicate it to every slice. The random and top-k
  * builders work per (slice, row), with a counting pass first so that the
@@ -195,14 +198,40 @@ static int32_t pattern_row(const sk_grid *grid, int32_t col_blocks, const patter
     return 0;
 }
 
-/* Build one slice of `pt`, replicate it to every slice. grid is checked. */
-static sk_status build_pattern(sk_layout_t *out, const sk_grid *grid, const pattern *pt) {
+/* Block rows of one segment (sk_layout_build): ceil(rows / block_rows). */
+static int32_t segment_rows(const sk_grid *seg) {
+    return (int32_t)sk_ceil_div_i64(seg->rows, seg->block_rows);
+}
+
+/* Row i of a segment; a segment with no key has no block. */
+static int32_t segment_row(const sk_grid *seg, const pattern *pt, int32_t i, int32_t *dst) {
+    if (seg->cols < 1) return 0;
+    return pattern_row(seg, (int32_t)sk_ceil_div_i64(seg->cols, seg->block_cols), pt, i, dst);
+}
+
+/* The segments' rows must fit the layout's: a bug in the caller otherwise. */
+static sk_status check_segments(const sk_grid *segs, int32_t count, int32_t row_blocks) {
+    int64_t rows = 0;
+    for (int32_t s = 0; s < count; ++s) rows += segment_rows(&segs[s]);
+    if (rows > row_blocks)
+        return sk_error(SK_STATUS_INTERNAL_ERROR,
+                        "%lld segment rows do not fit the layout's %d row blocks", (long long)rows,
+                        (int)row_blocks);
+    return SK_STATUS_SUCCESS;
+}
+
+/* Build one slice of `pt` over the segments (rows past them empty),
+ * replicate it to every slice. grid is checked. */
+static sk_status build_pattern(sk_layout_t *out, const sk_grid *grid, const sk_grid *segs,
+                               int32_t count, const pattern *pt) {
     int32_t row_blocks, col_blocks, slices;
     SK_TRY(sk_grid_check(grid, &row_blocks, &col_blocks, &slices));
+    SK_TRY(check_segments(segs, count, row_blocks));
 
     int64_t per_slice = 0;
-    for (int32_t i = 0; i < row_blocks; ++i)
-        per_slice += pattern_row(grid, col_blocks, pt, i, NULL);
+    for (int32_t s = 0; s < count; ++s)
+        for (int32_t i = 0; i < segment_rows(&segs[s]); ++i)
+            per_slice += segment_row(&segs[s], pt, i, NULL);
     int64_t nnz;
     SK_TRY(all_slices(per_slice, slices, &nnz));
     const int32_t total_rows = slices * row_blocks;
@@ -213,11 +242,13 @@ static sk_status build_pattern(sk_layout_t *out, const sk_grid *grid, const patt
                         (int)total_rows, (long long)nnz);
     int32_t *off = layout->bsr.row_offsets, *idx = layout->bsr.col_indices;
     off[0] = 0;
-    int32_t n = 0;
-    for (int32_t i = 0; i < row_blocks; ++i) {
-        n += pattern_row(grid, col_blocks, pt, i, idx + n);
-        off[i + 1] = n;
-    }
+    int32_t n = 0, r = 0;
+    for (int32_t s = 0; s < count; ++s)
+        for (int32_t i = 0; i < segment_rows(&segs[s]); ++i) {
+            n += segment_row(&segs[s], pt, i, idx + n);
+            off[++r] = n;
+        }
+    while (r < row_blocks) off[++r] = n;
     for (int32_t s = 1; s < slices; ++s) {
         const int64_t base = per_slice * s;
         if (per_slice > 0) memcpy(idx + base, idx, (size_t)per_slice * sizeof(int32_t));
@@ -227,60 +258,81 @@ static sk_status build_pattern(sk_layout_t *out, const sk_grid *grid, const patt
     return sk_layout_finish(layout, out);
 }
 
-sk_status sk_layout_create_dense(sk_layout_t *out, const sk_grid *grid) {
-    SK_ENTER("sk_layout_create_dense");
+static sk_status build_random(sk_layout_t *out, const sk_grid *grid, const sk_grid *segs,
+                              int32_t count, int32_t k, uint64_t seed, int causal);
+
+/* A token distance argument (`name` = value`unit` in messages), >= lo,
+ * capped at SK_DISTANCE_CAP into *capped. */
+static sk_status token_distance(int64_t value, int64_t lo, const char *name, const char *unit,
+                                int64_t *capped) {
+    if (value < lo)
+        return sk_error(SK_STATUS_BAD_PARAM_VALUE, "%s = %lld%s must be >= %lld", name,
+                        (long long)value, unit, (long long)lo);
+    *capped = min_i64(value, SK_DISTANCE_CAP);
+    return SK_STATUS_SUCCESS;
+}
+
+sk_status sk_layout_build(sk_layout_t *out, const sk_grid *grid, const sk_grid *segs, int32_t count,
+                          const sk_layout_params *prm) {
+    pattern pt = {PATTERN_DENSE, 0, 0, 1, 0, 0};
+    switch (prm->kind) {
+    case SK_LAYOUT_DENSE:
+        break;
+    case SK_LAYOUT_CAUSAL:
+        pt.kind = PATTERN_CAUSAL;
+        pt.causal = 1;
+        break;
+    case SK_LAYOUT_WINDOW:
+        SK_TRY(token_distance(prm->a, 0, "left", " tokens", &pt.a));
+        SK_TRY(token_distance(prm->b, 0, "right", " tokens", &pt.b));
+        pt.kind = PATTERN_WINDOW;
+        break;
+    case SK_LAYOUT_SINKS_WINDOW:
+        SK_TRY(token_distance(prm->a, 0, "sink_tokens", "", &pt.a));
+        SK_TRY(token_distance(prm->b, 1, "window_tokens", "", &pt.b));
+        pt.kind = PATTERN_SINKS_WINDOW;
+        pt.causal = 1;
+        break;
+    case SK_LAYOUT_RANDOM:
+        if (prm->k < 0)
+            return sk_error(SK_STATUS_BAD_PARAM_VALUE, "k = %d must be >= 0", (int)prm->k);
+        return build_random(out, grid, segs, count, prm->k, prm->seed, prm->causal);
+    }
+    return build_pattern(out, grid, segs, count, &pt);
+}
+
+/* A fixed-batch builder: the grid checked, then one segment, the grid. */
+static sk_status build_fixed(sk_layout_t *out, const sk_grid *grid, const sk_layout_params *prm) {
     SK_CHECK_NOT_NULL(out);
     SK_CHECK_NOT_NULL(grid);
     SK_TRY(sk_grid_check(grid, NULL, NULL, NULL));
-    pattern pt = {PATTERN_DENSE, 0, 0, 1, 0, 0};
-    return build_pattern(out, grid, &pt);
+    return sk_layout_build(out, grid, grid, 1, prm);
+}
+
+sk_status sk_layout_create_dense(sk_layout_t *out, const sk_grid *grid) {
+    SK_ENTER("sk_layout_create_dense");
+    const sk_layout_params prm = {SK_LAYOUT_DENSE, 0, 0, 0, 0, 0};
+    return build_fixed(out, grid, &prm);
 }
 
 sk_status sk_layout_create_causal(sk_layout_t *out, const sk_grid *grid) {
     SK_ENTER("sk_layout_create_causal");
-    SK_CHECK_NOT_NULL(out);
-    SK_CHECK_NOT_NULL(grid);
-    SK_TRY(sk_grid_check(grid, NULL, NULL, NULL));
-    pattern pt = {PATTERN_CAUSAL, 0, 0, 1, 0, 1};
-    return build_pattern(out, grid, &pt);
+    const sk_layout_params prm = {SK_LAYOUT_CAUSAL, 0, 0, 0, 0, 0};
+    return build_fixed(out, grid, &prm);
 }
 
 sk_status sk_layout_create_window(sk_layout_t *out, const sk_grid *grid, int64_t left,
                                   int64_t right) {
     SK_ENTER("sk_layout_create_window");
-    SK_CHECK_NOT_NULL(out);
-    SK_CHECK_NOT_NULL(grid);
-    SK_TRY(sk_grid_check(grid, NULL, NULL, NULL));
-    if (left < 0)
-        return sk_error(SK_STATUS_BAD_PARAM_VALUE, "left = %lld tokens must be >= 0",
-                        (long long)left);
-    if (right < 0)
-        return sk_error(SK_STATUS_BAD_PARAM_VALUE, "right = %lld tokens must be >= 0",
-                        (long long)right);
-    pattern pt = {
-        PATTERN_WINDOW, min_i64(left, SK_DISTANCE_CAP), min_i64(right, SK_DISTANCE_CAP), 1, 0, 0};
-    return build_pattern(out, grid, &pt);
+    const sk_layout_params prm = {SK_LAYOUT_WINDOW, left, right, 0, 0, 0};
+    return build_fixed(out, grid, &prm);
 }
 
 sk_status sk_layout_create_sinks_window(sk_layout_t *out, const sk_grid *grid, int64_t sink_tokens,
                                         int64_t window_tokens) {
     SK_ENTER("sk_layout_create_sinks_window");
-    SK_CHECK_NOT_NULL(out);
-    SK_CHECK_NOT_NULL(grid);
-    SK_TRY(sk_grid_check(grid, NULL, NULL, NULL));
-    if (sink_tokens < 0)
-        return sk_error(SK_STATUS_BAD_PARAM_VALUE, "sink_tokens = %lld must be >= 0",
-                        (long long)sink_tokens);
-    if (window_tokens < 1)
-        return sk_error(SK_STATUS_BAD_PARAM_VALUE, "window_tokens = %lld must be >= 1",
-                        (long long)window_tokens);
-    pattern pt = {PATTERN_SINKS_WINDOW,
-                  min_i64(sink_tokens, SK_DISTANCE_CAP),
-                  min_i64(window_tokens, SK_DISTANCE_CAP),
-                  1,
-                  0,
-                  1};
-    return build_pattern(out, grid, &pt);
+    const sk_layout_params prm = {SK_LAYOUT_SINKS_WINDOW, sink_tokens, window_tokens, 0, 0, 0};
+    return build_fixed(out, grid, &prm);
 }
 
 sk_status sk_layout_create_strided(sk_layout_t *out, const sk_grid *grid, int32_t stride,
@@ -295,7 +347,7 @@ sk_status sk_layout_create_strided(sk_layout_t *out, const sk_grid *grid, int32_
         return sk_error(SK_STATUS_BAD_PARAM_VALUE, "local_blocks = %d must be >= 0",
                         (int)local_blocks);
     pattern pt = {PATTERN_STRIDED, 0, 0, stride, local_blocks, causal != 0};
-    return build_pattern(out, grid, &pt);
+    return build_pattern(out, grid, grid, 1, &pt);
 }
 
 /* ---------------------------------------------------------------------------
@@ -364,38 +416,55 @@ static void random_row(int32_t *row, int32_t g, int32_t n, int32_t k, uint64_t s
     }
 }
 
-sk_status sk_layout_create_random(sk_layout_t *out, const sk_grid *grid, int32_t k, uint64_t seed,
-                                  int causal) {
-    SK_ENTER("sk_layout_create_random");
-    SK_CHECK_NOT_NULL(out);
-    SK_CHECK_NOT_NULL(grid);
+/* The candidates of each row of one slice: every key block of the row's
+ * segment, or its causal prefix; 0 in the rows past the segments. */
+static void random_candidates(int32_t *cand, int32_t row_blocks, const sk_grid *segs, int32_t count,
+                              int causal) {
+    int32_t r = 0;
+    for (int32_t s = 0; s < count; ++s) {
+        const sk_grid *seg = &segs[s];
+        const int32_t cb = (int32_t)sk_ceil_div_i64(seg->cols, seg->block_cols);
+        for (int32_t i = 0; i < segment_rows(seg); ++i)
+            cand[r++] = causal ? sk_layout_causal_blocks(seg, i) : cb;
+    }
+    while (r < row_blocks) cand[r++] = 0;
+}
+
+static sk_status build_random(sk_layout_t *out, const sk_grid *grid, const sk_grid *segs,
+                              int32_t count, int32_t k, uint64_t seed, int causal) {
     int32_t row_blocks, col_blocks, slices;
     SK_TRY(sk_grid_check(grid, &row_blocks, &col_blocks, &slices));
-    if (k < 0) return sk_error(SK_STATUS_BAD_PARAM_VALUE, "k = %d must be >= 0", (int)k);
+    SK_TRY(check_segments(segs, count, row_blocks));
+    const int32_t total_rows = slices * row_blocks;
+    const int threads = max_threads();
+    int32_t *cand = (int32_t *)malloc(((size_t)row_blocks + 1) * sizeof(int32_t));
+    if (cand == NULL)
+        return sk_error(SK_STATUS_ALLOC_FAILED, "no memory for %d row counts", (int)row_blocks);
+    random_candidates(cand, row_blocks, segs, count, causal);
 
     /* The count of a row depends only on its row block. */
     int64_t per_slice = 0;
-    for (int32_t i = 0; i < row_blocks; ++i) {
-        int32_t n = causal ? sk_layout_causal_blocks(grid, i) : col_blocks;
-        per_slice += k < n ? k : n;
-    }
+    for (int32_t i = 0; i < row_blocks; ++i) per_slice += k < cand[i] ? k : cand[i];
     int64_t nnz;
-    SK_TRY(all_slices(per_slice, slices, &nnz));
-    const int32_t total_rows = slices * row_blocks;
-    const int threads = max_threads();
+    const sk_status counted = all_slices(per_slice, slices, &nnz);
+    if (counted != SK_STATUS_SUCCESS) {
+        free(cand);
+        return counted;
+    }
 
     struct sk_layout_s *layout = sk_layout_alloc(grid, total_rows, nnz);
     int32_t *taken = (int32_t *)calloc((size_t)threads * (size_t)col_blocks, sizeof(int32_t));
     if (layout == NULL || taken == NULL) {
         sk_layout_free(layout);
         free(taken);
+        free(cand);
         return sk_error(SK_STATUS_ALLOC_FAILED, "no memory for %d rows and nnz = %lld",
                         (int)total_rows, (long long)nnz);
     }
     int32_t *off = layout->bsr.row_offsets, *idx = layout->bsr.col_indices;
     off[0] = 0;
     for (int32_t g = 0; g < total_rows; ++g) {
-        int32_t n = causal ? sk_layout_causal_blocks(grid, g % row_blocks) : col_blocks;
+        int32_t n = cand[g % row_blocks];
         off[g + 1] = off[g] + (k < n ? k : n);
     }
     const uint64_t seed_mixed = sm64_mix(seed);
@@ -403,7 +472,7 @@ sk_status sk_layout_create_random(sk_layout_t *out, const sk_grid *grid, int32_t
      * same layout. */
 #pragma omp parallel for schedule(dynamic, 16) if (nnz > 65536)
     for (int32_t g = 0; g < total_rows; ++g) {
-        const int32_t n = causal ? sk_layout_causal_blocks(grid, g % row_blocks) : col_blocks;
+        const int32_t n = cand[g % row_blocks];
         int32_t *row = idx + off[g];
         if (k >= n) {
             for (int32_t j = 0; j < n; ++j) row[j] = j;
@@ -412,7 +481,15 @@ sk_status sk_layout_create_random(sk_layout_t *out, const sk_grid *grid, int32_t
         }
     }
     free(taken);
+    free(cand);
     return sk_layout_finish(layout, out);
+}
+
+sk_status sk_layout_create_random(sk_layout_t *out, const sk_grid *grid, int32_t k, uint64_t seed,
+                                  int causal) {
+    SK_ENTER("sk_layout_create_random");
+    const sk_layout_params prm = {SK_LAYOUT_RANDOM, 0, 0, k, seed, causal};
+    return build_fixed(out, grid, &prm);
 }
 
 /* ---------------------------------------------------------------------------

@@ -59,6 +59,42 @@ sk_status sk_cuda_attention_backward_run(const sk_attention_backward_problem *p,
     return sk_error(SK_STATUS_NOT_SUPPORTED_BACKEND, SK_NO_CUDA_TEXT);
 }
 
+sk_status sk_cuda_attention_varlen_workspace_size(const sk_attention_varlen_problem *p,
+                                                  size_t *bytes) {
+    (void)p, (void)bytes;
+    return sk_error(SK_STATUS_NOT_SUPPORTED_BACKEND, SK_NO_CUDA_TEXT);
+}
+
+sk_status sk_cuda_attention_varlen_plan(const sk_attention_varlen_problem *p, void *workspace,
+                                        size_t workspace_size, struct CUstream_st *stream) {
+    (void)p, (void)workspace, (void)workspace_size, (void)stream;
+    return sk_error(SK_STATUS_NOT_SUPPORTED_BACKEND, SK_NO_CUDA_TEXT);
+}
+
+sk_status sk_cuda_attention_varlen_run(const sk_attention_varlen_problem *p, void *workspace,
+                                       size_t workspace_size, struct CUstream_st *stream) {
+    (void)p, (void)workspace, (void)workspace_size, (void)stream;
+    return sk_error(SK_STATUS_NOT_SUPPORTED_BACKEND, SK_NO_CUDA_TEXT);
+}
+
+sk_status sk_cuda_attention_paged_workspace_size(const sk_attention_paged_problem *p,
+                                                 size_t *bytes) {
+    (void)p, (void)bytes;
+    return sk_error(SK_STATUS_NOT_SUPPORTED_BACKEND, SK_NO_CUDA_TEXT);
+}
+
+sk_status sk_cuda_attention_paged_plan(const sk_attention_paged_problem *p, void *workspace,
+                                       size_t workspace_size, struct CUstream_st *stream) {
+    (void)p, (void)workspace, (void)workspace_size, (void)stream;
+    return sk_error(SK_STATUS_NOT_SUPPORTED_BACKEND, SK_NO_CUDA_TEXT);
+}
+
+sk_status sk_cuda_attention_paged_run(const sk_attention_paged_problem *p, void *workspace,
+                                      size_t workspace_size, struct CUstream_st *stream) {
+    (void)p, (void)workspace, (void)workspace_size, (void)stream;
+    return sk_error(SK_STATUS_NOT_SUPPORTED_BACKEND, SK_NO_CUDA_TEXT);
+}
+
 sk_status sk_cuda_bsr_gemm_workspace_size(const sk_bsr_gemm_problem *p, size_t *bytes) {
     (void)p;
     (void)bytes;

@@ -31,8 +31,22 @@ typedef struct sk_attention_problem {
     int32_t row_blocks, col_blocks; /* ceil(Sq / block_q), ceil(Sk / block_k) */
     int32_t layout_batch, layout_heads, head_div;
     int32_t nnz;
-    const int32_t *row_offsets; /* [layout_batch * layout_heads * row_blocks + 1] */
+    const int32_t *row_offsets; /* [layout_batch * layout_heads * slice_rows + 1] */
     const int32_t *col_indices; /* [nnz] */
+    /* Row g of slice s is row_offsets[s * slice_rows + i], and LSE[b, h, q]
+     * is lse[(b * heads_q + h) * lse_head_stride + q]. Every fixed-batch
+     * call has slice_rows = row_blocks and lse_head_stride = seq_q, which
+     * the CUDA kernels assume; a varlen sequence's problem (the CPU
+     * backend's, src/cpu/attention_varlen_ref.c) has the layout's R rows
+     * per slice and the packed total_q. */
+    int32_t slice_rows;
+    int64_t lse_head_stride;
+    /* Paged K/V (a paged call's sequence, on the CPU backend; NULL in every
+     * other problem, as the CUDA kernels assume): batch 1, and key s of KV
+     * head h at element page_table[s / page_size] * k_stride[0] +
+     * (s % page_size) * k_stride[1] + h * k_stride[2] of k (and so for v). */
+    const int32_t *page_table;
+    int32_t page_size;
 
     const void *q, *k, *v; /* may be NULL in workspace-size / plan calls */
     void *o;
@@ -51,6 +65,39 @@ typedef struct sk_attention_backward_problem {
     void *dq;                 /* [B, Sq, Hq, D] */
     void *dk, *dv;            /* [B, Sk, Hkv, D] */
 } sk_attention_backward_problem;
+
+/* A varlen attention (src/core/attention_varlen.c): B sequences packed
+ * along the token axis. `flat` is the whole packed call as one fixed-batch
+ * problem of batch 1: seq_q = total_q, seq_k = total_k, the tensors
+ * [1, total, H, D] (stride[0] unused), LSE [Hq, total_q] (lse_head_stride
+ * = total_q), the layout's R rows per slice (row_blocks = slice_rows = R)
+ * with its slice mapping, every pointer at token 0. A backend cuts it into
+ * one problem per sequence. cu_seqlens_* are host arrays on the CPU backend
+ * (checked against the lengths and the layout before the backend is
+ * called), device arrays on CUDA (never read on the host). */
+typedef struct sk_attention_varlen_problem {
+    sk_attention_problem flat;
+    int32_t batch;                   /* B sequences */
+    int64_t max_seqlen_q, max_seqlen_k;
+    const int32_t *cu_seqlens_q;     /* [B + 1]; NULL in workspace-size calls */
+    const int32_t *cu_seqlens_k;     /* [B + 1]; NULL in workspace-size calls */
+} sk_attention_varlen_problem;
+
+/* A paged attention (src/core/attention_paged.c): the varlen call's
+ * packed queries, output, LSE and layout in v (v.cu_seqlens_k is NULL),
+ * K and V in caches of pages: v.flat.k and v.flat.v are the caches
+ * [num_pages, page_size, Hkv, D] with strides over [page, slot, head]
+ * (v.flat.seq_k = num_pages x page_size), sequence b's key k in page
+ * page_table[b * page_table_stride + k / page_size], slot k % page_size.
+ * Host arrays on the CPU backend (checked before the backend is called),
+ * device arrays on CUDA (never read on the host). */
+typedef struct sk_attention_paged_problem {
+    sk_attention_varlen_problem v;
+    const int32_t *seq_lens_k; /* [B] len_k(b) */
+    const int32_t *page_table; /* [B, max_pages], row stride page_table_stride */
+    int64_t num_pages, page_table_stride;
+    int32_t page_size, max_pages;
+} sk_attention_paged_problem;
 
 typedef struct sk_bsr_gemm_problem {
     sk_backend backend;

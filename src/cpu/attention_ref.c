@@ -4,6 +4,8 @@
  * Work unit ("tile"): one (batch b, query head h, query block i), i.e. up to
  * block_q query rows that share one layout row. Tiles are independent and
  * are spread over OpenMP threads (dynamic schedule: rows differ in length).
+ * One run may hold several problems (a varlen call: one per sequence,
+ * attention_varlen_ref.c), numbered one after another into one tile range.
  *
  * Per tile, an online softmax over the selected key blocks, in order:
  *   1. Q rows of the tile -> fp32 (once per tile).
@@ -94,15 +96,25 @@ static int64_t offset_of(const int64_t stride[3], int64_t b, int64_t s, int64_t 
     return b * stride[0] + s * stride[1] + h * stride[2];
 }
 
+/* Element offset of key (or value) s of batch b, KV head h: through the
+ * page table in a paged problem (batch 0 only, problem.h). */
+static int64_t kv_offset_of(const sk_attention_problem *p, const int64_t stride[3], int64_t b,
+                            int64_t s, int64_t h) {
+    if (p->page_table == NULL) return offset_of(stride, b, s, h);
+    return offset_of(stride, p->page_table[s / p->page_size], s % p->page_size, h);
+}
+
 /* Key block starting at token k0, nk valid keys, for (b, KV head hk). */
 static void load_kv_block(const sk_attention_problem *p, int64_t b, int64_t hk, int64_t k0,
                           int64_t nk, attn_scratch *w) {
     const int64_t D = p->head_dim, bk = p->block_k;
     for (int64_t kk = 0; kk < nk; ++kk) {
-        const void *krow = sk_cpu_elem(p->k, p->dtype, offset_of(p->k_stride, b, k0 + kk, hk));
+        const void *krow =
+            sk_cpu_elem(p->k, p->dtype, kv_offset_of(p, p->k_stride, b, k0 + kk, hk));
         sk_cpu_load_f32(w->krow, krow, p->dtype, D);
         for (int64_t d = 0; d < D; ++d) w->kt[d * bk + kk] = w->krow[d];
-        const void *vrow = sk_cpu_elem(p->v, p->dtype, offset_of(p->v_stride, b, k0 + kk, hk));
+        const void *vrow =
+            sk_cpu_elem(p->v, p->dtype, kv_offset_of(p, p->v_stride, b, k0 + kk, hk));
         sk_cpu_load_f64(w->v + kk * D, vrow, p->dtype, D);
     }
 }
@@ -158,7 +170,7 @@ static void attention_tile(const sk_attention_problem *p, int64_t b, int64_t h, 
     const int64_t q0 = i * p->block_q, nq = min_i64(p->block_q, Sq - q0);
     const int64_t hk = h / p->group;
     const int64_t slice = (p->layout_batch == 1 ? 0 : b) * p->layout_heads + h / p->head_div;
-    const int64_t g = slice * p->row_blocks + i;
+    const int64_t g = slice * p->slice_rows + i;
     const int64_t shift = Sk - Sq; /* causal: k <= q + shift */
 
     for (int64_t r = 0; r < nq; ++r) {
@@ -196,11 +208,26 @@ static void attention_tile(const sk_attention_problem *p, int64_t b, int64_t h, 
         }
         void *orow = sk_cpu_elem_mut(p->o, p->dtype, offset_of(p->o_stride, b, q0 + r, h));
         sk_cpu_store_f64(orow, p->dtype, acc, D);
-        if (p->lse != NULL) p->lse[(b * p->heads_q + h) * Sq + q0 + r] = (float)lse;
+        if (p->lse != NULL) p->lse[(b * p->heads_q + h) * p->lse_head_stride + q0 + r] = (float)lse;
     }
 }
 
-sk_status sk_cpu_attention_run(const sk_attention_problem *p) {
+/* The problem holding tile t: the last c with tile_start[c] <= t. */
+static int32_t problem_of_tile(const int64_t *tile_start, int32_t count, int64_t t) {
+    int32_t lo = 0, hi = count - 1;
+    while (lo < hi) {
+        const int32_t mid = lo + (hi - lo + 1) / 2;
+        if (tile_start[mid] <= t)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    return lo;
+}
+
+sk_status sk_cpu_attention_run_problems(const sk_attention_problem *probs,
+                                        const int64_t *tile_start, int32_t count) {
+    const sk_attention_problem *p = &probs[0]; /* head_dim and blocks: the same in all */
     size_t slab;
     if (!scratch_bytes(p->head_dim, p->block_q, p->block_k, &slab))
         return sk_error(SK_STATUS_BAD_PARAM_OVERFLOW,
@@ -220,8 +247,7 @@ sk_status sk_cpu_attention_run(const sk_attention_problem *p) {
                         "the CPU backend could not allocate %zu bytes of scratch (head_dim = %lld)",
                         slab, (long long)p->head_dim);
 
-    const int64_t tiles_per_head = p->row_blocks;
-    const int64_t tiles = p->batch * p->heads_q * tiles_per_head; /* < B*Sq*Hq: fits */
+    const int64_t tiles = tile_start[count];
 #pragma omp parallel num_threads(threads)
     {
         attn_scratch w;
@@ -229,10 +255,18 @@ sk_status sk_cpu_attention_run(const sk_attention_problem *p) {
                       p->block_k);
 #pragma omp for schedule(dynamic, 1)
         for (int64_t t = 0; t < tiles; ++t) {
-            const int64_t i = t % tiles_per_head, bh = t / tiles_per_head;
-            attention_tile(p, bh / p->heads_q, bh % p->heads_q, i, &w);
+            const sk_attention_problem *pc = &probs[problem_of_tile(tile_start, count, t)];
+            const int64_t local = t - tile_start[pc - probs];
+            const int64_t i = local % pc->row_blocks, bh = local / pc->row_blocks;
+            attention_tile(pc, bh / pc->heads_q, bh % pc->heads_q, i, &w);
         }
     }
     free(mem);
     return SK_STATUS_SUCCESS;
+}
+
+sk_status sk_cpu_attention_run(const sk_attention_problem *p) {
+    /* B x Hq x row_blocks tiles: fewer than B x Sq x Hq, so it fits. */
+    const int64_t tile_start[2] = {0, p->batch * p->heads_q * p->row_blocks};
+    return sk_cpu_attention_run_problems(p, tile_start, 1);
 }

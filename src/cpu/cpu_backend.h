@@ -10,6 +10,18 @@
 #include "core/topk_rules.h"
 
 sk_status sk_cpu_attention_run(const sk_attention_problem *p);
+/* Several problems of one head_dim and block shape in one parallel run:
+ * problem c owns tiles tile_start[c] .. tile_start[c + 1] - 1 (B x Hq x
+ * row_blocks of them, in that order); tile_start[count] is the total. */
+sk_status sk_cpu_attention_run_problems(const sk_attention_problem *probs,
+                                        const int64_t *tile_start, int32_t count);
+/* A varlen call (attention_varlen_ref.c): one problem per sequence, run as
+ * above. Allocates the problem list (SK_STATUS_ALLOC_FAILED, nothing
+ * written, when that fails). */
+sk_status sk_cpu_attention_varlen_run(const sk_attention_varlen_problem *p);
+/* A paged call: the same, each sequence's keys read through its page
+ * table row. */
+sk_status sk_cpu_attention_paged_run(const sk_attention_paged_problem *p);
 /* The backward (attention_bwd_ref.c): dQ, dK, dV, deterministic whatever
  * the thread count. Allocates host scratch (the layout's transpose and one
  * slab per thread) before writing: SK_STATUS_ALLOC_FAILED when that fails. */

@@ -2,9 +2,10 @@
  * backend.h - the C interface between the core and the CUDA backend.
  *
  * Implemented by the .cu files of src/cuda/ (common/device_info.cu,
- * attention/fwd.cu, attention/bwd.cu, gemm/gemm.cu, topk/chain.cu) when the library is built
- * with nvcc, and by src/core/no_cuda.c (every call:
- * SK_STATUS_NOT_SUPPORTED_BACKEND) when it is not. Problems arrive validated
+ * attention/fwd.cu, attention/bwd.cu, attention/varlen.cu, gemm/gemm.cu,
+ * topk/chain.cu) when the library is built with nvcc, and by
+ * src/core/no_cuda.c (every call: SK_STATUS_NOT_SUPPORTED_BACKEND) when it
+ * is not. Problems arrive validated
  * (src/core/problem.h); these functions check only what needs the device:
  * that one is present, its compute capability, the kernel's supported
  * combinations, the workspace size. Errors are recorded with sk_error (the
@@ -45,6 +46,26 @@ sk_status sk_cuda_attention_backward_plan(const sk_attention_backward_problem *p
                                           size_t workspace_size, struct CUstream_st *stream);
 sk_status sk_cuda_attention_backward_run(const sk_attention_backward_problem *p, void *workspace,
                                          size_t workspace_size, struct CUstream_st *stream);
+
+/* The varlen attention forward (attention/varlen.cu). The problem arrives
+ * with every argument checked (aliasing and workspace placement included);
+ * the length arrays and the layout are device memory, unread on the host.
+ * Until its kernels exist (issue 30, step 2) all three return
+ * SK_STATUS_NOT_SUPPORTED, touching nothing. */
+sk_status sk_cuda_attention_varlen_workspace_size(const sk_attention_varlen_problem *p,
+                                                  size_t *bytes);
+sk_status sk_cuda_attention_varlen_plan(const sk_attention_varlen_problem *p, void *workspace,
+                                        size_t workspace_size, struct CUstream_st *stream);
+sk_status sk_cuda_attention_varlen_run(const sk_attention_varlen_problem *p, void *workspace,
+                                       size_t workspace_size, struct CUstream_st *stream);
+/* The paged forward (attention/varlen.cu), the same way: the lengths, the
+ * page table and the layout are device memory; NOT_SUPPORTED for now. */
+sk_status sk_cuda_attention_paged_workspace_size(const sk_attention_paged_problem *p,
+                                                 size_t *bytes);
+sk_status sk_cuda_attention_paged_plan(const sk_attention_paged_problem *p, void *workspace,
+                                       size_t workspace_size, struct CUstream_st *stream);
+sk_status sk_cuda_attention_paged_run(const sk_attention_paged_problem *p, void *workspace,
+                                      size_t workspace_size, struct CUstream_st *stream);
 
 sk_status sk_cuda_bsr_gemm_workspace_size(const sk_bsr_gemm_problem *p, size_t *bytes);
 sk_status sk_cuda_bsr_gemm_plan(const sk_bsr_gemm_problem *p, void *workspace,

@@ -153,3 +153,15 @@ sk_grid tu_grid(int64_t rows, int64_t cols, int32_t block_rows, int32_t block_co
     g.heads = heads;
     return g;
 }
+
+double tu_attn_tol_o(sk_dtype dtype, double ref, double d, double smag, double vmax, double n) {
+    const double u32 = tu_unit_roundoff(SK_DTYPE_F32);
+    const double e =
+        tu_unit_roundoff(dtype) * fabs(ref) + u32 * sqrt(d) * smag * vmax + u32 * sqrt(n) * vmax;
+    return 2.0 * e + 0x1.0p-24;
+}
+
+double tu_attn_tol_lse(double ref, double d, double smag, double n) {
+    const double u32 = tu_unit_roundoff(SK_DTYPE_F32);
+    return 2.0 * u32 * (fabs(ref) + sqrt(d) * smag + sqrt(n)) + 0x1.0p-24;
+}

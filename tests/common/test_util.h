@@ -38,6 +38,25 @@ void tu_fill_normal(tu_rng *rng, void *buf, sk_dtype dtype, int64_t n, float sca
 /* Unit roundoff of a dtype: 2^-11 for F16, 2^-8 for BF16, 2^-24 for F32. */
 double tu_unit_roundoff(sk_dtype dtype);
 
+/*
+ * The attention tolerance rule (docs/DEVELOPING.md): |got - ref| <= 2 * E +
+ * atol, E being the error bound of a naive implementation in the same
+ * precision, i.e. one that computes in fp32 from the same dtype inputs and
+ * rounds O once:
+ *   E(O)   = u_dtype * |ref|                      final rounding of O
+ *          + u_f32 * sqrt(D) * smag * vmax        fp32 dot products: an error
+ *                                                 d in a score changes exp by
+ *                                                 a factor (1 + d)
+ *          + u_f32 * sqrt(n) * vmax               fp32 sums over n keys
+ *   E(LSE) = u_f32 * (|ref| + sqrt(D) * smag + sqrt(n))
+ * smag = |scale| * |q|_2 * max_k |k|_2 bounds |scale| * sum_d |q_d k_d| (Cauchy-
+ * Schwarz), vmax = max |v|, n = the row's admissible keys; sqrt() because
+ * rounding errors add up like a random walk. atol = 2^-24 covers fp16
+ * subnormal outputs. d is the head dimension.
+ */
+double tu_attn_tol_o(sk_dtype dtype, double ref, double d, double smag, double vmax, double n);
+double tu_attn_tol_lse(double ref, double d, double smag, double n);
+
 /* A grid of rows x cols tokens in blocks of block_rows x block_cols, over
  * batch x heads slices. */
 sk_grid tu_grid(int64_t rows, int64_t cols, int32_t block_rows, int32_t block_cols, int32_t batch,

@@ -62,6 +62,8 @@ static struct {
     size_t es, dim;
     sk_attention_desc attn;
     sk_attention_backward_desc bwd;
+    sk_attention_varlen_desc varlen;
+    sk_attention_paged_desc paged;
     sk_bsr_gemm_desc gemm;
     sk_topk_desc topk;
     sk_bsr layout; /* the output layout of the top-k calls */
@@ -108,6 +110,32 @@ static void ctx_init(sk_backend backend) {
     ctx.attn.heads_kv = 1;
     ctx.attn.head_dim = (int64_t)ctx.dim;
     sk_attention_backward_desc_init(&ctx.bwd, sizeof ctx.bwd);
+    /* The same tokens as two sequences (see run_attention_varlen). */
+    sk_attention_varlen_desc_init(&ctx.varlen, sizeof ctx.varlen);
+    ctx.varlen.backend = backend;
+    ctx.varlen.dtype = dtype;
+    ctx.varlen.batch = 2;
+    ctx.varlen.total_q = 64;
+    ctx.varlen.total_k = 128;
+    ctx.varlen.max_seqlen_q = 34;
+    ctx.varlen.max_seqlen_k = 100;
+    ctx.varlen.heads_q = 2;
+    ctx.varlen.heads_kv = 1;
+    ctx.varlen.head_dim = (int64_t)ctx.dim;
+    /* The same sequences with K and V in 9 pages of 16 tokens. */
+    sk_attention_paged_desc_init(&ctx.paged, sizeof ctx.paged);
+    ctx.paged.backend = backend;
+    ctx.paged.dtype = dtype;
+    ctx.paged.batch = 2;
+    ctx.paged.total_q = 64;
+    ctx.paged.max_seqlen_q = 34;
+    ctx.paged.max_seqlen_k = 100;
+    ctx.paged.heads_q = 2;
+    ctx.paged.heads_kv = 1;
+    ctx.paged.head_dim = (int64_t)ctx.dim;
+    ctx.paged.num_pages = 9;
+    ctx.paged.page_size = 16;
+    ctx.paged.max_pages = 7;
     sk_bsr_gemm_desc_init(&ctx.gemm, sizeof ctx.gemm);
     ctx.gemm.backend = backend;
     ctx.gemm.ab_dtype = dtype;
@@ -178,6 +206,58 @@ static sk_status run_attention_backward(unsigned char *const p[], int variant) {
     return sk_attention_backward_run(&ctx.attn, &ctx.bwd, &layout, p[3], p[4], p[5], p[6], p[7],
                                      lse, p[0], p[1], p[2], workspace_at(p, 11), ctx.ws_bytes,
                                      NULL);
+}
+
+/* The varlen forward: sequences of 30 x 100 and 34 x 28 tokens (the
+ * totals of the problem above), one row each (R = 2), the first selecting
+ * both its key blocks, the second its one. Buffers: o, lse, q, k, v, the
+ * layout arrays, cu_seqlens_q, cu_seqlens_k, the workspace (the plan: the
+ * workspace, the layout arrays, the length arrays). */
+static const int32_t varlen_offsets[3] = {0, 2, 3}, varlen_indices[3] = {0, 1, 0};
+static const int32_t varlen_cu_q[3] = {0, 30, 64}, varlen_cu_k[3] = {0, 100, 128};
+
+static sk_status run_attention_varlen(unsigned char *const p[], int variant) {
+    const sk_grid g = tu_grid(128, 100, 64, 64, 1, 1);
+    if (variant == VARIANT_PLAN) {
+        const sk_bsr layout = bsr_of(&g, p[1], p[2], 3);
+        return sk_attention_varlen_plan(&ctx.varlen, &layout, (const int32_t *)(void *)p[3],
+                                        (const int32_t *)(void *)p[4], p[0], ctx.ws_bytes, NULL);
+    }
+    const sk_bsr layout = bsr_of(&g, p[5], p[6], 3);
+    const int32_t *cu_q = (const int32_t *)(void *)p[7], *cu_k = (const int32_t *)(void *)p[8];
+    float *lse = (float *)(void *)p[1];
+    if (variant == VARIANT_FULL)
+        return sk_attention_varlen_forward(&ctx.varlen, &layout, cu_q, cu_k, p[2], p[3], p[4], p[0],
+                                           lse, workspace_at(p, 9), ctx.ws_bytes, NULL);
+    return sk_attention_varlen_run(&ctx.varlen, &layout, cu_q, cu_k, p[2], p[3], p[4], p[0], lse,
+                                   workspace_at(p, 9), ctx.ws_bytes, NULL);
+}
+
+/* The paged forward: the varlen problem above with K and V in caches of 9
+ * pages (sequence 0 in pages 0 .. 6, sequence 1 in 7 and 8). Buffers: o,
+ * lse, q, k_cache, v_cache, the layout arrays, cu_seqlens_q, seq_lens_k,
+ * page_table, the workspace (the plan: the workspace, the layout arrays,
+ * the three arrays). */
+static const int32_t paged_lens[2] = {100, 28};
+static const int32_t paged_table[14] = {0, 1, 2, 3, 4, 5, 6, 7, 8, -1, -1, -1, -1, -1};
+
+static sk_status run_attention_paged(unsigned char *const p[], int variant) {
+    const sk_grid g = tu_grid(128, 100, 64, 64, 1, 1);
+    if (variant == VARIANT_PLAN) {
+        const sk_bsr layout = bsr_of(&g, p[1], p[2], 3);
+        return sk_attention_paged_plan(&ctx.paged, &layout, (const int32_t *)(void *)p[3],
+                                       (const int32_t *)(void *)p[4], (const int32_t *)(void *)p[5],
+                                       p[0], ctx.ws_bytes, NULL);
+    }
+    const sk_bsr layout = bsr_of(&g, p[5], p[6], 3);
+    const int32_t *cu_q = (const int32_t *)(void *)p[7], *lens = (const int32_t *)(void *)p[8];
+    const int32_t *table = (const int32_t *)(void *)p[9];
+    float *lse = (float *)(void *)p[1];
+    if (variant == VARIANT_FULL)
+        return sk_attention_paged_forward(&ctx.paged, &layout, cu_q, lens, table, p[2], p[3], p[4],
+                                          p[0], lse, workspace_at(p, 10), ctx.ws_bytes, NULL);
+    return sk_attention_paged_run(&ctx.paged, &layout, cu_q, lens, table, p[2], p[3], p[4], p[0],
+                                  lse, workspace_at(p, 10), ctx.ws_bytes, NULL);
 }
 
 /* The top-k calls write ctx.layout: its arrays are p[0] and p[1], set by
@@ -256,6 +336,10 @@ static size_t workspace_of(run_fn run) {
         st = sk_attention_backward_workspace_size(&ctx.attn, &ctx.bwd, &layout, &bytes);
     else if (run == run_attention_topk)
         st = sk_attention_topk_workspace_size(&ctx.attn, &ctx.topk, &bytes);
+    else if (run == run_attention_varlen)
+        st = sk_attention_varlen_workspace_size(&ctx.varlen, &layout, &bytes);
+    else if (run == run_attention_paged)
+        st = sk_attention_paged_workspace_size(&ctx.paged, &layout, &bytes);
     else if (run == run_gemm)
         st = sk_bsr_gemm_workspace_size(&ctx.gemm, &layout, &bytes);
     else if (run == run_select_topk || run == run_layout_from_scores)
@@ -295,6 +379,14 @@ static int build_table(acall *calls, int *skipped) {
     const abuf b = {"b", 128 * 8 * es, ta, 0, data};
     const abuf a_ro = {"a_layout->row_offsets", 8, 4, 0, dense_offsets};
     const abuf a_ci = {"a_layout->col_indices", 8, 4, 0, dense_indices};
+    const abuf v_ro = {"layout->row_offsets", 12, 4, 0, varlen_offsets};
+    const abuf v_ci = {"layout->col_indices", 12, 4, 0, varlen_indices};
+    const abuf cu_q = {"cu_seqlens_q", 12, 4, 0, varlen_cu_q};
+    const abuf cu_k = {"cu_seqlens_k", 12, 4, 0, varlen_cu_k};
+    const size_t cache = 9 * 16 * d * es; /* [9, 16, 1, d] */
+    const abuf kc = {"k_cache", cache, ta, 0, data}, vc = {"v_cache", cache, ta, 0, data};
+    const abuf lens = {"seq_lens_k", 8, 4, 0, paged_lens};
+    const abuf table = {"page_table", 14 * 4, 4, 0, paged_table};
     const acall all[] = {
         {"sk_attention_run", run_attention, VARIANT_RUN, 8, {o, lse, q, k, v, ro, ci, ws}},
         {"sk_attention_forward", run_attention, VARIANT_FULL, 8, {o, lse, q, k, v, ro, ci, ws}},
@@ -311,6 +403,36 @@ static int build_table(acall *calls, int *skipped) {
          {dq, dk, dv, q, k, v, o_in, dout, lse_in, ro, ci, ws}},
         {"sk_attention_backward_plan", run_attention_backward, VARIANT_PLAN, 3, {ws, ro, ci}},
         {"sk_attention_topk", run_attention_topk, 0, 8, {out_ro, out_ci, o, lse, q, k, v, ws}},
+        {"sk_attention_varlen_run",
+         run_attention_varlen,
+         VARIANT_RUN,
+         10,
+         {o, lse, q, k, v, v_ro, v_ci, cu_q, cu_k, ws}},
+        {"sk_attention_varlen_forward",
+         run_attention_varlen,
+         VARIANT_FULL,
+         10,
+         {o, lse, q, k, v, v_ro, v_ci, cu_q, cu_k, ws}},
+        {"sk_attention_varlen_plan",
+         run_attention_varlen,
+         VARIANT_PLAN,
+         5,
+         {ws, v_ro, v_ci, cu_q, cu_k}},
+        {"sk_attention_paged_run",
+         run_attention_paged,
+         VARIANT_RUN,
+         11,
+         {o, lse, q, kc, vc, v_ro, v_ci, cu_q, lens, table, ws}},
+        {"sk_attention_paged_forward",
+         run_attention_paged,
+         VARIANT_FULL,
+         11,
+         {o, lse, q, kc, vc, v_ro, v_ci, cu_q, lens, table, ws}},
+        {"sk_attention_paged_plan",
+         run_attention_paged,
+         VARIANT_PLAN,
+         6,
+         {ws, v_ro, v_ci, cu_q, lens, table}},
         {"sk_bsr_gemm_run", run_gemm, VARIANT_RUN, 6, {c, a_values, b, a_ro, a_ci, ws}},
         {"sk_bsr_gemm", run_gemm, VARIANT_FULL, 6, {c, a_values, b, a_ro, a_ci, ws}},
         {"sk_bsr_gemm_plan", run_gemm, VARIANT_PLAN, 3, {ws, a_ro, a_ci}},
@@ -488,7 +610,7 @@ static int check_backend(sk_backend backend, int *skipped) {
         CHECK(0, "top-k capacity %d: %s", (int)ctx.capacity, sk_last_error());
         return 0;
     }
-    acall calls[20];
+    acall calls[24];
     const int ncalls = build_table(calls, skipped);
     const int placements = backend == SK_BACKEND_CPU ? 4 : 2;
     int checked = 0;
@@ -520,12 +642,13 @@ static int check_backend(sk_backend backend, int *skipped) {
     return checked;
 }
 
-/* 13 entry points, every pair with a written member, four placements
- * (the two backward calls: 27 pairs each). */
+/* 17 entry points, every pair with a written member, four placements
+ * (the two backward calls: 27 pairs each; the two varlen calls: 15; the
+ * two paged calls: 17). */
 SK_TEST(aliasing_every_pair_cpu) {
     int skipped;
     const int checked = check_backend(SK_BACKEND_CPU, &skipped);
-    CHECK(checked == 508 && skipped == 0, "%d placements checked (want 508), %d skipped", checked,
+    CHECK(checked == 764 && skipped == 0, "%d placements checked (want 764), %d skipped", checked,
           skipped);
 }
 
@@ -536,11 +659,15 @@ SK_TEST(aliasing_every_pair_cpu) {
  * for this problem's head_dim 8 (its kernels take 64 or 128): its run and
  * one-shot call are checked without a workspace (108 placements) and its
  * plan not at all; tests/gpu/test_attention_backward_gpu.c checks its
- * workspace against the other buffers. */
+ * workspace against the other buffers. The CUDA varlen and paged forwards
+ * have no kernels yet (their workspace sizes are SK_STATUS_NOT_SUPPORTED):
+ * their runs and one-shot calls are checked without a workspace (60 and 68
+ * placements), their plans not at all. */
 SK_TEST(aliasing_every_pair_cuda_refused_before_the_device) {
     int skipped;
     const int checked = check_backend(SK_BACKEND_CUDA, &skipped);
-    CHECK((skipped == 1 && checked == 224 + 108) || (skipped == 4 && checked == 96 + 108),
-          "%d placements checked (want 332, or 204 without CUDA), %d entry points skipped",
-          checked, skipped);
+    CHECK((skipped == 3 && checked == 224 + 108 + 60 + 68) ||
+              (skipped == 6 && checked == 96 + 108 + 60 + 68),
+          "%d placements checked (want 460, or 332 without CUDA), %d entry points skipped", checked,
+          skipped);
 }

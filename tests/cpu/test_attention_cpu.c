@@ -96,33 +96,6 @@ static int64_t span_of(int64_t b, int64_t s, int64_t h, int64_t d, const int64_t
     return (b - 1) * st[0] + (s - 1) * st[1] + (h - 1) * st[2] + d;
 }
 
-/*
- * Tolerance rule (docs/DEVELOPING.md): |got - ref| <= 2 * E + atol, E being
- * the error bound of a naive implementation in the same precision, i.e. one
- * that computes in fp32 from the same dtype inputs and rounds O once:
- *   E(O)   = u_dtype * |ref|                      final rounding of O
- *          + u_f32 * sqrt(D) * smag * vmax        fp32 dot products: an error
- *                                                 d in a score changes exp by
- *                                                 a factor (1 + d)
- *          + u_f32 * sqrt(n) * vmax               fp32 sums over n keys
- *   E(LSE) = u_f32 * (|ref| + sqrt(D) * smag + sqrt(n))
- * smag = |scale| * |q|_2 * max_k |k|_2 bounds |scale| * sum_d |q_d k_d| (Cauchy-
- * Schwarz), vmax = max |v|, n = the row's admissible keys; sqrt() because
- * rounding errors add up like a random walk. atol = 2^-24 covers fp16
- * subnormal outputs.
- */
-static double tol_o(sk_dtype dtype, double ref, double d, double smag, double vmax, double n) {
-    const double u32 = tu_unit_roundoff(SK_DTYPE_F32);
-    const double e =
-        tu_unit_roundoff(dtype) * fabs(ref) + u32 * sqrt(d) * smag * vmax + u32 * sqrt(n) * vmax;
-    return 2.0 * e + 0x1.0p-24;
-}
-
-static double tol_lse(double ref, double d, double smag, double n) {
-    const double u32 = tu_unit_roundoff(SK_DTYPE_F32);
-    return 2.0 * u32 * (fabs(ref) + sqrt(d) * smag + sqrt(n)) + 0x1.0p-24;
-}
-
 /* The slice of (b, h) by the rule in sparsek.h, written out independently. */
 static int64_t test_slice(const attn_case *c, int64_t b, int64_t h) {
     int64_t hs;
@@ -320,7 +293,7 @@ static int run_attn_case(const attn_case *c, uint64_t seed, attn_outcome *outcom
                         ok = isinf(got) && got < 0 && isinf(ref_lse) && ref_lse < 0;
                     else
                         ok = isfinite(got) &&
-                             fabs((double)got - ref_lse) <= tol_lse(ref_lse, (double)D, smag, n);
+                             fabs((double)got - ref_lse) <= tu_attn_tol_lse(ref_lse, (double)D, smag, n);
                     if (!ok && bad++ < 3)
                         CHECK(ok, "%s LSE[b=%lld h=%lld q=%lld] = %.9g, reference %.9g", label,
                               (long long)b, (long long)h, (long long)s, (double)got, ref_lse);
@@ -328,7 +301,7 @@ static int run_attn_case(const attn_case *c, uint64_t seed, attn_outcome *outcom
                 for (int64_t x = 0; x < D; ++x) {
                     const double ref = od[((b * Sq + s) * Hq + h) * D + x];
                     const double got = tu_load(o, c->dtype, b * os[0] + s * os[1] + h * os[2] + x);
-                    const double tol = tol_o(c->dtype, ref, (double)D, smag, vmax[b * Hkv + hk], n);
+                    const double tol = tu_attn_tol_o(c->dtype, ref, (double)D, smag, vmax[b * Hkv + hk], n);
                     /* An empty row must be exactly 0. */
                     const int ok =
                         is_empty ? got == 0.0 : (isfinite(got) && fabs(got - ref) <= tol);
@@ -688,11 +661,11 @@ SK_TEST(attention_cpu_speed) {
             for (int64_t x = 0; x < D; ++x) {
                 const double got = tu_load(o, SK_DTYPE_F16, (i * H + h) * D + x);
                 if (!(fabs(got - od[x]) <=
-                      tol_o(SK_DTYPE_F16, od[x], (double)D, smag, vmax, nkeys)))
+                      tu_attn_tol_o(SK_DTYPE_F16, od[x], (double)D, smag, vmax, nkeys)))
                     ++bad;
             }
             const double got_lse = lse[h * S + i];
-            CHECK(bad == 0 && fabs(got_lse - ref_lse) <= tol_lse(ref_lse, (double)D, smag, nkeys),
+            CHECK(bad == 0 && fabs(got_lse - ref_lse) <= tu_attn_tol_lse(ref_lse, (double)D, smag, nkeys),
                   "seed %llu row h=%lld q=%lld: %d elements off, LSE %.9g vs %.9g",
                   (unsigned long long)seed, (long long)h, (long long)i, bad, got_lse, ref_lse);
         }
