@@ -24,6 +24,10 @@ from dataclasses import asdict
 BWD_FACTOR = 2.5
 
 
+class NotApplicable(Exception):
+    """A peer does not apply to a case (recorded as skipped, not as an error)."""
+
+
 def backward_cases(case_type, quick: bool, tiny: bool):
     """Issue 29's rows: seed 25 % and dense (fp16 D128), causal dense at 8K,
     causal window 2048 at 64K (D128) and 32K (D64), bf16."""
@@ -135,7 +139,7 @@ def run_backward_case(case, args, timer, ctx_global, build_layout):
             continue
         try:
             if args.device != "cuda":
-                raise RuntimeError("needs CUDA")
+                raise NotApplicable("needs CUDA")
             qt = [x.transpose(1, 2).detach().requires_grad_() for x in qs]
             kt = [x.transpose(1, 2).detach().requires_grad_() for x in ks]
             vt = [x.transpose(1, 2).detach().requires_grad_() for x in vs]
@@ -152,7 +156,7 @@ def run_backward_case(case, args, timer, ctx_global, build_layout):
                 computes = "same layout (BlockMask with full-block lists)"
             else:
                 if not case.dense_peers:
-                    raise RuntimeError("dense baseline only on the dense and causal-dense cases")
+                    raise NotApplicable("dense baseline only on the dense and causal-dense cases")
                 import torch.nn.functional as Fn
                 from torch.nn.attention import SDPBackend, sdpa_kernel
 
@@ -175,6 +179,9 @@ def run_backward_case(case, args, timer, ctx_global, build_layout):
             del g
             finish(name, timer.measure(fn, n_rot), f, extra)
             del outs, qt, kt, vt
+        except NotApplicable as e:
+            rec["systems"][name] = {"status": "skipped", "reason": str(e)}
+            print(f"    {name:<13} skipped: {e}", flush=True)
         except Exception as e:
             rec["systems"][name] = {"status": "error", "error": f"{type(e).__name__}: {str(e)[:1500]}",
                                     "traceback": traceback.format_exc(limit=6)[-3000:]}
