@@ -269,8 +269,8 @@ FUZZ_CFLAGS := -std=c99 -D_POSIX_C_SOURCE=200809L $(WARN) -Wno-pass-failed -Iinc
 	-Itests -fopenmp -MMD -MP -O2 -g -fno-omit-frame-pointer -DSK_NO_CUDA \
 	-fsanitize=$(FUZZ_SANITIZE) -fno-sanitize-recover=all
 FUZZ_SHARED_SRC := $(sort $(wildcard tests/fuzz/fz_*.c tests/fuzz/*_case.c)) \
-	tests/common/test_util.c tests/common/naive_ref.c tests/common/topk_naive.c \
-	tests/common/topk_check.c
+	tests/common/test_util.c tests/common/naive_ref.c tests/common/naive_bwd.c \
+	tests/common/topk_naive.c tests/common/topk_check.c
 FUZZ_SHARED_OBJ := $(patsubst %.c,$(FUZZ_DIR)/obj/%.o,$(CORE_SRC) $(FUZZ_SHARED_SRC))
 FUZZ_BINS := $(addprefix $(FUZZ_DIR)/,$(FUZZ_HARNESSES))
 

@@ -32,7 +32,20 @@ void api_case_code(fz_codec *c, api_case *k) {
     fz_u64(c, &k->seed);
     fz_u32(c, &k->workspace_bytes);
     fz_u8(c, &k->place.mode);
-    fz_u8(c, &k->place.misalign);
-    fz_u8(c, &k->place.null_mask);
-    for (int i = 0; i < FZ_MAX_BUFS; ++i) fz_i64(c, &k->place.at[i]);
+    /* The placement's first 8 buffers where they always were; the rest at
+     * the end (api_case.h). */
+    uint8_t mis[2] = {(uint8_t)(k->place.misalign & 255u), (uint8_t)(k->place.misalign >> 8)};
+    uint8_t nul[2] = {(uint8_t)(k->place.null_mask & 255u), (uint8_t)(k->place.null_mask >> 8)};
+    fz_u8(c, &mis[0]);
+    fz_u8(c, &nul[0]);
+    for (int i = 0; i < 8; ++i) fz_i64(c, &k->place.at[i]);
+    fz_i32(c, &k->deterministic);
+    for (int t = 0; t < 4; ++t)
+        for (int i = 0; i < 3; ++i) fz_i64(c, &k->bwd_strides[t][i]);
+    fz_u8(c, &k->bwd_flags);
+    fz_u8(c, &mis[1]);
+    fz_u8(c, &nul[1]);
+    for (int i = 8; i < FZ_MAX_BUFS; ++i) fz_i64(c, &k->place.at[i]);
+    k->place.misalign = (uint16_t)(mis[0] | mis[1] << 8);
+    k->place.null_mask = (uint16_t)(nul[0] | nul[1] << 8);
 }

@@ -35,6 +35,10 @@ enum {
     API_FROM_SCORES,
     API_TOPK_CAPACITY,
     API_TOPK_WORKSPACE,
+    API_BWD_WORKSPACE, /* the attention backward (fuzz_api_backward.c) */
+    API_BWD_PLAN,
+    API_BWD_RUN,
+    API_BWD,
     API_OPS
 };
 
@@ -49,6 +53,14 @@ enum {
 enum {
     API_LSE = 1,    /* attention: write LSE */
     API_SPECIAL = 2 /* scores with NaN, +-inf and -0 (sk_layout_from_scores) */
+};
+
+/* The attention backward's own switches (api_case.bwd_flags). */
+enum {
+    API_BWD_REAL_FWD = 1,    /* O and LSE from a real CPU forward (else arbitrary values) */
+    API_BWD_STRUCT_SIZE = 2, /* bwd->struct_size one too many */
+    API_BWD_NULL = 4,        /* bwd passed as NULL */
+    API_BWD_INIT_SIZE = 8    /* sk_attention_backward_desc_init first called with a wrong size */
 };
 
 enum { API_MAX_EDITS = 4 };
@@ -81,6 +93,12 @@ typedef struct api_case {
     uint64_t seed;
     uint32_t workspace_bytes; /* the workspace passed (unused on the CPU) */
     fz_place place;
+    /* Attention backward. These, the high bytes of place.misalign and
+     * place.null_mask and place.at[8 ..] are coded after everything above,
+     * so the inputs written before they existed decode as before. */
+    int32_t deterministic;     /* bwd->deterministic */
+    int64_t bwd_strides[4][3]; /* dO, dQ, dK, dV element strides (all 0 = packed) */
+    uint8_t bwd_flags;         /* API_BWD_* */
 } api_case;
 
 /* Read (c reading) or write (c writing) every field of k. */

@@ -18,7 +18,8 @@
  *    problem is small, matches a naive reference: the dense fp64
  *    attention masked by the layout, the fp64 GEMM, the naive top-k of
  *    tests/common (under the tolerance rule of docs/DEVELOPING.md).
- * Per family: fuzz_api_attention.c, fuzz_api_gemm.c, fuzz_api_topk.c.
+ * Per family: fuzz_api_attention.c, fuzz_api_backward.c (with the fp64
+ * backward of tests/common/naive_bwd.c), fuzz_api_gemm.c, fuzz_api_topk.c.
  */
 #include "fuzz_api.h"
 
@@ -183,6 +184,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         fuzz_api_attention_topk(&c);
     else if (c.op >= API_GEMM_WORKSPACE && c.op <= API_GEMM)
         fuzz_api_gemm(&c);
+    else if (c.op >= API_BWD_WORKSPACE)
+        fuzz_api_backward(&c);
     else
         fuzz_api_topk(&c);
     return 0;

@@ -1,7 +1,8 @@
 /*
  * fuzz_api.h - what the parts of the fuzz_api harness share: the entry
  * point and the helpers (fuzz_api.c), and one file per family of entry
- * points (fuzz_api_attention.c, fuzz_api_gemm.c, fuzz_api_topk.c).
+ * points (fuzz_api_attention.c, fuzz_api_backward.c, fuzz_api_gemm.c,
+ * fuzz_api_topk.c).
  */
 #ifndef SK_FUZZ_API_H
 #define SK_FUZZ_API_H
@@ -132,7 +133,22 @@ void api_topk_out_require(const api_topk *p, api_topk_out *o, const sk_bsr *got,
  * validity (independent check). */
 void api_topk_check_layout(const api_topk *p, const sk_bsr *lay, const char *api);
 
+/* The attention descriptor of a case (fuzz_api_attention.c), the rules it
+ * breaks (runs: the call computes, so a CUDA backend is refused; returns 1
+ * when its sizes are all usable), and the layout geometry against it. */
+void api_attn_desc(const api_case *c, sk_attention_desc *d);
+int api_attn_expect_desc(const api_case *c, const sk_attention_desc *d, int runs, fz_expect *e);
+void api_attn_expect_geometry(const api_case *c, const sk_attention_desc *d, const api_layout *l,
+                              fz_expect *e);
+/* A [B, S, H, D] tensor into the arena at its span (a stand-in when its
+ * span is refused, which is then expected to fail the call). */
+void api_tensor_add(fz_arena *a, fz_expect *e, const fz_tensor *t, const char *name, int role,
+                    int sizes_ok);
+/* Entries of an LSE [B, Hq, Sq] (1 when the sizes are unusable, capped). */
+int64_t api_lse_count(const sk_attention_desc *d, int sizes_ok);
+
 void fuzz_api_attention(const api_case *c);
+void fuzz_api_backward(const api_case *c);
 void fuzz_api_gemm(const api_case *c);
 void fuzz_api_topk(const api_case *c);
 void fuzz_api_attention_topk(const api_case *c);

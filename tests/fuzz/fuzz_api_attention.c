@@ -19,7 +19,7 @@
 #include "fz_attn_ref.h"
 #include "fz_tensor.h"
 
-static void make_desc(const api_case *c, sk_attention_desc *d) {
+void api_attn_desc(const api_case *c, sk_attention_desc *d) {
     sk_attention_desc_init(d, sizeof *d);
     API_DESC_COMMON(d, c);
     d->mask = (sk_mask)c->mask;
@@ -28,11 +28,10 @@ static void make_desc(const api_case *c, sk_attention_desc *d) {
     if (c->fault == API_FAULT_STRUCT_SIZE) d->struct_size += 1;
 }
 
-/* The descriptor's rules; 1 when its sizes are all usable. */
-static int expect_desc(const api_case *c, const sk_attention_desc *d, fz_expect *e) {
+int api_attn_expect_desc(const api_case *c, const sk_attention_desc *d, int runs, fz_expect *e) {
     if (c->fault == API_FAULT_STRUCT_SIZE) fz_expect_fail(e, "desc->struct_size is wrong");
     if (c->fault == API_FAULT_NULL_DESC) fz_expect_fail(e, "desc is NULL");
-    api_expect_backend(e, d->backend, d->dtype, c->op != API_ATTN_WORKSPACE);
+    api_expect_backend(e, d->backend, d->dtype, runs);
     api_expect_dtype(e, d->dtype, "desc->dtype");
     int sizes_ok = 1;
     for (int i = 0; i < 6; ++i)
@@ -51,9 +50,8 @@ static int expect_desc(const api_case *c, const sk_attention_desc *d, fz_expect 
     return sizes_ok;
 }
 
-/* The layout's geometry against the descriptor. */
-static void expect_geometry(const api_case *c, const sk_attention_desc *d, const api_layout *l,
-                            fz_expect *e) {
+void api_attn_expect_geometry(const api_case *c, const sk_attention_desc *d, const api_layout *l,
+                              fz_expect *e) {
     const sk_grid *g = &c->grid;
     if (c->fault == API_FAULT_NULL_LAYOUT) fz_expect_fail(e, "layout is NULL");
     if (!l->g.ok) fz_expect_fail(e, "the layout's grid is refused by sk_grid_blocks' rules");
@@ -66,6 +64,23 @@ static void expect_geometry(const api_case *c, const sk_attention_desc *d, const
         fz_expect_fail(e, "grid heads = %d is neither 1, Hkv nor Hq", (int)g->heads);
 }
 
+void api_tensor_add(fz_arena *a, fz_expect *e, const fz_tensor *t, const char *name, int role,
+                    int sizes_ok) {
+    if (!t->span_ok && t->es > 0 && sizes_ok)
+        fz_expect_fail(e, "%s's strides are negative or its span overflows", name);
+    const int64_t bytes = t->span_ok ? t->bytes : 64; /* a stand-in when refused */
+    fz_arena_add(a, name, bytes, t->es ? t->es : 4, role);
+}
+
+int64_t api_lse_count(const sk_attention_desc *d, int sizes_ok) {
+    /* A count that overflows is far above the cap. */
+    int64_t n = 1;
+    if (sizes_ok && (__builtin_mul_overflow(d->batch, d->heads_q, &n) ||
+                     __builtin_mul_overflow(n, d->seq_q, &n) || n > API_BYTES_CAP))
+        n = API_BYTES_CAP;
+    return n;
+}
+
 enum { B_Q, B_K, B_V, B_O, B_LSE };
 
 void fuzz_api_attention(const api_case *c) {
@@ -74,13 +89,13 @@ void fuzz_api_attention(const api_case *c) {
     const char *api = names[c->op];
     const int tensors = c->op == API_ATTN_RUN || c->op == API_ATTN_FORWARD;
     sk_attention_desc d;
-    make_desc(c, &d);
+    api_attn_desc(c, &d);
     fz_expect e;
     fz_expect_clear(&e);
-    const int sizes_ok = expect_desc(c, &d, &e);
+    const int sizes_ok = api_attn_expect_desc(c, &d, c->op != API_ATTN_WORKSPACE, &e);
     api_layout l;
     if (!api_layout_build(c, c->op != API_ATTN_WORKSPACE, &l)) return;
-    expect_geometry(c, &d, &l, &e);
+    api_attn_expect_geometry(c, &d, &l, &e);
 
     fz_attn at;
     memset(&at, 0, sizeof at);
@@ -90,18 +105,10 @@ void fuzz_api_attention(const api_case *c) {
     if (tensors) {
         const fz_tensor *t[4] = {&at.q, &at.k, &at.v, &at.o};
         static const char *const tn[4] = {"q", "k", "v", "o"};
-        for (int i = 0; i < 4; ++i) {
-            if (!t[i]->span_ok && t[i]->es > 0 && sizes_ok)
-                fz_expect_fail(&e, "%s's strides are negative or its span overflows", tn[i]);
-            const int64_t bytes = t[i]->span_ok ? t[i]->bytes : 64; /* a stand-in when refused */
-            fz_arena_add(&a, tn[i], bytes, t[i]->es ? t[i]->es : 4, i == B_O ? FZ_WRITE : FZ_READ);
-        }
-        /* [B, Hq, Sq] fp32; a count that overflows is far above the cap. */
-        int64_t lse_n = 1;
-        if (sizes_ok && (__builtin_mul_overflow(d.batch, d.heads_q, &lse_n) ||
-                         __builtin_mul_overflow(lse_n, d.seq_q, &lse_n) || lse_n > API_BYTES_CAP))
-            lse_n = API_BYTES_CAP;
-        fz_arena_add(&a, "lse", (c->flags & API_LSE) ? lse_n * 4 : 0, 4, FZ_WRITE);
+        for (int i = 0; i < 4; ++i)
+            api_tensor_add(&a, &e, t[i], tn[i], i == B_O ? FZ_WRITE : FZ_READ, sizes_ok);
+        fz_arena_add(&a, "lse", (c->flags & API_LSE) ? api_lse_count(&d, sizes_ok) * 4 : 0, 4,
+                     FZ_WRITE);
     }
     api_layout_add(&l, &a);
     api_workspace_add(c, &a);

@@ -23,13 +23,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
-enum { FZ_MAX_BUFS = 8 };
+/* 16: the attention backward passes 12 buffers (tensors, layout arrays,
+ * workspace). */
+enum { FZ_MAX_BUFS = 16 };
 enum { FZ_READ = 0, FZ_WRITE = 1, FZ_UNUSED = 2 };
 
 typedef struct fz_place {
     uint8_t mode;
-    uint8_t misalign;        /* bit i: buffer i one byte off its alignment */
-    uint8_t null_mask;       /* bit i: buffer i passed as NULL */
+    uint16_t misalign;       /* bit i: buffer i one byte off its alignment */
+    uint16_t null_mask;      /* bit i: buffer i passed as NULL */
     int64_t at[FZ_MAX_BUFS]; /* gap (mode 1) or offset (mode 2) of buffer i */
 } fz_place;
 

@@ -314,6 +314,93 @@ static void attention_seeds(void) {
     ac_emit("regressions", "gen-attn-layout-misaligned", &k);
 }
 
+/* A backward case (blocks of 64: keep it small, the fuzzer runs it, a
+ * forward and the fp64 reference), O and LSE from a real forward. */
+static api_case bwd_case(uint8_t op, int32_t dtype, int64_t b, int64_t sq, int64_t sk, int64_t hq,
+                         int64_t hkv, int64_t d) {
+    api_case k = ac(op, dtype, b, sq, sk, hq, hkv, d);
+    k.deterministic = 1;
+    k.bwd_flags = API_BWD_REAL_FWD;
+    return k;
+}
+
+static void backward_seeds(void) {
+    api_case k;
+    k = bwd_case(API_BWD, SK_DTYPE_F32, 1, 70, 130, 2, 1, 4);
+    ac_emit("corpus", "seed-bwd-f32-gqa", &k);
+    k.bwd_flags = 0; /* O and LSE arbitrary: only the outcome rules */
+    ac_emit("corpus", "seed-bwd-f32-arbitrary-o", &k);
+    k = bwd_case(API_BWD_RUN, SK_DTYPE_F16, 2, 40, 70, 2, 2, 4);
+    k.grid.batch = 2;
+    k.grid.heads = 2;
+    k.mask = SK_MASK_CAUSAL;
+    padded(k.bwd_strides[0], 40, 2, 4); /* dO */
+    padded(k.bwd_strides[1], 40, 2, 4); /* dQ */
+    padded(k.bwd_strides[2], 70, 2, 4); /* dK */
+    k.place.mode = 0;
+    ac_emit("corpus", "seed-bwd-run-f16-padded-causal", &k);
+    k = bwd_case(API_BWD, SK_DTYPE_BF16, 1, 80, 40, 4, 2, 4);
+    k.grid.heads = 4; /* per query head; Sq > Sk: causal empties the first rows */
+    k.mask = SK_MASK_CAUSAL;
+    k.deterministic = 0;
+    ac_emit("corpus", "seed-bwd-bf16-per-head-causal", &k);
+    k = bwd_case(API_BWD_WORKSPACE, SK_DTYPE_F16, 4, 1 << 20, 1 << 20, 8, 8, 128);
+    k.grid.rows = k.grid.cols = 1 << 20;
+    k.grid.block_rows = k.grid.block_cols = 128;
+    ac_emit("corpus", "seed-bwd-workspace-large", &k);
+    k = bwd_case(API_BWD_PLAN, SK_DTYPE_F32, 1, 40, 40, 1, 1, 4);
+    k.workspace_bytes = 100;
+    ac_emit("corpus", "seed-bwd-plan", &k);
+    k.bwd_flags = API_BWD_STRUCT_SIZE | API_BWD_INIT_SIZE;
+    ac_emit("corpus", "seed-bwd-plan-struct-size", &k);
+    k = bwd_case(API_BWD, SK_DTYPE_F32, 1, 16, 16, 1, 1, 4);
+    k.deterministic = 2;
+    ac_emit("corpus", "seed-bwd-deterministic-2", &k);
+    k.deterministic = 1;
+    k.bwd_flags |= API_BWD_NULL;
+    ac_emit("corpus", "seed-bwd-null-bwd", &k);
+    k = bwd_case(API_BWD_RUN, SK_DTYPE_F32, 1, 16, 16, 1, 1, 4);
+    k.bwd_strides[1][0] = 16 * 4;
+    k.bwd_strides[1][1] = 2; /* dQ's rows overlap each other */
+    k.bwd_strides[1][2] = 4;
+    ac_emit("corpus", "seed-bwd-dq-self-overlap", &k);
+    k = bwd_case(API_BWD, SK_DTYPE_F32, 1, 16, 16, 1, 1, 4);
+    k.place.null_mask = 1u << 5; /* lse: required by the backward */
+    ac_emit("corpus", "seed-bwd-lse-null", &k);
+    k.place.null_mask = 1u << 10; /* col_indices (a high bit) */
+    ac_emit("corpus", "seed-bwd-col-indices-null", &k);
+    k.place.null_mask = 0;
+    k.place.misalign = 1u << 8; /* dv (a high bit) */
+    ac_emit("corpus", "seed-bwd-dv-misaligned", &k);
+    k.place.misalign = 0;
+    k.density = 0; /* every row empty: zero gradients */
+    k.place.mode = 2;
+    for (int i = 0; i < FZ_MAX_BUFS; ++i) k.place.at[i] = 0; /* all at one place */
+    ac_emit("corpus", "seed-bwd-overlap-all", &k);
+
+    /* F32, B = H = 1, S = 16, D = 4: q, k, v, o, dout, dq, dk, dv 256
+     * bytes each, lse 64, row_offsets 8; placed apart (mode 2), then each
+     * output moved onto another buffer. */
+    k = bwd_case(API_BWD, SK_DTYPE_F32, 1, 16, 16, 1, 1, 4);
+    k.density = 255;
+    k.place.mode = 2;
+    const int64_t apart[12] = {0, 256, 512, 768, 1024, 1280, 1344, 1600, 1856, 2112, 2120, 0};
+    memcpy(k.place.at, apart, sizeof apart);
+    ac_emit("corpus", "seed-bwd-apart", &k);
+    static const struct {
+        int out;
+        int64_t at;
+        const char *name;
+    } moves[6] = {{6, 1024, "seed-bwd-dq-over-dout"},   {6, 768, "seed-bwd-dq-over-o"},
+                  {7, 1280, "seed-bwd-dk-over-lse"},    {7, 0, "seed-bwd-dk-over-q"},
+                  {8, 2112, "seed-bwd-dv-over-layout"}, {8, 1600, "seed-bwd-dv-over-dk"}};
+    for (int i = 0; i < 6; ++i) {
+        memcpy(k.place.at, apart, sizeof apart);
+        k.place.at[moves[i].out] = moves[i].at;
+        ac_emit("corpus", moves[i].name, &k);
+    }
+}
+
 static api_case gemm_case(uint8_t op, int32_t ab, int32_t cd, int64_t m, int64_t n, int64_t kk) {
     api_case k = ac(op, ab, m, n, kk, 0, 0, 0);
     const int64_t size[6] = {m, n, kk, 0, 0, 0};
@@ -435,6 +522,7 @@ int main(int argc, char **argv) {
     root = argv[1];
     layout_seeds();
     attention_seeds();
+    backward_seeds();
     gemm_seeds();
     topk_seeds();
     printf("make_seeds: %d files written under %s\n", written, root);
