@@ -1,8 +1,9 @@
 /*
  * packed_fixture.h - what the bad-input tests of the packed calls (varlen,
- * paged: tests/cpu/test_varlen_bad_inputs.c, test_paged_bad_inputs.c)
- * share: their byte buffers with snapshots, the check that a call failed
- * as expected and wrote nothing, and their common layout.
+ * paged: tests/cpu/test_varlen_bad_inputs.c, test_paged_bad_inputs.c) and
+ * of the backward (test_backward_bad_inputs.c, buffers only) share: their
+ * byte buffers with snapshots, the check that a call failed as expected
+ * and wrote nothing, and the packed calls' common layout.
  *
  * The layout: B = 3 sequences of (len_q, len_k) (50, 60), (0, 130),
  * (70, 0), blocks 64, one slice per KV head (2): R = 3 rows per slice,
@@ -47,12 +48,13 @@ typedef struct pk_layout {
 } pk_layout;
 void pk_layout_init(pk_layout *l);
 
-/* A call's state before it runs: the buffers' and layout arrays' bytes. */
+/* A call's state before it runs: the buffers' and layout arrays' bytes
+ * (l NULL: a test with a layout of its own, not checked here). */
 void pk_snapshot(pk_buffers *b, pk_layout *l);
 
 /* After a call named `call` returned `got`: the status is want (or want2,
  * when not SUCCESS), sk_last_error() names the call and contains needle,
- * and no buffer or layout array changed since pk_snapshot. */
+ * and no buffer or layout array (l non-NULL) changed since pk_snapshot. */
 void pk_expect(const pk_buffers *b, const pk_layout *l, const char *call, sk_status got,
                sk_status want, sk_status want2, const char *needle);
 

@@ -20,10 +20,11 @@
 
 #include "common/harness.h"
 #include "common/naive_ref.h"
+#include "common/packed_fixture.h"
 #include "common/test_util.h"
 #include "sparsek.h"
 
-enum { SENTINEL = 0xA5, NBUF = 9 };
+enum { NBUF = 9 };
 
 typedef enum bcall { B_RUN, B_BACKWARD, B_WORKSPACE_SIZE, B_PLAN, B_INIT } bcall;
 
@@ -34,12 +35,6 @@ static const char *bcall_name(bcall c) {
     return names[c];
 }
 
-/* A byte buffer and its snapshot. */
-typedef struct bbuf {
-    unsigned char *p, *copy;
-    size_t bytes;
-} bbuf;
-
 /* A valid call: B=1, Sq=100, Sk=130, Hq=8, Hkv=2, D=16, F16, CPU, a dense
  * layout per KV head. Buffers: q, k, v, o, dout, lse (inputs), dq, dk, dv. */
 typedef struct bfix {
@@ -49,8 +44,7 @@ typedef struct bfix {
     sk_attention_backward_desc *bwd_arg;
     sk_bsr layout;
     const sk_bsr *layout_arg;
-    bbuf b[NBUF];
-    void *arg[NBUF]; /* what each buffer's argument is */
+    pk_buffers b; /* the nine buffers, their snapshots and arguments */
     size_t ws_bytes;
     size_t *ws_arg;
     size_t init_size;
@@ -80,17 +74,8 @@ static int fix_init(bfix *f) {
     if (nr_bsr_from_mask(&f->layout, &grid, mask) != 0) return 0;
     const size_t qn = 100 * 8 * 16 * 2, kn = 130 * 2 * 16 * 2;
     const size_t bytes[NBUF] = {qn, kn, kn, qn, qn, 8 * 100 * 4, qn, kn, kn};
-    for (int i = 0; i < NBUF; ++i) {
-        bbuf *b = &f->b[i];
-        b->bytes = bytes[i];
-        b->p = (unsigned char *)malloc(bytes[i] + 16);
-        b->copy = (unsigned char *)malloc(bytes[i] + 16);
-        if (b->p == NULL || b->copy == NULL) return 0;
-        /* Inputs: small finite fp16 / fp32 values (bytes below 0x40). */
-        for (size_t x = 0; x < bytes[i] + 16; ++x)
-            b->p[x] = i < IDQ ? (unsigned char)(tu_rng_next(&rng) & 0x3f) : SENTINEL;
-        f->arg[i] = b->p;
-    }
+    /* Inputs: small finite fp16 / fp32 values; dq, dk, dv: the sentinel. */
+    if (!pk_alloc(&f->b, NBUF, bytes, buf_names, IDQ, &rng)) return 0;
     f->desc_arg = &f->desc;
     f->bwd_arg = &f->bwd;
     f->layout_arg = &f->layout;
@@ -102,11 +87,11 @@ static int fix_init(bfix *f) {
 
 static void fix_free(bfix *f) {
     nr_bsr_free(&f->layout);
-    for (int i = 0; i < NBUF; ++i) free(f->b[i].p), free(f->b[i].copy);
+    pk_free(&f->b);
 }
 
 static sk_status fix_call(bfix *f, bcall call) {
-    void *const *a = f->arg;
+    void *const *a = f->b.arg;
     switch (call) {
     case B_RUN:
         return sk_attention_backward_run(f->desc_arg, f->bwd_arg, f->layout_arg, a[IQ], a[IK],
@@ -130,20 +115,11 @@ static sk_status fix_call(bfix *f, bcall call) {
 /* Call, then check status, message and untouched buffers and descriptors.
  * want2, when not SUCCESS, is a second acceptable status. */
 static void expect2(bfix *f, bcall call, sk_status want, sk_status want2, const char *needle) {
-    for (int i = 0; i < NBUF; ++i) memcpy(f->b[i].copy, f->b[i].p, f->b[i].bytes + 16);
+    pk_snapshot(&f->b, NULL);
     const sk_attention_desc desc_before = f->desc;
     const sk_attention_backward_desc bwd_before = f->bwd;
     const sk_status got = fix_call(f, call);
-    const char *msg = sk_last_error();
-    CHECK(got == want || (want2 != SK_STATUS_SUCCESS && got == want2),
-          "%s: got %s, want %s (%s)", bcall_name(call), sk_status_name(got), sk_status_name(want),
-          msg);
-    CHECK(strstr(msg, bcall_name(call)) != NULL, "message does not name %s: \"%s\"",
-          bcall_name(call), msg);
-    CHECK(strstr(msg, needle) != NULL, "message does not mention \"%s\": \"%s\"", needle, msg);
-    for (int i = 0; i < NBUF; ++i)
-        CHECK(memcmp(f->b[i].copy, f->b[i].p, f->b[i].bytes + 16) == 0,
-              "%s: buffer %s was written", bcall_name(call), buf_names[i]);
+    pk_expect(&f->b, NULL, bcall_name(call), got, want, want2, needle);
     CHECK(f->ws_bytes == 12345, "workspace_bytes was written: %zu", f->ws_bytes);
     CHECK(memcmp(&desc_before, &f->desc, sizeof desc_before) == 0, "desc was written");
     if (call != B_INIT)
@@ -186,9 +162,7 @@ SK_TEST(backward_bad_input_fixture_is_valid) {
     /* The run really wrote every element of dQ, dK, dV (fp16 0xA5A5 is
      * not a possible result here). */
     for (int i = IDQ; i <= IDV; ++i) {
-        size_t untouched = 0;
-        for (size_t x = 0; x < f.b[i].bytes; x += 2)
-            untouched += f.b[i].p[x] == SENTINEL && f.b[i].p[x + 1] == SENTINEL;
+        const size_t untouched = pk_untouched(&f.b, i, 2);
         CHECK(untouched == 0, "%zu elements of %s not written", untouched, buf_names[i]);
     }
     fix_free(&f);
@@ -229,19 +203,20 @@ BAD_BWD(layout_unsorted, B_RUN, SK_STATUS_BAD_LAYOUT_UNSORTED, "col_indices",
 BAD_BWD(layout_count_differs_from_nnz, B_PLAN, SK_STATUS_BAD_LAYOUT_COUNT, "nnz",
         FIX->layout.nnz -= 1)
 /* Pointers. */
-BAD_BWD(null_q, B_RUN, SK_STATUS_BAD_PARAM_NULL_POINTER, "q must not be NULL", FIX->arg[IQ] = NULL)
+BAD_BWD(null_q, B_RUN, SK_STATUS_BAD_PARAM_NULL_POINTER, "q must not be NULL",
+        FIX->b.arg[IQ] = NULL)
 BAD_BWD(null_o, B_BACKWARD, SK_STATUS_BAD_PARAM_NULL_POINTER, "o must not be NULL",
-        FIX->arg[IO] = NULL)
+        FIX->b.arg[IO] = NULL)
 BAD_BWD(null_dout, B_RUN, SK_STATUS_BAD_PARAM_NULL_POINTER, "dout must not be NULL",
-        FIX->arg[IDOUT] = NULL)
+        FIX->b.arg[IDOUT] = NULL)
 BAD_BWD(null_lse, B_RUN, SK_STATUS_BAD_PARAM_NULL_POINTER, "lse must not be NULL",
-        FIX->arg[ILSE] = NULL)
+        FIX->b.arg[ILSE] = NULL)
 BAD_BWD(null_dq, B_BACKWARD, SK_STATUS_BAD_PARAM_NULL_POINTER, "dq must not be NULL",
-        FIX->arg[IDQ] = NULL)
+        FIX->b.arg[IDQ] = NULL)
 BAD_BWD(null_dk, B_RUN, SK_STATUS_BAD_PARAM_NULL_POINTER, "dk must not be NULL",
-        FIX->arg[IDK] = NULL)
+        FIX->b.arg[IDK] = NULL)
 BAD_BWD(null_dv, B_RUN, SK_STATUS_BAD_PARAM_NULL_POINTER, "dv must not be NULL",
-        FIX->arg[IDV] = NULL)
+        FIX->b.arg[IDV] = NULL)
 /* Strides and extents. */
 BAD_BWD(negative_dout_stride, B_RUN, SK_STATUS_BAD_PARAM_STRIDE, "dout stride over seq",
         FIX->bwd.dout_strides[0] = 100 * 128;
@@ -263,26 +238,26 @@ BAD_BWD(overlapping_o_strides, B_RUN, SK_STATUS_BAD_PARAM_STRIDE, "o stride over
         FIX->desc.o_strides[1] = 64; FIX->desc.o_strides[2] = 8)
 /* Alignment. */
 BAD_BWD(misaligned_dout, B_RUN, SK_STATUS_BAD_PARAM_ALIGNMENT, "dout = ",
-        FIX->arg[IDOUT] = FIX->b[IDOUT].p + 1)
+        FIX->b.arg[IDOUT] = FIX->b.p[IDOUT] + 1)
 BAD_BWD(misaligned_dq, B_BACKWARD, SK_STATUS_BAD_PARAM_ALIGNMENT, "dq = ",
-        FIX->arg[IDQ] = FIX->b[IDQ].p + 1)
+        FIX->b.arg[IDQ] = FIX->b.p[IDQ] + 1)
 BAD_BWD(misaligned_dk, B_RUN, SK_STATUS_BAD_PARAM_ALIGNMENT, "dk = ",
-        FIX->arg[IDK] = FIX->b[IDK].p + 1)
+        FIX->b.arg[IDK] = FIX->b.p[IDK] + 1)
 BAD_BWD(misaligned_dv, B_RUN, SK_STATUS_BAD_PARAM_ALIGNMENT, "dv = ",
-        FIX->arg[IDV] = FIX->b[IDV].p + 1)
+        FIX->b.arg[IDV] = FIX->b.p[IDV] + 1)
 BAD_BWD(misaligned_lse, B_RUN, SK_STATUS_BAD_PARAM_ALIGNMENT, "lse = ",
-        FIX->arg[ILSE] = FIX->b[ILSE].p + 2)
+        FIX->b.arg[ILSE] = FIX->b.p[ILSE] + 2)
 /* Aliasing (the full table is in test_aliasing.c). Each overlapping
  * buffer stays inside the allocation it overlaps (16 spare bytes), so the
  * heap's placement of the other buffers cannot change which pair is named. */
 BAD_BWD(dq_overlaps_q, B_RUN, SK_STATUS_BAD_PARAM_STRIDE, "dq overlaps q",
-        FIX->arg[IDQ] = FIX->b[IQ].p + 16)
+        FIX->b.arg[IDQ] = FIX->b.p[IQ] + 16)
 BAD_BWD(dk_overlaps_dv, B_BACKWARD, SK_STATUS_BAD_PARAM_STRIDE, "dk overlaps dv",
-        FIX->arg[IDV] = FIX->b[IDK].p + 32)
+        FIX->b.arg[IDV] = FIX->b.p[IDK] + 32)
 BAD_BWD(dv_overlaps_lse, B_RUN, SK_STATUS_BAD_PARAM_STRIDE, "dv overlaps lse",
-        FIX->arg[ILSE] = FIX->b[IDV].p + 256)
+        FIX->b.arg[ILSE] = FIX->b.p[IDV] + 256)
 BAD_BWD(dq_overlaps_dout, B_RUN, SK_STATUS_BAD_PARAM_STRIDE, "dq overlaps dout",
-        FIX->arg[IDQ] = FIX->b[IDOUT].p + 2)
+        FIX->b.arg[IDQ] = FIX->b.p[IDOUT] + 2)
 
 /* Inputs may overlap each other: dO given as O itself, K as V, and LSE
  * inside Q are accepted (O and LSE are read here, not written). */
@@ -293,9 +268,9 @@ SK_TEST(backward_inputs_may_overlap) {
         fix_free(&f);
         return;
     }
-    f.arg[IDOUT] = f.arg[IO];
-    f.arg[IK] = f.arg[IV];
-    f.arg[ILSE] = f.arg[IQ];
+    f.b.arg[IDOUT] = f.b.arg[IO];
+    f.b.arg[IK] = f.b.arg[IV];
+    f.b.arg[ILSE] = f.b.arg[IQ];
     const sk_status st = fix_call(&f, B_RUN);
     CHECK(st == SK_STATUS_SUCCESS, "%s: %s", sk_status_name(st), sk_last_error());
     fix_free(&f);
@@ -328,12 +303,12 @@ SK_TEST(backward_cuda_declines_before_the_device) {
         f.bwd.deterministic = 3;
         expect(&f, B_BACKWARD, SK_STATUS_BAD_PARAM_VALUE, "deterministic");
         f.bwd.deterministic = 1;
-        f.arg[IDQ] = f.b[IQ].p; /* dq overlaps q */
+        f.b.arg[IDQ] = f.b.p[IQ]; /* dq overlaps q */
         expect(&f, B_RUN, SK_STATUS_BAD_PARAM_STRIDE, "dq overlaps q");
-        f.arg[IDQ] = f.b[IDQ].p;
-        f.arg[IDK] = f.b[IDK].p + 2; /* CUDA wants 16-byte tensors */
+        f.b.arg[IDQ] = f.b.p[IDQ];
+        f.b.arg[IDK] = f.b.p[IDK] + 2; /* CUDA wants 16-byte tensors */
         expect(&f, B_RUN, SK_STATUS_BAD_PARAM_ALIGNMENT, "dk = ");
-        f.arg[IDK] = f.b[IDK].p;
+        f.b.arg[IDK] = f.b.p[IDK];
         const bcall calls[4] = {B_RUN, B_BACKWARD, B_WORKSPACE_SIZE, B_PLAN};
         for (int i = 0; i < 4; ++i)
             expect2(&f, calls[i], has_cuda ? SK_STATUS_NOT_SUPPORTED : SK_STATUS_NOT_SUPPORTED_BACKEND,
