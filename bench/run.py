@@ -810,23 +810,21 @@ def parse_args(argv=None):
 
 def select_cases(args):
     wanted = [x for x in args.cases.split(",") if x]
-    if args.backward:
+    tiny = args.quick and args.device == "cpu"
+    if args.backward:  # issue 29's cases: named ones, or all of them
         from backward import backward_cases
 
-        all_bwd = backward_cases(Case, args.quick, tiny=args.quick and args.device == "cpu")
+        all_cases = backward_cases(Case, args.quick, tiny=tiny)
         names = [w for w in wanted if w not in GROUPS and w != "backward"]
-        unknown = set(names) - {c.name for c in all_bwd}
-        if unknown:
-            raise SystemExit(f"unknown backward cases: {sorted(unknown)}; known: {[c.name for c in all_bwd]}")
-        return [c for c in all_bwd if not names or c.name in names]
-    groups = [w for w in wanted if w in GROUPS]
-    names = [w for w in wanted if w not in GROUPS]
-    all_cases = make_cases(GROUPS, args.quick, args.max_dense_seq, tiny=args.quick and args.device == "cpu")
-    chosen = [c for c in all_cases if c.group in groups or c.name in names]
+        groups = [] if names else ["backward"]
+    else:
+        all_cases = make_cases(GROUPS, args.quick, args.max_dense_seq, tiny=tiny)
+        names = [w for w in wanted if w not in GROUPS]
+        groups = [w for w in wanted if w in GROUPS]
     unknown = set(names) - {c.name for c in all_cases}
     if unknown:
         raise SystemExit(f"unknown cases: {sorted(unknown)}; known: {[c.name for c in all_cases]}")
-    return chosen
+    return [c for c in all_cases if c.group in groups or c.name in names]
 
 
 def main(argv=None) -> int:
