@@ -545,6 +545,13 @@ int gt_inst_fetch_outputs(const gt_inst *x, void *o, float *lse) {
     return gt_download(lse, x->dlse, (size_t)x->lse_elems * sizeof(float));
 }
 
+sk_status gt_inst_cpu_reference(gt_inst *x) {
+    sk_attention_desc d;
+    gt_inst_desc(x, SK_BACKEND_CPU, &d);
+    return sk_attention_run(&d, &x->layout, x->q.host, x->k.host, x->v.host, x->o_ref,
+                            x->c.with_lse ? x->lse_ref : NULL, NULL, 0, NULL);
+}
+
 sk_status gt_inst_forward(gt_inst *x, sk_backend backend, struct CUstream_st *stream) {
     sk_attention_desc d;
     gt_inst_desc(x, backend, &d);
@@ -649,11 +656,7 @@ int gt_run_case(const gt_case *c) {
     }
     /* Reference: the CPU backend on the same host buffers. */
     {
-        sk_attention_desc d;
-        gt_inst_desc(&x, SK_BACKEND_CPU, &d);
-        const sk_status st = sk_attention_run(&d, &x.layout, x.q.host, x.k.host, x.v.host,
-                                              x.o_ref, c->with_lse ? x.lse_ref : NULL, NULL, 0,
-                                              NULL);
+        const sk_status st = gt_inst_cpu_reference(&x);
         if (st != SK_STATUS_SUCCESS && !gt_opt.use_naive_ref) {
             CHECK(0, "CPU reference failed: %s: %s [%s]", sk_status_name(st), sk_last_error(),
                   desc);

@@ -135,6 +135,9 @@ void gt_inst_desc(const gt_inst *x, sk_backend backend, sk_attention_desc *d);
 /* Device O and LSE back to the NaN fill. */
 int gt_inst_poison_outputs(gt_inst *x);
 int gt_inst_fetch_outputs(const gt_inst *x, void *o, float *lse);
+/* The CPU backend's forward on the host inputs, into o_ref / lse_ref (the
+ * reference gt_inst_compare uses unless --naive). */
+sk_status gt_inst_cpu_reference(gt_inst *x);
 /* sk_attention_forward on the device buffers. */
 sk_status gt_inst_forward(gt_inst *x, sk_backend backend, struct CUstream_st *stream);
 /* Whether device O and LSE still hold the NaN fill, bit for bit. */
