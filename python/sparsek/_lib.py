@@ -526,7 +526,10 @@ def _load():
                 break
             continue
         try:
-            return ctypes.CDLL(str(path)), path
+            # The absolute path: LIBRARY_PATH is what subprocesses and error
+            # texts name, and a relative SPARSEK_LIBRARY means nothing from
+            # another working directory.
+            return ctypes.CDLL(str(path)), path.resolve()
         except OSError as e:
             tried.append(f"{path} ({e})")
             if env and path == Path(env):
