@@ -194,12 +194,13 @@ typedef struct topk_state {
 } topk_state;
 
 /* Medians and minimum of the timed calls, in milliseconds; the GPU's
- * energy over them (energy.c). */
+ * energy per call over a separate window of >= 2 s of the same calls
+ * (run.c meter_energy, energy.c). */
 typedef struct timing {
     double median_ms, min_ms;
     double plan_ms;           /* sk_attention_plan's median (sk_attention_run only) */
     double energy_j_per_call; /* < 0: unknown (CPU backend, no NVML, or the counter did not move) */
-    double power_w;           /* mean power over the timed window; < 0 with the energy */
+    double power_w;           /* mean power over the energy window; < 0 with the energy */
 } timing;
 
 /* ---- GPU energy (energy.c; not in SK_NO_CUDA builds) ------------------------ */

@@ -1,13 +1,14 @@
 /*
- * energy.c - the GPU's energy over the timed calls of `sparsek run`, from
- * NVML's total-energy counter (millijoules since the driver loaded), read on
- * the host just before the first timed call is queued and just after the
- * last one has finished. NVML is opened with dlopen, so the CLI builds
- * without it and runs where it is missing (energy then reads as unknown).
+ * energy.c - the GPU's energy counter for `sparsek run`: NVML's total
+ * energy (millijoules since the driver loaded), read on the host before the
+ * first metered call is queued and after the last one has finished
+ * (run.c meter_energy: >= 2 s of calls after the timed ones). NVML is
+ * opened with dlopen, so the CLI builds without it and runs where it is
+ * missing (energy then reads as unknown).
  *
  * The window also holds the few microseconds between the first read and
  * the first kernel, and the counter advances in steps (about every 10-100
- * ms depending on the GPU): with runs of a second or more the figure is
+ * ms depending on the GPU): over a window of two seconds the figure is
  * good to a few per cent, which is what comparing variants needs (issue 28:
  * joules per call beside time).
  */

@@ -81,10 +81,44 @@ static double now_ms(void) {
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
 }
 
+#ifndef SK_NO_CUDA
+/* NVML's energy counter advances in steps of 10-100 ms, so a window of a
+ * few timed calls (20 x 5 ms) can read the power off by half or more (an
+ * H200 once read 916 W under a 700 W limit). The energy is therefore
+ * metered over its own back-to-back calls lasting at least this long,
+ * after the timed ones, which keeps the timings themselves unchanged. */
+#define ENERGY_WINDOW_MS 2000.0
+#define ENERGY_MAX_CALLS 100000
+
+/* Joules per call and mean watts over calls lasting >= ENERGY_WINDOW_MS
+ * (call_ms: the measured median), or both left -1 when NVML is absent or
+ * the counter did not move. */
+static void meter_energy(call_kind kind, const call_args *a, double call_ms, double *energy_j,
+                         double *power_w) {
+    gpu_energy e;
+    int dev = 0;
+    unsigned long long mj0 = 0, mj1 = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || energy_open(&e, dev) != 0) return;
+    double want = call_ms > 0.0 ? ENERGY_WINDOW_MS / call_ms : (double)ENERGY_MAX_CALLS;
+    const int calls = want >= ENERGY_MAX_CALLS ? ENERGY_MAX_CALLS : (int)want + 1;
+    if (energy_read_mj(&e, &mj0) == 0) {
+        const double t0 = now_ms();
+        for (int i = 0; i < calls; ++i) call_once(kind, a);
+        check_cuda(cudaStreamSynchronize(a->stream), "cudaStreamSynchronize (energy calls)");
+        const double window_ms = now_ms() - t0;
+        if (energy_read_mj(&e, &mj1) == 0 && mj1 > mj0) {
+            *energy_j = (double)(mj1 - mj0) * 1e-3 / calls;
+            *power_w = (double)(mj1 - mj0) / window_ms;
+        }
+    }
+    energy_close(&e);
+}
+#endif
+
 /* Median and minimum milliseconds of w->iters calls after w->warmup untimed
  * ones. label NULL: no progress lines (the plan, which is quick). With
- * energy (a GPU run), also joules per call and mean power over the timed
- * calls, or -1 when unknown. */
+ * energy (a GPU run), also joules per call and mean power (meter_energy),
+ * or -1 when unknown. */
 static void time_calls(const workload *w, call_kind kind, const call_args *a, const char *label,
                        double *median_ms, double *min_ms, double *energy_j, double *power_w) {
     if (energy_j != NULL) *energy_j = *power_w = -1.0;
@@ -108,26 +142,12 @@ static void time_calls(const workload *w, call_kind kind, const call_args *a, co
         /* Call i lies between events i and i + 1. */
         cudaEvent_t *ev = xmalloc(((size_t)w->iters + 1) * sizeof(cudaEvent_t), "the events");
         for (int i = 0; i <= w->iters; ++i) check_cuda(cudaEventCreate(&ev[i]), "cudaEventCreate");
-        gpu_energy e;
-        unsigned long long mj0 = 0, mj1 = 0;
-        int dev = 0;
-        const int metered = energy_j != NULL && cudaGetDevice(&dev) == cudaSuccess &&
-                            energy_open(&e, dev) == 0 && energy_read_mj(&e, &mj0) == 0;
-        const double t0 = now_ms();
         check_cuda(cudaEventRecord(ev[0], a->stream), "cudaEventRecord");
         for (int i = 0; i < w->iters; ++i) {
             call_once(kind, a);
             check_cuda(cudaEventRecord(ev[i + 1], a->stream), "cudaEventRecord");
         }
         check_cuda(cudaEventSynchronize(ev[w->iters]), "cudaEventSynchronize (timed calls)");
-        const double window_ms = now_ms() - t0;
-        if (metered) {
-            if (energy_read_mj(&e, &mj1) == 0 && mj1 > mj0) {
-                *energy_j = (double)(mj1 - mj0) * 1e-3 / w->iters;
-                *power_w = (double)(mj1 - mj0) / window_ms;
-            }
-            energy_close(&e);
-        }
         check_cuda(cudaGetLastError(), "cudaGetLastError");
         for (int i = 0; i < w->iters; ++i) {
             float ms = 0.0f;
@@ -144,6 +164,9 @@ static void time_calls(const workload *w, call_kind kind, const call_args *a, co
     *median_ms = n % 2 ? times[n / 2] : 0.5 * (times[n / 2 - 1] + times[n / 2]);
     *min_ms = times[0];
     free(times);
+#ifndef SK_NO_CUDA
+    if (w->on_gpu && energy_j != NULL) meter_energy(kind, a, *median_ms, energy_j, power_w);
+#endif
 }
 
 timing run_timed(const workload *w, tensors *t, topk_state *tk, const char *label) {
