@@ -163,32 +163,30 @@ SK_TEST(cp_bad_input_fixture_is_valid) {
     fx_free(F);
 }
 
+/* One descriptor field set to a bad value (the rest restored first). */
+#define BAD_DESC(what, assign, want, needle)                                                       \
+    do {                                                                                           \
+        F->desc = good;                                                                            \
+        assign;                                                                                    \
+        expect(F, what, fx_forward(F), want, needle);                                              \
+    } while (0)
+
 SK_TEST(cp_bad_input_descriptor) {
     FX_BEGIN
     const sk_cp_desc good = F->desc;
-    F->desc.struct_size = 8;
-    expect(F, "struct_size", fx_forward(F), SK_STATUS_BAD_PARAM_STRUCT_SIZE, "sk_cp_desc_init");
-    F->desc = good;
-    F->desc.ranks = 0;
-    expect(F, "ranks", fx_forward(F), SK_STATUS_BAD_PARAM_VALUE, "desc->ranks");
-    F->desc = good;
-    F->desc.rank = 2;
-    expect(F, "rank", fx_forward(F), SK_STATUS_BAD_PARAM_VALUE, "desc->rank");
-    F->desc = good;
-    F->desc.sharding = (sk_cp_sharding)7;
-    expect(F, "sharding", fx_forward(F), SK_STATUS_BAD_PARAM_VALUE, "desc->sharding");
-    F->desc = good;
-    F->desc.head_dim = 0;
-    expect(F, "head_dim", fx_forward(F), SK_STATUS_BAD_PARAM_SHAPE, "head_dim");
-    F->desc = good;
-    F->desc.heads_kv = 3;
-    expect(F, "heads", fx_forward(F), SK_STATUS_BAD_PARAM_SHAPE, "heads_kv");
-    F->desc = good;
-    F->desc.mask = SK_MASK_NONE; /* the plan was made for causal */
-    expect(F, "plan/desc", fx_forward(F), SK_STATUS_BAD_PARAM_VALUE, "plan was made for");
-    F->desc = good;
-    F->desc.backend = SK_BACKEND_CUDA;
-    expect(F, "cuda", fx_forward(F), SK_STATUS_NOT_SUPPORTED, "CPU backend only");
+    BAD_DESC("struct_size", F->desc.struct_size = 8, SK_STATUS_BAD_PARAM_STRUCT_SIZE,
+             "sk_cp_desc_init");
+    BAD_DESC("ranks", F->desc.ranks = 0, SK_STATUS_BAD_PARAM_VALUE, "desc->ranks");
+    BAD_DESC("rank", F->desc.rank = 2, SK_STATUS_BAD_PARAM_VALUE, "desc->rank");
+    BAD_DESC("sharding", F->desc.sharding = (sk_cp_sharding)7, SK_STATUS_BAD_PARAM_VALUE,
+             "desc->sharding");
+    BAD_DESC("head_dim", F->desc.head_dim = 0, SK_STATUS_BAD_PARAM_SHAPE, "head_dim");
+    BAD_DESC("heads", F->desc.heads_kv = 3, SK_STATUS_BAD_PARAM_SHAPE, "heads_kv");
+    /* The plan was made for causal. */
+    BAD_DESC("plan/desc", F->desc.mask = SK_MASK_NONE, SK_STATUS_BAD_PARAM_VALUE,
+             "plan was made for");
+    BAD_DESC("cuda", F->desc.backend = SK_BACKEND_CUDA, SK_STATUS_NOT_SUPPORTED,
+             "CPU backend only");
     size_t ws = 777;
     CHECK(sk_cp_workspace_size(&F->desc, F->plan, F->plan_bytes, &ws) == SK_STATUS_NOT_SUPPORTED &&
               ws == 777,
