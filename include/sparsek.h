@@ -1214,7 +1214,11 @@ SK_API sk_status sk_comm_info(sk_comm_t comm, int32_t *rank, int32_t *ranks,
  * (whose rank and size must be desc's), then the attention of its shard
  * (tensors above, packed). The CPU backend is synchronous; the stream is
  * for the CUDA run (not yet supported). Aliasing: o and lse against each
- * other, the inputs and the workspace. */
+ * other, the inputs and the workspace. Every check, the whole plan's
+ * included (a corrupt one is SK_STATUS_BAD_PARAM_VALUE on every rank),
+ * runs before the exchange; a rank whose call fails sends nothing, so its
+ * peers wait for it (simulated: SK_STATUS_EXECUTION_FAILED after 60 s;
+ * NCCL: as NCCL does): make the same call on every rank. */
 SK_API sk_status sk_cp_forward(const sk_cp_desc *desc, const void *plan, size_t plan_bytes,
                                sk_comm_t comm, const void *q, const void *k, const void *v,
                                void *o, float *lse, void *workspace, size_t workspace_size,

@@ -82,9 +82,8 @@ sk_status sk_cp_check_block(const sk_cp_desc *d, int32_t block, int64_t *blocks)
     return SK_STATUS_SUCCESS;
 }
 
-/* Rank r's chunks as global token ranges; returns S_r. */
-static int64_t shard_of(const sk_cp_desc *d, int32_t block, int64_t nb, int32_t r,
-                        int32_t *count, int64_t starts[2], int64_t lengths[2]) {
+int64_t sk_cp_shard_of(const sk_cp_desc *d, int32_t block, int64_t nb, int32_t r,
+                       int32_t *count, int64_t starts[2], int64_t lengths[2]) {
     int32_t ch[2];
     const int32_t n = sk_cp_rank_chunks(d->ranks, d->sharding, r, ch);
     const int32_t chunks = sk_cp_chunk_count(d->ranks, d->sharding);
@@ -115,7 +114,7 @@ sk_status sk_cp_shard(const sk_cp_desc *desc, int32_t rank, int32_t block, int64
     SK_TRY(sk_cp_check_block(desc, block, &nb));
     int32_t n;
     int64_t s[2], l[2];
-    *tokens = shard_of(desc, block, nb, rank, &n, s, l);
+    *tokens = sk_cp_shard_of(desc, block, nb, rank, &n, s, l);
     if (chunks != NULL) *chunks = n;
     if (starts != NULL) memcpy(starts, s, sizeof s);
     if (lengths != NULL) memcpy(lengths, l, sizeof l);
@@ -262,7 +261,7 @@ static int64_t count_pass(const cp_geom *g, cp_scratch *w, sk_cp_plan_header *h)
         int32_t ch[2], n;
         int64_t starts[2], lengths[2];
         memset(rp, 0, sizeof *rp);
-        rp->tokens = shard_of(g->d, g->block, g->nb, r, &n, starts, lengths);
+        rp->tokens = sk_cp_shard_of(g->d, g->block, g->nb, r, &n, starts, lengths);
         rp->chunks = sk_cp_rank_chunks(g->ranks, g->d->sharding, r, ch);
         int64_t q = 0;
         for (int32_t c = 0; c < n; ++c) {
@@ -440,24 +439,6 @@ sk_status sk_cp_plan(const sk_cp_desc *desc, const sk_bsr *layout, void *plan,
     memcpy(base + h.pairs, w.pairs, (size_t)g.ranks * (size_t)g.ranks * sizeof(sk_cp_pair));
     memcpy(base + h.rank_plans, w.ranks, (size_t)g.ranks * sizeof(sk_cp_rank_plan));
     scratch_free(&w);
-    return SK_STATUS_SUCCESS;
-}
-
-sk_status sk_cp_plan_open(const void *plan, size_t plan_bytes, const sk_cp_plan_header **out) {
-    if (plan == NULL)
-        return sk_error(SK_STATUS_BAD_PARAM_NULL_POINTER, "plan must not be NULL");
-    SK_TRY(sk_check_alignment(plan, NULL, 1, 8, 0, "plan"));
-    const sk_cp_plan_header *h = plan;
-    if (plan_bytes < sizeof *h || h->magic != SK_CP_PLAN_MAGIC || h->version != SK_CP_PLAN_VERSION)
-        return sk_error(SK_STATUS_BAD_PARAM_VALUE,
-                        "plan is not a context-parallel plan of this library (plan_bytes = %zu; "
-                        "fill it with sk_cp_plan)",
-                        plan_bytes);
-    if (h->total_bytes < (int64_t)sizeof *h || (uint64_t)h->total_bytes > plan_bytes)
-        return sk_error(SK_STATUS_BAD_PARAM_VALUE,
-                        "plan holds %lld bytes but plan_bytes = %zu (truncated or corrupt)",
-                        (long long)h->total_bytes, plan_bytes);
-    *out = h;
     return SK_STATUS_SUCCESS;
 }
 

@@ -22,8 +22,9 @@
  * context_parallel.md).
  *
  * Workspace sections (each 64-byte aligned): send bytes, receive bytes,
- * Q32, K32, V32 (the shard), K and V remote (fp32), O_a, O_b (the largest
- * chunk's [B, S_c, Hq, D] fp32), LSE_a, LSE_b ([B, Hq, S_c] fp32).
+ * Q32, K32, V32 (the shard), K and V remote (fp32), O_a, O_b (fp32, chunk c
+ * packed [B, S_c, Hq, D] from element B x q_start x Hq x D on), LSE_a, LSE_b
+ * (fp32, chunk c's [B, Hq, S_c] from B x q_start x Hq on).
  */
 #include <string.h>
 
@@ -72,20 +73,19 @@ static sk_status open_ctx(const sk_cp_desc *d, const void *plan, size_t plan_byt
     SK_TRY(sk_cp_check_desc(d));
     SK_TRY(sk_cp_plan_open(plan, plan_bytes, &c->h));
     SK_TRY(check_plan(d, c->h));
+    SK_TRY(sk_cp_plan_check(c->h, d));
     c->d = d;
     c->rp = &sk_cp_plan_ranks(c->h)[d->rank];
     c->esize = (int64_t)sk_dtype_size(d->dtype);
-    int64_t max_chunk = 0;
-    for (int32_t i = 0; i < c->rp->chunks; ++i)
-        if (c->rp->chunk[i].tokens > max_chunk) max_chunk = c->rp->chunk[i].tokens;
+    const int64_t S = c->rp->tokens;
     const int64_t B = d->batch, Hq = d->heads_q, Hkv = d->heads_kv, D = d->head_dim;
     const int64_t f[WS_PARTS][5] = {
         {c->rp->send_bytes, 1, 1, 1, 1}, {c->rp->recv_bytes, 1, 1, 1, 1},
-        {B, c->rp->tokens, Hq, D, 4},    {B, c->rp->tokens, Hkv, D, 4},
-        {B, c->rp->tokens, Hkv, D, 4},   {B, c->rp->remote_keys, Hkv, D, 4},
-        {B, c->rp->remote_keys, Hkv, D, 4}, {B, max_chunk, Hq, D, 4},
-        {B, max_chunk, Hq, D, 4},        {B, Hq, max_chunk, 1, 4},
-        {B, Hq, max_chunk, 1, 4}};
+        {B, S, Hq, D, 4},                {B, S, Hkv, D, 4},
+        {B, S, Hkv, D, 4},               {B, c->rp->remote_keys, Hkv, D, 4},
+        {B, c->rp->remote_keys, Hkv, D, 4}, {B, S, Hq, D, 4},
+        {B, S, Hq, D, 4},                {B, Hq, S, 1, 4},
+        {B, Hq, S, 1, 4}};
     int64_t at = 0;
     for (int p = 0; p < WS_PARTS; ++p) {
         int64_t bytes;
@@ -222,13 +222,12 @@ static sk_status exchange(const cp_ctx *c, sk_comm_t comm, const void *q, const 
 }
 
 /* One partial pass of chunk cp: queries from the shard's fp32 Q, keys k/v
- * (keys tokens, seq stride key_seq), the plan layout at offsets/indices. */
+ * (keys tokens, seq stride key_seq), the chunk's local or remote layout
+ * (remote: no mask, see the header comment). */
 static sk_status pass(const cp_ctx *c, const sk_cp_chunk_plan *cp, const float *q32,
-                      const float *k, const float *v, int64_t keys, int64_t key_seq,
-                      sk_mask mask, int64_t offsets, int64_t indices, int32_t nnz, float *o,
-                      float *lse) {
+                      const float *k, const float *v, int64_t keys, int64_t key_seq, int remote,
+                      float *o, float *lse) {
     const sk_cp_desc *d = c->d;
-    const int32_t *ints = sk_cp_plan_ints(c->h);
     sk_attention_desc a;
     SK_TRY(sk_attention_desc_init(&a, sizeof a));
     a.backend = SK_BACKEND_CPU;
@@ -240,7 +239,7 @@ static sk_status pass(const cp_ctx *c, const sk_cp_chunk_plan *cp, const float *
     a.heads_kv = d->heads_kv;
     a.head_dim = d->head_dim;
     a.scale = d->scale;
-    a.mask = mask;
+    a.mask = remote ? SK_MASK_NONE : d->mask;
     const int64_t S = c->rp->tokens;
     const int64_t qs[3] = {S * d->heads_q * d->head_dim, d->heads_q * d->head_dim, d->head_dim};
     const int64_t ks[3] = {key_seq * d->heads_kv * d->head_dim, d->heads_kv * d->head_dim,
@@ -249,14 +248,7 @@ static sk_status pass(const cp_ctx *c, const sk_cp_chunk_plan *cp, const float *
     memcpy(a.k_strides, ks, sizeof ks);
     memcpy(a.v_strides, ks, sizeof ks);
     sk_bsr L;
-    L.grid.rows = cp->tokens;
-    L.grid.cols = keys;
-    L.grid.block_rows = L.grid.block_cols = c->h->block;
-    L.grid.batch = c->h->layout_batch;
-    L.grid.heads = c->h->layout_heads;
-    L.nnz = nnz;
-    L.row_offsets = (int32_t *)(intptr_t)(ints + offsets); /* read only */
-    L.col_indices = (int32_t *)(intptr_t)(ints + indices);
+    sk_cp_chunk_layout(c->h, cp, keys, remote, &L);
     return sk_attention_forward(&a, &L, q32 + cp->q_start * qs[1], k, v, o, lse, NULL, 0, NULL);
 }
 
@@ -279,17 +271,35 @@ sk_status sk_cp_forward(const sk_cp_desc *desc, const void *plan, size_t plan_by
     float *ob = (float *)(void *)(ws + c.offsets[WS_OB]);
     float *la = (float *)(void *)(ws + c.offsets[WS_LA]);
     float *lb = (float *)(void *)(ws + c.offsets[WS_LB]);
+    /* Every pass first, into chunk-sized parts of the partial buffers (a
+     * chunk's packed [B, S_c, ...] at its first token's offset), then the
+     * merges: o and lse are written only once nothing can fail. */
+    const int64_t HD = desc->heads_q * desc->head_dim;
     for (int32_t i = 0; i < c.rp->chunks; ++i) {
         const sk_cp_chunk_plan *cp = &c.rp->chunk[i];
-        SK_TRY(pass(&c, cp, q32, k32, v32, cp->local_keys, c.rp->tokens, desc->mask,
-                    cp->local_offsets, cp->local_indices, cp->local_nnz, oa, la));
+        const int64_t po = desc->batch * cp->q_start;
+        SK_TRY(pass(&c, cp, q32, k32, v32, cp->local_keys, c.rp->tokens, 0, oa + po * HD,
+                    la + po * desc->heads_q));
+        if (cp->remote_nnz > 0)
+            SK_TRY(pass(&c, cp, q32, kr, vr, c.rp->remote_keys, c.rp->remote_keys, 1,
+                        ob + po * HD, lb + po * desc->heads_q));
+    }
+    for (int32_t i = 0; i < c.rp->chunks; ++i) {
+        const sk_cp_chunk_plan *cp = &c.rp->chunk[i];
+        const int64_t po = desc->batch * cp->q_start;
         const int remote = cp->remote_nnz > 0;
-        if (remote)
-            SK_TRY(pass(&c, cp, q32, kr, vr, c.rp->remote_keys, c.rp->remote_keys, SK_MASK_NONE,
-                        cp->remote_offsets, cp->remote_indices, cp->remote_nnz, ob, lb));
-        const sk_lse_merge m = {desc->dtype,   desc->batch, cp->tokens, desc->heads_q,
-                                desc->head_dim, oa,         la,         remote ? ob : NULL,
-                                remote ? lb : NULL, o,      lse,        c.rp->tokens,
+        const sk_lse_merge m = {desc->dtype,
+                                desc->batch,
+                                cp->tokens,
+                                desc->heads_q,
+                                desc->head_dim,
+                                oa + po * HD,
+                                la + po * desc->heads_q,
+                                remote ? ob + po * HD : NULL,
+                                remote ? lb + po * desc->heads_q : NULL,
+                                o,
+                                lse,
+                                c.rp->tokens,
                                 cp->q_start};
         sk_cpu_lse_merge(&m);
     }

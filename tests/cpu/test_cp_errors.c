@@ -7,6 +7,7 @@
  * fails for its own reason; failing calls never reach the exchange.
  */
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -338,5 +339,98 @@ SK_TEST(cp_bad_input_shard_and_comm) {
     CHECK(st == SK_STATUS_SUCCESS && rank == 1 && ranks == 2 && sent == 0, "info: %d %d %lld",
           (int)rank, (int)ranks, (long long)sent);
     sk_comm_destroy(NULL);
+    fx_free(F);
+}
+
+/* Both ranks of the fixture on threads, with a plan that may be corrupt. */
+typedef struct corrupt_job {
+    sk_cp_desc desc;
+    const void *plan;
+    size_t plan_bytes;
+    sk_comm_t comm;
+    uint16_t *q, *o;
+    float *lse;
+    void *ws;
+    size_t ws_bytes;
+    sk_status status;
+    char error[256];
+} corrupt_job;
+
+static void *corrupt_run(void *arg) {
+    corrupt_job *j = arg;
+    j->status = sk_cp_forward(&j->desc, j->plan, j->plan_bytes, j->comm, j->q, j->q, j->q, j->o,
+                              j->lse, j->ws, j->ws_bytes, NULL);
+    strncpy(j->error, sk_last_error(), sizeof j->error - 1);
+    return NULL;
+}
+
+/* Every 4-byte word of a valid plan overwritten in turn (0x7fffffff or -1):
+ * the ranks, each checking the whole plan, both refuse it ("plan ..."),
+ * writing nothing, or both run (a harmless word: padding, or a value the
+ * checks cannot tell from a valid one); never a crash, a read outside the
+ * blob (ASan) or one rank left waiting. */
+SK_TEST(cp_bad_input_corrupt_plan_words) {
+    FX_BEGIN
+    corrupt_job jobs[2];
+    memset(jobs, 0, sizeof jobs);
+    unsigned char *plan = malloc(F->plan_bytes);
+    REQUIRE(plan != NULL, "out of memory");
+    int ok = 1;
+    for (int r = 0; r < 2; ++r) {
+        corrupt_job *j = &jobs[r];
+        j->desc = F->desc;
+        j->desc.rank = r;
+        j->plan = plan;
+        j->plan_bytes = F->plan_bytes;
+        j->comm = F->comm[r];
+        int64_t tok = 0;
+        sk_cp_shard(&j->desc, r, 64, &tok, NULL, NULL, NULL);
+        const size_t n = (size_t)(FX_B * tok * FX_H * FX_D);
+        j->q = calloc(n, 2);
+        j->o = malloc(n * 2);
+        j->lse = malloc((size_t)(FX_B * FX_H * tok) * sizeof(float));
+        sk_cp_workspace_size(&j->desc, F->plan, F->plan_bytes, &j->ws_bytes);
+        if (posix_memalign(&j->ws, 64, j->ws_bytes) != 0) j->ws = NULL;
+        ok = ok && j->q && j->o && j->lse && j->ws;
+    }
+    int refused = 0, ran = 0;
+    for (size_t w = 0; ok && w + 4 <= F->plan_bytes; w += 4) {
+        memcpy(plan, F->plan, F->plan_bytes);
+        const int32_t bad = (w / 4) % 2 ? INT32_MAX : -1;
+        memcpy(plan + w, &bad, 4);
+        for (int r = 0; r < 2; ++r) {
+            int64_t tok = 0;
+            sk_cp_shard(&jobs[r].desc, r, 64, &tok, NULL, NULL, NULL);
+            memset(jobs[r].o, 0x7e, (size_t)(FX_B * tok * FX_H * FX_D) * 2);
+        }
+        pthread_t t[2];
+        for (int r = 0; r < 2; ++r) pthread_create(&t[r], NULL, corrupt_run, &jobs[r]);
+        for (int r = 0; r < 2; ++r) pthread_join(t[r], NULL);
+        const int fail0 = jobs[0].status != SK_STATUS_SUCCESS, fail1 = jobs[1].status != SK_STATUS_SUCCESS;
+        CHECK(fail0 == fail1, "word %zu: rank 0 %s (%s), rank 1 %s (%s)", w,
+              sk_status_name(jobs[0].status), jobs[0].error, sk_status_name(jobs[1].status),
+              jobs[1].error);
+        if (fail0 != fail1) break;
+        if (!fail0) {
+            ++ran;
+            continue;
+        }
+        ++refused;
+        for (int r = 0; r < 2; ++r) {
+            CHECK(jobs[r].status == SK_STATUS_BAD_PARAM_VALUE && strstr(jobs[r].error, "plan"),
+                  "word %zu rank %d: %s", w, r, jobs[r].error);
+            CHECK(jobs[r].o[0] == 0x7e7e, "word %zu rank %d: o was written", w, r);
+        }
+    }
+    CHECK(ok, "out of memory");
+    CHECK(refused > ran, "only %d of %d corrupt words refused", refused, refused + ran);
+    printf("    %d of %d corrupt plan words refused, %d harmless\n", refused, refused + ran, ran);
+    for (int r = 0; r < 2; ++r) {
+        free(jobs[r].q);
+        free(jobs[r].o);
+        free(jobs[r].lse);
+        free(jobs[r].ws);
+    }
+    free(plan);
     fx_free(F);
 }
