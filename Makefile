@@ -364,3 +364,16 @@ test-fuzz-python:
 	fi
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
+
+# NCCL, for the context-parallel transport (src/core/comm_nccl.c): nccl.h
+# from /usr/include, the CUDA toolkit, /usr/local/include or a pip
+# nvidia-nccl wheel of $(PYTHON); libnccl.so.2 is opened at run time, so the
+# library is never linked against it. Without CUDA or nccl.h,
+# sk_comm_create_nccl answers SK_STATUS_NOT_SUPPORTED. NCCL_INC= disables.
+ifeq ($(HAVE_CUDA),1)
+NCCL_WHEEL_INC := $(shell $(PYTHON) -c "import nvidia.nccl as n; print(list(n.__path__)[0] + '/include')" 2>/dev/null)
+NCCL_INC ?= $(firstword $(foreach d,/usr/include $(CUDA_HOME)/include /usr/local/include $(NCCL_WHEEL_INC),$(if $(wildcard $(d)/nccl.h),$(d))))
+ifneq ($(strip $(NCCL_INC)),)
+$(BUILD)/obj/core/comm_nccl.o: CFLAGS += -DSK_HAVE_NCCL -isystem $(NCCL_INC)
+endif
+endif

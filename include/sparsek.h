@@ -1081,6 +1081,149 @@ SK_API sk_status sk_device_count(int32_t *count);
 /* Properties of device `device` (0 .. count-1). */
 SK_API sk_status sk_device_get_info(int32_t device, sk_device_info *info);
 
+/* ---------------------------------------------------------------------------
+ * Context parallel: one attention over a sequence sharded across R ranks
+ * ---------------------------------------------------------------------------
+ * The self-attention above (Sq = Sk = S, batch B) with the token axis split
+ * across R ranks (docs/perf/context_parallel.md). The global block grid
+ * (blocks of `block` tokens, nb = ceil(S / block)) is cut into chunks of
+ * whole blocks: chunk c holds blocks floor(c nb / C) .. floor((c + 1) nb /
+ * C) - 1, with C = R (SK_CP_SHARDING_CONTIGUOUS: rank r holds chunk r) or
+ * C = 2R (SK_CP_SHARDING_ZIGZAG: rank r holds chunks r and 2R - 1 - r, which
+ * balances causal work). nb >= C is required. A rank's shard is its chunks'
+ * tokens, in increasing order, packed:
+ *   q  [B, S_r, Hq,  D]   the rank's queries; read
+ *   k  [B, S_r, Hkv, D]   its keys; read (and sent to the ranks that need them)
+ *   v  [B, S_r, Hkv, D]   its values; likewise
+ *   o  [B, S_r, Hq,  D]   written
+ *   lse [B, Hq, S_r]      fp32; written; may be NULL
+ * (S_r and the chunk offsets from sk_cp_shard). Each rank gets exactly the
+ * rows of the single-process sk_attention_forward over the global tensors
+ * with the global layout (semantics, empty rows, tails and causal as
+ * there), up to rounding: see "Accuracy" below.
+ *
+ * The layout is the GLOBAL one (grid S x S, block_rows = block_cols, any
+ * batch / heads slicing), on the host, the same on every rank. The plan
+ * (sk_cp_plan, host, deterministic) lists for every ordered pair of ranks
+ * the key blocks one sends the other: a unit is the K and V rows of one
+ * (batch b, KV head, key block j) that some row of the receiver selects
+ * and the sender owns, each unit once (deduplicated over rows, query heads
+ * and slices); with causal, blocks wholly above a row's diagonal are
+ * dropped (they contribute nothing). The exchanged bytes are exactly the
+ * bytes of those units (2 x tokens x D x element size each), reported by
+ * sk_cp_plan_bytes.
+ *
+ * The run on rank r: pack its outgoing units, exchange them (one group of
+ * sends and receives through the communicator), attend each of its chunks
+ * to its own keys (no communication needed) and to the received blocks,
+ * and merge the two partial results by their LSE.
+ *
+ * Accuracy: the merge changes only the fp32 / fp64 rounding before O's
+ * single rounding to the dtype (the CPU backend computes the partial
+ * results in fp32), so O differs from the single-process CPU forward by at
+ * most about one rounding of the dtype (tests/cpu/test_cp.c) and LSE by
+ * fp32 rounding.
+ *
+ * Communicators (sk_comm_t): a simulated in-process one (R handles sharing
+ * memory; call each rank's sk_cp_forward from its own thread, since a run
+ * waits for its peers), for the CPU backend and the tests; and NCCL
+ * (sk_comm_create_nccl, taking the caller's ncclComm_t), only in builds
+ * that found nccl.h, device memory only: SK_STATUS_NOT_SUPPORTED
+ * elsewhere. Backends: CPU now; the CUDA run is the next step
+ * (SK_STATUS_NOT_SUPPORTED after the checks).
+ */
+
+typedef enum sk_cp_sharding {
+    SK_CP_SHARDING_CONTIGUOUS = 1, /* rank r holds chunk r of R */
+    SK_CP_SHARDING_ZIGZAG = 2      /* rank r holds chunks r and 2R - 1 - r of 2R */
+} sk_cp_sharding;
+
+typedef struct sk_cp_desc {
+    size_t struct_size;      /* sizeof(sk_cp_desc); set by sk_cp_desc_init */
+    int32_t ranks;           /* R >= 1 */
+    int32_t rank;            /* this rank, 0 .. R - 1 */
+    sk_cp_sharding sharding; /* default SK_CP_SHARDING_CONTIGUOUS */
+    sk_backend backend;      /* default SK_BACKEND_CUDA */
+    sk_dtype dtype;          /* Q, K, V, O: F16 or BF16 (F32 on the CPU only). Default F16 */
+    int64_t batch;           /* B >= 1 */
+    int64_t seq;             /* S, the global sequence (Sq = Sk) */
+    int64_t heads_q;         /* Hq, a multiple of heads_kv */
+    int64_t heads_kv;        /* Hkv */
+    int64_t head_dim;        /* D */
+    float scale;             /* as sk_attention_desc: 0 (default) means 1/sqrt(D) */
+    sk_mask mask;            /* default SK_MASK_NONE */
+} sk_cp_desc;
+
+SK_API sk_status sk_cp_desc_init(sk_cp_desc *desc, size_t struct_size);
+
+/* The shard of `rank` for desc's ranks, sharding and S, with blocks of
+ * `block` tokens (64 or 128): *tokens = S_r, and its chunks (1 or 2, in
+ * local order) as global token ranges starts[c] .. starts[c] + lengths[c]
+ * - 1 (unused entries 0). Any output but tokens may be NULL. */
+SK_API sk_status sk_cp_shard(const sk_cp_desc *desc, int32_t rank, int32_t block,
+                             int64_t *tokens, int32_t *chunks, int64_t starts[2],
+                             int64_t lengths[2]);
+
+/* Bytes of the plan of desc over the global host layout (which this call
+ * reads: the plan's size depends on its content). */
+SK_API sk_status sk_cp_plan_size(const sk_cp_desc *desc, const sk_bsr *layout,
+                                 size_t *plan_bytes);
+
+/* Fill the host plan (plan_bytes >= sk_cp_plan_size, 8-byte aligned):
+ * validates the layout (sk_layout_validate) and its geometry against desc,
+ * then lists every rank's units and local layouts. The same for every
+ * rank (desc->rank is checked, not used). Allocates host scratch
+ * (SK_STATUS_ALLOC_FAILED, nothing written, when that fails). */
+SK_API sk_status sk_cp_plan(const sk_cp_desc *desc, const sk_bsr *layout, void *plan,
+                            size_t plan_bytes);
+
+/* From a plan: the bytes and units (K and V of one block of one batch and
+ * KV head) that rank src sends rank dst (0 when src == dst). Either output
+ * may be NULL. */
+SK_API sk_status sk_cp_plan_bytes(const void *plan, size_t plan_bytes, int32_t src, int32_t dst,
+                                  int64_t *bytes, int64_t *units);
+
+/* Workspace bytes of desc->rank's run with this plan (host memory on the
+ * CPU backend: send and receive buffers, the received blocks, partial
+ * results). */
+SK_API sk_status sk_cp_workspace_size(const sk_cp_desc *desc, const void *plan,
+                                      size_t plan_bytes, size_t *workspace_bytes);
+
+/* A communicator: the transport of a run. Opaque. */
+typedef struct sk_comm_s *sk_comm_t;
+
+/* `ranks` handles of one simulated in-process communicator, comms[r] for
+ * rank r (host memory; the CPU backend). A run's exchange waits for the
+ * peers' runs (up to 60 s, then SK_STATUS_EXECUTION_FAILED): run the ranks
+ * on separate threads. Destroy every handle. */
+SK_API sk_status sk_comm_create_simulated(int32_t ranks, sk_comm_t *comms);
+
+/* Wrap the caller's ncclComm_t (passed as void *; it stays the caller's).
+ * SK_STATUS_NOT_SUPPORTED when the library was built without NCCL. */
+SK_API sk_status sk_comm_create_nccl(void *nccl_comm, sk_comm_t *out);
+
+/* Free a handle (NULL: no-op); the simulated state goes with the last one. */
+SK_API void sk_comm_destroy(sk_comm_t comm);
+
+/* This handle's rank and size, and the bytes it has sent so far (every
+ * run through it added up). Any output may be NULL. */
+SK_API sk_status sk_comm_info(sk_comm_t comm, int32_t *rank, int32_t *ranks,
+                              int64_t *bytes_sent);
+
+/* desc->rank's forward: exchange the planned blocks through `comm`
+ * (whose rank and size must be desc's), then the attention of its shard
+ * (tensors above, packed). The CPU backend is synchronous; the stream is
+ * for the CUDA run (not yet supported). Aliasing: o and lse against each
+ * other, the inputs and the workspace. Every check, the whole plan's
+ * included (a corrupt one is SK_STATUS_BAD_PARAM_VALUE on every rank),
+ * runs before the exchange; a rank whose call fails sends nothing, so its
+ * peers wait for it (simulated: SK_STATUS_EXECUTION_FAILED after 60 s;
+ * NCCL: as NCCL does): make the same call on every rank. */
+SK_API sk_status sk_cp_forward(const sk_cp_desc *desc, const void *plan, size_t plan_bytes,
+                               sk_comm_t comm, const void *q, const void *k, const void *v,
+                               void *o, float *lse, void *workspace, size_t workspace_size,
+                               struct CUstream_st *stream);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

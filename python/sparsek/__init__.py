@@ -143,3 +143,9 @@ __all__ = [
     "version",
     "version_int",
 ]
+
+# Context parallelism, the host side (context_parallel.py): sharding, plans,
+# the simulated R-rank CPU run. The torch.distributed function comes next.
+from .context_parallel import CpPlan, cp_attention_simulated, cp_shard  # noqa: E402
+
+__all__ += ["CpPlan", "cp_attention_simulated", "cp_shard"]

@@ -89,6 +89,11 @@ class Order(enum.IntEnum):
     COL_MAJOR = 2
 
 
+class CpSharding(enum.IntEnum):
+    CONTIGUOUS = 1
+    ZIGZAG = 2
+
+
 # ---------------------------------------------------------------------------
 # Structs (field order and C types exactly as in sparsek.h); their numeric
 # fields are range-checked when set (_cvalues.CheckedStructure)
@@ -276,6 +281,25 @@ class SkDeviceInfo(CheckedStructure):
     ]
 
 
+class SkCpDesc(CheckedStructure):
+    _c_name_ = "sk_cp_desc"
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("ranks", c_int32),
+        ("rank", c_int32),
+        ("sharding", c_int),  # sk_cp_sharding
+        ("backend", c_int),  # sk_backend
+        ("dtype", c_int),  # sk_dtype
+        ("batch", c_int64),
+        ("seq", c_int64),
+        ("heads_q", c_int64),
+        ("heads_kv", c_int64),
+        ("head_dim", c_int64),
+        ("scale", c_float),
+        ("mask", c_int),  # sk_mask
+    ]
+
+
 # The fields of each struct, for the ABI test that compares offsets with a C
 # compiler's view of sparsek.h.
 STRUCTS = {
@@ -290,6 +314,7 @@ STRUCTS = {
     "sk_topk_desc": SkTopkDesc,
     "sk_bsr_gemm_desc": SkBsrGemmDesc,
     "sk_device_info": SkDeviceInfo,
+    "sk_cp_desc": SkCpDesc,
 }
 
 # ---------------------------------------------------------------------------
@@ -493,6 +518,25 @@ SIGNATURES = {
     ),
     "sk_device_count": (_st, [_i32_p]),
     "sk_device_get_info": (_st, [c_int32, POINTER(SkDeviceInfo)]),
+    # Context parallel: plans, workspaces and tensors are raw addresses
+    # (c_void_p); sk_comm_t is an opaque pointer.
+    "sk_cp_desc_init": (_st, [POINTER(SkCpDesc), c_size_t]),
+    "sk_cp_shard": (
+        _st,
+        [POINTER(SkCpDesc), c_int32, c_int32, POINTER(c_int64), _i32_p, POINTER(c_int64), POINTER(c_int64)],
+    ),
+    "sk_cp_plan_size": (_st, [POINTER(SkCpDesc), _bsr_p, POINTER(c_size_t)]),
+    "sk_cp_plan": (_st, [POINTER(SkCpDesc), _bsr_p, c_void_p, c_size_t]),
+    "sk_cp_plan_bytes": (_st, [c_void_p, c_size_t, c_int32, c_int32, POINTER(c_int64), POINTER(c_int64)]),
+    "sk_cp_workspace_size": (_st, [POINTER(SkCpDesc), c_void_p, c_size_t, POINTER(c_size_t)]),
+    "sk_comm_create_simulated": (_st, [c_int32, POINTER(c_void_p)]),
+    "sk_comm_create_nccl": (_st, [c_void_p, POINTER(c_void_p)]),
+    "sk_comm_destroy": (None, [c_void_p]),
+    "sk_comm_info": (_st, [c_void_p, _i32_p, _i32_p, POINTER(c_int64)]),
+    "sk_cp_forward": (
+        _st,
+        [POINTER(SkCpDesc), c_void_p, c_size_t, c_void_p] + [c_void_p] * 6 + [c_size_t, _stream],
+    ),
 }
 
 # ---------------------------------------------------------------------------

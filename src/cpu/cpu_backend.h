@@ -61,4 +61,32 @@ int32_t sk_cpu_topk_select_row(const sk_topk_problem *p, const sk_topk_row *rule
  * selection half of sk_attention_topk on the CPU (p->q, p->k_in set). */
 sk_status sk_cpu_topk_pool_select(const sk_topk_problem *p);
 
+/* Context parallel (cp_ref.c): the host side of a rank's run. */
+#include "core/cp_plan.h"
+/* Pack the K then V rows of n units (each block's tokens, D contiguous)
+ * from rank plan `src`'s shard k, v [B, S_r, Hkv, D] (dtype, packed) into
+ * dst, in unit order: exactly the bytes the plan counts. */
+void sk_cpu_cp_pack(const sk_cp_plan_header *h, const sk_cp_rank_plan *src, sk_dtype dtype,
+                    const sk_cp_unit *units, int64_t n, const void *k, const void *v, void *dst);
+/* The inverse at the receiver: the units' rows into its remote buffers
+ * k_remote, v_remote [B, remote_keys, Hkv, D] fp32 at their slots. */
+void sk_cpu_cp_unpack(const sk_cp_plan_header *h, const sk_cp_rank_plan *dst, sk_dtype dtype,
+                      const sk_cp_unit *units, int64_t n, const void *src, float *k_remote,
+                      float *v_remote);
+
+/* Merge two partial attentions of the same queries over disjoint key sets
+ * by their LSE: with m = max(lse_a, lse_b), w = exp(lse - m),
+ * O = (w_a O_a + w_b O_b) / (w_a + w_b), LSE = m + log(w_a + w_b), in fp64,
+ * O rounded once to the dtype; both -inf gives O = 0, LSE = -inf. */
+typedef struct sk_lse_merge {
+    sk_dtype dtype;                  /* of o */
+    int64_t batch, tokens, heads, dim;
+    const float *o_a, *lse_a;        /* [B, tokens, H, D], [B, H, tokens] fp32 packed */
+    const float *o_b, *lse_b;        /* the same; NULL: only part a */
+    void *o;                         /* [B, o_seq, H, D] packed, rows o_start .. + tokens */
+    float *lse;                      /* [B, H, o_seq], the same rows; may be NULL */
+    int64_t o_seq, o_start;
+} sk_lse_merge;
+void sk_cpu_lse_merge(const sk_lse_merge *m);
+
 #endif /* SK_CPU_BACKEND_H */

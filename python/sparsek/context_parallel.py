@@ -1,0 +1,178 @@
+"""Context parallelism, the host-side pieces (numpy, CPU backend).
+
+One self-attention (Sq = Sk = seq) with the token axis split over R ranks
+(include/sparsek.h "Context parallel", docs/perf/context_parallel.md):
+
+- ``cp_shard``: a rank's chunks as global token ranges;
+- ``CpPlan``: from the GLOBAL layout, which remote K/V blocks each rank
+  needs (deduplicated), and the bytes every ordered pair of ranks
+  exchanges;
+- ``cp_attention_simulated``: the whole R-rank run on the CPU backend, one
+  thread per rank through the simulated communicator, gathered back into
+  global O and LSE (for checking the C path from Python).
+
+The torch.distributed (NCCL) function is the next step: it needs GPUs.
+"""
+
+from __future__ import annotations
+
+import threading
+from ctypes import byref, c_int32, c_int64, c_size_t, c_void_p, sizeof
+
+import numpy as np
+
+from ._arrays import _numpy_dtype
+from ._lib import Backend, CpSharding, F, Mask, SkCpDesc, SparseKError, check, status_name
+from .layout import Layout
+
+_SHARDINGS = {"contiguous": CpSharding.CONTIGUOUS, "zigzag": CpSharding.ZIGZAG}
+
+
+def _sharding(name) -> CpSharding:
+    if name not in _SHARDINGS:
+        raise ValueError(f"sharding = {name!r} must be 'contiguous' or 'zigzag'")
+    return _SHARDINGS[name]
+
+
+def _desc(ranks, rank, sharding, batch, seq, heads_q, heads_kv, head_dim, dtype, causal, scale):
+    d = SkCpDesc()
+    check(F.sk_cp_desc_init(byref(d), sizeof(d)))
+    d.ranks = ranks
+    d.rank = rank
+    d.sharding = _sharding(sharding)
+    d.backend = Backend.CPU
+    d.dtype = dtype
+    d.batch = batch
+    d.seq = seq
+    d.heads_q = heads_q
+    d.heads_kv = heads_kv
+    d.head_dim = head_dim
+    d.scale = 0.0 if scale is None else scale
+    d.mask = Mask.CAUSAL if causal else Mask.NONE
+    return d
+
+
+def cp_shard(seq, ranks, rank, block=128, sharding="contiguous") -> list:
+    """Rank `rank`'s chunks, in its local order, as (start, length) global
+    token ranges (their lengths add up to its shard's tokens)."""
+    d = _desc(ranks, rank, sharding, 1, seq, 1, 1, 64, 1, False, None)
+    tokens, n = c_int64(), c_int32()
+    starts, lengths = (c_int64 * 2)(), (c_int64 * 2)()
+    check(F.sk_cp_shard(byref(d), rank, block, byref(tokens), byref(n), starts, lengths))
+    return [(starts[c], lengths[c]) for c in range(n.value)]
+
+
+class CpPlan:
+    """sk_cp_plan over a global host Layout (seq x seq tokens, square
+    blocks), for `ranks` ranks and the problem's sizes. dtype: a numpy dtype
+    (float16, float32, or ml_dtypes' bfloat16), which sets the bytes."""
+
+    def __init__(self, layout: Layout, ranks, *, batch, heads_q, heads_kv, head_dim,
+                 dtype=np.float16, causal=False, sharding="contiguous", scale=None):
+        if not isinstance(layout, Layout):
+            raise TypeError(f"layout must be a sparsek.Layout, got {type(layout).__name__}")
+        sk_dtype = _numpy_dtype(np.dtype(dtype))
+        if sk_dtype is None:
+            raise TypeError(f"dtype {np.dtype(dtype)} is not float16, bfloat16 or float32")
+        self.layout = layout
+        self.ranks = ranks
+        self.block = layout.grid.block_rows
+        self.seq = layout.grid.rows
+        self.sharding = sharding
+        self.causal = causal
+        self.dims = (batch, heads_q, heads_kv, head_dim, sk_dtype, scale)
+        d = self.desc(0)
+        size = c_size_t()
+        view = layout.view()
+        check(F.sk_cp_plan_size(byref(d), byref(view), byref(size)))
+        # 8-byte aligned host memory that lives with the plan.
+        self._buf = np.zeros((size.value + 7) // 8, dtype=np.uint64)
+        self.nbytes = size.value
+        check(F.sk_cp_plan(byref(d), byref(view), self._buf.ctypes.data, self.nbytes))
+
+    def desc(self, rank) -> SkCpDesc:
+        batch, hq, hkv, dim, sk_dtype, scale = self.dims
+        return _desc(self.ranks, rank, self.sharding, batch, self.seq, hq, hkv, dim, sk_dtype,
+                     self.causal, scale)
+
+    @property
+    def address(self) -> int:
+        return self._buf.ctypes.data
+
+    def pair(self, src, dst) -> tuple:
+        """(bytes, units) rank src sends rank dst (a unit: the K and V rows
+        of one key block of one batch and KV head)."""
+        b, u = c_int64(), c_int64()
+        check(F.sk_cp_plan_bytes(self.address, self.nbytes, src, dst, byref(b), byref(u)))
+        return b.value, u.value
+
+    def recv_bytes(self, rank) -> int:
+        return sum(self.pair(src, rank)[0] for src in range(self.ranks))
+
+    def send_bytes(self, rank) -> int:
+        return sum(self.pair(rank, dst)[0] for dst in range(self.ranks))
+
+    def shard(self, rank) -> list:
+        return cp_shard(self.seq, self.ranks, rank, self.block, self.sharding)
+
+
+def cp_attention_simulated(q, k, v, layout: Layout, ranks, *, causal=False,
+                           sharding="contiguous", scale=None):
+    """The R-rank run on the CPU backend with the simulated communicator:
+    shards the global numpy arrays q [B, S, Hq, D], k, v [B, S, Hkv, D],
+    runs every rank's sk_cp_forward on its own thread, and returns the
+    global (o, lse, plan). Equals sparsek.attention on the same layout up to
+    one rounding of the dtype (see include/sparsek.h)."""
+    q, k, v = (np.ascontiguousarray(x) for x in (q, k, v))
+    B, S, Hq, D = q.shape
+    Hkv = k.shape[2]
+    plan = CpPlan(layout, ranks, batch=B, heads_q=Hq, heads_kv=Hkv, head_dim=D, dtype=q.dtype,
+                  causal=causal, sharding=sharding, scale=scale)
+    comms = (c_void_p * ranks)()
+    check(F.sk_comm_create_simulated(ranks, comms))
+    o = np.full_like(q, np.nan)
+    lse = np.full((B, Hq, S), np.nan, dtype=np.float32)
+    jobs = []
+    try:
+        for r in range(ranks):
+            chunks = plan.shard(r)
+            rows = np.concatenate([np.arange(s, s + n) for s, n in chunks])
+            d = plan.desc(r)
+            ws = c_size_t()
+            check(F.sk_cp_workspace_size(byref(d), plan.address, plan.nbytes, byref(ws)))
+            job = {
+                "desc": d, "rows": rows,
+                "q": np.ascontiguousarray(q[:, rows]), "k": np.ascontiguousarray(k[:, rows]),
+                "v": np.ascontiguousarray(v[:, rows]),
+                "o": np.empty((B, len(rows), Hq, D), dtype=q.dtype),
+                "lse": np.empty((B, Hq, len(rows)), dtype=np.float32),
+                "ws": np.empty(ws.value // 8 + 16, dtype=np.uint64), "ws_bytes": ws.value,
+            }
+            jobs.append(job)
+
+        def run(r):
+            j = jobs[r]
+            base = j["ws"].ctypes.data
+            aligned = (base + 63) // 64 * 64  # the CPU workspace wants 64 bytes
+            st = F.sk_cp_forward(byref(j["desc"]), plan.address, plan.nbytes, comms[r],
+                                 j["q"].ctypes.data, j["k"].ctypes.data, j["v"].ctypes.data,
+                                 j["o"].ctypes.data, j["lse"].ctypes.data, aligned,
+                                 j["ws_bytes"], None)
+            message = F.sk_last_error()
+            j["status"] = (st, message.decode("utf-8", "replace") if message else "")
+
+        threads = [threading.Thread(target=run, args=(r,)) for r in range(ranks)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for r, j in enumerate(jobs):
+            st, message = j["status"]
+            if st != 0:
+                raise SparseKError(st, status_name(st), f"rank {r}: {message}")
+            o[:, j["rows"]] = j["o"]
+            lse[:, :, j["rows"]] = j["lse"]
+    finally:
+        for r in range(ranks):
+            F.sk_comm_destroy(comms[r])
+    return o, lse, plan

@@ -1,0 +1,59 @@
+"""Context parallelism from Python (CPU): shards, the plan's bytes, and the
+simulated R-rank run against sparsek.attention on the global arrays (the
+tolerance of tests/cpu/test_cp.c: one rounding of the dtype plus fp32
+noise of the merge)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import sparsek
+
+
+def test_shards_cover_the_sequence_in_chunks_of_blocks():
+    seq, block = 64 * 13 + 5, 64
+    for ranks in (1, 2, 3, 4):
+        for sharding in ("contiguous", "zigzag"):
+            seen = np.zeros(seq, dtype=int)
+            for r in range(ranks):
+                chunks = sparsek.cp_shard(seq, ranks, r, block, sharding)
+                assert len(chunks) == (2 if sharding == "zigzag" else 1)
+                for start, length in chunks:
+                    assert start % block == 0
+                    seen[start:start + length] += 1
+            assert (seen == 1).all()
+
+
+def test_bad_sharding_and_too_short_sequences_are_refused():
+    with pytest.raises(ValueError, match="sharding"):
+        sparsek.cp_shard(1024, 2, 0, 64, "ring")
+    with pytest.raises(sparsek.SparseKError, match="chunks"):
+        sparsek.cp_shard(3 * 64, 2, 0, 64, "zigzag")
+
+
+@pytest.mark.parametrize("ranks,sharding,causal", [(2, "zigzag", True), (3, "contiguous", False),
+                                                   (4, "zigzag", False)])
+def test_simulated_run_matches_the_single_process_forward(ranks, sharding, causal):
+    rng = np.random.default_rng(1234 + ranks)
+    B, S, Hq, Hkv, D = 2, 64 * 11 + 17, 4, 2, 16
+    q = rng.standard_normal((B, S, Hq, D)).astype(np.float16)
+    k = rng.standard_normal((B, S, Hkv, D)).astype(np.float16)
+    v = rng.standard_normal((B, S, Hkv, D)).astype(np.float16)
+    layout = sparsek.Layout.random(S, k=3, seed=7, causal=False, block=64, batch=1, heads=Hkv)
+    ref, ref_lse = sparsek.attention(q, k, v, layout, causal=causal, return_lse=True)
+    o, lse, plan = sparsek.cp_attention_simulated(q, k, v, layout, ranks, causal=causal,
+                                                  sharding=sharding)
+    ref32, o32 = ref.astype(np.float64), o.astype(np.float64)
+    finite = np.isfinite(ref_lse)
+    lmag = np.where(finite, np.abs(ref_lse), 0.0).transpose(0, 2, 1)[..., None]  # [B, S, Hq, 1]
+    vmax = float(np.abs(v.astype(np.float64)).max())
+    tol = 2 * 2.0**-11 * np.abs(ref32) + 2.0**-24 * (4 * np.abs(ref32) + 8 * vmax * (2 + lmag)) + 2.0**-24
+    assert (np.abs(o32 - ref32) <= tol).all()
+    assert (np.isneginf(lse) == np.isneginf(ref_lse)).all()
+    assert np.allclose(lse[finite], ref_lse[finite], rtol=2.0**-20, atol=2.0**-20)
+    # Bytes: every remote block a rank's rows select is received once.
+    assert sum(plan.recv_bytes(r) for r in range(ranks)) == sum(
+        plan.send_bytes(r) for r in range(ranks))
+    assert all(plan.pair(r, r) == (0, 0) for r in range(ranks))
+    assert sum(plan.recv_bytes(r) for r in range(ranks)) > 0

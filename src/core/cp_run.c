@@ -1,0 +1,308 @@
+/*
+ * cp_run.c - context parallel: a rank's workspace and run
+ * (sk_cp_workspace_size, sk_cp_forward).
+ *
+ * The run of rank r (CPU backend):
+ *   1. pack the units each peer needs from r (plan order) into the send
+ *      buffer, one contiguous run per peer;
+ *   2. one communicator group: a send to and a receive from every peer
+ *      with a non-empty pair (both sides read the same plan, so they agree
+ *      on which messages exist and on their sizes);
+ *   3. widen the shard's Q, K, V to fp32 and unpack the received units into
+ *      the remote key buffers [B, remote_keys, Hkv, D] at their slots;
+ *   4. per chunk: the local pass (sk_attention_forward over the shard's own
+ *      keys: a prefix of the shard, with the caller's mask: shard order is
+ *      global order, so causal positions hold), the remote pass (over the
+ *      received blocks, mask NONE: with causal every planned remote block
+ *      lies wholly below the row's diagonal), and their LSE merge into o
+ *      and lse.
+ * The partial passes run in fp32 (the CPU backend takes F32), so the merge
+ * adds only fp32 / fp64 rounding before O's single rounding to the dtype.
+ * On a GPU (next step) steps 1-2 overlap the local pass (docs/perf/
+ * context_parallel.md).
+ *
+ * Workspace sections (each 64-byte aligned): send bytes, receive bytes,
+ * Q32, K32, V32 (the shard), K and V remote (fp32), O_a, O_b (fp32, chunk c
+ * packed [B, S_c, Hq, D] from element B x q_start x Hq x D on), LSE_a, LSE_b
+ * (fp32, chunk c's [B, Hq, S_c] from B x q_start x Hq on).
+ */
+#include <string.h>
+
+#include "core/check.h"
+#include "core/comm.h"
+#include "core/cp_internal.h"
+#include "core/internal.h"
+#include "cpu/cpu_backend.h"
+#include "cpu/half.h"
+
+enum { WS_SEND, WS_RECV, WS_Q, WS_K, WS_V, WS_KR, WS_VR, WS_OA, WS_OB, WS_LA, WS_LB, WS_PARTS };
+
+typedef struct cp_ctx {
+    const sk_cp_desc *d;
+    const sk_cp_plan_header *h;
+    const sk_cp_rank_plan *rp;
+    int64_t esize;
+    int64_t offsets[WS_PARTS + 1]; /* byte offsets; [WS_PARTS] the total */
+} cp_ctx;
+
+/* The plan against the descriptor: one made for another problem would
+ * exchange and index wrongly. */
+static sk_status check_plan(const sk_cp_desc *d, const sk_cp_plan_header *h) {
+    const struct {
+        int64_t plan, desc;
+        const char *name;
+    } f[] = {{h->ranks, d->ranks, "ranks"},
+             {h->sharding, d->sharding, "sharding"},
+             {h->batch, d->batch, "batch"},
+             {h->seq, d->seq, "seq"},
+             {h->heads_q, d->heads_q, "heads_q"},
+             {h->heads_kv, d->heads_kv, "heads_kv"},
+             {h->head_dim, d->head_dim, "head_dim"},
+             {h->causal, d->mask == SK_MASK_CAUSAL, "mask == CAUSAL"},
+             {h->elem_bytes, (int64_t)sk_dtype_size(d->dtype), "dtype bytes"}};
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; ++i)
+        if (f[i].plan != f[i].desc)
+            return sk_error(SK_STATUS_BAD_PARAM_VALUE,
+                            "plan was made for %s = %lld, desc has %lld: re-plan with this desc",
+                            f[i].name, (long long)f[i].plan, (long long)f[i].desc);
+    return SK_STATUS_SUCCESS;
+}
+
+/* Descriptor, plan, and the workspace sections of desc->rank. */
+static sk_status open_ctx(const sk_cp_desc *d, const void *plan, size_t plan_bytes, cp_ctx *c) {
+    SK_TRY(sk_cp_check_desc(d));
+    SK_TRY(sk_cp_plan_open(plan, plan_bytes, &c->h));
+    SK_TRY(check_plan(d, c->h));
+    SK_TRY(sk_cp_plan_check(c->h, d));
+    c->d = d;
+    c->rp = &sk_cp_plan_ranks(c->h)[d->rank];
+    c->esize = (int64_t)sk_dtype_size(d->dtype);
+    const int64_t S = c->rp->tokens;
+    const int64_t B = d->batch, Hq = d->heads_q, Hkv = d->heads_kv, D = d->head_dim;
+    const int64_t f[WS_PARTS][5] = {
+        {c->rp->send_bytes, 1, 1, 1, 1}, {c->rp->recv_bytes, 1, 1, 1, 1},
+        {B, S, Hq, D, 4},                {B, S, Hkv, D, 4},
+        {B, S, Hkv, D, 4},               {B, c->rp->remote_keys, Hkv, D, 4},
+        {B, c->rp->remote_keys, Hkv, D, 4}, {B, S, Hq, D, 4},
+        {B, S, Hq, D, 4},                {B, Hq, S, 1, 4},
+        {B, Hq, S, 1, 4}};
+    int64_t at = 0;
+    for (int p = 0; p < WS_PARTS; ++p) {
+        int64_t bytes;
+        c->offsets[p] = at;
+        if (!sk_product_i64(f[p], 5, &bytes) || !sk_add_i64(at, bytes, &at) ||
+            !sk_add_i64(at, 63, &at))
+            return sk_error(SK_STATUS_BAD_PARAM_OVERFLOW,
+                            "the workspace of rank %d does not fit int64", (int)d->rank);
+        at = at / 64 * 64;
+    }
+    c->offsets[WS_PARTS] = at;
+    return SK_STATUS_SUCCESS;
+}
+
+static sk_status cuda_not_yet(const sk_cp_desc *d) {
+    return sk_error(SK_STATUS_NOT_SUPPORTED,
+                    "desc->backend = %s: the context-parallel run has the CPU backend only so "
+                    "far (the CUDA run is the next step, docs/perf/context_parallel.md)",
+                    sk_backend_name(d->backend));
+}
+
+sk_status sk_cp_workspace_size(const sk_cp_desc *desc, const void *plan, size_t plan_bytes,
+                               size_t *workspace_bytes) {
+    SK_ENTER("sk_cp_workspace_size");
+    cp_ctx c;
+    SK_TRY(open_ctx(desc, plan, plan_bytes, &c));
+    SK_CHECK_NOT_NULL(workspace_bytes);
+    if (sk_backend_is_cuda(desc->backend)) return cuda_not_yet(desc);
+    *workspace_bytes = (size_t)c.offsets[WS_PARTS];
+    return SK_STATUS_SUCCESS;
+}
+
+/* Pointers, sizes, alignment, the workspace, aliasing, the communicator. */
+static sk_status check_call(const cp_ctx *c, sk_comm_t comm, const void *q, const void *k,
+                            const void *v, void *o, float *lse, const void *plan,
+                            size_t plan_bytes, void *workspace, size_t workspace_size) {
+    const sk_cp_desc *d = c->d;
+    SK_CHECK_NOT_NULL(comm);
+    if (comm->ranks != d->ranks || comm->rank != d->rank)
+        return sk_error(SK_STATUS_BAD_PARAM_VALUE,
+                        "comm is rank %d of %d, desc says rank %d of %d", (int)comm->rank,
+                        (int)comm->ranks, (int)d->rank, (int)d->ranks);
+    SK_CHECK_NOT_NULL(q);
+    SK_CHECK_NOT_NULL(k);
+    SK_CHECK_NOT_NULL(v);
+    SK_CHECK_NOT_NULL(o);
+    const int64_t S = c->rp->tokens;
+    const int64_t qf[5] = {d->batch, S, d->heads_q, d->head_dim, c->esize};
+    const int64_t kf[5] = {d->batch, S, d->heads_kv, d->head_dim, c->esize};
+    const int64_t lf[4] = {d->batch, d->heads_q, S, 4};
+    int64_t qb, kb, lb;
+    if (!sk_product_i64(qf, 5, &qb) || !sk_product_i64(kf, 5, &kb) ||
+        !sk_product_i64(lf, 4, &lb))
+        return sk_error(SK_STATUS_BAD_PARAM_OVERFLOW,
+                        "the shard of rank %d (%lld tokens) has a byte size beyond int64",
+                        (int)d->rank, (long long)S);
+    const struct {
+        const void *p;
+        const char *name;
+        size_t align;
+    } al[] = {{q, "q", (size_t)c->esize}, {k, "k", (size_t)c->esize}, {v, "v", (size_t)c->esize},
+              {o, "o", (size_t)c->esize}, {lse, "lse", 4}};
+    for (size_t i = 0; i < sizeof al / sizeof al[0]; ++i)
+        SK_TRY(sk_check_alignment(al[i].p, NULL, 1, al[i].align, 0, al[i].name));
+    const size_t need = (size_t)c->offsets[WS_PARTS];
+    if (workspace == NULL || workspace_size < need)
+        return sk_error(SK_STATUS_BAD_PARAM_WORKSPACE,
+                        "workspace (%p, %zu bytes) must hold the %zu bytes sk_cp_workspace_size "
+                        "gives",
+                        workspace, workspace_size, need);
+    SK_TRY(sk_check_alignment(workspace, NULL, 1, 64, 0, "workspace"));
+    const sk_buffer bufs[] = {{"o", o, qb, 1},
+                              {"lse", lse, lse ? lb : 0, 1},
+                              {"workspace", workspace, (int64_t)need, 1},
+                              {"q", q, qb, 0},
+                              {"k", k, kb, 0},
+                              {"v", v, kb, 0},
+                              {"plan", plan, (int64_t)plan_bytes, 0}};
+    SK_TRY(sk_check_no_alias(bufs, (int)(sizeof bufs / sizeof bufs[0])));
+    if (sk_backend_is_cuda(d->backend)) return cuda_not_yet(d);
+    if (comm->ops->device_memory)
+        return sk_error(SK_STATUS_NOT_SUPPORTED,
+                        "comm is a %s communicator (device memory); the CPU backend needs the "
+                        "simulated one",
+                        comm->ops->name);
+    return SK_STATUS_SUCCESS;
+}
+
+/* Steps 1-3: pack, exchange, widen, unpack. */
+static sk_status exchange(const cp_ctx *c, sk_comm_t comm, const void *q, const void *k,
+                          const void *v, char *ws, struct CUstream_st *stream) {
+    const sk_cp_desc *d = c->d;
+    const sk_cp_plan_header *h = c->h;
+    const sk_cp_pair *pairs = sk_cp_plan_pairs(h);
+    const sk_cp_unit *units = sk_cp_plan_units(h);
+    const int32_t R = d->ranks, r = d->rank;
+    char *send = ws + c->offsets[WS_SEND], *recv = ws + c->offsets[WS_RECV];
+    int64_t so = 0, ro = 0;
+    SK_TRY(comm->ops->group_start(comm));
+    for (int32_t p = 0; p < R; ++p) {
+        if (p == r) continue;
+        const sk_cp_pair *out = &pairs[(int64_t)r * R + p], *in = &pairs[(int64_t)p * R + r];
+        if (out->bytes > 0) {
+            sk_cpu_cp_pack(h, c->rp, d->dtype, units + out->unit_start, out->units, k, v,
+                           send + so);
+            SK_TRY(comm->ops->send(comm, send + so, (size_t)out->bytes, p, stream));
+            so += out->bytes;
+        }
+        if (in->bytes > 0) {
+            SK_TRY(comm->ops->recv(comm, recv + ro, (size_t)in->bytes, p, stream));
+            ro += in->bytes;
+        }
+    }
+    SK_TRY(comm->ops->group_end(comm, stream));
+
+    const int64_t S = c->rp->tokens, B = d->batch, D = d->head_dim;
+    sk_cpu_load_f32((float *)(void *)(ws + c->offsets[WS_Q]), q, d->dtype, B * S * d->heads_q * D);
+    sk_cpu_load_f32((float *)(void *)(ws + c->offsets[WS_K]), k, d->dtype, B * S * d->heads_kv * D);
+    sk_cpu_load_f32((float *)(void *)(ws + c->offsets[WS_V]), v, d->dtype, B * S * d->heads_kv * D);
+    float *kr = (float *)(void *)(ws + c->offsets[WS_KR]);
+    float *vr = (float *)(void *)(ws + c->offsets[WS_VR]);
+    /* Slots a (batch, head) did not receive are never read; zero keeps
+     * the buffers defined. */
+    memset(kr, 0, (size_t)(c->offsets[WS_VR] - c->offsets[WS_KR]));
+    memset(vr, 0, (size_t)(c->offsets[WS_OA] - c->offsets[WS_VR]));
+    ro = 0;
+    for (int32_t p = 0; p < R; ++p) {
+        const sk_cp_pair *in = &pairs[(int64_t)p * R + r];
+        if (p == r || in->bytes == 0) continue;
+        sk_cpu_cp_unpack(h, c->rp, d->dtype, units + in->unit_start, in->units, recv + ro, kr, vr);
+        ro += in->bytes;
+    }
+    return SK_STATUS_SUCCESS;
+}
+
+/* One partial pass of chunk cp: queries from the shard's fp32 Q, keys k/v
+ * (keys tokens, seq stride key_seq), the chunk's local or remote layout
+ * (remote: no mask, see the header comment). */
+static sk_status pass(const cp_ctx *c, const sk_cp_chunk_plan *cp, const float *q32,
+                      const float *k, const float *v, int64_t keys, int64_t key_seq, int remote,
+                      float *o, float *lse) {
+    const sk_cp_desc *d = c->d;
+    sk_attention_desc a;
+    SK_TRY(sk_attention_desc_init(&a, sizeof a));
+    a.backend = SK_BACKEND_CPU;
+    a.dtype = SK_DTYPE_F32;
+    a.batch = d->batch;
+    a.seq_q = cp->tokens;
+    a.seq_k = keys;
+    a.heads_q = d->heads_q;
+    a.heads_kv = d->heads_kv;
+    a.head_dim = d->head_dim;
+    a.scale = d->scale;
+    a.mask = remote ? SK_MASK_NONE : d->mask;
+    const int64_t S = c->rp->tokens;
+    const int64_t qs[3] = {S * d->heads_q * d->head_dim, d->heads_q * d->head_dim, d->head_dim};
+    const int64_t ks[3] = {key_seq * d->heads_kv * d->head_dim, d->heads_kv * d->head_dim,
+                           d->head_dim};
+    memcpy(a.q_strides, qs, sizeof qs);
+    memcpy(a.k_strides, ks, sizeof ks);
+    memcpy(a.v_strides, ks, sizeof ks);
+    sk_bsr L;
+    sk_cp_chunk_layout(c->h, cp, keys, remote, &L);
+    return sk_attention_forward(&a, &L, q32 + cp->q_start * qs[1], k, v, o, lse, NULL, 0, NULL);
+}
+
+sk_status sk_cp_forward(const sk_cp_desc *desc, const void *plan, size_t plan_bytes,
+                        sk_comm_t comm, const void *q, const void *k, const void *v, void *o,
+                        float *lse, void *workspace, size_t workspace_size,
+                        struct CUstream_st *stream) {
+    SK_ENTER("sk_cp_forward");
+    cp_ctx c;
+    SK_TRY(open_ctx(desc, plan, plan_bytes, &c));
+    SK_TRY(check_call(&c, comm, q, k, v, o, lse, plan, plan_bytes, workspace, workspace_size));
+    char *ws = workspace;
+    SK_TRY(exchange(&c, comm, q, k, v, ws, stream));
+    const float *q32 = (const float *)(void *)(ws + c.offsets[WS_Q]);
+    const float *k32 = (const float *)(void *)(ws + c.offsets[WS_K]);
+    const float *v32 = (const float *)(void *)(ws + c.offsets[WS_V]);
+    const float *kr = (const float *)(void *)(ws + c.offsets[WS_KR]);
+    const float *vr = (const float *)(void *)(ws + c.offsets[WS_VR]);
+    float *oa = (float *)(void *)(ws + c.offsets[WS_OA]);
+    float *ob = (float *)(void *)(ws + c.offsets[WS_OB]);
+    float *la = (float *)(void *)(ws + c.offsets[WS_LA]);
+    float *lb = (float *)(void *)(ws + c.offsets[WS_LB]);
+    /* Every pass first, into chunk-sized parts of the partial buffers (a
+     * chunk's packed [B, S_c, ...] at its first token's offset), then the
+     * merges: o and lse are written only once nothing can fail. */
+    const int64_t HD = desc->heads_q * desc->head_dim;
+    for (int32_t i = 0; i < c.rp->chunks; ++i) {
+        const sk_cp_chunk_plan *cp = &c.rp->chunk[i];
+        const int64_t po = desc->batch * cp->q_start;
+        SK_TRY(pass(&c, cp, q32, k32, v32, cp->local_keys, c.rp->tokens, 0, oa + po * HD,
+                    la + po * desc->heads_q));
+        if (cp->remote_nnz > 0)
+            SK_TRY(pass(&c, cp, q32, kr, vr, c.rp->remote_keys, c.rp->remote_keys, 1,
+                        ob + po * HD, lb + po * desc->heads_q));
+    }
+    for (int32_t i = 0; i < c.rp->chunks; ++i) {
+        const sk_cp_chunk_plan *cp = &c.rp->chunk[i];
+        const int64_t po = desc->batch * cp->q_start;
+        const int remote = cp->remote_nnz > 0;
+        const sk_lse_merge m = {desc->dtype,
+                                desc->batch,
+                                cp->tokens,
+                                desc->heads_q,
+                                desc->head_dim,
+                                oa + po * HD,
+                                la + po * desc->heads_q,
+                                remote ? ob + po * HD : NULL,
+                                remote ? lb + po * desc->heads_q : NULL,
+                                o,
+                                lse,
+                                c.rp->tokens,
+                                cp->q_start};
+        sk_cpu_lse_merge(&m);
+    }
+    SK_ENTER("sk_cp_forward"); /* the passes named their own calls */
+    return SK_STATUS_SUCCESS;
+}
