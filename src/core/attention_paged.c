@@ -39,24 +39,30 @@ sk_status sk_attention_paged_desc_init(sk_attention_paged_desc *desc, size_t str
 
 /* The page geometry: sizes, the table's rows, the keys a row can hold. */
 static sk_status check_pages(const sk_attention_paged_desc *d) {
-    SK_TRY(sk_varlen_check_count(d->num_pages, "num_pages"));
-    if (d->page_size != 16 && d->page_size != 32 && d->page_size != 64 && d->page_size != 128)
+    return sk_paged_check_pages(d->num_pages, d->page_size, d->max_pages, d->page_table_stride,
+                                d->max_seqlen_k);
+}
+
+sk_status sk_paged_check_pages(int64_t num_pages, int32_t page_size, int32_t max_pages,
+                               int64_t page_table_stride, int64_t max_seqlen_k) {
+    SK_TRY(sk_varlen_check_count(num_pages, "num_pages"));
+    if (page_size != 16 && page_size != 32 && page_size != 64 && page_size != 128)
         return sk_error(SK_STATUS_BAD_PARAM_VALUE, "desc->page_size = %d must be 16, 32, 64 or 128",
-                        (int)d->page_size);
-    if (d->max_pages < 1)
+                        (int)page_size);
+    if (max_pages < 1)
         return sk_error(SK_STATUS_BAD_PARAM_SHAPE, "desc->max_pages = %d must be >= 1",
-                        (int)d->max_pages);
-    if (d->page_table_stride < 0 || (d->page_table_stride != 0 && d->page_table_stride < d->max_pages))
+                        (int)max_pages);
+    if (page_table_stride < 0 || (page_table_stride != 0 && page_table_stride < max_pages))
         return sk_error(SK_STATUS_BAD_PARAM_STRIDE,
                         "desc->page_table_stride = %lld must be 0 (packed) or at least max_pages = "
                         "%d, so that the table's rows do not overlap",
-                        (long long)d->page_table_stride, (int)d->max_pages);
-    const int64_t keys = (int64_t)d->max_pages * d->page_size;
-    if (d->max_seqlen_k > keys)
+                        (long long)page_table_stride, (int)max_pages);
+    const int64_t keys = (int64_t)max_pages * page_size;
+    if (max_seqlen_k > keys)
         return sk_error(SK_STATUS_BAD_PARAM_SHAPE,
                         "desc->max_seqlen_k = %lld exceeds max_pages x page_size = %lld, the keys a "
                         "page table row can hold",
-                        (long long)d->max_seqlen_k, (long long)keys);
+                        (long long)max_seqlen_k, (long long)keys);
     return SK_STATUS_SUCCESS;
 }
 
@@ -101,6 +107,20 @@ static sk_status check_geometry(const sk_attention_paged_desc *d, const sk_bsr *
     return SK_STATUS_SUCCESS;
 }
 
+sk_status sk_paged_table_buffer(const int32_t *page_table, int64_t batch, int64_t stride,
+                                int32_t max_pages, sk_buffer *out) {
+    int64_t entries, table_bytes;
+    if (!sk_mul_i64(batch - 1, stride, &entries) || !sk_add_i64(entries, max_pages, &entries) ||
+        !sk_mul_i64(entries, 4, &table_bytes))
+        return sk_error(SK_STATUS_BAD_PARAM_OVERFLOW,
+                        "page_table: (batch - 1) x page_table_stride + max_pages entries of 4 bytes "
+                        "overflows int64 (batch = %lld, page_table_stride = %lld)",
+                        (long long)batch, (long long)stride);
+    const sk_buffer table = {"page_table", page_table, table_bytes, 0};
+    *out = table;
+    return SK_STATUS_SUCCESS;
+}
+
 /* The three arrays: present, int32-aligned; stored in *pp, their spans
  * (read) into out[3]. */
 static sk_status check_arrays(sk_attention_paged_problem *pp, const int32_t *cu_seqlens_q,
@@ -113,16 +133,11 @@ static sk_status check_arrays(sk_attention_paged_problem *pp, const int32_t *cu_
     SK_TRY(sk_check_alignment(seq_lens_k, NULL, 4, 4, 0, "seq_lens_k"));
     SK_TRY(sk_check_alignment(page_table, NULL, 4, 4, 0, "page_table"));
     const int64_t batch = pp->v.batch;
-    int64_t entries, table_bytes;
-    if (!sk_mul_i64(batch - 1, pp->page_table_stride, &entries) ||
-        !sk_add_i64(entries, pp->max_pages, &entries) || !sk_mul_i64(entries, 4, &table_bytes))
-        return sk_error(SK_STATUS_BAD_PARAM_OVERFLOW,
-                        "page_table: (batch - 1) x page_table_stride + max_pages entries of 4 bytes "
-                        "overflows int64 (batch = %lld, page_table_stride = %lld)",
-                        (long long)batch, (long long)pp->page_table_stride);
+    sk_buffer table;
+    SK_TRY(sk_paged_table_buffer(page_table, batch, pp->page_table_stride, pp->max_pages, &table));
     const sk_buffer arrays[3] = {{"cu_seqlens_q", cu_seqlens_q, (batch + 1) * 4, 0},
                                  {"seq_lens_k", seq_lens_k, batch * 4, 0},
-                                 {"page_table", page_table, table_bytes, 0}};
+                                 table};
     memcpy(out, arrays, sizeof arrays);
     pp->v.cu_seqlens_q = cu_seqlens_q;
     pp->seq_lens_k = seq_lens_k;
@@ -185,7 +200,7 @@ static sk_status check_workspace_apart(const sk_attention_paged_problem *pp, con
 }
 
 /* Each sequence's key count, and the page indices it uses. */
-static sk_status check_pages_used(const sk_attention_paged_problem *pp) {
+sk_status sk_paged_check_pages_used(const sk_attention_paged_problem *pp) {
     for (int32_t b = 0; b < pp->v.batch; ++b) {
         const int32_t len_k = pp->seq_lens_k[b];
         if (len_k < 0 || len_k > pp->v.max_seqlen_k)
@@ -211,7 +226,7 @@ static sk_status check_content(const sk_attention_paged_problem *pp, const sk_bs
     const sk_attention_varlen_problem *v = &pp->v;
     if (v->flat.backend != SK_BACKEND_CPU) return SK_STATUS_SUCCESS;
     SK_TRY(sk_varlen_check_seqlens(v->cu_seqlens_q, v->batch, v->flat.seq_q, v->max_seqlen_q, 'q'));
-    SK_TRY(check_pages_used(pp));
+    SK_TRY(sk_paged_check_pages_used(pp));
     SK_TRY(sk_layout_check(layout));
     return sk_varlen_check_layout(layout, v->batch, v->cu_seqlens_q, pp->seq_lens_k, NULL);
 }
