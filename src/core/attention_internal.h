@@ -123,5 +123,12 @@ sk_status sk_paged_table_buffer(const int32_t *page_table, int64_t batch, int64_
  * the sequence uses in [0, num_pages) (reads pp->v.batch, v.max_seqlen_k,
  * seq_lens_k, page_table, page_table_stride, page_size, num_pages). */
 sk_status sk_paged_check_pages_used(const sk_attention_paged_problem *pp);
+/* Pointers, extents and alignment of Q, O [v.flat.batch, v.flat.seq_q, Hq,
+ * D] (paged: 1 x total_q; decode: B x q_len), the caches and LSE; stores
+ * the pointers in pp->v.flat and the spans in buffers[0 ..
+ * SK_ATTN_BUFFERS) (the layout arrays included). */
+sk_status sk_paged_check_tensors(sk_attention_paged_problem *pp, const void *q,
+                                 const void *k_cache, const void *v_cache, void *o, float *lse,
+                                 sk_buffer *buffers);
 
 #endif /* SK_CORE_ATTENTION_INTERNAL_H */

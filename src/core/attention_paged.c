@@ -149,27 +149,27 @@ static sk_status check_arrays(sk_attention_paged_problem *pp, const int32_t *cu_
  * caches as k and v, the layout arrays), then the three arrays. */
 enum { PAGED_ARRAYS = SK_ATTN_BUFFERS, PAGED_BUFFERS = SK_ATTN_BUFFERS + 3 };
 
-/* Pointers, extents and alignment of the tensors; stores the pointers in
- * *pp and the spans in buffers[0 .. SK_ATTN_BUFFERS). */
-static sk_status check_tensors(sk_attention_paged_problem *pp, const void *q, const void *k_cache,
-                               const void *v_cache, void *o, float *lse, sk_buffer *buffers) {
+sk_status sk_paged_check_tensors(sk_attention_paged_problem *pp, const void *q,
+                                 const void *k_cache, const void *v_cache, void *o, float *lse,
+                                 sk_buffer *buffers) {
     sk_attention_problem *p = &pp->v.flat;
     SK_CHECK_NOT_NULL(q);
     SK_CHECK_NOT_NULL(k_cache);
     SK_CHECK_NOT_NULL(v_cache);
     SK_CHECK_NOT_NULL(o);
     SK_TRY(sk_attention_check_row_bytes(p));
-    SK_TRY(sk_attention_check_tensor(p, q, 1, p->seq_q, p->heads_q, p->q_stride, 0, "q",
+    SK_TRY(sk_attention_check_tensor(p, q, p->batch, p->seq_q, p->heads_q, p->q_stride, 0, "q",
                                      &buffers[SK_ATTN_Q]));
     SK_TRY(sk_attention_check_tensor(p, k_cache, pp->num_pages, pp->page_size, p->heads_kv,
                                      p->k_stride, 0, "k_cache", &buffers[SK_ATTN_K]));
     SK_TRY(sk_attention_check_tensor(p, v_cache, pp->num_pages, pp->page_size, p->heads_kv,
                                      p->v_stride, 0, "v_cache", &buffers[SK_ATTN_V]));
-    SK_TRY(sk_attention_check_tensor(p, o, 1, p->seq_q, p->heads_q, p->o_stride, 1, "o",
+    SK_TRY(sk_attention_check_tensor(p, o, p->batch, p->seq_q, p->heads_q, p->o_stride, 1, "o",
                                      &buffers[SK_ATTN_O]));
     if (lse != NULL) SK_TRY(sk_check_alignment(lse, NULL, 4, 4, 0, "lse"));
-    /* LSE [Hq, total_q] fp32: its size was checked with the geometry. */
-    const sk_buffer lse_buffer = {"lse", lse, p->heads_q * p->seq_q * 4, 1};
+    /* LSE [B, Hq, Sq] fp32 (paged: B = 1, Sq = total_q): its size was
+     * checked with the geometry. */
+    const sk_buffer lse_buffer = {"lse", lse, p->batch * p->heads_q * p->seq_q * 4, 1};
     buffers[SK_ATTN_LSE] = lse_buffer;
     sk_attention_layout_buffers(p, buffers + SK_ATTN_ROW_OFFSETS);
     p->q = q;
@@ -240,7 +240,7 @@ static sk_status check_call(const sk_attention_paged_desc *desc, const sk_bsr *l
     SK_TRY(check_geometry(desc, layout, pp));
     sk_buffer buffers[PAGED_BUFFERS];
     SK_TRY(check_arrays(pp, cu_seqlens_q, seq_lens_k, page_table, buffers + PAGED_ARRAYS));
-    SK_TRY(check_tensors(pp, q, k_cache, v_cache, o, lse, buffers));
+    SK_TRY(sk_paged_check_tensors(pp, q, k_cache, v_cache, o, lse, buffers));
     SK_TRY(sk_check_no_alias(buffers, PAGED_BUFFERS));
     SK_TRY(check_workspace_apart(pp, workspace, workspace_size, buffers, PAGED_BUFFERS));
     return check_content(pp, layout);

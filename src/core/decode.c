@@ -151,38 +151,6 @@ static sk_status check_arrays(sk_decode_problem *dp, const int32_t *seq_lens_k,
  * as k and v, the layout arrays), then the two arrays. */
 enum { DECODE_ARRAYS = SK_ATTN_BUFFERS, DECODE_BUFFERS = SK_ATTN_BUFFERS + 2 };
 
-/* Pointers, extents and alignment of the tensors; stores the pointers and
- * the spans in buffers[0 .. SK_ATTN_BUFFERS). */
-static sk_status check_tensors(sk_decode_problem *dp, const void *q, const void *k_cache,
-                               const void *v_cache, void *o, float *lse, sk_buffer *buffers) {
-    sk_attention_problem *p = &dp->paged.v.flat;
-    const int64_t pages = dp->paged.num_pages, page_size = dp->paged.page_size;
-    SK_CHECK_NOT_NULL(q);
-    SK_CHECK_NOT_NULL(k_cache);
-    SK_CHECK_NOT_NULL(v_cache);
-    SK_CHECK_NOT_NULL(o);
-    SK_TRY(sk_attention_check_row_bytes(p));
-    SK_TRY(sk_attention_check_tensor(p, q, p->batch, p->seq_q, p->heads_q, p->q_stride, 0, "q",
-                                     &buffers[SK_ATTN_Q]));
-    SK_TRY(sk_attention_check_tensor(p, k_cache, pages, page_size, p->heads_kv, p->k_stride, 0,
-                                     "k_cache", &buffers[SK_ATTN_K]));
-    SK_TRY(sk_attention_check_tensor(p, v_cache, pages, page_size, p->heads_kv, p->v_stride, 0,
-                                     "v_cache", &buffers[SK_ATTN_V]));
-    SK_TRY(sk_attention_check_tensor(p, o, p->batch, p->seq_q, p->heads_q, p->o_stride, 1, "o",
-                                     &buffers[SK_ATTN_O]));
-    if (lse != NULL) SK_TRY(sk_check_alignment(lse, NULL, 4, 4, 0, "lse"));
-    /* LSE [B, Hq, q_len] fp32: its size was checked with the geometry. */
-    const sk_buffer lse_buffer = {"lse", lse, p->batch * p->heads_q * p->seq_q * 4, 1};
-    buffers[SK_ATTN_LSE] = lse_buffer;
-    sk_attention_layout_buffers(p, buffers + SK_ATTN_ROW_OFFSETS);
-    p->q = q;
-    p->k = k_cache;
-    p->v = v_cache;
-    p->o = o;
-    p->lse = lse;
-    return SK_STATUS_SUCCESS;
-}
-
 static sk_status problem_workspace_size(const sk_decode_problem *dp, size_t *bytes) {
     if (dp->paged.v.flat.backend == SK_BACKEND_CPU) {
         *bytes = 0;
@@ -219,7 +187,7 @@ static sk_status check_call(const sk_decode_desc *desc, const sk_bsr *layout,
     SK_TRY(check_geometry(desc, layout, dp));
     sk_buffer buffers[DECODE_BUFFERS];
     SK_TRY(check_arrays(dp, seq_lens_k, page_table, buffers + DECODE_ARRAYS));
-    SK_TRY(check_tensors(dp, q, k_cache, v_cache, o, lse, buffers));
+    SK_TRY(sk_paged_check_tensors(&dp->paged, q, k_cache, v_cache, o, lse, buffers));
     SK_TRY(sk_check_no_alias(buffers, DECODE_BUFFERS));
     SK_TRY(check_workspace_apart(dp, workspace, workspace_size, buffers, DECODE_BUFFERS));
     return check_content(dp, layout);

@@ -31,9 +31,10 @@ enum {
  * dtype, sizes, q_len, pages, scale, mask, num_splits. */
 sk_status sk_decode_check_desc(const sk_decode_desc *d);
 
-/* A decode layout's grid against the call (B, Hkv, q_len, max_seqlen_k),
- * then its arrays present and 4-byte aligned and nnz >= 0; *col_blocks =
- * ceil(max_seqlen_k / block_k). The content is not read. */
+/* A decode layout's grid against the call (B, Hkv, q_len, max_seqlen_k);
+ * *col_blocks = ceil(max_seqlen_k / block_k). Neither nnz nor the arrays
+ * are looked at: sk_attention_layout_slices (the entry points) and
+ * sk_layout_check_arrays (the validation) check those. */
 sk_status sk_decode_layout_geometry(const sk_bsr *layout, int64_t batch, int64_t heads_kv,
                                     int64_t q_len, int64_t max_seqlen_k, int32_t *col_blocks);
 /* A host decode layout that passed sk_decode_layout_geometry: offsets,

@@ -49,17 +49,6 @@ sk_status sk_decode_layout_geometry(const sk_bsr *layout, int64_t batch, int64_t
                         "layout->grid has %d x %d slices: the row-offset array does not fit int32 "
                         "indexing",
                         (int)g->batch, (int)g->heads);
-    if (layout->nnz < 0)
-        return sk_error(SK_STATUS_BAD_LAYOUT_COUNT, "layout->nnz = %d is negative",
-                        (int)layout->nnz);
-    if (layout->row_offsets == NULL)
-        return sk_error(SK_STATUS_BAD_PARAM_NULL_POINTER, "layout->row_offsets must not be NULL");
-    if (layout->col_indices == NULL && layout->nnz > 0)
-        return sk_error(SK_STATUS_BAD_PARAM_NULL_POINTER,
-                        "layout->col_indices must not be NULL when nnz = %d > 0", (int)layout->nnz);
-    SK_TRY(sk_check_alignment(layout->row_offsets, NULL, 4, 4, 0, "layout->row_offsets"));
-    if (layout->col_indices != NULL)
-        SK_TRY(sk_check_alignment(layout->col_indices, NULL, 4, 4, 0, "layout->col_indices"));
     *col_blocks = (int32_t)sk_ceil_div_i64(max_seqlen_k, bk); /* max_seqlen_k fits int32 */
     return SK_STATUS_SUCCESS;
 }
