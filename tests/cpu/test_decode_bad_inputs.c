@@ -335,3 +335,30 @@ SK_TEST(decode_bad_input_same_status_on_cuda) {
     expect(&f, D_ONESHOT, SK_STATUS_BAD_PARAM_STRIDE, SK_STATUS_SUCCESS, "o overlaps k_cache");
     pk_free(&f.b);
 }
+
+/* The aliasing rule in full: each output (o, lse) placed on every other
+ * buffer of the call (the tensors, the two arrays, the layout arrays, the
+ * other output) is refused before anything is read or written. */
+SK_TEST(decode_bad_input_every_output_against_every_buffer) {
+    const int outs[2] = {IO, ILSE};
+    for (int oi = 0; oi < 2; ++oi)
+        for (int other = 0; other < NBUF; ++other) {
+            if (other == outs[oi]) continue;
+            dfix f;
+            if (!fix_init(&f)) {
+                CHECK(0, "out of memory");
+                pk_free(&f.b);
+                return;
+            }
+            /* The output starts where the other buffer starts. */
+            f.b.arg[outs[oi]] = f.b.p[other];
+            pk_snapshot(&f.b, NULL);
+            const sk_status st = fix_call(&f, oi == 0 ? D_RUN : D_ONESHOT);
+            CHECK(st == SK_STATUS_BAD_PARAM_STRIDE, "%s on %s: %s (%s)", buf_names[outs[oi]],
+                  buf_names[other], sk_status_name(st), sk_last_error());
+            CHECK(strstr(sk_last_error(), "overlaps") != NULL, "%s", sk_last_error());
+            pk_expect(&f.b, NULL, oi == 0 ? "sk_decode_run" : "sk_decode", st,
+                      SK_STATUS_BAD_PARAM_STRIDE, SK_STATUS_SUCCESS, "overlaps");
+            pk_free(&f.b);
+        }
+}
