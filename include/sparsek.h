@@ -806,8 +806,9 @@ SK_API sk_status sk_attention_paged_forward(const sk_attention_paged_desc *desc,
  * CUDA kernels (src/cuda/decode/, sm_80 and later; SK_BACKEND_CUDA,
  * _SM80 and _SM90 all run the same portable split-KV kernel today, a
  * Hopper-specific one is a later step): F16 or BF16, head_dim 64 or 128,
- * grids below 2^31 CTAs; anything else is SK_STATUS_NOT_SUPPORTED after
- * the argument checks. Each CTA takes one (sequence, KV head, split) and
+ * max_seqlen_k below 2^31 - 256, cache slot strides (k_strides[1],
+ * v_strides[1]) below 2^26 elements, grids below 2^31 CTAs; anything else
+ * is SK_STATUS_NOT_SUPPORTED after the argument checks. Each CTA takes one (sequence, KV head, split) and
  * its group's Hq / Hkv heads x q_len queries together; with more than one
  * split a second kernel merges the splits by LSE in a fixed order, so
  * results are bitwise repeatable. The split count is a function of the

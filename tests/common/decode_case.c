@@ -275,6 +275,17 @@ static int64_t compare_row(const dc_case *c, const dc_data *x, const void *o, co
     }
     nr_attention_row(lk, D, scale, qd, kd, D, vd, D, allow, od, &ref_lse);
     const double smag = fabs(scale) * sqrt(qn) * kmax;
+    /* A same-precision implementation (the GPU's) rounds P to the dtype
+     * before P V: u x sum_k p_k |v_kd| more per element (gpu_util.h's
+     * rule has the same term). */
+    double pv[128] = {0};
+    for (int64_t k = 0; k < lk && !(n == 0.0); ++k) {
+        if (!allow[k]) continue;
+        double sk = 0.0;
+        for (int64_t d = 0; d < D; ++d) sk += qd[d] * kd[k * D + d];
+        const double pk = exp(scale * sk - ref_lse);
+        for (int64_t d = 0; d < D; ++d) pv[d] += pk * fabs(vd[k * D + d]);
+    }
     const int empty = n == 0.0;
     if (empty_rows != NULL) *empty_rows += empty;
     int64_t mism = 0;
@@ -292,7 +303,8 @@ static int64_t compare_row(const dc_case *c, const dc_data *x, const void *o, co
     }
     for (int64_t d = 0; d < D; ++d) {
         const double got = tu_load(o, c->dtype, b * x->qs[0] + t * x->qs[1] + h * x->qs[2] + d);
-        const double tol = tu_attn_tol_o(c->dtype, od[d], (double)D, smag, vmax, n);
+        const double tol = tu_attn_tol_o(c->dtype, od[d], (double)D, smag, vmax, n) +
+                           2.0 * tu_unit_roundoff(c->dtype) * pv[d];
         const int ok = empty ? got == 0.0 : isfinite(got) && fabs(got - od[d]) <= tol;
         if (!ok) {
             ++mism;

@@ -51,10 +51,10 @@ static sk_status check_supported(const sk_decode_problem *dp, int32_t splits) {
         return sk_error(SK_STATUS_NOT_SUPPORTED,
                         "desc->max_seqlen_k = %lld: the CUDA decode takes up to 2^31 - 257 keys",
                         (long long)dp->paged.v.max_seqlen_k);
-    /* The loaders step slot rows with 32-bit byte offsets. */
-    if (p->k_stride[1] * 2 > INT32_MAX || p->v_stride[1] * 2 > INT32_MAX)
+    /* The loaders step a chunk's 16 slot rows with 32-bit byte offsets. */
+    if (p->k_stride[1] * 2 * 16 > INT32_MAX || p->v_stride[1] * 2 * 16 > INT32_MAX)
         return sk_error(SK_STATUS_NOT_SUPPORTED,
-                        "the caches' slot strides (%lld, %lld elements) must be below 2^30 for "
+                        "the caches' slot strides (%lld, %lld elements) must be below 2^26 for "
                         "the CUDA decode",
                         (long long)p->k_stride[1], (long long)p->v_stride[1]);
     const int64_t ctas = (int64_t)dp->paged.v.batch * p->heads_kv * splits * row_groups_of(dp);
