@@ -60,6 +60,27 @@ dc_case dc_random_case(tu_rng *rng, int32_t max_batch, int32_t max_len_k, int cp
     return c;
 }
 
+dc_case dc_gqa_case(sk_dtype dtype, int32_t q_len, int64_t heads_q, int64_t heads_kv,
+                    int64_t head_dim, int32_t page_size, int32_t block_k, const int32_t lens[3]) {
+    dc_case c;
+    memset(&c, 0, sizeof c);
+    c.dtype = dtype;
+    c.batch = 3;
+    c.q_len = q_len;
+    memcpy(c.len_k, lens, 3 * sizeof(int32_t));
+    c.heads_q = heads_q;
+    c.heads_kv = heads_kv;
+    c.head_dim = head_dim;
+    c.page_size = page_size;
+    c.block_k = block_k;
+    c.layout_heads = (int32_t)heads_kv;
+    c.density = 1.0;
+    c.causal = 1;
+    c.shuffle = 1;
+    c.with_lse = 1;
+    return c;
+}
+
 static int selected(const dc_case *c, const dc_data *x, int32_t b, int64_t hk, int64_t k) {
     if (c->block_k == 0) return 1;
     const int64_t slice = (int64_t)b * c->layout_heads + (c->layout_heads == 1 ? 0 : hk);

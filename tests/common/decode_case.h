@@ -64,6 +64,11 @@ size_t dc_elem_size(sk_dtype t);
  * LSE, splits. */
 dc_case dc_random_case(tu_rng *rng, int32_t max_batch, int32_t max_len_k, int cpu);
 
+/* A fixed case of three sequences of lens[0..2] keys: every block of
+ * block_k selected per KV head, causal, shuffled pages, LSE. */
+dc_case dc_gqa_case(sk_dtype dtype, int32_t q_len, int64_t heads_q, int64_t heads_kv,
+                    int64_t head_dim, int32_t page_size, int32_t block_k, const int32_t lens[3]);
+
 /* *x (zeroed first): lengths, layout, pages, tensors (O NaN), from rng.
  * 0 when out of memory (free *x with dc_data_free either way). */
 int dc_make(const dc_case *c, tu_rng *rng, dc_data *x);

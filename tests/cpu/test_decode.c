@@ -65,25 +65,8 @@ SK_TEST(decode_cpu_random_cases_match_naive) {
 
 /* A fixed GQA case: q_len 4, Hq/Hkv 8/2, D 64, page 16, block 16. */
 static dc_case fixed_case(void) {
-    dc_case c;
-    memset(&c, 0, sizeof c);
-    c.dtype = SK_DTYPE_BF16;
-    c.batch = 3;
-    c.q_len = 4;
-    c.len_k[0] = 200;
-    c.len_k[1] = 3;
-    c.len_k[2] = 77;
-    c.heads_q = 8;
-    c.heads_kv = 2;
-    c.head_dim = 64;
-    c.page_size = 16;
-    c.block_k = 16;
-    c.layout_heads = 2;
-    c.density = 1.0;
-    c.causal = 1;
-    c.shuffle = 1;
-    c.with_lse = 1;
-    return c;
+    static const int32_t lens[3] = {200, 3, 77};
+    return dc_gqa_case(SK_DTYPE_BF16, 4, 8, 2, 64, 16, 16, lens);
 }
 
 /* Every block selected equals no layout, bit for bit; repeats are bitwise. */

@@ -238,28 +238,15 @@ SK_TEST(gpu_decode_random) {
     printf("    decode cases: %d run, %d failed\n", decode_cases_run, decode_cases_failed);
 }
 
+/* Group 8, q_len 4 (32 query rows: kMT = 2), half the 64-key blocks,
+ * shared pages, indices past the ends, max_seqlen_k above every length. */
 static dc_case fixed_case(void) {
-    dc_case c;
-    memset(&c, 0, sizeof c);
-    c.dtype = SK_DTYPE_BF16;
-    c.batch = 3;
-    c.q_len = 4;
-    c.len_k[0] = 5000;
-    c.len_k[1] = 17;
-    c.len_k[2] = 1234;
-    c.heads_q = 16;
-    c.heads_kv = 2;
-    c.head_dim = 128;
-    c.page_size = 64;
-    c.block_k = 64;
-    c.layout_heads = 2;
+    static const int32_t lens[3] = {5000, 17, 1234};
+    dc_case c = dc_gqa_case(SK_DTYPE_BF16, 4, 16, 2, 128, 64, 64, lens);
     c.density = 0.5;
-    c.causal = 1;
-    c.shuffle = 1;
     c.share = 1;
     c.past_end = 1;
     c.extra_keys = 100;
-    c.with_lse = 1;
     return c;
 }
 
