@@ -812,8 +812,9 @@ SK_API sk_status sk_attention_paged_forward(const sk_attention_paged_desc *desc,
  * its group's Hq / Hkv heads x q_len queries together; with more than one
  * split a second kernel merges the splits by LSE in a fixed order, so
  * results are bitwise repeatable. The split count is a function of the
- * descriptor and the layout's geometry (desc->num_splits forces one), so
- * the workspace size is fixed and the run is graph safe. The plan reads
+ * descriptor, the layout's geometry and the current device (its SMs and
+ * the kernel's resident CTAs per SM; desc->num_splits forces one), so the
+ * workspace size is fixed for a device and the run is graph safe. The plan reads
  * nothing on the GPU today (it makes the checks: re-planning when the
  * layout content changes is still the rule, for later kernels).
  */
@@ -855,7 +856,8 @@ SK_API sk_status sk_layout_validate_decode(const sk_bsr *layout, const sk_decode
                                            const int32_t *seq_lens_k);
 
 /* The split-KV count the CUDA run will use for this descriptor and layout
- * geometry (1 on the CPU backend); for tests and benchmarks. */
+ * geometry on the current device (1 on the CPU backend); for tests and
+ * benchmarks. */
 SK_API sk_status sk_decode_splits(const sk_decode_desc *desc, const sk_bsr *layout,
                                   int32_t *num_splits);
 

@@ -110,7 +110,8 @@ static sk_status check_geometry(const sk_decode_desc *d, const sk_bsr *layout,
     return SK_STATUS_SUCCESS;
 }
 
-int32_t sk_decode_split_count(const sk_decode_problem *dp, int32_t row_groups) {
+int32_t sk_decode_split_count(const sk_decode_problem *dp, int32_t row_groups,
+                              int64_t target_ctas) {
     if (dp->num_splits > 0) return dp->num_splits;
     const sk_attention_problem *p = &dp->paged.v.flat;
     /* The most keys a row can select, from the geometry alone. */
@@ -122,7 +123,7 @@ int32_t sk_decode_split_count(const sk_decode_problem *dp, int32_t row_groups) {
         if (blocks * p->block_k < keys) keys = blocks * p->block_k;
     }
     const int64_t ctas = (int64_t)dp->paged.v.batch * p->heads_kv * row_groups;
-    int64_t splits = ctas >= SK_DECODE_TARGET_CTAS ? 1 : SK_DECODE_TARGET_CTAS / ctas;
+    int64_t splits = ctas >= target_ctas ? 1 : target_ctas / ctas;
     const int64_t by_work = keys / SK_DECODE_MIN_SPLIT_KEYS;
     if (splits > by_work) splits = by_work;
     if (splits > SK_DECODE_MAX_SPLITS) splits = SK_DECODE_MAX_SPLITS;

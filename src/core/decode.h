@@ -21,8 +21,9 @@ enum {
     SK_DECODE_MAX_Q_LEN = 16,  /* query tokens per sequence */
     SK_DECODE_MAX_SPLITS = 128, /* split-KV partials per (sequence, KV head) */
     SK_DECODE_DENSE_BLOCK = 64, /* the CPU reference's key blocks for a NULL layout */
-    /* The split rule's target: CTAs to fill 132 SMs (H100 SXM) twice, and
-     * the fewest keys worth a split of their own. */
+    /* The split rule's fallback target when the device cannot be asked
+     * (132 SMs, two CTAs each: an H100 SXM), and the fewest keys worth a
+     * split of their own. */
     SK_DECODE_TARGET_CTAS = 264,
     SK_DECODE_MIN_SPLIT_KEYS = 256
 };
@@ -45,12 +46,12 @@ sk_status sk_decode_layout_content(const sk_bsr *layout, int32_t col_blocks,
                                    const int32_t *seq_lens_k);
 
 /* The split count of a checked problem: p->num_splits when set, else
- * enough (sequence, KV head, row group) CTAs for SK_DECODE_TARGET_CTAS,
- * no split shorter than SK_DECODE_MIN_SPLIT_KEYS of the selected keys a
- * row can have (from the layout's geometry: min(nnz / rows, col_blocks)
- * blocks), at most SK_DECODE_MAX_SPLITS. row_groups is the CUDA kernel's
- * CTAs per (sequence, KV head) over the query rows. */
-int32_t sk_decode_split_count(const sk_decode_problem *p, int32_t row_groups);
+ * enough (sequence, KV head, row group) CTAs for target_ctas (the CTAs the
+ * device runs at once), no split shorter than SK_DECODE_MIN_SPLIT_KEYS of
+ * the selected keys a row can have (from the layout's geometry: min(nnz /
+ * rows, col_blocks) blocks), at most SK_DECODE_MAX_SPLITS. row_groups is
+ * the CUDA kernel's CTAs per (sequence, KV head) over the query rows. */
+int32_t sk_decode_split_count(const sk_decode_problem *p, int32_t row_groups, int64_t target_ctas);
 
 #ifdef __cplusplus
 }

@@ -5,9 +5,10 @@
  * one split, the merge). Design and status: docs/perf/decode.md.
  *
  * The split count is sk_decode_split_count's (src/core/decode.h): a pure
- * function of the descriptor and the layout's geometry, so the workspace
- * size is known on the host and a run enqueues the same grid every time
- * (graph safe). Rows of queries (group x q_len) are cut into row groups of
+ * function of the descriptor, the layout's geometry and the current
+ * device's CTA slots (SMs x CTAs per SM by shared memory), so the
+ * workspace size is known on the host and a run enqueues the same grid
+ * every time (graph safe). Rows of queries (group x q_len) are cut into row groups of
  * 16 (kMT = 1, when they fit) or 32 (kMT = 2) rows, each a CTA that reads
  * the KV again (from L2, the CTAs of one KV head run side by side).
  * Workspace (splits > 1): partial O [B Hq q_len, splits, D] fp32, then
@@ -20,6 +21,8 @@
  */
 #include <stdint.h>
 #include <string.h>
+
+#include <atomic>
 
 #include "core/decode.h"
 #include "cuda/backend.h"
@@ -65,9 +68,61 @@ static sk_status check_supported(const sk_decode_problem *dp, int32_t splits) {
     return SK_STATUS_SUCCESS;
 }
 
+enum { SK_DECODE_MAX_DEVICES = 64 };
+
+/* CTAs of one kernel instance resident per SM of `device` (its shared
+ * memory and registers, as the occupancy calculator counts them); 0 on
+ * failure. Asked once per device and kept, so that a call inside a stream
+ * capture makes no query. */
+template <int kDtype, int kD, int kMT>
+static int resident_ctas(int device) {
+    static std::atomic<int> known[SK_DECODE_MAX_DEVICES];
+    const bool cache = device >= 0 && device < SK_DECODE_MAX_DEVICES;
+    if (cache && known[device].load(std::memory_order_relaxed) > 0)
+        return known[device].load(std::memory_order_relaxed);
+    auto kernel = sk_decode_kernel<kDtype, kD, kMT>;
+    const int smem = (int)sk_decode_smem<kD, kMT>::kTotal;
+    int n = 0;
+    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) !=
+            cudaSuccess ||
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, SK_DECODE_THREADS, (size_t)smem) !=
+            cudaSuccess)
+        return 0;
+    if (cache && n > 0) known[device].store(n, std::memory_order_relaxed);
+    return n;
+}
+
+template <int kDtype>
+static int resident_ctas_dtype(int device, int d, int mt) {
+    if (d == 64)
+        return mt == 1 ? resident_ctas<kDtype, 64, 1>(device) : resident_ctas<kDtype, 64, 2>(device);
+    return mt == 1 ? resident_ctas<kDtype, 128, 1>(device) : resident_ctas<kDtype, 128, 2>(device);
+}
+
+/* The CTAs the current device runs at once: SMs x the resident CTAs of
+ * the kernel this problem takes (2 on an H100 at D 128, 1 on an A100);
+ * SK_DECODE_TARGET_CTAS when the device cannot be asked. Host queries
+ * only (no stream work; the occupancy is asked once per device), the same
+ * on every call on one device. */
+static int64_t target_ctas(const sk_decode_problem *dp) {
+    const sk_attention_problem *p = &dp->paged.v.flat;
+    int device = 0, sms = 0;
+    if (p->head_dim != 64 && p->head_dim != 128) return SK_DECODE_TARGET_CTAS; /* refused later */
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return SK_DECODE_TARGET_CTAS;
+    }
+    const int d = (int)p->head_dim, mt = mtiles_of(dp);
+    const int per_sm = p->dtype == SK_DTYPE_F16 ? resident_ctas_dtype<SK_DTYPE_F16>(device, d, mt)
+                                                : resident_ctas_dtype<SK_DTYPE_BF16>(device, d, mt);
+    (void)cudaGetLastError();
+    return (int64_t)(sms > 0 ? sms : 132) * (per_sm > 0 ? per_sm : 1);
+}
+
 /* Splits, and the workspace bytes they need (0 for one split). */
 static sk_status plan_sizes(const sk_decode_problem *dp, int32_t *splits, size_t *bytes) {
-    *splits = sk_decode_split_count(dp, row_groups_of(dp));
+    *splits = sk_decode_split_count(dp, row_groups_of(dp), target_ctas(dp));
     SK_TRY(check_supported(dp, *splits));
     if (*splits == 1) {
         *bytes = 0;
