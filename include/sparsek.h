@@ -746,6 +746,159 @@ SK_API sk_status sk_attention_paged_forward(const sk_attention_paged_desc *desc,
                                             struct CUstream_st *stream);
 
 /* ---------------------------------------------------------------------------
+ * Decode: q_len new tokens per sequence over the paged KV cache
+ * ---------------------------------------------------------------------------
+ * Generation's attention step: each of B sequences has q_len (1 .. 16, the
+ * same for all: 1 for plain decode, more for speculative or multi-token
+ * prediction) new query tokens, and reads its cached keys through the paged
+ * cache of the section above, optionally only the key blocks a selection
+ * (Quest-style top-k pages, sinks, recent pages) picked per (sequence, KV
+ * head). Shapes (element strides over the three outer axes; D contiguous):
+ *   Q    [B, q_len, Hq, D]                   desc->q_strides
+ *   K, V caches [num_pages, page_size, Hkv, D] desc->k_strides, v_strides
+ *   O    [B, q_len, Hq, D]                   desc->o_strides; written
+ *   LSE  [B, Hq, q_len]  fp32 contiguous, natural log; may be NULL
+ *   seq_lens_k  int32 [B]: len_k(b), keys of sequence b (its new tokens
+ *               included: they are the last q_len of them)
+ *   page_table  int32 [B, max_pages], row stride page_table_stride: key k of
+ *               sequence b is slot k % page_size of page
+ *               page_table[b][k / page_size] (as the paged forward)
+ * Query token t (0 .. q_len - 1) of sequence b, query head h, KV head
+ * h_kv = h / (Hq / Hkv), attends to the keys k < len_k(b) of the selected
+ * blocks of its (b, h_kv) row, and with SK_MASK_CAUSAL only to k <= len_k(b)
+ * - q_len + t (bottom-right: the new tokens are the last q_len keys). The
+ * softmax, scale, rounding and the empty-row rule (O = 0, LSE = -inf) are
+ * the forward's ("Attention semantics").
+ *
+ * THE DECODE LAYOUT (the contract between a selection and this call). The
+ * layout argument is NULL (every key block: the dense case) or an sk_bsr
+ * with
+ *   grid.batch      = B            one slice per sequence ...
+ *   grid.heads      = Hkv or 1     ... and KV head (1: one row per sequence,
+ *                                  shared by all its KV heads)
+ *   grid.rows       = q_len        one row block: every query token of the
+ *   grid.block_rows = 64           slice shares the row (64 nominal)
+ *   grid.cols       = max_seqlen_k
+ *   grid.block_cols = block_k: 16, 32, 64 or 128, the selection granularity
+ *                     in logical key positions (16 and 32 are allowed in
+ *                     decode layouts only; block_k need not equal page_size)
+ * row_offsets has B x heads + 1 entries (row s = b x heads + h_kv, or b
+ * when heads = 1); each row's col_indices are sorted, unique key blocks j
+ * (keys j x block_k .. j x block_k + block_k - 1). Indices at or past
+ * nb(b) = ceil(len_k(b) / block_k) select nothing: the CUDA kernels skip
+ * them (a selection may be built for max_seqlen_k), the CPU backend and
+ * sk_layout_validate_decode refuse them when they are given the lengths
+ * (SK_STATUS_BAD_LAYOUT_INDEX_RANGE naming the entry). An empty row gives
+ * that (sequence, KV head) O = 0 and LSE = -inf.
+ *
+ * Checks: as the paged forward (page geometry, strides, alignment: CUDA
+ * 16-byte pointers and strides; aliasing: o and lse against every other
+ * buffer, the caches as their whole strided span, seq_lens_k [B], the page
+ * table and the layout arrays included); on the CPU backend the plan and
+ * run also check each len_k(b) in [0, max_seqlen_k], every page index a
+ * sequence uses and the layout against the lengths, before anything is
+ * written. The CUDA kernels cannot check device arrays; they clamp len_k(b)
+ * to [0, max_seqlen_k], treat a page index outside [0, num_pages) as absent
+ * (its keys masked, never read), skip column indices outside [0, nb(b)),
+ * clamp row offsets as "Robustness" says, and never read a key slot past
+ * len_k(b) (NaN in unselected pages or past the end is never read).
+ *
+ * CUDA kernels (src/cuda/decode/, sm_80 and later; SK_BACKEND_CUDA,
+ * _SM80 and _SM90 all run the same portable split-KV kernel today, a
+ * Hopper-specific one is a later step): F16 or BF16, head_dim 64 or 128,
+ * max_seqlen_k below 2^31 - 256, cache slot strides (k_strides[1],
+ * v_strides[1]) below 2^26 elements, grids below 2^31 CTAs; anything else
+ * is SK_STATUS_NOT_SUPPORTED after the argument checks. Each CTA takes one (sequence, KV head, split) and
+ * its group's Hq / Hkv heads x q_len queries together; with more than one
+ * split a second kernel merges the splits by LSE in a fixed order, so
+ * results are bitwise repeatable. The split count is a function of the
+ * descriptor, the layout's geometry and the current device (its SMs and
+ * the kernel's resident CTAs per SM; desc->num_splits forces one), so the
+ * workspace size is fixed for a device and the run is graph safe. The plan reads
+ * nothing on the GPU today (it makes the checks: re-planning when the
+ * layout content changes is still the rule, for later kernels).
+ */
+
+typedef struct sk_decode_desc {
+    size_t struct_size;        /* sizeof(sk_decode_desc); set by sk_decode_desc_init */
+    sk_backend backend;        /* default SK_BACKEND_CUDA */
+    sk_dtype dtype;            /* Q, caches, O: F16 or BF16; F32 on the CPU only. Default F16 */
+    int64_t batch;             /* B >= 1 sequences (fits int32) */
+    int64_t q_len;             /* new tokens per sequence, 1 .. 16; default 1 */
+    int64_t heads_q;           /* Hq >= 1, a multiple of heads_kv */
+    int64_t heads_kv;          /* Hkv >= 1 */
+    int64_t head_dim;          /* D */
+    float scale;               /* 0 (default) means 1/sqrt(D); as sk_attention_desc */
+    sk_mask mask;              /* default SK_MASK_CAUSAL (bottom-right, per sequence) */
+    int64_t max_seqlen_k;      /* >= every len_k(b); 1 .. max_pages x page_size */
+    int64_t num_pages;         /* pages in each cache, 1 .. INT32_MAX */
+    int32_t page_size;         /* tokens per page: 16, 32, 64 or 128; default 16 */
+    int32_t max_pages;         /* columns of page_table, >= 1 */
+    int64_t page_table_stride; /* elements between rows of page_table; 0 (default) = max_pages */
+    int64_t q_strides[3];      /* Q [B, q_len, Hq, D]; all 0 = packed */
+    int64_t o_strides[3];      /* O [B, q_len, Hq, D]; all 0 = packed */
+    int64_t k_strides[3];      /* K cache over [page, slot, head]; all 0 = packed */
+    int64_t v_strides[3];      /* V cache over [page, slot, head]; all 0 = packed */
+    int32_t num_splits;        /* CUDA split-KV count: 0 (default) = chosen by the library,
+                                  1 .. 128 forces it (tests, tuning); ignored on the CPU */
+} sk_decode_desc;
+
+/* Fill *desc with the defaults above (sizes 0, to be set). */
+SK_API sk_status sk_decode_desc_init(sk_decode_desc *desc, size_t struct_size);
+
+/* Check a host decode layout completely (the contract above): its grid
+ * against desc (B, Hkv or 1, q_len, block_rows 64, max_seqlen_k, block_k
+ * 16/32/64/128; SK_STATUS_BAD_LAYOUT_MISMATCH or BAD_PARAM_VALUE naming the
+ * field), then offsets, count and each row's indices as
+ * sk_layout_validate, and, when seq_lens_k (host, [B]) is not NULL, the
+ * lengths (each in [0, max_seqlen_k]) and every index below nb(b). */
+SK_API sk_status sk_layout_validate_decode(const sk_bsr *layout, const sk_decode_desc *desc,
+                                           const int32_t *seq_lens_k);
+
+/* The split-KV count the CUDA run will use for this descriptor and layout
+ * geometry on the current device (1 on the CPU backend); for tests and
+ * benchmarks. */
+SK_API sk_status sk_decode_splits(const sk_decode_desc *desc, const sk_bsr *layout,
+                                  int32_t *num_splits);
+
+/* Bytes of device workspace (the splits' partial O and LSE, fp32) for this
+ * descriptor and layout geometry; no array is read. 0 on the CPU backend
+ * and when the run uses one split. */
+SK_API sk_status sk_decode_workspace_size(const sk_decode_desc *desc, const sk_bsr *layout,
+                                          size_t *workspace_bytes);
+
+/* Enqueue the planning of a run (graph safe). Today the checks only (on the
+ * CPU, of the lengths, pages and layout too); call it when the layout or
+ * the lengths change, as later kernels will plan on the GPU. */
+SK_API sk_status sk_decode_plan(const sk_decode_desc *desc, const sk_bsr *layout,
+                                const int32_t *seq_lens_k, const int32_t *page_table,
+                                void *workspace, size_t workspace_size,
+                                struct CUstream_st *stream);
+
+/* Enqueue the decode attention.
+ *   q        [B, q_len, Hq, D]               dtype, desc->q_strides
+ *   k_cache  [num_pages, page_size, Hkv, D]  dtype, desc->k_strides
+ *   v_cache  [num_pages, page_size, Hkv, D]  dtype, desc->v_strides
+ *   o        [B, q_len, Hq, D]               dtype, desc->o_strides; written
+ *   lse      [B, Hq, q_len]                  fp32 contiguous; written; may be NULL
+ * layout: NULL (all blocks) or the decode layout above. The workspace
+ * (CUDA, 16-byte aligned) may be NULL when its size is 0. Allocates nothing
+ * on the device and never synchronises (CUDA-graph safe); the CPU backend
+ * is synchronous and may allocate host scratch (SK_STATUS_ALLOC_FAILED,
+ * nothing written, when that fails). */
+SK_API sk_status sk_decode_run(const sk_decode_desc *desc, const sk_bsr *layout,
+                               const int32_t *seq_lens_k, const int32_t *page_table,
+                               const void *q, const void *k_cache, const void *v_cache, void *o,
+                               float *lse, void *workspace, size_t workspace_size,
+                               struct CUstream_st *stream);
+
+/* sk_decode_plan followed by sk_decode_run. */
+SK_API sk_status sk_decode(const sk_decode_desc *desc, const sk_bsr *layout,
+                           const int32_t *seq_lens_k, const int32_t *page_table, const void *q,
+                           const void *k_cache, const void *v_cache, void *o, float *lse,
+                           void *workspace, size_t workspace_size, struct CUstream_st *stream);
+
+/* ---------------------------------------------------------------------------
  * Attention backward
  * ---------------------------------------------------------------------------
  * The gradients of the forward above with respect to Q, K and V, given

@@ -41,6 +41,7 @@ from .backward import AttentionBackwardPlan, attention_backward, plan_attention_
 from .device_layout import DeviceLayout
 from .layout import Grid, Layout, grid_blocks, make_grid
 from .paged import attention_paged, paged_kv_from_dense
+from .decode import decode
 from .plan_cache import clear_plan_cache, plan_cache_info
 from .topk import attention_topk, block_pool, layout_from_scores, pool_select_topk, select_topk, topk_capacity
 from .varlen import VarlenLayout, attention_varlen, varlen_layout_grid, varlen_max_row_blocks
@@ -125,6 +126,7 @@ __all__ = [
     "block_pool",
     "bsr_gemm",
     "build_info",
+    "decode",
     "clear_plan_cache",
     "devices",
     "grid_blocks",

@@ -269,6 +269,32 @@ class SkBsrGemmDesc(CheckedStructure):
     ]
 
 
+class SkDecodeDesc(CheckedStructure):
+    _c_name_ = "sk_decode_desc"
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("backend", c_int),  # sk_backend
+        ("dtype", c_int),  # sk_dtype
+        ("batch", c_int64),
+        ("q_len", c_int64),
+        ("heads_q", c_int64),
+        ("heads_kv", c_int64),
+        ("head_dim", c_int64),
+        ("scale", c_float),
+        ("mask", c_int),  # sk_mask
+        ("max_seqlen_k", c_int64),
+        ("num_pages", c_int64),
+        ("page_size", c_int32),
+        ("max_pages", c_int32),
+        ("page_table_stride", c_int64),
+        ("q_strides", c_int64 * 3),
+        ("o_strides", c_int64 * 3),
+        ("k_strides", c_int64 * 3),
+        ("v_strides", c_int64 * 3),
+        ("num_splits", c_int32),
+    ]
+
+
 class SkDeviceInfo(CheckedStructure):
     _c_name_ = "sk_device_info"
     _fields_ = [
@@ -314,6 +340,7 @@ STRUCTS = {
     "sk_topk_desc": SkTopkDesc,
     "sk_bsr_gemm_desc": SkBsrGemmDesc,
     "sk_device_info": SkDeviceInfo,
+    "sk_decode_desc": SkDecodeDesc,
     "sk_cp_desc": SkCpDesc,
 }
 
@@ -444,6 +471,15 @@ SIGNATURES = {
     "sk_attention_paged_plan": (_st, [_paged_p, _bsr_p] + [c_void_p] * 4 + [c_size_t, _stream]),
     "sk_attention_paged_run": (_st, [_paged_p, _bsr_p] + [c_void_p] * 9 + [c_size_t, _stream]),
     "sk_attention_paged_forward": (_st, [_paged_p, _bsr_p] + [c_void_p] * 9 + [c_size_t, _stream]),
+    # Decode (q_len new tokens over the paged cache): arrays and tensors are
+    # raw addresses (c_void_p).
+    "sk_decode_desc_init": (_st, [POINTER(SkDecodeDesc), c_size_t]),
+    "sk_layout_validate_decode": (_st, [_bsr_p, POINTER(SkDecodeDesc), c_void_p]),
+    "sk_decode_splits": (_st, [POINTER(SkDecodeDesc), _bsr_p, _i32_p]),
+    "sk_decode_workspace_size": (_st, [POINTER(SkDecodeDesc), _bsr_p, POINTER(c_size_t)]),
+    "sk_decode_plan": (_st, [POINTER(SkDecodeDesc), _bsr_p] + [c_void_p] * 3 + [c_size_t, _stream]),
+    "sk_decode_run": (_st, [POINTER(SkDecodeDesc), _bsr_p] + [c_void_p] * 8 + [c_size_t, _stream]),
+    "sk_decode": (_st, [POINTER(SkDecodeDesc), _bsr_p] + [c_void_p] * 8 + [c_size_t, _stream]),
     # Dynamic top-k selection. Data pointers (q, k, pooled arrays, scores,
     # o, lse) are c_void_p: the same machine type as the header's typed
     # pointers, taking raw addresses from numpy and torch.

@@ -109,4 +109,26 @@ sk_status sk_attention_problem_workspace_size(const sk_attention_problem *p,
 sk_status sk_attention_enqueue(const sk_attention_problem *p, void *workspace,
                                size_t workspace_size, struct CUstream_st *stream);
 
+/* The paged call's steps the decode call (decode.c) shares, messages
+ * included ("desc->page_size ...", "page_table[2][5] ..."). */
+/* The page geometry: num_pages, page_size (16/32/64/128), max_pages, the
+ * table's row stride, max_seqlen_k <= max_pages x page_size. */
+sk_status sk_paged_check_pages(int64_t num_pages, int32_t page_size, int32_t max_pages,
+                               int64_t page_table_stride, int64_t max_seqlen_k);
+/* The page table's byte span, (batch - 1) x stride + max_pages int32
+ * entries (checked), as a read buffer named "page_table". */
+sk_status sk_paged_table_buffer(const int32_t *page_table, int64_t batch, int64_t stride,
+                                int32_t max_pages, sk_buffer *out);
+/* Host arrays: each len_k(b) in [0, v.max_seqlen_k] and every page index
+ * the sequence uses in [0, num_pages) (reads pp->v.batch, v.max_seqlen_k,
+ * seq_lens_k, page_table, page_table_stride, page_size, num_pages). */
+sk_status sk_paged_check_pages_used(const sk_attention_paged_problem *pp);
+/* Pointers, extents and alignment of Q, O [v.flat.batch, v.flat.seq_q, Hq,
+ * D] (paged: 1 x total_q; decode: B x q_len), the caches and LSE; stores
+ * the pointers in pp->v.flat and the spans in buffers[0 ..
+ * SK_ATTN_BUFFERS) (the layout arrays included). */
+sk_status sk_paged_check_tensors(sk_attention_paged_problem *pp, const void *q,
+                                 const void *k_cache, const void *v_cache, void *o, float *lse,
+                                 sk_buffer *buffers);
+
 #endif /* SK_CORE_ATTENTION_INTERNAL_H */

@@ -39,24 +39,30 @@ sk_status sk_attention_paged_desc_init(sk_attention_paged_desc *desc, size_t str
 
 /* The page geometry: sizes, the table's rows, the keys a row can hold. */
 static sk_status check_pages(const sk_attention_paged_desc *d) {
-    SK_TRY(sk_varlen_check_count(d->num_pages, "num_pages"));
-    if (d->page_size != 16 && d->page_size != 32 && d->page_size != 64 && d->page_size != 128)
+    return sk_paged_check_pages(d->num_pages, d->page_size, d->max_pages, d->page_table_stride,
+                                d->max_seqlen_k);
+}
+
+sk_status sk_paged_check_pages(int64_t num_pages, int32_t page_size, int32_t max_pages,
+                               int64_t page_table_stride, int64_t max_seqlen_k) {
+    SK_TRY(sk_varlen_check_count(num_pages, "num_pages"));
+    if (page_size != 16 && page_size != 32 && page_size != 64 && page_size != 128)
         return sk_error(SK_STATUS_BAD_PARAM_VALUE, "desc->page_size = %d must be 16, 32, 64 or 128",
-                        (int)d->page_size);
-    if (d->max_pages < 1)
+                        (int)page_size);
+    if (max_pages < 1)
         return sk_error(SK_STATUS_BAD_PARAM_SHAPE, "desc->max_pages = %d must be >= 1",
-                        (int)d->max_pages);
-    if (d->page_table_stride < 0 || (d->page_table_stride != 0 && d->page_table_stride < d->max_pages))
+                        (int)max_pages);
+    if (page_table_stride < 0 || (page_table_stride != 0 && page_table_stride < max_pages))
         return sk_error(SK_STATUS_BAD_PARAM_STRIDE,
                         "desc->page_table_stride = %lld must be 0 (packed) or at least max_pages = "
                         "%d, so that the table's rows do not overlap",
-                        (long long)d->page_table_stride, (int)d->max_pages);
-    const int64_t keys = (int64_t)d->max_pages * d->page_size;
-    if (d->max_seqlen_k > keys)
+                        (long long)page_table_stride, (int)max_pages);
+    const int64_t keys = (int64_t)max_pages * page_size;
+    if (max_seqlen_k > keys)
         return sk_error(SK_STATUS_BAD_PARAM_SHAPE,
                         "desc->max_seqlen_k = %lld exceeds max_pages x page_size = %lld, the keys a "
                         "page table row can hold",
-                        (long long)d->max_seqlen_k, (long long)keys);
+                        (long long)max_seqlen_k, (long long)keys);
     return SK_STATUS_SUCCESS;
 }
 
@@ -101,6 +107,20 @@ static sk_status check_geometry(const sk_attention_paged_desc *d, const sk_bsr *
     return SK_STATUS_SUCCESS;
 }
 
+sk_status sk_paged_table_buffer(const int32_t *page_table, int64_t batch, int64_t stride,
+                                int32_t max_pages, sk_buffer *out) {
+    int64_t entries, table_bytes;
+    if (!sk_mul_i64(batch - 1, stride, &entries) || !sk_add_i64(entries, max_pages, &entries) ||
+        !sk_mul_i64(entries, 4, &table_bytes))
+        return sk_error(SK_STATUS_BAD_PARAM_OVERFLOW,
+                        "page_table: (batch - 1) x page_table_stride + max_pages entries of 4 bytes "
+                        "overflows int64 (batch = %lld, page_table_stride = %lld)",
+                        (long long)batch, (long long)stride);
+    const sk_buffer table = {"page_table", page_table, table_bytes, 0};
+    *out = table;
+    return SK_STATUS_SUCCESS;
+}
+
 /* The three arrays: present, int32-aligned; stored in *pp, their spans
  * (read) into out[3]. */
 static sk_status check_arrays(sk_attention_paged_problem *pp, const int32_t *cu_seqlens_q,
@@ -113,16 +133,11 @@ static sk_status check_arrays(sk_attention_paged_problem *pp, const int32_t *cu_
     SK_TRY(sk_check_alignment(seq_lens_k, NULL, 4, 4, 0, "seq_lens_k"));
     SK_TRY(sk_check_alignment(page_table, NULL, 4, 4, 0, "page_table"));
     const int64_t batch = pp->v.batch;
-    int64_t entries, table_bytes;
-    if (!sk_mul_i64(batch - 1, pp->page_table_stride, &entries) ||
-        !sk_add_i64(entries, pp->max_pages, &entries) || !sk_mul_i64(entries, 4, &table_bytes))
-        return sk_error(SK_STATUS_BAD_PARAM_OVERFLOW,
-                        "page_table: (batch - 1) x page_table_stride + max_pages entries of 4 bytes "
-                        "overflows int64 (batch = %lld, page_table_stride = %lld)",
-                        (long long)batch, (long long)pp->page_table_stride);
+    sk_buffer table;
+    SK_TRY(sk_paged_table_buffer(page_table, batch, pp->page_table_stride, pp->max_pages, &table));
     const sk_buffer arrays[3] = {{"cu_seqlens_q", cu_seqlens_q, (batch + 1) * 4, 0},
                                  {"seq_lens_k", seq_lens_k, batch * 4, 0},
-                                 {"page_table", page_table, table_bytes, 0}};
+                                 table};
     memcpy(out, arrays, sizeof arrays);
     pp->v.cu_seqlens_q = cu_seqlens_q;
     pp->seq_lens_k = seq_lens_k;
@@ -134,27 +149,27 @@ static sk_status check_arrays(sk_attention_paged_problem *pp, const int32_t *cu_
  * caches as k and v, the layout arrays), then the three arrays. */
 enum { PAGED_ARRAYS = SK_ATTN_BUFFERS, PAGED_BUFFERS = SK_ATTN_BUFFERS + 3 };
 
-/* Pointers, extents and alignment of the tensors; stores the pointers in
- * *pp and the spans in buffers[0 .. SK_ATTN_BUFFERS). */
-static sk_status check_tensors(sk_attention_paged_problem *pp, const void *q, const void *k_cache,
-                               const void *v_cache, void *o, float *lse, sk_buffer *buffers) {
+sk_status sk_paged_check_tensors(sk_attention_paged_problem *pp, const void *q,
+                                 const void *k_cache, const void *v_cache, void *o, float *lse,
+                                 sk_buffer *buffers) {
     sk_attention_problem *p = &pp->v.flat;
     SK_CHECK_NOT_NULL(q);
     SK_CHECK_NOT_NULL(k_cache);
     SK_CHECK_NOT_NULL(v_cache);
     SK_CHECK_NOT_NULL(o);
     SK_TRY(sk_attention_check_row_bytes(p));
-    SK_TRY(sk_attention_check_tensor(p, q, 1, p->seq_q, p->heads_q, p->q_stride, 0, "q",
+    SK_TRY(sk_attention_check_tensor(p, q, p->batch, p->seq_q, p->heads_q, p->q_stride, 0, "q",
                                      &buffers[SK_ATTN_Q]));
     SK_TRY(sk_attention_check_tensor(p, k_cache, pp->num_pages, pp->page_size, p->heads_kv,
                                      p->k_stride, 0, "k_cache", &buffers[SK_ATTN_K]));
     SK_TRY(sk_attention_check_tensor(p, v_cache, pp->num_pages, pp->page_size, p->heads_kv,
                                      p->v_stride, 0, "v_cache", &buffers[SK_ATTN_V]));
-    SK_TRY(sk_attention_check_tensor(p, o, 1, p->seq_q, p->heads_q, p->o_stride, 1, "o",
+    SK_TRY(sk_attention_check_tensor(p, o, p->batch, p->seq_q, p->heads_q, p->o_stride, 1, "o",
                                      &buffers[SK_ATTN_O]));
     if (lse != NULL) SK_TRY(sk_check_alignment(lse, NULL, 4, 4, 0, "lse"));
-    /* LSE [Hq, total_q] fp32: its size was checked with the geometry. */
-    const sk_buffer lse_buffer = {"lse", lse, p->heads_q * p->seq_q * 4, 1};
+    /* LSE [B, Hq, Sq] fp32 (paged: B = 1, Sq = total_q): its size was
+     * checked with the geometry. */
+    const sk_buffer lse_buffer = {"lse", lse, p->batch * p->heads_q * p->seq_q * 4, 1};
     buffers[SK_ATTN_LSE] = lse_buffer;
     sk_attention_layout_buffers(p, buffers + SK_ATTN_ROW_OFFSETS);
     p->q = q;
@@ -185,7 +200,7 @@ static sk_status check_workspace_apart(const sk_attention_paged_problem *pp, con
 }
 
 /* Each sequence's key count, and the page indices it uses. */
-static sk_status check_pages_used(const sk_attention_paged_problem *pp) {
+sk_status sk_paged_check_pages_used(const sk_attention_paged_problem *pp) {
     for (int32_t b = 0; b < pp->v.batch; ++b) {
         const int32_t len_k = pp->seq_lens_k[b];
         if (len_k < 0 || len_k > pp->v.max_seqlen_k)
@@ -211,7 +226,7 @@ static sk_status check_content(const sk_attention_paged_problem *pp, const sk_bs
     const sk_attention_varlen_problem *v = &pp->v;
     if (v->flat.backend != SK_BACKEND_CPU) return SK_STATUS_SUCCESS;
     SK_TRY(sk_varlen_check_seqlens(v->cu_seqlens_q, v->batch, v->flat.seq_q, v->max_seqlen_q, 'q'));
-    SK_TRY(check_pages_used(pp));
+    SK_TRY(sk_paged_check_pages_used(pp));
     SK_TRY(sk_layout_check(layout));
     return sk_varlen_check_layout(layout, v->batch, v->cu_seqlens_q, pp->seq_lens_k, NULL);
 }
@@ -225,7 +240,7 @@ static sk_status check_call(const sk_attention_paged_desc *desc, const sk_bsr *l
     SK_TRY(check_geometry(desc, layout, pp));
     sk_buffer buffers[PAGED_BUFFERS];
     SK_TRY(check_arrays(pp, cu_seqlens_q, seq_lens_k, page_table, buffers + PAGED_ARRAYS));
-    SK_TRY(check_tensors(pp, q, k_cache, v_cache, o, lse, buffers));
+    SK_TRY(sk_paged_check_tensors(pp, q, k_cache, v_cache, o, lse, buffers));
     SK_TRY(sk_check_no_alias(buffers, PAGED_BUFFERS));
     SK_TRY(check_workspace_apart(pp, workspace, workspace_size, buffers, PAGED_BUFFERS));
     return check_content(pp, layout);

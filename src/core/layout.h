@@ -14,6 +14,12 @@ sk_status sk_grid_check(const sk_grid *grid, int32_t *row_blocks, int32_t *col_b
 
 /* Full host-layout check of sk_layout_validate. */
 sk_status sk_layout_check(const sk_bsr *layout);
+/* Its steps after the grid: arrays present and aligned, nnz, offsets,
+ * count and every row's indices, for a grid of `slices` x `row_blocks`
+ * rows (fits int32) and `col_blocks` columns checked by the caller (the
+ * decode layouts' own grid rule, layout_decode.c). */
+sk_status sk_layout_check_arrays(const sk_bsr *layout, int32_t slices, int32_t row_blocks,
+                                 int32_t col_blocks);
 
 /* The owned layout behind sk_layout_t: one allocation per array. */
 struct sk_layout_s {

@@ -14,6 +14,11 @@ sk_status sk_layout_check(const sk_bsr *layout) {
     SK_CHECK_NOT_NULL(layout);
     int32_t row_blocks, col_blocks, slices;
     SK_TRY(sk_grid_check(&layout->grid, &row_blocks, &col_blocks, &slices));
+    return sk_layout_check_arrays(layout, slices, row_blocks, col_blocks);
+}
+
+sk_status sk_layout_check_arrays(const sk_bsr *layout, int32_t slices, int32_t row_blocks,
+                                 int32_t col_blocks) {
     if (layout->row_offsets == NULL)
         return sk_error(SK_STATUS_BAD_PARAM_NULL_POINTER, "layout->row_offsets must not be NULL");
     if (layout->nnz < 0)

@@ -99,6 +99,23 @@ typedef struct sk_attention_paged_problem {
     int32_t page_size, max_pages;
 } sk_attention_paged_problem;
 
+/* A decode call (src/core/decode.c, sparsek.h "Decode"). `paged` holds the
+ * paged forward's view of it, so that the paged checks and the CPU
+ * reference serve it: paged.v.flat is the fixed-batch problem (batch B,
+ * seq_q = q_len, seq_k = num_pages x page_size for the size checks; Q, O
+ * [B, q_len, H, D] strides; the caches' strides over [page, slot, head];
+ * LSE [B, Hq, q_len]), its layout fields those of the decode layout
+ * (layout_batch = B, layout_heads = 1 or Hkv, block_q 64, block_k 16 ..
+ * 128, row_blocks = slice_rows = 1, col_blocks = ceil(max_seqlen_k /
+ * block_k); row_offsets NULL for the dense case), paged.v.batch = B,
+ * paged.v.max_seqlen_k, and the page arrays (paged.v.cu_seqlens_* NULL). */
+typedef struct sk_decode_problem {
+    sk_attention_paged_problem paged;
+    int32_t q_len;      /* 1 .. 16 */
+    int32_t dense;      /* 1: no layout, every key of the sequence */
+    int32_t num_splits; /* the descriptor's: 0 = the library chooses */
+} sk_decode_problem;
+
 typedef struct sk_bsr_gemm_problem {
     sk_backend backend;
     sk_dtype ab_dtype, c_dtype;

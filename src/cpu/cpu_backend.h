@@ -22,6 +22,11 @@ sk_status sk_cpu_attention_varlen_run(const sk_attention_varlen_problem *p);
 /* A paged call: the same, each sequence's keys read through its page
  * table row. */
 sk_status sk_cpu_attention_paged_run(const sk_attention_paged_problem *p);
+/* A decode call (decode_ref.c): one problem per sequence (q_len queries,
+ * len_k(b) keys through its page table row, its slice rows of the decode
+ * layout, or every block for the dense case), run as above. Allocates the
+ * problem list (SK_STATUS_ALLOC_FAILED, nothing written, when that fails). */
+sk_status sk_cpu_decode_run(const sk_decode_problem *p);
 /* The backward (attention_bwd_ref.c): dQ, dK, dV, deterministic whatever
  * the thread count. Allocates host scratch (the layout's transpose and one
  * slab per thread) before writing: SK_STATUS_ALLOC_FAILED when that fails. */

@@ -90,6 +90,19 @@ sk_status sk_cuda_topk_pool_select_workspace_size(const sk_topk_problem *p, size
 sk_status sk_cuda_topk_pool_select(const sk_topk_problem *p, void *workspace,
                                    size_t workspace_size, struct CUstream_st *stream);
 
+/* The decode attention (decode/decode.cu): the split-KV kernel and its
+ * merge. The problem arrives with every argument checked (aliasing and
+ * workspace placement included); the lengths, page table and layout are
+ * device memory, unread on the host. The split count is
+ * sk_decode_split_count's (src/core/decode.h); a problem the kernels do not
+ * cover is SK_STATUS_NOT_SUPPORTED from every call, touching nothing. */
+sk_status sk_cuda_decode_splits(const sk_decode_problem *p, int32_t *num_splits);
+sk_status sk_cuda_decode_workspace_size(const sk_decode_problem *p, size_t *bytes);
+sk_status sk_cuda_decode_plan(const sk_decode_problem *p, void *workspace, size_t workspace_size,
+                              struct CUstream_st *stream);
+sk_status sk_cuda_decode_run(const sk_decode_problem *p, void *workspace, size_t workspace_size,
+                             struct CUstream_st *stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,223 @@
+/*
+ * decode_speed.c - timing of the decode attention (sparsek.h "Decode") on
+ * the dense rows of issue 31's speed table: every page selected (layout
+ * NULL), B x context in {(1, 128K), (8, 128K), (32, 32K), (128, 4K)},
+ * GQA 32/8 and 32/4, pages of 64 tokens, D 128, bf16, q_len 1 and 4.
+ *
+ * Build: make build/decode_speed
+ * Run:   build/decode_speed [--reps N] [--commit HASH] [--backend cuda|sm80|sm90]
+ *                           [--splits N] [--quick] [--case B,CONTEXT,HKV,QLEN]
+ *
+ * Per case: the caches are [num_pages, 64, Hkv, 128] bf16 with num_pages =
+ * B x context / 64, every sequence's pages a random permutation of its own
+ * (no sharing), all filled with one finite value (0x3c3c, about 0.0115) so
+ * that the result is known: O = that value everywhere, a check of every
+ * output element before timing (any unread or misread page shows). Every
+ * case's KV (>= 268 MB) is far beyond L2. Timed with CUDA events: 3
+ * warm-up runs, then the median and minimum of N (default 20) runs of
+ * sk_decode_run, each from an idle stream (so the host's enqueue time up
+ * to the first kernel is included, as for the peers' Python calls).
+ * KV bytes read = B x context x Hkv x D x 2 bytes x 2 (K and V); TB/s =
+ * bytes / median time. One JSON object per case on stdout.
+ */
+#include <cuda_runtime_api.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sparsek.h"
+
+#include "bench_check.h"
+
+enum { MAX_REPS = 1000, PAGE = 64, DIM = 128, HQ = 32 };
+
+typedef struct bench_opts {
+    int reps, quick, splits;
+    sk_backend backend;
+    const char *commit;
+    int64_t only[4]; /* --case B,CONTEXT,HKV,QLEN; only[0] = 0: every case */
+} bench_opts;
+
+static int parse(int argc, char **argv, bench_opts *o) {
+    memset(o, 0, sizeof *o);
+    o->reps = 20;
+    o->backend = SK_BACKEND_CUDA;
+    o->commit = "unknown";
+    for (int i = 1; i < argc; ++i) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(a, "--quick") == 0) {
+            o->quick = 1;
+            continue;
+        }
+        if (v == NULL) return -1;
+        ++i;
+        if (strcmp(a, "--reps") == 0)
+            o->reps = atoi(v);
+        else if (strcmp(a, "--commit") == 0)
+            o->commit = v;
+        else if (strcmp(a, "--splits") == 0)
+            o->splits = atoi(v);
+        else if (strcmp(a, "--backend") == 0)
+            o->backend = strcmp(v, "sm80") == 0   ? SK_BACKEND_CUDA_SM80
+                         : strcmp(v, "sm90") == 0 ? SK_BACKEND_CUDA_SM90
+                                                  : SK_BACKEND_CUDA;
+        else if (strcmp(a, "--case") == 0) {
+            long long b, c, h, q;
+            if (sscanf(v, "%lld,%lld,%lld,%lld", &b, &c, &h, &q) != 4) return -1;
+            o->only[0] = b, o->only[1] = c, o->only[2] = h, o->only[3] = q;
+        } else
+            return -1;
+    }
+    if (o->reps < 1 || o->reps > MAX_REPS) o->reps = 20;
+    return 0;
+}
+
+static int cmp_float(const void *a, const void *b) {
+    const float x = *(const float *)a, y = *(const float *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* A per-sequence random permutation of its own pages (seeded LCG). */
+static int32_t *make_table(int64_t batch, int64_t pages_per_seq) {
+    int32_t *t = (int32_t *)malloc((size_t)(batch * pages_per_seq) * sizeof(int32_t));
+    if (t == NULL) return NULL;
+    uint64_t s = 0x9E3779B97F4A7C15ull;
+    for (int64_t b = 0; b < batch; ++b) {
+        int32_t *row = t + b * pages_per_seq;
+        for (int64_t i = 0; i < pages_per_seq; ++i) row[i] = (int32_t)(b * pages_per_seq + i);
+        for (int64_t i = pages_per_seq - 1; i > 0; --i) {
+            s = s * 6364136223846793005ull + 1442695040888963407ull;
+            const int64_t j = (int64_t)((s >> 33) % (uint64_t)(i + 1));
+            const int32_t x = row[i];
+            row[i] = row[j];
+            row[j] = x;
+        }
+    }
+    return t;
+}
+
+static void run_case(const bench_opts *o, int64_t batch, int64_t context, int64_t hkv,
+                     int64_t q_len) {
+    sk_decode_desc d;
+    SK_OK(sk_decode_desc_init(&d, sizeof d));
+    d.backend = o->backend;
+    d.dtype = SK_DTYPE_BF16;
+    d.batch = batch;
+    d.q_len = q_len;
+    d.heads_q = HQ;
+    d.heads_kv = hkv;
+    d.head_dim = DIM;
+    d.max_seqlen_k = context;
+    d.page_size = PAGE;
+    d.max_pages = (int32_t)(context / PAGE);
+    d.num_pages = batch * d.max_pages;
+    d.num_splits = o->splits;
+    int32_t splits = 0;
+    size_t ws_bytes = 0;
+    SK_OK(sk_decode_splits(&d, NULL, &splits));
+    SK_OK(sk_decode_workspace_size(&d, NULL, &ws_bytes));
+
+    const size_t cache_bytes = (size_t)d.num_pages * PAGE * (size_t)hkv * DIM * 2;
+    const size_t q_bytes = (size_t)(batch * q_len * HQ * DIM) * 2;
+    void *k, *v, *q, *out, *ws = NULL;
+    float *lse;
+    int32_t *lens, *table;
+    CUDA_OK(cudaMalloc(&k, cache_bytes));
+    CUDA_OK(cudaMalloc(&v, cache_bytes));
+    CUDA_OK(cudaMalloc(&q, q_bytes));
+    CUDA_OK(cudaMalloc(&out, q_bytes));
+    CUDA_OK(cudaMalloc((void **)&lse, (size_t)(batch * HQ * q_len) * 4));
+    CUDA_OK(cudaMalloc((void **)&lens, (size_t)batch * 4));
+    CUDA_OK(cudaMalloc((void **)&table, (size_t)(batch * d.max_pages) * 4));
+    if (ws_bytes > 0) CUDA_OK(cudaMalloc(&ws, ws_bytes));
+    CUDA_OK(cudaMemset(k, 0x3c, cache_bytes));
+    CUDA_OK(cudaMemset(v, 0x3c, cache_bytes));
+    CUDA_OK(cudaMemset(q, 0x3c, q_bytes));
+    CUDA_OK(cudaMemset(out, 0xff, q_bytes)); /* NaN */
+    int32_t *host_table = make_table(batch, d.max_pages);
+    int32_t *host_lens = (int32_t *)malloc((size_t)batch * 4);
+    uint16_t *host_o = (uint16_t *)malloc(q_bytes);
+    if (!host_table || !host_lens || !host_o) {
+        fprintf(stderr, "no host memory\n");
+        exit(1);
+    }
+    for (int64_t b = 0; b < batch; ++b) host_lens[b] = (int32_t)context;
+    CUDA_OK(cudaMemcpy(lens, host_lens, (size_t)batch * 4, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(table, host_table, (size_t)(batch * d.max_pages) * 4,
+                       cudaMemcpyHostToDevice));
+
+    /* Check: every O element is the cached value (a softmax of equal
+     * scores over equal values). */
+    SK_OK(sk_decode(&d, NULL, lens, table, q, k, v, out, lse, ws, ws_bytes, NULL));
+    CUDA_OK(cudaDeviceSynchronize());
+    CUDA_OK(cudaMemcpy(host_o, out, q_bytes, cudaMemcpyDeviceToHost));
+    int64_t bad = 0;
+    for (size_t i = 0; i < q_bytes / 2; ++i) bad += host_o[i] != 0x3c3c;
+    const char *check = bad == 0 ? "ok" : "FAILED";
+    if (bad != 0) fprintf(stderr, "check: %lld of %zu O elements differ\n", (long long)bad, q_bytes / 2);
+
+    cudaEvent_t e0, e1;
+    CUDA_OK(cudaEventCreate(&e0));
+    CUDA_OK(cudaEventCreate(&e1));
+    float ms[MAX_REPS];
+    for (int i = 0; i < 3; ++i)
+        SK_OK(sk_decode_run(&d, NULL, lens, table, q, k, v, out, lse, ws, ws_bytes, NULL));
+    CUDA_OK(cudaDeviceSynchronize());
+    for (int i = 0; i < o->reps; ++i) {
+        CUDA_OK(cudaEventRecord(e0, NULL));
+        SK_OK(sk_decode_run(&d, NULL, lens, table, q, k, v, out, lse, ws, ws_bytes, NULL));
+        CUDA_OK(cudaEventRecord(e1, NULL));
+        CUDA_OK(cudaEventSynchronize(e1));
+        CUDA_OK(cudaEventElapsedTime(&ms[i], e0, e1));
+    }
+    qsort(ms, (size_t)o->reps, sizeof(float), cmp_float);
+    const double median_us = 1e3 * (o->reps % 2 ? ms[o->reps / 2]
+                                                : 0.5 * (ms[o->reps / 2 - 1] + ms[o->reps / 2]));
+    const double min_us = 1e3 * ms[0];
+    const double kv_bytes = (double)batch * (double)context * (double)hkv * DIM * 2.0 * 2.0;
+    sk_device_info info;
+    memset(&info, 0, sizeof info);
+    sk_device_get_info(0, &info);
+    printf("{\"name\": \"decode_b%lld_ctx%lld_gqa%d_%lld_q%lld\", \"commit\": \"%s\", \"gpu\": "
+           "\"%s\", \"cc\": \"%d.%d\", \"backend\": \"%s\", \"batch\": %lld, \"context\": %lld, "
+           "\"heads_q\": %d, \"heads_kv\": %lld, \"q_len\": %lld, \"page_size\": %d, "
+           "\"head_dim\": %d, \"dtype\": \"bf16\", \"layout\": \"dense\", \"splits\": %d, "
+           "\"workspace_bytes\": %zu, \"median_us\": %.2f, \"min_us\": %.2f, \"kv_bytes\": %.0f, "
+           "\"tb_per_s\": %.3f, \"check\": \"%s\"}\n",
+           (long long)batch, (long long)context, HQ, (long long)hkv, (long long)q_len, o->commit,
+           info.name, (int)info.cc_major, (int)info.cc_minor,
+           o->backend == SK_BACKEND_CUDA_SM80   ? "sm80"
+           : o->backend == SK_BACKEND_CUDA_SM90 ? "sm90"
+                                                : "cuda",
+           (long long)batch, (long long)context, HQ, (long long)hkv, (long long)q_len, PAGE, DIM,
+           (int)splits, ws_bytes, median_us, min_us, kv_bytes, kv_bytes / (median_us * 1e-6) / 1e12,
+           check);
+    fflush(stdout);
+    CUDA_OK(cudaEventDestroy(e0));
+    CUDA_OK(cudaEventDestroy(e1));
+    cudaFree(k), cudaFree(v), cudaFree(q), cudaFree(out), cudaFree(lse), cudaFree(lens);
+    cudaFree(table), cudaFree(ws);
+    free(host_table), free(host_lens), free(host_o);
+}
+
+int main(int argc, char **argv) {
+    bench_opts o;
+    if (parse(argc, argv, &o) != 0) {
+        fprintf(stderr, "usage: decode_speed [--reps N] [--commit HASH] [--backend cuda|sm80|sm90] "
+                        "[--splits N] [--quick] [--case B,CONTEXT,HKV,QLEN]\n");
+        return 2;
+    }
+    if (o.only[0] != 0) {
+        run_case(&o, o.only[0], o.only[1], o.only[2], o.only[3]);
+        return 0;
+    }
+    static const int64_t shapes[4][2] = {{1, 131072}, {8, 131072}, {32, 32768}, {128, 4096}};
+    static const int64_t hkvs[2] = {8, 4}, qlens[2] = {1, 4};
+    for (int s = 0; s < 4; ++s)
+        for (int h = 0; h < 2; ++h)
+            for (int q = 0; q < 2; ++q)
+                run_case(&o, shapes[s][0], o.quick ? shapes[s][1] / 16 : shapes[s][1], hkvs[h],
+                         qlens[q]);
+    return 0;
+}
