@@ -22,44 +22,41 @@ int vg_declines(void) {
     return gt_opt.backend == SK_BACKEND_CUDA_SM90;
 }
 
+/* The fields the varlen and paged descriptors share (d a pointer to
+ * either; c the case, x its data). */
+#define VG_DESC_COMMON(d, c, x)                                                                    \
+    do {                                                                                           \
+        (d)->backend = gt_opt.backend;                                                             \
+        (d)->dtype = (c)->dtype;                                                                   \
+        (d)->batch = (c)->batch;                                                                   \
+        (d)->total_q = (x)->total_q;                                                               \
+        vc_max_lengths((c), &(d)->max_seqlen_q, &(d)->max_seqlen_k);                               \
+        (d)->heads_q = (c)->heads_q;                                                               \
+        (d)->heads_kv = (c)->heads_kv;                                                             \
+        (d)->head_dim = (c)->head_dim;                                                             \
+        (d)->scale = (c)->scale;                                                                   \
+        (d)->mask = (c)->causal ? SK_MASK_CAUSAL : SK_MASK_NONE;                                   \
+        (d)->q_strides[0] = (d)->o_strides[0] = (x)->ts_q;                                         \
+        (d)->q_strides[1] = (d)->o_strides[1] = (x)->hs;                                           \
+    } while (0)
+
 /* The descriptors of a case (strides as varlen_case.c lays them out). */
 void vg_varlen_desc(const vc_case *c, const vc_data *x, sk_attention_varlen_desc *d) {
     sk_attention_varlen_desc_init(d, sizeof *d);
-    d->backend = gt_opt.backend;
-    d->dtype = c->dtype;
-    d->batch = c->batch;
-    d->total_q = x->total_q;
+    VG_DESC_COMMON(d, c, x);
     d->total_k = x->total_k;
-    vc_max_lengths(c, &d->max_seqlen_q, &d->max_seqlen_k);
-    d->heads_q = c->heads_q;
-    d->heads_kv = c->heads_kv;
-    d->head_dim = c->head_dim;
-    d->scale = c->scale;
-    d->mask = c->causal ? SK_MASK_CAUSAL : SK_MASK_NONE;
-    d->q_strides[0] = d->o_strides[0] = x->ts_q;
     d->k_strides[0] = d->v_strides[0] = x->ts_k;
-    d->q_strides[1] = d->k_strides[1] = d->v_strides[1] = d->o_strides[1] = x->hs;
+    d->k_strides[1] = d->v_strides[1] = x->hs;
 }
 
 void vg_paged_desc(const vc_case *c, const vc_data *x, const vg_paged *pg,
                    sk_attention_paged_desc *d) {
     sk_attention_paged_desc_init(d, sizeof *d);
-    d->backend = gt_opt.backend;
-    d->dtype = c->dtype;
-    d->batch = c->batch;
-    d->total_q = x->total_q;
-    vc_max_lengths(c, &d->max_seqlen_q, &d->max_seqlen_k);
-    d->heads_q = c->heads_q;
-    d->heads_kv = c->heads_kv;
-    d->head_dim = c->head_dim;
-    d->scale = c->scale;
-    d->mask = c->causal ? SK_MASK_CAUSAL : SK_MASK_NONE;
+    VG_DESC_COMMON(d, c, x);
     d->num_pages = pg->num_pages;
     d->page_size = pg->page_size;
     d->max_pages = pg->max_pages;
     d->page_table_stride = pg->table_stride;
-    d->q_strides[0] = d->o_strides[0] = x->ts_q;
-    d->q_strides[1] = d->o_strides[1] = x->hs;
     d->k_strides[0] = d->v_strides[0] = pg->ps;
     d->k_strides[1] = d->v_strides[1] = pg->ss;
     d->k_strides[2] = d->v_strides[2] = pg->hs;

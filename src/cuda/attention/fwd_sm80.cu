@@ -64,6 +64,18 @@
  * loops is 32-bit (seq strides are checked below 2^24 bytes); base pointers
  * are 64-bit.
  *
+ * Varlen and paged (issue 30): the same body in another mode (kMode, a
+ * compile-time flag; the fixed-batch kernels keep their own instances).
+ * Tiles come from the varlen plan (varlen_plan.h); each carries its
+ * sequence's clamped lengths and token bases (sk_sm80_tile_of), kept by
+ * stage in sk_sm80_vshared beside the cursors. Every "Sq" / "Sk" above is
+ * then the tile's len_q / len_k: rows past them are zero-filled (there they
+ * are the next sequence's real tokens, not padding), causal is bottom-right
+ * per sequence, LSE goes to h * total_q + token. Paged: a warp's 16 keys of
+ * a chunk lie in one page (page_size >= 16, rows at multiples of 16): one
+ * table lookup per warp and chunk, and a page outside the cache is never
+ * read, its keys masked (sk_sm80_vshared.absent).
+ *
  * Files: this one holds the parameters, the small helpers, the kernel and
  * the host side; its parts by role are fwd_sm80_tiles.cuh (work intake and
  * loads), fwd_sm80_epilogue.cuh and fwd_sm80_mainloop.cuh (the body).
