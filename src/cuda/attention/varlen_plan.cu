@@ -18,15 +18,16 @@
  *               keys descending, after the group's base h0 * P.
  *   5. scatter  one thread per tile: present tiles by rank, absent ones
  *               into [Hq * P, Hq * R) in tile-id order.
- * The sort is schedule.cu's counting sort; it is not reused as is because
- * the rows' sequences, their visiting limits and the absent rows come from
- * the device arrays, and the group bases depend on P (a device value).
+ * The sort's pieces are the fixed schedule's (common/sched_sort.cuh); the
+ * rows' sequences, their visiting limits and the absent rows come from the
+ * device arrays, and the group bases depend on P (a device value).
  */
 #include <stdint.h>
 
 #include "cuda/attention/varlen_plan.h"
 #include "cuda/common/cuda_check.cuh"
 #include "cuda/common/plan_contract.cuh"
+#include "cuda/common/sched_sort.cuh"
 #include "cuda/common/schedule.h"
 
 enum { SK_VPLAN_THREADS = SK_SCHED_SEGMENT, SK_VPLAN_ROW_THREADS = 256 };
@@ -186,10 +187,7 @@ __global__ void __launch_bounds__(SK_VPLAN_ROW_THREADS)
 /* Tile of thread x of segment seg, or -1 past its group or the tiles. */
 __device__ __forceinline__ int32_t sk_vplan_segment_tile(const sk_vplan_params &p, int32_t seg,
                                                          int32_t x) {
-    const int32_t grp = seg / p.group_segs;
-    const int32_t local = (seg - grp * p.group_segs) * SK_SCHED_SEGMENT + x;
-    const int64_t t = (int64_t)grp * p.group_tiles + local;
-    return local < p.group_tiles && t < p.num_tiles ? (int32_t)t : -1;
+    return sk_sort_segment_tile(seg, x, p.group_segs, p.group_tiles, p.num_tiles);
 }
 
 /* Tile t's entries [*start, *end), and its visiting limits (the column
@@ -202,7 +200,7 @@ __device__ __forceinline__ bool sk_vplan_tile_row(const sk_vplan_params &p, int3
     const int4 s = p.seqs[row.x]; /* {q0, len_q, k0, len_k} */
     sk_sched_tile_row(t, p.rows, p.heads_q, 1, p.layout_heads, p.head_div, p.row_offsets, p.nnz,
                       start, end);
-    *cols = min(p.col_blocks, (s.w + p.block_k - 1) / p.block_k);
+    *cols = (int32_t)min((int64_t)p.col_blocks, ((int64_t)s.w + p.block_k - 1) / p.block_k);
     *kmax = sk_sched_kmax(row.y, p.block_q, s.y, s.w);
     return true;
 }
@@ -210,8 +208,7 @@ __device__ __forceinline__ bool sk_vplan_tile_row(const sk_vplan_params &p, int3
 __global__ void __launch_bounds__(SK_VPLAN_THREADS)
     sk_vplan_count_kernel(const __grid_constant__ sk_vplan_params p) {
     __shared__ int32_t hist[SK_SCHED_MAX_BINS];
-    for (int b = threadIdx.x; b < p.bins; b += blockDim.x) hist[b] = 0;
-    __syncthreads();
+    sk_sort_hist_zero(hist, p.bins);
     const int32_t t = sk_vplan_segment_tile(p, blockIdx.x, threadIdx.x);
     int32_t start, end, cols, kmax;
     if (t >= 0 && sk_vplan_tile_row(p, t, &start, &end, &cols, &kmax)) {
@@ -224,42 +221,16 @@ __global__ void __launch_bounds__(SK_VPLAN_THREADS)
     } else if (t >= 0) {
         p.keys[t] = -1; /* absent */
     }
-    __syncthreads();
-    for (int b = threadIdx.x; b < p.bins; b += blockDim.x)
-        p.hist[(size_t)blockIdx.x * p.bins + b] = hist[b];
+    sk_sort_hist_store(hist, p.bins, p.hist + (size_t)blockIdx.x * p.bins);
 }
 
-/* One CTA per group: hist[seg][key] becomes the first slot of that
- * segment's present tiles with that key, keys descending, from the
- * group's base h0 * P. */
+/* One CTA per group of heads [h0, h1): its present tiles take slots
+ * [h0 P, h1 P), P = row_start[B]. */
 __global__ void __launch_bounds__(SK_VPLAN_THREADS)
     sk_vplan_offsets_kernel(const __grid_constant__ sk_vplan_params p) {
-    __shared__ int32_t total[SK_SCHED_MAX_BINS];
-    __shared__ int32_t scan[SK_SCHED_MAX_BINS];
-    const int b = threadIdx.x; /* bins <= blockDim.x */
-    const int32_t seg0 = blockIdx.x * p.group_segs;
-    int32_t run = 0;
-    if (b < p.bins)
-        for (int32_t seg = seg0; seg < seg0 + p.group_segs; ++seg) {
-            const int32_t v = p.hist[(size_t)seg * p.bins + b];
-            p.hist[(size_t)seg * p.bins + b] = run;
-            run += v;
-        }
-    total[b] = b < p.bins ? run : 0;
-    __syncthreads();
-    /* The group's tiles with a larger key than b (at most 1024 bins). */
-    if (b < p.bins) {
-        int32_t larger = 0;
-        for (int j = b + 1; j < p.bins; ++j) larger += total[j];
-        scan[b] = larger;
-    }
-    __syncthreads();
-    if (b < p.bins) {
-        const int64_t h0 = (int64_t)blockIdx.x * p.group_tiles / p.rows;
-        const int32_t base = (int32_t)(h0 * p.row_start[p.batch]) + scan[b];
-        for (int32_t seg = seg0; seg < seg0 + p.group_segs; ++seg)
-            p.hist[(size_t)seg * p.bins + b] += base;
-    }
+    const int64_t h0 = (int64_t)blockIdx.x * p.group_tiles / p.rows;
+    sk_sort_group_offsets(p.hist, p.bins, blockIdx.x * p.group_segs, p.group_segs,
+                          (int32_t)(h0 * p.row_start[p.batch]));
 }
 
 __global__ void __launch_bounds__(SK_VPLAN_THREADS)
@@ -278,21 +249,13 @@ __global__ void __launch_bounds__(SK_VPLAN_THREADS)
         p.info[slot] = make_int4(-1, 0, 0, -1);
         return;
     }
-    int32_t rank = 0;
-    for (int j = 0; j < (int)threadIdx.x; ++j) rank += keys[j] == key;
-    const int32_t slot = p.hist[(size_t)blockIdx.x * p.bins + key] + rank;
+    const int32_t slot = p.hist[(size_t)blockIdx.x * p.bins + key] + sk_sort_rank(keys, key);
     int32_t start, end, cols, kmax;
     sk_vplan_tile_row(p, t, &start, &end, &cols, &kmax);
-    int32_t first = start, col = -1;
-    for (; first < end; ++first) {
-        const int32_t c = __ldg(p.col_indices + first);
-        if (sk_sched_visit(c, cols, p.causal, p.block_k, kmax)) {
-            col = c;
-            break;
-        }
-    }
+    const int2 first =
+        sk_sort_first_visit(p.col_indices, start, end, cols, p.causal, p.block_k, kmax);
     p.order[slot] = t;
-    p.info[slot] = make_int4(t, first, end, col);
+    p.info[slot] = make_int4(t, first.x, end, first.y);
 }
 
 /* ---------------------------------------------------------------------------
