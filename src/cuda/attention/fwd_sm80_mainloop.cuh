@@ -91,19 +91,23 @@ __device__ __forceinline__ void sk_sm80_body(const sk_sm80_params &p, unsigned c
             sk_sm80_prefetch_q<kD, kBq, kMode>(p, sh->pending[parity]);
         /* The tile's lengths: the problem's, or its sequence's (then its
          * columns stop at the sequence's nb_k). */
-        int seq_q = p.seq_q, seq_k = p.seq_k, diag = p.diag, cols = p.col_blocks;
+        int v_seq_q = 0, v_seq_k = 0, v_cols = 0;
         if constexpr (kMode != SK_SM80_FIXED) {
             const int4 sq = vsh->seq[stage];
-            seq_q = sq.x;
-            seq_k = sq.y;
-            diag = seq_k - seq_q;
-            cols = min(cols, (int)(((int64_t)seq_k + bk - 1) / bk));
+            v_seq_q = sq.x;
+            v_seq_k = sq.y;
+            v_cols = min(p.col_blocks, (int)(((int64_t)v_seq_k + bk - 1) / bk));
         }
+        /* The fixed kernels read the parameters where they are used. */
+#define SK_T_SEQ_Q (kMode == SK_SM80_FIXED ? p.seq_q : v_seq_q)
+#define SK_T_SEQ_K (kMode == SK_SM80_FIXED ? p.seq_k : v_seq_k)
+#define SK_T_DIAG  (kMode == SK_SM80_FIXED ? p.diag : v_seq_k - v_seq_q)
+#define SK_T_COLS  (kMode == SK_SM80_FIXED ? p.col_blocks : v_cols)
         const int ti = sh->cur[stage].i;
         const int q0 = ti * kBq;
-        const int kmax = sk_sched_kmax(ti, kBq, seq_q, seq_k);
-        const int qw = q0 + kWarpRows * warp; /* first query row of this warp */
-        const bool warp_rows = qw < seq_q;    /* this warp has a real query row */
+        const int kmax = sk_sched_kmax(ti, kBq, SK_T_SEQ_Q, SK_T_SEQ_K);
+        const int qw = q0 + kWarpRows * warp;   /* first query row of this warp */
+        const bool warp_rows = qw < SK_T_SEQ_Q; /* this warp has a real query row */
         float o[kMT][kDTiles][4];
         float ms[kMT][2], l[kMT][2]; /* reference max (scaled by c), sum of p */
 #pragma unroll
@@ -134,13 +138,13 @@ __device__ __forceinline__ void sk_sm80_body(const sk_sm80_params &p, unsigned c
                 const sk_sm80_cursor c = sh->cur[stage];
                 kb = sk_sm80_key0(p, c);
                 sk_sm80_cursor n = c;
-                int4 nsq = make_int4(seq_q, seq_k, 0, 0); /* n's sequence */
+                int4 nsq = make_int4(SK_T_SEQ_Q, SK_T_SEQ_K, 0, 0); /* n's sequence */
                 if constexpr (kMode != SK_SM80_FIXED) nsq = vsh->seq[stage];
-                if (c.sub + 1 < subs && sk_sm80_chunk_ok(p, c.col, c.sub + 1, kmax, seq_k)) {
+                if (c.sub + 1 < subs && sk_sm80_chunk_ok(p, c.col, c.sub + 1, kmax, SK_T_SEQ_K)) {
                     n.sub = c.sub + 1;
                 } else {
                     int np = c.pos + 1, nc = cand;
-                    while (np < c.end && !sk_sched_visit(nc, cols, p.causal, bk, kmax)) {
+                    while (np < c.end && !sk_sched_visit(nc, SK_T_COLS, p.causal, bk, kmax)) {
                         ++np;
                         nc = np < c.end ? __ldg(p.col_indices + np) : -1;
                     }
@@ -181,7 +185,7 @@ __device__ __forceinline__ void sk_sm80_body(const sk_sm80_params &p, unsigned c
 
             const uint32_t ks = smem0 + stage * kStageBytes,
                            vs = ks + SK_SM80_CHUNK_KEYS * kRowBytes;
-            const bool active = warp_rows && !(p.causal && kb > qw + kWarpRows - 1 + diag);
+            const bool active = warp_rows && !(p.causal && kb > qw + kWarpRows - 1 + SK_T_DIAG);
             uint32_t pa[kMT][kPK][4];
             if (active) {
                 /* S = Q K^T */
@@ -216,15 +220,16 @@ __device__ __forceinline__ void sk_sm80_body(const sk_sm80_params &p, unsigned c
                  * pages only: byte w of `gone` covers keys 16 w .. 16 w + 15. */
                 uint32_t gone = 0u;
                 if constexpr (kMode == SK_SM80_PAGED) gone = *(const uint32_t *)vsh->absent[stage];
-                if (kb + SK_SM80_CHUNK_KEYS > seq_k ||
-                    (p.causal && kb + SK_SM80_CHUNK_KEYS - 1 > qw + diag) || gone != 0u) {
+                if (kb + SK_SM80_CHUNK_KEYS > SK_T_SEQ_K ||
+                    (p.causal && kb + SK_SM80_CHUNK_KEYS - 1 > qw + SK_T_DIAG) || gone != 0u) {
 #pragma unroll
                     for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
                         for (int i = 0; i < 2; ++i) {
                             /* the last key row qw + 16 mt + g + 8 i may see */
                             const int q = qw + SK_SM80_MTILE * mt + g + 8 * i;
-                            const int lim = p.causal ? min(seq_k - 1, q + diag) : seq_k - 1;
+                            const int lim =
+                                p.causal ? min(SK_T_SEQ_K - 1, q + SK_T_DIAG) : SK_T_SEQ_K - 1;
 #pragma unroll
                             for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
@@ -354,7 +359,7 @@ __device__ __forceinline__ void sk_sm80_body(const sk_sm80_params &p, unsigned c
             /* varlen: {first query token, head, block, len_q} of the tile */
             int4 at = make_int4(0, 0, 0, 0);
             if constexpr (kMode != SK_SM80_FIXED)
-                at = make_int4(sh->cur[stage].b, sh->cur[stage].h, ti, seq_q);
+                at = make_int4(sh->cur[stage].b, sh->cur[stage].h, ti, SK_T_SEQ_Q);
             uint32_t op[kMT][2][kDTiles];
             sk_sm80_epilogue_pack<kDtype, kD, kMT, kMode>(p, tile, at, o, ms, l, op);
             __syncthreads();
@@ -362,6 +367,10 @@ __device__ __forceinline__ void sk_sm80_body(const sk_sm80_params &p, unsigned c
             if (!more) break;
         }
         stage ^= 1u;
+#undef SK_T_SEQ_Q
+#undef SK_T_SEQ_K
+#undef SK_T_DIAG
+#undef SK_T_COLS
     }
     sk_cp_async_wait<0>(); /* nothing is left in flight (only empty groups) */
 }
