@@ -10,7 +10,9 @@
  * Cases (H32 D128 bf16, 128 x 128 blocks, one layout slice for all heads):
  *   varlen   64 sequences, lengths uniform in [512, 16384] (seeded), causal
  *            window 2048 (left 2047); against the fixed batch B = 64 of the
- *            mean length, same window.
+ *            mean length, same window, on --backend and on the portable
+ *            kernel (fixed_batch_sm80: the kernel family varlen runs on
+ *            until the Hopper varlen kernel exists).
  *   paged    one sequence of --seq tokens, causal window 2048 (the "long
  *            window" case); paged with page_size 128, 64, 32, 16 (shuffled
  *            pages) against the same call with contiguous K/V (varlen) and
@@ -57,6 +59,7 @@ typedef struct spec {
     int64_t left;          /* window: keys p - left .. p */
     int64_t sinks, window; /* sinks > 0: sinks + window instead */
     int32_t page_size;
+    int sm80; /* force SK_BACKEND_CUDA_SM80 (the fixed batch's portable kernel) */
 } spec;
 
 typedef struct result {
@@ -292,7 +295,8 @@ static result run(const spec *s) {
     sk_attention_paged_desc pd;
     if (fixed) {
         SK_OK(sk_attention_desc_init(&fd, sizeof fd));
-        fd.backend = g_opt.backend, fd.dtype = SK_DTYPE_BF16, fd.batch = s->batch;
+        fd.backend = s->sm80 ? SK_BACKEND_CUDA_SM80 : g_opt.backend, fd.dtype = SK_DTYPE_BF16,
+        fd.batch = s->batch;
         fd.seq_q = s->lq[0], fd.seq_k = s->lk[0], fd.heads_q = fd.heads_kv = HEADS;
         fd.head_dim = DIM, fd.mask = SK_MASK_CAUSAL;
         a.desc = &fd;
@@ -360,12 +364,16 @@ static void case_varlen(void) {
     f.page_size = -1;
     const int32_t mean = (int32_t)((total / v.batch + BLOCK / 2) / BLOCK * BLOCK);
     for (int32_t b = 0; b < f.batch; ++b) f.lq[b] = f.lk[b] = mean;
-    const result rf = run(&f), rv = run(&v);
+    spec f80 = f;
+    f80.sm80 = 1;
+    const result rf = run(&f), rf80 = run(&f80), rv = run(&v);
     printf("  \"varlen\": {\"sequences\": 64, \"total_tokens\": %lld, \"fixed_seq\": %d, "
            "\"window\": 2048, \"forms\": [\n",
            (long long)total, (int)mean);
     print("fixed_batch", 0, &rf, NULL, 1);
-    print("varlen", 0, &rv, &rf, 0);
+    print("fixed_batch_sm80", 0, &rf80, NULL, 0);
+    print("varlen_vs_fixed", 0, &rv, &rf, 0);
+    print("varlen_vs_fixed_sm80", 0, &rv, &rf80, 0);
     printf("\n  ]}");
 }
 
@@ -379,10 +387,13 @@ static void case_paged(void) {
     v.left = 2047;
     spec f = v;
     f.page_size = -1;
-    const result rf = run(&f), rv = run(&v);
+    spec f80 = f;
+    f80.sm80 = 1;
+    const result rf = run(&f), rf80 = run(&f80), rv = run(&v);
     printf("  \"paged\": {\"seq\": %lld, \"window\": 2048, \"forms\": [\n", (long long)g_opt.seq);
     print("fixed_batch", 0, &rf, NULL, 1);
-    print("varlen_contiguous", 0, &rv, &rf, 0);
+    print("fixed_batch_sm80", 0, &rf80, NULL, 0);
+    print("varlen_contiguous_vs_fixed_sm80", 0, &rv, &rf80, 0);
     for (int i = 0; i < 4; ++i) {
         spec p = v;
         p.page_size = sizes[i];
