@@ -67,17 +67,22 @@ static void vg_random_varlen(int count, uint64_t salt, int32_t max_batch, int32_
 }
 
 SK_TEST(gpu_varlen_random) {
+    const int before = vg_cases;
     vg_random_varlen(gt_opt.quick ? 6 : 90, 0x7661726c656e01ull, 8, 400, 600);
+    vg_report("gpu_varlen_random", before);
 }
 
 /* Fewer, longer sequences: several blocks each, the tile order's long rows. */
 SK_TEST(gpu_varlen_random_long) {
+    const int before = vg_cases;
     vg_random_varlen(gt_opt.quick ? 2 : 20, 0x7661726c656e02ull, 4, 1500, 2500);
+    vg_report("gpu_varlen_random_long", before);
 }
 
 /* Random paged cases: every page size in turn, shared prefixes, padded
  * caches, chunked prefill (len_q < len_k, causal) now and then. */
 SK_TEST(gpu_paged_random) {
+    const int before = vg_cases;
     static const int32_t sizes[4] = {16, 32, 64, 128};
     const int count = gt_opt.quick ? 8 : 64;
     for (int i = 0; i < count; ++i) {
@@ -110,11 +115,13 @@ SK_TEST(gpu_paged_random) {
         vg_paged_free(&pg);
         vc_data_free(&x);
     }
+    vg_report("gpu_paged_random", before);
 }
 
 /* Hand-picked lengths: empty sequences, one token, no keys, len_q > len_k
  * under causal (rows before len_q - len_k empty), exact blocks, tails. */
 SK_TEST(gpu_varlen_edges) {
+    const int before = vg_cases;
     static const int32_t lq[][6] = {{1, 0, 0, 1, 0, 1},     {0, 64, 0, 128, 1, 0},
                                     {300, 5, 0, 0, 200, 1}, {129, 1, 64, 63, 65, 127},
                                     {700, 0, 0, 0, 0, 0},   {1, 1, 1, 1, 1, 1}};
@@ -146,11 +153,13 @@ SK_TEST(gpu_varlen_edges) {
                 vg_check(&c, &x, NULL, label);
             vc_data_free(&x);
         }
+    vg_report("gpu_varlen_edges", before);
 }
 
 /* Chunked prefill through the paged form: a few new tokens per sequence
  * over a long cached context, sinks + window, every page size. */
 SK_TEST(gpu_paged_chunked_prefill) {
+    const int before = vg_cases;
     static const int32_t sizes[4] = {16, 32, 64, 128};
     const int32_t lq[4] = {200, 1, 64, 130}, lk[4] = {1500, 900, 64, 2000};
     for (int i = 0; i < 4; ++i) {
@@ -181,4 +190,5 @@ SK_TEST(gpu_paged_chunked_prefill) {
         vg_paged_free(&pg);
         vc_data_free(&x);
     }
+    vg_report("gpu_paged_chunked_prefill", before);
 }

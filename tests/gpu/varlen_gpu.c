@@ -18,6 +18,11 @@
 #include "gpu/gpu_util.h"
 #include "gpu/varlen_gpu.h"
 
+void vg_report(const char *what, int before) {
+    printf("    %s: %d cases (so far %d run, %d failed, %d declined)\n", what, vg_cases - before,
+           vg_cases, vg_failed, vg_declined);
+}
+
 int vg_declines(void) {
     return gt_opt.backend == SK_BACKEND_CUDA_SM90;
 }

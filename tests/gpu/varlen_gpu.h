@@ -36,6 +36,10 @@ typedef struct vg_dev {
 /* Cases checked by vg_check, of which failed / declined (--backend sm90). */
 extern int vg_cases, vg_failed, vg_declined;
 
+/* Print the cases checked since `before` (vg_cases then) and the running
+ * failed / declined counts, under `what`. */
+void vg_report(const char *what, int before);
+
 /* Whether the backend under test is expected to decline (sm90). */
 int vg_declines(void);
 
