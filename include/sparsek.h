@@ -506,10 +506,11 @@ SK_API sk_status sk_attention_forward(const sk_attention_desc *desc, const sk_bs
  * column indices at or past the sequence's nb_k(b) are skipped as absent
  * (as "Robustness" above says for every layout).
  *
- * Backends: the CPU reference now; on the CUDA backends every call makes
- * all the argument checks above, then answers SK_STATUS_NOT_SUPPORTED
- * (the kernels are a later step), so a bad argument gets the same status
- * on every backend.
+ * Backends: the CPU reference; SK_BACKEND_CUDA and SK_BACKEND_CUDA_SM80
+ * run the portable kernel (F16 / BF16, D 64 or 128, blocks 64 or 128).
+ * SK_BACKEND_CUDA_SM90 makes every argument check above, then answers
+ * SK_STATUS_NOT_SUPPORTED until the Hopper varlen kernel exists, so a bad
+ * argument gets the same status on every backend.
  */
 
 /* A varlen problem's sequences, as the layout builders need them: host
@@ -673,11 +674,11 @@ SK_API sk_status sk_attention_varlen_forward(const sk_attention_varlen_desc *des
  * backend the run and plan also check each len_k(b) in [0, max_seqlen_k]
  * (SK_STATUS_BAD_PARAM_SHAPE), every page index a sequence uses
  * (SK_STATUS_BAD_PARAM_VALUE naming the entry) and the layout against the
- * lengths, before anything is written. The CUDA kernels (a later step)
- * cannot check device arrays: they will clamp len_k(b) to [0,
- * max_seqlen_k], and treat a page index outside [0, num_pages) as absent
- * (its keys masked, never read), so no read leaves the caches. Until then
- * the CUDA backends make every check and answer SK_STATUS_NOT_SUPPORTED.
+ * lengths, before anything is written. The CUDA kernels cannot check
+ * device arrays: they clamp len_k(b) to [0, max_seqlen_k], and treat a page
+ * index outside [0, num_pages) as absent (its keys masked, never read), so
+ * no read leaves the caches. Backends as varlen (SK_BACKEND_CUDA_SM90
+ * answers SK_STATUS_NOT_SUPPORTED for now).
  */
 
 typedef struct sk_attention_paged_desc {

@@ -13,7 +13,8 @@ keys and values kept in caches of pages, as vLLM and flashinfer keep them.
   page table and lengths holding packed K and V, for tests and examples.
 
 numpy arrays and torch CPU tensors run on the CPU backend; torch CUDA
-tensors reach the CUDA backend, which declines until its kernels exist.
+tensors run on the CUDA backend (the portable kernel; "cuda_sm90"
+answers NOT_SUPPORTED for now).
 """
 
 from __future__ import annotations

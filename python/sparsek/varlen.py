@@ -10,7 +10,7 @@ varlen calls take them.
 - attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, layout, ...): q
   [total_q, Hq, D], k and v [total_k, Hkv, D]; numpy arrays and torch CPU
   tensors run on the CPU backend, torch CUDA tensors on the CUDA backend
-  (whose kernels are not built yet: the library answers NOT_SUPPORTED).
+  (the portable kernel; "cuda_sm90" answers NOT_SUPPORTED for now).
   Not differentiable yet: refused on tensors that require grad.
 
 The length arrays are int32 [B + 1] (lists and other integer arrays are

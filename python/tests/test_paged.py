@@ -119,13 +119,27 @@ def test_torch_cpu_equals_numpy():
 
 
 @requires_cuda
-def test_cuda_declines_until_its_kernels_exist():
+@pytest.mark.parametrize("page_size", [16, 32, 64, 128])
+def test_cuda_matches_the_cpu_backend(page_size):
+    """The CUDA paged kernel (caches, table and lengths on the device,
+    shuffled pages, NaN in every unused slot) against the CPU backend on
+    the same bf16 inputs, causal chunked-prefill style (len_q <= len_k)."""
     import torch
 
-    cu = cu_of([64, 64])
-    q = torch.randn(128, 2, 64, device="cuda", dtype=torch.float16)
-    vl = VarlenLayout.causal(cu, block=64)
-    kc, vc, table, lens = sparsek.paged_kv_from_dense(q, q, torch.from_numpy(cu).cuda(), 16)
-    with pytest.raises(SparseKError) as e:
-        sparsek.attention_paged(q, kc, vc, torch.from_numpy(cu).cuda(), lens, table, vl, max_seqlen_q=64, max_seqlen_k=64)
-    assert e.value.status_name == "SK_STATUS_NOT_SUPPORTED"
+    rng = seeded_rng(36)
+    lens_q, lens_k = [30, 0, 64, 1, 100], [200, 20, 64, 130, 300]
+    q, k, v, cu_q, cu_k = case(rng, np.float32, d=64, lens_q=lens_q, lens_k=lens_k)
+    vl = VarlenLayout.random(cu_q, cu_k, k=3, seed=5, block=64, heads=2, causal=True)
+    tq, tk, tv = (torch.from_numpy(x).to(torch.bfloat16) for x in (q, k, v))
+    kc, vc, table, lens = sparsek.paged_kv_from_dense(
+        tk, tv, torch.from_numpy(cu_k), page_size, extra_pages=2, seed=4, fill=float("nan")
+    )
+    want, want_lse = sparsek.attention_paged(tq, kc, vc, cu_q, lens, table, vl, causal=True, return_lse=True)
+    got, lse = sparsek.attention_paged(
+        tq.cuda(), kc.cuda(), vc.cuda(), torch.from_numpy(cu_q).cuda(), lens.cuda(), table.cuda(), vl,
+        max_seqlen_q=max(lens_q), max_seqlen_k=max(lens_k), causal=True, return_lse=True,
+    )
+    torch.cuda.synchronize()
+    assert not torch.isnan(got.float()).any()
+    torch.testing.assert_close(got.cpu().float(), want.float(), atol=2e-2, rtol=2e-2)
+    torch.testing.assert_close(lse.cpu(), want_lse, atol=2e-3, rtol=2e-3)

@@ -229,14 +229,33 @@ def test_torch_cpu_equals_numpy():
 
 
 @requires_cuda
-def test_cuda_declines_until_its_kernels_exist():
+def test_cuda_matches_the_cpu_backend():
+    """The CUDA kernels (torch CUDA tensors, device length arrays, the
+    portable and the default backend) against the CPU backend on the same
+    fp16 / bf16 inputs: causal, two layout head slices, GQA, LSE (-inf
+    where a query has no key). SK_BACKEND_CUDA_SM90 has no varlen kernel
+    yet and says so."""
     import torch
 
-    cu = cu_of([64, 64])
-    q = torch.randn(128, 2, 64, device="cuda", dtype=torch.float16)
-    vl = VarlenLayout.causal(cu, block=64)
-    dcu = torch.from_numpy(cu).cuda()
+    rng = seeded_rng(30)
+    cu_q, cu_k = cu_of(LENS_Q), cu_of(LENS_K)
+    q, k, v = packed_qkv(rng, LENS_Q, LENS_K, 4, 2, 64)
+    vl = VarlenLayout.window(cu_q, cu_k, left=100, block=64, heads=2)
+    dcu_q, dcu_k = torch.from_numpy(cu_q).cuda(), torch.from_numpy(cu_k).cuda()
+    for dt in (torch.float16, torch.bfloat16):
+        tq, tk, tv = (torch.from_numpy(x).to(dt) for x in (q, k, v))
+        want, want_lse = sparsek.attention_varlen(tq, tk, tv, cu_q, cu_k, vl, causal=True, return_lse=True)
+        for backend in (None, "cuda_sm80"):
+            got, lse = sparsek.attention_varlen(
+                tq.cuda(), tk.cuda(), tv.cuda(), dcu_q, dcu_k, vl, max_seqlen_q=max(LENS_Q),
+                max_seqlen_k=max(LENS_K), causal=True, return_lse=True, backend=backend,
+            )
+            torch.cuda.synchronize()
+            torch.testing.assert_close(got.cpu().float(), want.float(), atol=2e-2, rtol=2e-2)
+            torch.testing.assert_close(lse.cpu(), want_lse, atol=2e-3, rtol=2e-3)
     with pytest.raises(SparseKError) as e:
-        sparsek.attention_varlen(q, q, q, dcu, dcu, vl, max_seqlen_q=64, max_seqlen_k=64)
+        sparsek.attention_varlen(
+            tq.cuda(), tk.cuda(), tv.cuda(), dcu_q, dcu_k, vl, max_seqlen_q=max(LENS_Q),
+            max_seqlen_k=max(LENS_K), backend="cuda_sm90",
+        )
     assert e.value.status_name == "SK_STATUS_NOT_SUPPORTED"
-

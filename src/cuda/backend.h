@@ -50,8 +50,9 @@ sk_status sk_cuda_attention_backward_run(const sk_attention_backward_problem *p,
 /* The varlen attention forward (attention/varlen.cu). The problem arrives
  * with every argument checked (aliasing and workspace placement included);
  * the length arrays and the layout are device memory, unread on the host.
- * Until its kernels exist (issue 30, step 2) all three return
- * SK_STATUS_NOT_SUPPORTED, touching nothing. */
+ * The plan (attention/varlen_plan.h) and the portable kernel; on
+ * SK_BACKEND_CUDA_SM90 all three return SK_STATUS_NOT_SUPPORTED, touching
+ * nothing, until the Hopper varlen kernel exists. */
 sk_status sk_cuda_attention_varlen_workspace_size(const sk_attention_varlen_problem *p,
                                                   size_t *bytes);
 sk_status sk_cuda_attention_varlen_plan(const sk_attention_varlen_problem *p, void *workspace,
@@ -59,7 +60,7 @@ sk_status sk_cuda_attention_varlen_plan(const sk_attention_varlen_problem *p, vo
 sk_status sk_cuda_attention_varlen_run(const sk_attention_varlen_problem *p, void *workspace,
                                        size_t workspace_size, struct CUstream_st *stream);
 /* The paged forward (attention/varlen.cu), the same way: the lengths, the
- * page table and the layout are device memory; NOT_SUPPORTED for now. */
+ * page table and the layout are device memory. */
 sk_status sk_cuda_attention_paged_workspace_size(const sk_attention_paged_problem *p,
                                                  size_t *bytes);
 sk_status sk_cuda_attention_paged_plan(const sk_attention_paged_problem *p, void *workspace,

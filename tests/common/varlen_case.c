@@ -85,6 +85,18 @@ static int make_layout(const vc_case *c, tu_rng *rng, vc_data *x) {
     x->layout.col_indices = (int32_t *)malloc((size_t)(mask_bytes + 1) * sizeof(int32_t));
     if (!x->masks || !x->layout.row_offsets || !x->layout.col_indices) return 0;
     for (int64_t e = 0; e < mask_bytes; ++e) x->masks[e] = tu_rng_uniform(rng) < c->density;
+    if (c->window_blocks > 0) /* sinks + window: no randomness */
+        for (int32_t b = 0; b < c->batch; ++b)
+            for (int64_t s = 0; s < c->layout_heads; ++s)
+                for (int64_t i = 0; i < x->nbq[b]; ++i) {
+                    /* the block of the row's last query's diagonal key */
+                    const int64_t last =
+                        (i + 1) * c->bq < c->len_q[b] ? (i + 1) * c->bq : c->len_q[b];
+                    const int64_t diag = (last - 1 + c->len_k[b] - c->len_q[b]) / c->bk;
+                    uint8_t *row = x->masks + x->mask_at[b] + (s * x->nbq[b] + i) * x->nbk[b];
+                    for (int64_t j = 0; j < x->nbk[b]; ++j)
+                        row[j] = j < c->sink_blocks || (j <= diag && j > diag - c->window_blocks);
+                }
     int32_t n = 0;
     x->layout.row_offsets[0] = 0;
     for (int64_t s = 0; s < c->layout_heads; ++s) {
@@ -108,9 +120,10 @@ static int make_layout(const vc_case *c, tu_rng *rng, vc_data *x) {
 static int make_tensors(const vc_case *c, tu_rng *rng, vc_data *x) {
     const int64_t Hq = c->heads_q, Hkv = c->heads_kv, D = c->head_dim, group = Hq / Hkv;
     const size_t es = vc_elem_size(c->dtype);
-    x->hs = c->padded ? D + 3 : D;
-    x->ts_q = c->padded ? Hq * x->hs + 5 : Hq * D;
-    x->ts_k = c->padded ? Hkv * x->hs + 7 : Hkv * D;
+    const int aligned = c->padded == 2; /* gaps of 8 elements: 16-byte rows */
+    x->hs = c->padded ? D + (aligned ? 8 : 3) : D;
+    x->ts_q = c->padded ? Hq * x->hs + (aligned ? 16 : 5) : Hq * D;
+    x->ts_k = c->padded ? Hkv * x->hs + (aligned ? 24 : 7) : Hkv * D;
     x->q_span = (x->total_q - 1) * x->ts_q + (Hq - 1) * x->hs + D;
     x->k_span = (x->total_k - 1) * x->ts_k + (Hkv - 1) * x->hs + D;
     x->q = malloc((size_t)x->q_span * es);
@@ -332,17 +345,18 @@ done:
 }
 
 void vc_label(const vc_case *c, uint64_t seed, char *label, size_t size) {
-    int w = snprintf(label, size,
-                     "[seed %llu: %s B=%d Hq=%lld Hkv=%lld D=%lld bq=%d bk=%d causal=%d "
-                     "scale=%g lheads=%d density=%.2f padded=%d lse=%d call=%d extra=%d lens",
-                     (unsigned long long)seed,
-                     c->dtype == SK_DTYPE_F16    ? "F16"
-                     : c->dtype == SK_DTYPE_BF16 ? "BF16"
-                                                 : "F32",
-                     (int)c->batch, (long long)c->heads_q, (long long)c->heads_kv,
-                     (long long)c->head_dim, (int)c->bq, (int)c->bk, c->causal, (double)c->scale,
-                     (int)c->layout_heads, c->density, c->padded, c->with_lse, (int)c->call,
-                     (int)c->extra_rows);
+    int w =
+        snprintf(label, size,
+                 "[seed %llu: %s B=%d Hq=%lld Hkv=%lld D=%lld bq=%d bk=%d causal=%d "
+                 "scale=%g lheads=%d density=%.2f padded=%d lse=%d call=%d extra=%d win=%d+%d lens",
+                 (unsigned long long)seed,
+                 c->dtype == SK_DTYPE_F16    ? "F16"
+                 : c->dtype == SK_DTYPE_BF16 ? "BF16"
+                                             : "F32",
+                 (int)c->batch, (long long)c->heads_q, (long long)c->heads_kv,
+                 (long long)c->head_dim, (int)c->bq, (int)c->bk, c->causal, (double)c->scale,
+                 (int)c->layout_heads, c->density, c->padded, c->with_lse, (int)c->call,
+                 (int)c->extra_rows, (int)c->sink_blocks, (int)c->window_blocks);
     for (int32_t b = 0; b < c->batch && w > 0 && w < (int)size - 24; ++b)
         w += snprintf(label + w, size - (size_t)w, " %dx%d", (int)c->len_q[b], (int)c->len_k[b]);
     if (w > 0 && w < (int)size - 2) snprintf(label + w, size - (size_t)w, "]");

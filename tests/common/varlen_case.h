@@ -31,10 +31,14 @@ typedef struct vc_case {
     float scale;          /* 0: 1/sqrt(D) */
     int32_t layout_heads; /* 1, heads_kv or heads_q */
     double density;       /* probability that a block is selected */
-    int padded;           /* token and head strides with gaps */
+    int padded;           /* token and head strides with gaps: 1 odd, 2 16-byte aligned (CUDA) */
     int with_lse;
     vc_call call;
     int32_t extra_rows; /* layout rows past the sequences' (a capacity) */
+    /* window_blocks > 0: instead of random blocks, each row selects its
+     * sink_blocks first key blocks and the window_blocks blocks ending at
+     * its bottom-right diagonal block (a sinks + window pattern). */
+    int32_t window_blocks, sink_blocks;
 } vc_case;
 
 /* What a run leaves for the tests that look further. */

@@ -64,12 +64,25 @@
  * loops is 32-bit (seq strides are checked below 2^24 bytes); base pointers
  * are 64-bit.
  *
+ * Varlen and paged (issue 30): the same body in another mode (kMode, a
+ * compile-time flag; the fixed-batch kernels keep their own instances).
+ * Tiles come from the varlen plan (varlen_plan.h); each carries its
+ * sequence's clamped lengths and token bases (sk_sm80_tile_of), kept by
+ * stage in sk_sm80_vshared beside the cursors. Every "Sq" / "Sk" above is
+ * then the tile's len_q / len_k: rows past them are zero-filled (there they
+ * are the next sequence's real tokens, not padding), causal is bottom-right
+ * per sequence, LSE goes to h * total_q + token. Paged: a warp's 16 keys of
+ * a chunk lie in one page (page_size >= 16, rows at multiples of 16): one
+ * table lookup per warp and chunk, and a page outside the cache is never
+ * read, its keys masked (sk_sm80_vshared.absent).
+ *
  * Files: this one holds the parameters, the small helpers, the kernel and
  * the host side; its parts by role are fwd_sm80_tiles.cuh (work intake and
  * loads), fwd_sm80_epilogue.cuh and fwd_sm80_mainloop.cuh (the body).
  */
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "cuda/attention/kernels.h"
 #include "cuda/attention/sm80_common.cuh"
@@ -78,12 +91,12 @@
 #include "cuda/common/ptx.cuh"
 
 enum {
-    SK_SM80_WARPS = 4,          /* per CTA */
+    SK_SM80_WARPS = 4, /* per CTA */
     SK_SM80_THREADS = 32 * SK_SM80_WARPS,
-    SK_SM80_CTAS_PER_SM = 2,    /* two CTAs per SM de-phase each other's barriers */
-    SK_SM80_MTILE = 16,         /* rows of one m16 MMA tile; a warp owns block_q / 64 of them */
-    SK_SM80_CHUNK_KEYS = 64,    /* keys per pipeline stage and softmax step */
-    SK_SM80_MAX_BLOCK = 128,    /* largest block_q / block_k */
+    SK_SM80_CTAS_PER_SM = 2, /* two CTAs per SM de-phase each other's barriers */
+    SK_SM80_MTILE = 16,      /* rows of one m16 MMA tile; a warp owns block_q / 64 of them */
+    SK_SM80_CHUNK_KEYS = 64, /* keys per pipeline stage and softmax step */
+    SK_SM80_MAX_BLOCK = 128, /* largest block_q / block_k */
     SK_SM80_SMEM_LIMIT = 227 * 1024,
     /* Seq strides are used as 32-bit byte offsets of up to 128 rows. */
     SK_SM80_MAX_SEQ_STRIDE_BYTES = 1 << 24,
@@ -100,7 +113,7 @@ static const float SK_LOG2E = 1.4426950408889634f;
 typedef struct sk_sm80_params {
     const char *q, *k, *v;
     char *o;
-    float *lse; /* [B, Hq, Sq] or NULL */
+    float *lse;                                             /* [B, Hq, Sq] or NULL */
     int64_t q_sb, q_sh, k_sb, k_sh, v_sb, v_sh, o_sb, o_sh; /* batch / head strides, bytes */
     int32_t q_ss, k_ss, v_ss, o_ss;                         /* seq strides, bytes */
     int32_t seq_q, seq_k, diag;                             /* diag = Sk - Sq */
@@ -116,7 +129,19 @@ typedef struct sk_sm80_params {
     int32_t *tile_counter;
     float scale_abs, scale_log2; /* |scale|, |scale| * log2(e) */
     uint32_t q_sign;             /* 0x80008000 when scale < 0: Q negated exactly */
+    /* Varlen and paged kernels only (fwd_sm80_varlen.cuh), last so that the
+     * fixed-batch kernels' parameter offsets stay as they were. */
+    const int4 *seqs;              /* plan: [vbatch] {q0, len_q, k0, len_k} (varlen_plan.h) */
+    const int2 *rows;              /* plan: [row_blocks] {b, i} or {-1, -1} */
+    int64_t lse_hs;                /* LSE head stride: total_q */
+    const int32_t *page_table;     /* paged: [vbatch, pt_stride] */
+    int64_t pt_stride, k_pg, v_pg; /* table row stride (entries); page strides (bytes) */
+    int32_t vbatch, page_shift, num_pages; /* B; log2(page_size); pages per cache */
 } sk_sm80_params;
+
+/* Which kernel a body is: the fixed batch, or a varlen / paged one whose
+ * tiles carry per-sequence lengths and token bases. */
+enum { SK_SM80_FIXED = 0, SK_SM80_VARLEN = 1, SK_SM80_PAGED = 2 };
 
 /* Where the pipeline is: a tile (batch, query head, row block), the current
  * entry of its layout row, that entry's column, and the 64-key chunk of
@@ -124,17 +149,27 @@ typedef struct sk_sm80_params {
 typedef struct sk_sm80_cursor {
     int32_t b, h, i;
     int32_t pos, end, col; /* current entry, end of the row, its column */
-    int32_t sub, tile; /* 64-key chunk of the block; tile id */
-    int64_t koff, voff; /* byte offsets of the (b, h / group) slices of K and V */
+    int32_t sub, tile;     /* 64-key chunk of the block; tile id */
+    int64_t koff, voff;    /* byte offsets of the (b, h / group) slices of K and V */
 } sk_sm80_cursor;
+
+/* Varlen / paged: the sequence of a tile, by pipeline stage and per warp,
+ * beside sk_sm80_shared (written by thread 0 / each warp's lane 0 with the
+ * cursor; the fixed kernels have none). seq[s] = {len_q, len_k, sequence,
+ * 0} of the chunk in stage s; absent[s] byte w: warp w's 16 keys of that
+ * chunk are in a page outside the cache (paged; masked, never read). */
+typedef struct sk_sm80_vshared {
+    int4 seq[2];
+    unsigned char absent[2][SK_SM80_WARPS];
+} sk_sm80_vshared;
 
 /* The CTA's scheduling state in shared memory. Uniform values live here
  * rather than in registers, which the accumulators need: thread 0 writes,
  * every thread reads after the next barrier. */
 typedef struct sk_sm80_shared {
-    int4 info[2];              /* published tile_info entries, by parity */
-    int4 pending[2];           /* thread 0's look-ahead copies, by parity */
-    sk_sm80_cursor cur[2];     /* the chunk in each stage */
+    int4 info[2];          /* published tile_info entries, by parity */
+    int4 pending[2];       /* thread 0's look-ahead copies, by parity */
+    sk_sm80_cursor cur[2]; /* the chunk in each stage */
     /* Per warp, written by its lane 0 at a tile's last chunk and read by its
      * lanes after a __syncwarp: {b, h, i, first key} of the next tile's
      * first chunk (b = -1: none), for the warp's own load of that tile's Q. */
@@ -179,9 +214,23 @@ __global__ void __launch_bounds__(SK_SM80_THREADS, SK_SM80_CTAS_PER_SM)
     extern __shared__ __align__(128) unsigned char smem[];
     __shared__ sk_sm80_shared sh;
     if (p.block_q == 2 * SK_SM80_MTILE * SK_SM80_WARPS)
-        sk_sm80_body<kDtype, kD, 2>(p, smem, &sh);
+        sk_sm80_body<kDtype, kD, 2, SK_SM80_FIXED>(p, smem, &sh, NULL);
     else
-        sk_sm80_body<kDtype, kD, 1>(p, smem, &sh);
+        sk_sm80_body<kDtype, kD, 1, SK_SM80_FIXED>(p, smem, &sh, NULL);
+}
+
+/* The varlen (kMode = SK_SM80_VARLEN) and paged (SK_SM80_PAGED) forwards:
+ * the same body, tiles from the varlen plan (varlen_plan.h). */
+template <int kDtype, int kD, int kMode>
+__global__ void __launch_bounds__(SK_SM80_THREADS, SK_SM80_CTAS_PER_SM)
+    sk_attention_sm80_varlen_kernel(const __grid_constant__ sk_sm80_params p) {
+    extern __shared__ __align__(128) unsigned char smem[];
+    __shared__ sk_sm80_shared sh;
+    __shared__ sk_sm80_vshared vsh;
+    if (p.block_q == 2 * SK_SM80_MTILE * SK_SM80_WARPS)
+        sk_sm80_body<kDtype, kD, 2, kMode>(p, smem, &sh, &vsh);
+    else
+        sk_sm80_body<kDtype, kD, 1, kMode>(p, smem, &sh, &vsh);
 }
 
 /* ---------------------------------------------------------------------------
@@ -243,13 +292,15 @@ static void sk_sm80_magic(uint32_t d, uint32_t *mul, uint32_t *shift) {
     *shift = l;
 }
 
-template <int kDtype, int kD>
+template <int kDtype, int kD, int kMode>
 static sk_status sk_sm80_launch_typed(const sk_sm80_params &params, int threads, size_t smem,
                                       int num_tiles, cudaStream_t stream) {
     void (*kernel)(sk_sm80_params) = sk_attention_sm80_kernel<kDtype, kD>;
-    SK_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     (int)smem),
-                "cudaFuncSetAttribute");
+    if constexpr (kMode != SK_SM80_FIXED)
+        kernel = sk_attention_sm80_varlen_kernel<kDtype, kD, kMode>;
+    SK_CUDA_TRY(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
+        "cudaFuncSetAttribute");
     int device = 0, sms = 0, per_sm = 0;
     SK_CUDA_TRY(cudaGetDevice(&device), "cudaGetDevice");
     SK_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device),
@@ -264,11 +315,11 @@ static sk_status sk_sm80_launch_typed(const sk_sm80_params &params, int threads,
     return SK_STATUS_SUCCESS;
 }
 
-sk_status sk_attention_sm80_launch(const sk_attention_problem *p, const sk_attention_schedule *s,
-                                   cudaStream_t stream) {
-    SK_TRY(sk_attention_sm80_check(p));
+/* The parameters of problem p (checked) and its plan's tiles. */
+static void sk_sm80_fill_params(const sk_attention_problem *p, const sk_attention_schedule *s,
+                                sk_sm80_params &k) {
     const int64_t es = 2; /* F16 and BF16 */
-    sk_sm80_params k;
+    memset(&k, 0, sizeof k);
     k.q = (const char *)p->q;
     k.k = (const char *)p->k;
     k.v = (const char *)p->v;
@@ -313,15 +364,62 @@ sk_status sk_attention_sm80_launch(const sk_attention_problem *p, const sk_atten
     k.scale_abs = fabsf(p->scale);
     k.scale_log2 = fabsf(p->scale) * SK_LOG2E;
     k.q_sign = p->scale < 0.f ? 0x80008000u : 0u;
+}
 
+/* Launch the kernel of mode kMode for p's dtype and head_dim. */
+template <int kMode>
+static sk_status sk_sm80_launch_mode(const sk_attention_problem *p, const sk_sm80_params &k,
+                                     cudaStream_t stream) {
     const int threads = SK_SM80_THREADS;
     const size_t smem = sk_sm80_smem_bytes(p->head_dim, p->block_q);
-    const int tiles = s->num_tiles;
+    const int tiles = k.num_tiles;
     if (p->dtype == SK_DTYPE_F16)
         return p->head_dim == 64
-                   ? sk_sm80_launch_typed<SK_DTYPE_F16, 64>(k, threads, smem, tiles, stream)
-                   : sk_sm80_launch_typed<SK_DTYPE_F16, 128>(k, threads, smem, tiles, stream);
+                   ? sk_sm80_launch_typed<SK_DTYPE_F16, 64, kMode>(k, threads, smem, tiles, stream)
+                   : sk_sm80_launch_typed<SK_DTYPE_F16, 128, kMode>(k, threads, smem, tiles,
+                                                                    stream);
     return p->head_dim == 64
-               ? sk_sm80_launch_typed<SK_DTYPE_BF16, 64>(k, threads, smem, tiles, stream)
-               : sk_sm80_launch_typed<SK_DTYPE_BF16, 128>(k, threads, smem, tiles, stream);
+               ? sk_sm80_launch_typed<SK_DTYPE_BF16, 64, kMode>(k, threads, smem, tiles, stream)
+               : sk_sm80_launch_typed<SK_DTYPE_BF16, 128, kMode>(k, threads, smem, tiles, stream);
+}
+
+sk_status sk_attention_sm80_launch(const sk_attention_problem *p, const sk_attention_schedule *s,
+                                   cudaStream_t stream) {
+    SK_TRY(sk_attention_sm80_check(p));
+    sk_sm80_params k;
+    sk_sm80_fill_params(p, s, k);
+    return sk_sm80_launch_mode<SK_SM80_FIXED>(p, k, stream);
+}
+
+sk_status sk_attention_sm80_varlen_launch(const sk_attention_varlen_problem *vp,
+                                          const sk_attention_paged_problem *paged,
+                                          const sk_varlen_plan_view *plan, cudaStream_t stream) {
+    const sk_attention_problem *p = &vp->flat;
+    SK_TRY(sk_attention_sm80_check(p));
+    sk_attention_schedule s;
+    s.tile_order = plan->tile_order;
+    s.tile_counter = plan->tile_counter;
+    s.num_tiles = plan->num_tiles;
+    s.tile_info = plan->tile_info;
+    sk_sm80_params k;
+    sk_sm80_fill_params(p, &s, k);
+    /* A tile's cursor b is its sequence's first token (sk_sm80_tile_of):
+     * Q and O step by the token stride there. */
+    k.q_sb = k.q_ss;
+    k.o_sb = k.o_ss;
+    k.seqs = plan->seqs;
+    k.rows = plan->rows;
+    k.lse_hs = p->seq_q; /* LSE [Hq, total_q] */
+    k.vbatch = vp->batch;
+    if (paged == NULL) return sk_sm80_launch_mode<SK_SM80_VARLEN>(p, k, stream);
+    k.page_table = paged->page_table;
+    k.pt_stride = paged->page_table_stride;
+    /* Page strides: a cache of one page never steps them. */
+    k.k_pg = paged->num_pages > 1 ? p->k_stride[0] * 2 : 0;
+    k.v_pg = paged->num_pages > 1 ? p->v_stride[0] * 2 : 0;
+    int32_t shift = 0;
+    while ((1 << shift) < paged->page_size) ++shift;
+    k.page_shift = shift;
+    k.num_pages = (int32_t)paged->num_pages;
+    return sk_sm80_launch_mode<SK_SM80_PAGED>(p, k, stream);
 }

@@ -10,18 +10,21 @@
 /* A tile's epilogue, in two parts, for this warp's rows. Part 1: O / l in
  * the dtype, into registers (op[mt][ii][dt]: rows g + 8 ii of m-tile mt,
  * columns 8 dt + 2 t4, + 1), and LSE = ms ln 2 + ln l. */
-template <int kDtype, int kD, int kMT>
-__device__ __forceinline__ void sk_sm80_epilogue_pack(const sk_sm80_params &p, int32_t tile,
-                                                      const float (&o)[kMT][kD / 8][4],
-                                                      const float (&ms)[kMT][2],
-                                                      const float (&l)[kMT][2],
-                                                      uint32_t (&op)[kMT][2][kD / 8]) {
+template <int kDtype, int kD, int kMT, int kMode>
+__device__ __forceinline__ void
+sk_sm80_epilogue_pack(const sk_sm80_params &p, int32_t tile, int4 at,
+                      const float (&o)[kMT][kD / 8][4], const float (&ms)[kMT][2],
+                      const float (&l)[kMT][2], uint32_t (&op)[kMT][2][kD / 8]) {
     constexpr int kDTiles = kD / 8, kWarpRows = SK_SM80_MTILE * kMT;
     constexpr int kBq = kWarpRows * SK_SM80_WARPS;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t4 = lane & 3;
     float *lse = NULL;
     int rows = 0;
-    if (p.lse != NULL) {
+    if (kMode != SK_SM80_FIXED && p.lse != NULL) { /* at = {q token, h, i, len_q} */
+        const int q0 = at.z * kBq + kWarpRows * warp;
+        rows = at.w - q0;
+        lse = p.lse + (int64_t)at.y * p.lse_hs + at.x + q0;
+    } else if (p.lse != NULL) {
         const int32_t bh = sk_sm80_div(tile, p.rb_mul, p.rb_shift);
         const int32_t i = tile - bh * p.row_blocks;
         const int32_t b = sk_sm80_div(bh, p.hq_mul, p.hq_shift), h = bh - b * p.heads_q;
@@ -55,10 +58,10 @@ __device__ __forceinline__ void sk_sm80_epilogue_pack(const sk_sm80_params &p, i
  * along rows. m-tile mt of warp w uses rows 16 w .. 16 w + 15 of the
  * stage's K (mt = 0) or V (mt = 1) half, the rows that warp w loads
  * (sk_sm80_load_chunk_warp), swizzled like them (no bank conflicts). */
-template <int kD, int kMT>
-__device__ __forceinline__ void sk_sm80_epilogue_store(const sk_sm80_params &p, int32_t tile,
-                                                       const uint32_t (&op)[kMT][2][kD / 8],
-                                                       unsigned char *staged) {
+template <int kD, int kMT, int kMode>
+__device__ __forceinline__ void
+sk_sm80_epilogue_store(const sk_sm80_params &p, int32_t tile, int4 at,
+                       const uint32_t (&op)[kMT][2][kD / 8], unsigned char *staged) {
     constexpr int kRowBytes = kD * 2, kDTiles = kD / 8, kWarpRows = SK_SM80_MTILE * kMT;
     constexpr int kBq = kWarpRows * SK_SM80_WARPS;
     constexpr int kKRows = SK_SM80_CHUNK_KEYS / SK_SM80_WARPS; /* a warp's rows of K or V */
@@ -77,11 +80,21 @@ __device__ __forceinline__ void sk_sm80_epilogue_store(const sk_sm80_params &p, 
                     op[mt][ii][dt];
         }
     __syncwarp();
-    const int32_t bh = sk_sm80_div(tile, p.rb_mul, p.rb_shift);
-    const int32_t i = tile - bh * p.row_blocks;
-    const int32_t b = sk_sm80_div(bh, p.hq_mul, p.hq_shift), h = bh - b * p.heads_q;
+    int32_t b, h, i, seq_q;
+    if constexpr (kMode != SK_SM80_FIXED) { /* at = {first query token, h, i, len_q} */
+        b = at.x;
+        h = at.y;
+        i = at.z;
+        seq_q = at.w;
+    } else {
+        const int32_t bh = sk_sm80_div(tile, p.rb_mul, p.rb_shift);
+        i = tile - bh * p.row_blocks;
+        b = sk_sm80_div(bh, p.hq_mul, p.hq_shift);
+        h = bh - b * p.heads_q;
+        seq_q = p.seq_q;
+    }
     const int q0 = i * kBq + kWarpRows * warp; /* this warp's first query row */
-    const int rows = p.seq_q - q0;             /* of its rows, this many exist (may be <= 0) */
+    const int rows = seq_q - q0;               /* of its rows, this many exist (may be <= 0) */
     constexpr int kChunks = kD / 8, kRowsPerPass = 32 / kChunks;
     static_assert(kKRows % kRowsPerPass == 0, "a pass stays within one m-tile");
     const int c = lane % kChunks, r0 = lane / kChunks;
@@ -93,20 +106,20 @@ __device__ __forceinline__ void sk_sm80_epilogue_store(const sk_sm80_params &p, 
 #pragma unroll
         for (int k = 0; k < kWarpRows / kRowsPerPass; ++k) {
             const int rl = k * kRowsPerPass; /* the warp's row rl + r0 */
-            const uint4 v = *(const uint4 *)(src +
-                                             ((rl / kKRows) * SK_SM80_CHUNK_KEYS + rl % kKRows) *
-                                                 kRowBytes +
-                                             ((cx ^ (uint32_t)(rl & 7)) << 4));
+            const uint4 v =
+                *(const uint4 *)(src +
+                                 ((rl / kKRows) * SK_SM80_CHUNK_KEYS + rl % kKRows) * kRowBytes +
+                                 ((cx ^ (uint32_t)(rl & 7)) << 4));
             *(uint4 *)(out + k * step) = v;
         }
     } else {
 #pragma unroll
         for (int k = 0; k < kWarpRows / kRowsPerPass; ++k) {
             const int rl = k * kRowsPerPass;
-            const uint4 v = *(const uint4 *)(src +
-                                             ((rl / kKRows) * SK_SM80_CHUNK_KEYS + rl % kKRows) *
-                                                 kRowBytes +
-                                             ((cx ^ (uint32_t)(rl & 7)) << 4));
+            const uint4 v =
+                *(const uint4 *)(src +
+                                 ((rl / kKRows) * SK_SM80_CHUNK_KEYS + rl % kKRows) * kRowBytes +
+                                 ((cx ^ (uint32_t)(rl & 7)) << 4));
             if (rl + r0 < rows) *(uint4 *)(out + k * step) = v;
         }
     }

@@ -23,6 +23,7 @@
 #include <cuda_runtime.h>
 
 #include "core/problem.h"
+#include "cuda/attention/varlen_plan.h"
 #include "cuda/common/schedule.h"
 
 typedef struct sk_attention_schedule {
@@ -52,5 +53,13 @@ sk_status sk_attention_sm80_launch(const sk_attention_problem *p, const sk_atten
 int sk_attention_sm90_supports(const sk_attention_problem *p);
 sk_status sk_attention_sm90_launch(const sk_attention_problem *p, const sk_attention_schedule *s,
                                    cudaStream_t stream);
+
+/* The portable varlen (paged == NULL) and paged forwards: the fixed
+ * kernel's body on the varlen plan's tiles (varlen_plan.h), each tile with
+ * its sequence's lengths and token bases. The plan must have run on the
+ * stream, and the tile counter be zero. */
+sk_status sk_attention_sm80_varlen_launch(const sk_attention_varlen_problem *vp,
+                                          const sk_attention_paged_problem *paged,
+                                          const sk_varlen_plan_view *plan, cudaStream_t stream);
 
 #endif /* SK_CUDA_ATTENTION_KERNELS_H */

@@ -7,9 +7,10 @@
 
 #include "cuda/common/cuda_check.cuh"
 #include "cuda/common/plan_contract.cuh"
+#include "cuda/common/sched_sort.cuh"
 #include "cuda/common/schedule.h"
 
-enum { SK_PLAN_THREADS = SK_SCHED_SEGMENT, SK_PLAN_SCAN_UNROLL = 4 };
+enum { SK_PLAN_THREADS = SK_SCHED_SEGMENT };
 
 typedef struct sk_plan_params {
     const int32_t *row_offsets, *col_indices;
@@ -18,10 +19,10 @@ typedef struct sk_plan_params {
     int32_t block_q, block_k, seq_q, seq_k, causal;
     int32_t segs, bins;
     int32_t group_tiles, group_segs; /* tiles and segments per L2 group */
-    int32_t *keys;  /* [tiles] */
-    int32_t *hist;  /* [segs, bins] */
-    int32_t *order; /* [tiles] */
-    int4 *info;     /* [tiles] */
+    int32_t *keys;                   /* [tiles] */
+    int32_t *hist;                   /* [segs, bins] */
+    int32_t *order;                  /* [tiles] */
+    int4 *info;                      /* [tiles] */
 } sk_plan_params;
 
 sk_status sk_schedule_layout_of(const sk_schedule_geometry *g, sk_plan_layout *w) {
@@ -94,10 +95,7 @@ int64_t sk_schedule_l2_group_tiles(int64_t slices, int32_t row_blocks, int64_t s
  * or -1 past the end of its group or of the problem. */
 __device__ __forceinline__ int32_t sk_plan_segment_tile(const sk_plan_params &p, int32_t seg,
                                                         int32_t x) {
-    const int32_t grp = seg / p.group_segs;
-    const int32_t local = (seg - grp * p.group_segs) * SK_SCHED_SEGMENT + x;
-    const int64_t t = (int64_t)grp * p.group_tiles + local;
-    return local < p.group_tiles && t < p.num_tiles ? (int32_t)t : -1;
+    return sk_sort_segment_tile(seg, x, p.group_segs, p.group_tiles, p.num_tiles);
 }
 
 /* The clamped entry range of tile t, and its key-visibility limit. */
@@ -111,74 +109,26 @@ __device__ __forceinline__ void sk_plan_row(const sk_plan_params &p, int32_t t, 
 __global__ void __launch_bounds__(SK_PLAN_THREADS)
     sk_plan_count_kernel(const __grid_constant__ sk_plan_params p) {
     __shared__ int32_t hist[SK_SCHED_MAX_BINS];
-    for (int b = threadIdx.x; b < p.bins; b += blockDim.x) hist[b] = 0;
-    __syncthreads();
+    sk_sort_hist_zero(hist, p.bins);
     const int32_t t = sk_plan_segment_tile(p, blockIdx.x, threadIdx.x);
     if (t >= 0) {
         int32_t start, end, kmax, count = 0;
         sk_plan_row(p, t, &start, &end, &kmax);
         for (int32_t e = start; e < end; ++e)
-            count += sk_sched_visit(__ldg(p.col_indices + e), p.col_blocks, p.causal, p.block_k,
-                                    kmax);
+            count +=
+                sk_sched_visit(__ldg(p.col_indices + e), p.col_blocks, p.causal, p.block_k, kmax);
         const int32_t key = min(count, p.bins - 1);
         p.keys[t] = key;
         atomicAdd(&hist[key], 1);
     }
-    __syncthreads();
-    for (int b = threadIdx.x; b < p.bins; b += blockDim.x)
-        p.hist[(size_t)blockIdx.x * p.bins + b] = hist[b];
+    sk_sort_hist_store(hist, p.bins, p.hist + (size_t)blockIdx.x * p.bins);
 }
 
-/* One CTA per group: hist[seg][key] becomes the first slot of that
- * segment's tiles with that key, keys in descending order within the
- * group, after the slots of the groups before it. */
+/* One CTA per group: the slots of its tiles follow the groups before it. */
 __global__ void __launch_bounds__(SK_PLAN_THREADS)
     sk_plan_offsets_kernel(const __grid_constant__ sk_plan_params p) {
-    __shared__ int32_t total[SK_SCHED_MAX_BINS];
-    __shared__ int32_t scan[2][SK_SCHED_MAX_BINS];
-    const int b = threadIdx.x; /* bins <= blockDim.x */
-    const int32_t seg0 = blockIdx.x * p.group_segs, seg_end = seg0 + p.group_segs;
-    int32_t run = 0;
-    if (b < p.bins) {
-        int32_t seg = seg0;
-        for (; seg + SK_PLAN_SCAN_UNROLL <= seg_end; seg += SK_PLAN_SCAN_UNROLL) {
-            int32_t v[SK_PLAN_SCAN_UNROLL];
-#pragma unroll
-            for (int u = 0; u < SK_PLAN_SCAN_UNROLL; ++u)
-                v[u] = p.hist[(size_t)(seg + u) * p.bins + b];
-#pragma unroll
-            for (int u = 0; u < SK_PLAN_SCAN_UNROLL; ++u) {
-                p.hist[(size_t)(seg + u) * p.bins + b] = run;
-                run += v[u];
-            }
-        }
-        for (; seg < seg_end; ++seg) {
-            const int32_t v = p.hist[(size_t)seg * p.bins + b];
-            p.hist[(size_t)seg * p.bins + b] = run;
-            run += v;
-        }
-        total[b] = run;
-    }
-    /* Inclusive scan of the totals in descending key order (Hillis-Steele):
-     * scan[r] over r = bins - 1 - key. */
-    const int r = b;
-    int cur = 0;
-    scan[0][r] = 0;
-    __syncthreads();
-    if (r < p.bins) scan[0][r] = total[p.bins - 1 - r];
-    __syncthreads();
-    for (int off = 1; off < SK_SCHED_MAX_BINS; off *= 2) {
-        const int32_t x = scan[cur][r] + (r >= off ? scan[cur][r - off] : 0);
-        scan[cur ^ 1][r] = x;
-        cur ^= 1;
-        __syncthreads();
-    }
-    if (b < p.bins) {
-        /* The groups before this one, then this group's tiles with a larger key. */
-        const int32_t base =
-            blockIdx.x * p.group_tiles + scan[cur][p.bins - 1 - b] - total[b];
-        for (int32_t seg = seg0; seg < seg_end; ++seg) p.hist[(size_t)seg * p.bins + b] += base;
-    }
+    sk_sort_group_offsets(p.hist, p.bins, blockIdx.x * p.group_segs, p.group_segs,
+                          blockIdx.x * p.group_tiles);
 }
 
 __global__ void __launch_bounds__(SK_PLAN_THREADS)
@@ -189,21 +139,13 @@ __global__ void __launch_bounds__(SK_PLAN_THREADS)
     keys[threadIdx.x] = key;
     __syncthreads();
     if (t < 0) return;
-    int32_t rank = 0;
-    for (int j = 0; j < (int)threadIdx.x; ++j) rank += keys[j] == key;
-    const int32_t slot = p.hist[(size_t)blockIdx.x * p.bins + key] + rank;
+    const int32_t slot = p.hist[(size_t)blockIdx.x * p.bins + key] + sk_sort_rank(keys, key);
     int32_t start, end, kmax;
     sk_plan_row(p, t, &start, &end, &kmax);
-    int32_t first = start, col = -1;
-    for (; first < end; ++first) {
-        const int32_t c = __ldg(p.col_indices + first);
-        if (sk_sched_visit(c, p.col_blocks, p.causal, p.block_k, kmax)) {
-            col = c;
-            break;
-        }
-    }
+    const int2 first =
+        sk_sort_first_visit(p.col_indices, start, end, p.col_blocks, p.causal, p.block_k, kmax);
     p.order[slot] = t;
-    p.info[slot] = make_int4(t, first, end, col);
+    p.info[slot] = make_int4(t, first.x, end, first.y);
 }
 
 /* ---------------------------------------------------------------------------
