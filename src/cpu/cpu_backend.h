@@ -6,6 +6,7 @@
 #ifndef SK_CPU_BACKEND_H
 #define SK_CPU_BACKEND_H
 
+#include "core/decode_select.h"
 #include "core/problem.h"
 #include "core/topk_rules.h"
 
@@ -60,5 +61,13 @@ int32_t sk_cpu_topk_select_row(const sk_topk_problem *p, const sk_topk_row *rule
 /* sk_cpu_topk_pool into fresh host buffers, then sk_cpu_topk_select: the
  * selection half of sk_attention_topk on the CPU (p->q, p->k_in set). */
 sk_status sk_cpu_topk_pool_select(const sk_topk_problem *p);
+
+/* Decode page selection (decode_select_ref.c; problems checked by
+ * src/core/decode_select.c, page indices and lengths included). */
+/* Build (append == 0: every block) or append (the blocks holding keys
+ * old_lens[b] .. seq_lens[b] - 1) into p->summary_out. */
+sk_status sk_cpu_dsel_summary(const sk_dsel_problem *p, int append);
+/* Scores and selection into p->row_offsets / p->col_indices. */
+sk_status sk_cpu_dsel_select(const sk_dsel_problem *p);
 
 #endif /* SK_CPU_BACKEND_H */

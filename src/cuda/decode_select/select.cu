@@ -1,0 +1,250 @@
+/*
+ * select.cu - the decode selection on the GPU (sk_decode_select): three
+ * kernels on one stream, no host synchronisation, fixed workspace.
+ *
+ *   score   per (row, 64-block tile) CTA: the row's query sums Qp, Qn
+ *           (sparsek.h order: t, then g) in shared memory, then one warp
+ *           per key block: lane l's FMA chain over its D/32 channels, the
+ *           xor-butterfly over the 32 lanes (lane 0 holds (l0 + l16) +
+ *           (l8 + l24) ..., the CPU reference's pairwise order), times
+ *           scale -> scores[row, j] in the workspace, for the row's
+ *           ceil(len / block_k) candidates only.
+ *   select  one CTA per row: scores -> order-preserving keys (topk's
+ *           score_key; forced blocks, NaN, -inf -> 0), kept in shared
+ *           memory up to SEL_SMEM_KEYS blocks (re-read from the scores past
+ *           that); if more than k keys are non-zero, an MSB-first radix
+ *           select (4 passes of 8 bits, topk's radix_pick on a 256-bin
+ *           histogram) finds the k-th largest key T and how many keys equal
+ *           to T to take; one pass in index order keeps the forced blocks,
+ *           keys > T and the lowest-index ties, each row's blocks into a
+ *           fixed-stride scratch row (row_cap), and its count.
+ *   place   one CTA per row: its offset (the sum of the earlier rows'
+ *           counts), row_offsets, and the copy into col_indices.
+ * The rules are sk_dsel_row_rules (core/decode_select.h), the host's.
+ */
+#include "cuda/backend.h"
+#include "cuda/decode_select/dsel.cuh"
+#include "cuda/topk/kernels.cuh"
+
+enum {
+    SC_THREADS = 256,
+    SC_WARPS = SC_THREADS / 32,
+    SC_TILE = 64,           /* key blocks per scoring CTA */
+    SC_MAX_DIM = 256,       /* the most channels (sparsek.h) */
+    SEL_THREADS = 256,
+    SEL_SMEM_KEYS = 8192,   /* keys of a row kept in shared memory (32 KB) */
+    PLACE_THREADS = 256,
+    WS_ALIGN = 256
+};
+
+static __device__ __forceinline__ int32_t row_blocks(const sk_dsel_problem &p, int32_t r) {
+    return sk_dsel_blocks(sk_dsel_clamp_len(p.seq_lens[r / p.heads_kv], p.max_seqlen_k),
+                          p.block_k);
+}
+
+__global__ void __launch_bounds__(SC_THREADS, 1)
+    sk_dsel_score_kernel(const __grid_constant__ sk_dsel_problem p, float *scores) {
+    __shared__ float qs[2 * SC_MAX_DIM]; /* Qp, then Qn */
+    const int32_t tiles = (p.max_blocks + SC_TILE - 1) / SC_TILE;
+    const int32_t r = (int32_t)(blockIdx.x / tiles), tile = (int32_t)(blockIdx.x % tiles);
+    const int32_t n = row_blocks(p, r);
+    const int32_t j_begin = tile * SC_TILE;
+    const int32_t j_end = j_begin + SC_TILE < n ? j_begin + SC_TILE : n;
+    if (j_begin >= j_end) return; /* the same for the whole CTA */
+    const int bf16 = p.dtype == SK_DTYPE_BF16;
+    const int32_t b = r / p.heads_kv, h = r % p.heads_kv;
+    const uint16_t *q = (const uint16_t *)p.q;
+    for (int32_t d = (int32_t)threadIdx.x; d < p.head_dim; d += SC_THREADS) {
+        float qp = 0.0f, qn = 0.0f;
+        for (int32_t t = 0; t < p.q_len; ++t)
+            for (int32_t g = 0; g < p.group; ++g) {
+                const int64_t at = b * p.q_stride[0] + t * p.q_stride[1] +
+                                   ((int64_t)h * p.group + g) * p.q_stride[2] + d;
+                const float x = dsel_to_f32(q[at], bf16);
+                qp += x > 0.0f ? x : 0.0f;
+                qn += x < 0.0f ? x : 0.0f;
+            }
+        qs[d] = qp;
+        qs[SC_MAX_DIM + d] = qn;
+    }
+    __syncthreads();
+    const int32_t warp = (int32_t)(threadIdx.x >> 5), lane = (int32_t)(threadIdx.x & 31);
+    const int32_t per = p.head_dim / SK_DSEL_LANES;
+    const uint16_t *sum = (const uint16_t *)p.summary;
+    for (int32_t j = j_begin + warp; j < j_end; j += SC_WARPS) {
+        const uint16_t *blk = sum + ((int64_t)r * p.max_blocks + j) * 2 * p.head_dim;
+        float acc = 0.0f;
+        for (int32_t c = 0; c < per; ++c) {
+            const int32_t d = lane * per + c;
+            const float mx = dsel_to_f32(blk[p.head_dim + d], bf16);
+            const float mn = dsel_to_f32(blk[d], bf16);
+            acc = fmaf(qs[d], mx, acc);
+            acc = fmaf(qs[SC_MAX_DIM + d], mn, acc);
+        }
+#pragma unroll
+        for (int o = SK_DSEL_LANES / 2; o >= 1; o >>= 1) acc = acc + __shfl_xor_sync(0xffffffffu, acc, o);
+        if (lane == 0) scores[(int64_t)r * p.max_blocks + j] = acc * p.scale;
+    }
+}
+
+/* A row's keys: shared memory below `cached`, else from the scores. */
+typedef struct sel_row {
+    const float *scores;
+    const uint32_t *keys;
+    int32_t cached;
+    sk_topk_row rule;
+} sel_row;
+
+static __device__ __forceinline__ uint32_t sel_key(const sel_row &s, int32_t j) {
+    if (j < s.cached) return s.keys[j];
+    return sk_topk_is_forced(&s.rule, j) ? 0u : score_key(s.scores[j]);
+}
+
+/* The k-th largest key of the row (more than k are non-zero) and how many
+ * keys equal to it to take (the lowest-index ones). */
+static __device__ uint32_t sel_threshold(const sel_row &s, int32_t k, uint32_t *hist,
+                                         int32_t *pick, int32_t *eq_take) {
+    const int32_t n = s.rule.n_cand;
+    const int lane = (int)(threadIdx.x & 31);
+    uint32_t prefix = 0, mask = 0;
+    int32_t kk = k;
+    for (int shift = 24; shift >= 0; shift -= 8) {
+        for (int32_t i = (int32_t)threadIdx.x; i < 256; i += SEL_THREADS) hist[i] = 0;
+        __syncthreads();
+        for (int32_t j = (int32_t)threadIdx.x; j < n; j += SEL_THREADS) {
+            const uint32_t key = sel_key(s, j);
+            if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 255u], 1u);
+        }
+        __syncthreads();
+        if (threadIdx.x < 32) {
+            int32_t rest = kk;
+            const uint32_t digit = radix_pick(hist, lane, &rest);
+            if (lane == 0) {
+                pick[0] = (int32_t)digit;
+                pick[1] = rest;
+            }
+        }
+        __syncthreads();
+        prefix |= (uint32_t)pick[0] << shift;
+        mask |= 255u << shift;
+        kk = pick[1];
+        __syncthreads(); /* pick and hist are rewritten by the next pass */
+    }
+    *eq_take = kk;
+    return prefix;
+}
+
+__global__ void __launch_bounds__(SEL_THREADS)
+    sk_dsel_select_kernel(const __grid_constant__ sk_dsel_problem p, const float *scores,
+                          int32_t *counts, int32_t *scratch) {
+    __shared__ uint32_t keys[SEL_SMEM_KEYS];
+    __shared__ uint32_t hist[256];
+    __shared__ int32_t warp_part[SEL_THREADS / 32];
+    __shared__ int32_t pick[2];
+    const int32_t r = (int32_t)blockIdx.x;
+    sel_row s;
+    s.rule = sk_dsel_row_rules(row_blocks(p, r), p.sink_blocks, p.recent_blocks, p.k);
+    const int32_t n = s.rule.n_cand;
+    s.scores = scores + (int64_t)r * p.max_blocks;
+    s.keys = keys;
+    s.cached = 0;
+    int32_t nonzero = 0;
+    for (int32_t j = (int32_t)threadIdx.x; j < n; j += SEL_THREADS) {
+        const uint32_t key = sel_key(s, j);
+        if (j < SEL_SMEM_KEYS) keys[j] = key;
+        nonzero += key != 0u;
+    }
+    int32_t total;
+    (void)cta_exclusive_sum<SEL_THREADS>(nonzero, warp_part, &total);
+    __syncthreads();
+    s.cached = n < SEL_SMEM_KEYS ? n : SEL_SMEM_KEYS;
+    /* Selected by score: key > thr, or key == thr among the first eq_take. */
+    uint32_t thr = 0xffffffffu;
+    int32_t eq_take = 0;
+    if (p.k > 0 && total > 0) {
+        if (total <= p.k)
+            thr = 0u; /* every non-zero key */
+        else
+            thr = sel_threshold(s, p.k, hist, pick, &eq_take);
+    }
+    int32_t eq_before = 0, sel_before = 0;
+    int32_t *out = scratch + (int64_t)r * p.row_cap;
+    for (int32_t base = 0; base < n; base += SEL_THREADS) {
+        const int32_t j = base + (int32_t)threadIdx.x;
+        const bool in = j < n;
+        const uint32_t key = in ? sel_key(s, j) : 0u;
+        const bool forced = in && sk_topk_is_forced(&s.rule, j);
+        const bool eq = in && !forced && key == thr;
+        int32_t sum;
+        const int32_t eq_rank = eq_before + cta_exclusive_sum<SEL_THREADS>(eq, warp_part, &sum);
+        eq_before += sum;
+        __syncthreads();
+        const bool sel = in && (forced || key > thr || (eq && eq_rank < eq_take));
+        const int32_t pos = sel_before + cta_exclusive_sum<SEL_THREADS>(sel, warp_part, &sum);
+        sel_before += sum;
+        __syncthreads();
+        if (sel && pos < p.row_cap) out[pos] = j;
+    }
+    if (threadIdx.x == 0) counts[r] = sel_before < p.row_cap ? sel_before : p.row_cap;
+}
+
+__global__ void __launch_bounds__(PLACE_THREADS)
+    sk_dsel_place_kernel(const __grid_constant__ sk_dsel_problem p, const int32_t *counts,
+                         const int32_t *scratch) {
+    __shared__ int32_t warp_part[PLACE_THREADS / 32];
+    const int32_t r = (int32_t)blockIdx.x;
+    int32_t part = 0;
+    for (int32_t i = (int32_t)threadIdx.x; i < r; i += PLACE_THREADS) part += counts[i];
+    int32_t offset;
+    (void)cta_exclusive_sum<PLACE_THREADS>(part, warp_part, &offset);
+    const int32_t count = counts[r];
+    if (threadIdx.x == 0) {
+        p.row_offsets[r] = offset;
+        if (r == p.rows - 1) p.row_offsets[p.rows] = offset + count;
+    }
+    const int32_t *src = scratch + (int64_t)r * p.row_cap;
+    for (int32_t i = (int32_t)threadIdx.x; i < count; i += PLACE_THREADS)
+        p.col_indices[offset + i] = src[i];
+}
+
+static size_t align_up(size_t x) { return (x + WS_ALIGN - 1) / WS_ALIGN * WS_ALIGN; }
+
+/* Workspace: scores [rows, max_blocks] fp32, counts [rows], scratch
+ * [rows, row_cap] int32, each WS_ALIGN-aligned. */
+static size_t scores_bytes(const sk_dsel_problem *p) {
+    return align_up((size_t)p->rows * (size_t)p->max_blocks * sizeof(float));
+}
+static size_t counts_bytes(const sk_dsel_problem *p) {
+    return align_up((size_t)p->rows * sizeof(int32_t));
+}
+
+sk_status sk_cuda_dsel_workspace_size(const sk_dsel_problem *p, size_t *bytes) {
+    *bytes = scores_bytes(p) + counts_bytes(p) +
+             align_up((size_t)p->rows * (size_t)(p->row_cap > 0 ? p->row_cap : 1) * sizeof(int32_t));
+    return SK_STATUS_SUCCESS;
+}
+
+sk_status sk_cuda_dsel_select(const sk_dsel_problem *p, void *workspace, size_t workspace_size,
+                              struct CUstream_st *stream) {
+    size_t need;
+    SK_TRY(sk_cuda_dsel_workspace_size(p, &need));
+    if (workspace_size < need)
+        return sk_error(SK_STATUS_BAD_PARAM_WORKSPACE, "workspace_size = %zu, %zu needed",
+                        workspace_size, need);
+    SK_TRY(dsel_check_device(p->backend));
+    const int64_t tiles = (p->max_blocks + SC_TILE - 1) / SC_TILE;
+    if ((int64_t)p->rows * tiles > INT32_MAX)
+        return sk_error(SK_STATUS_NOT_SUPPORTED, "%d rows x %lld score tiles exceed one grid",
+                        (int)p->rows, (long long)tiles);
+    char *base = (char *)workspace;
+    float *scores = (float *)base;
+    int32_t *counts = (int32_t *)(base + scores_bytes(p));
+    int32_t *scratch = (int32_t *)(base + scores_bytes(p) + counts_bytes(p));
+    const cudaStream_t s = (cudaStream_t)stream;
+    sk_dsel_score_kernel<<<(unsigned)(p->rows * tiles), SC_THREADS, 0, s>>>(*p, scores);
+    SK_CUDA_TRY(cudaGetLastError(), "score kernel launch");
+    sk_dsel_select_kernel<<<(unsigned)p->rows, SEL_THREADS, 0, s>>>(*p, scores, counts, scratch);
+    SK_CUDA_TRY(cudaGetLastError(), "select kernel launch");
+    sk_dsel_place_kernel<<<(unsigned)p->rows, PLACE_THREADS, 0, s>>>(*p, counts, scratch);
+    return sk_cuda_status(cudaGetLastError(), "place kernel launch");
+}
