@@ -42,6 +42,39 @@ static __device__ __forceinline__ int32_t row_blocks(const sk_dsel_problem &p, i
                           p.block_k);
 }
 
+/* PER consecutive 16-bit values as fp32: one 4-, 8- or 16-byte load when
+ * PER is 2, 4 or 8 (lane * PER * 2 bytes into a row of 2 * D * 2 bytes:
+ * aligned), else one load per value. */
+template <int PER>
+static __device__ __forceinline__ void load_lane(const uint16_t *src, int bf16, float out[PER]) {
+    if (PER == 2 || PER == 4 || PER == 8) {
+        uint32_t w[4] = {0u, 0u, 0u, 0u};
+        if (PER == 2) {
+            w[0] = *reinterpret_cast<const uint32_t *>(src);
+        } else if (PER == 4) {
+            const uint2 v = *reinterpret_cast<const uint2 *>(src);
+            w[0] = v.x;
+            w[1] = v.y;
+        } else {
+            const uint4 v = *reinterpret_cast<const uint4 *>(src);
+            w[0] = v.x;
+            w[1] = v.y;
+            w[2] = v.z;
+            w[3] = v.w;
+        }
+#pragma unroll
+        for (int c = 0; c < PER; ++c)
+            out[c] = dsel_to_f32((w[c / 2] >> (16 * (c % 2))) & 0xffffu, bf16);
+    } else {
+#pragma unroll
+        for (int c = 0; c < PER; ++c) out[c] = dsel_to_f32(src[c], bf16);
+    }
+}
+
+/* Blocks a warp loads before it reduces: more loads in flight. */
+enum { SC_BATCH = 2 };
+
+template <int PER>
 __global__ void __launch_bounds__(SC_THREADS, 1)
     sk_dsel_score_kernel(const __grid_constant__ sk_dsel_problem p, float *scores) {
     __shared__ float qs[2 * SC_MAX_DIM]; /* Qp, then Qn */
@@ -69,21 +102,38 @@ __global__ void __launch_bounds__(SC_THREADS, 1)
     }
     __syncthreads();
     const int32_t warp = (int32_t)(threadIdx.x >> 5), lane = (int32_t)(threadIdx.x & 31);
-    const int32_t per = p.head_dim / SK_DSEL_LANES;
-    const uint16_t *sum = (const uint16_t *)p.summary;
-    for (int32_t j = j_begin + warp; j < j_end; j += SC_WARPS) {
-        const uint16_t *blk = sum + ((int64_t)r * p.max_blocks + j) * 2 * p.head_dim;
-        float acc = 0.0f;
-        for (int32_t c = 0; c < per; ++c) {
-            const int32_t d = lane * per + c;
-            const float mx = dsel_to_f32(blk[p.head_dim + d], bf16);
-            const float mn = dsel_to_f32(blk[d], bf16);
-            acc = fmaf(qs[d], mx, acc);
-            acc = fmaf(qs[SC_MAX_DIM + d], mn, acc);
+    float qp[PER], qn[PER];
+#pragma unroll
+    for (int c = 0; c < PER; ++c) {
+        qp[c] = qs[lane * PER + c];
+        qn[c] = qs[SC_MAX_DIM + lane * PER + c];
+    }
+    const uint16_t *row = (const uint16_t *)p.summary + (int64_t)r * p.max_blocks * 2 * p.head_dim;
+    for (int32_t j0 = j_begin + warp; j0 < j_end; j0 += SC_WARPS * SC_BATCH) {
+        float mn[SC_BATCH][PER], mx[SC_BATCH][PER];
+#pragma unroll
+        for (int u = 0; u < SC_BATCH; ++u) {
+            const int32_t j = j0 + u * SC_WARPS;
+            if (j >= j_end) continue;
+            const uint16_t *blk = row + (int64_t)j * 2 * p.head_dim + lane * PER;
+            load_lane<PER>(blk + p.head_dim, bf16, mx[u]);
+            load_lane<PER>(blk, bf16, mn[u]);
         }
 #pragma unroll
-        for (int o = SK_DSEL_LANES / 2; o >= 1; o >>= 1) acc = acc + __shfl_xor_sync(0xffffffffu, acc, o);
-        if (lane == 0) scores[(int64_t)r * p.max_blocks + j] = acc * p.scale;
+        for (int u = 0; u < SC_BATCH; ++u) {
+            const int32_t j = j0 + u * SC_WARPS; /* the same for the whole warp */
+            if (j >= j_end) continue;
+            float acc = 0.0f;
+#pragma unroll
+            for (int c = 0; c < PER; ++c) {
+                acc = fmaf(qp[c], mx[u][c], acc);
+                acc = fmaf(qn[c], mn[u][c], acc);
+            }
+#pragma unroll
+            for (int o = SK_DSEL_LANES / 2; o >= 1; o >>= 1)
+                acc = acc + __shfl_xor_sync(0xffffffffu, acc, o);
+            if (lane == 0) scores[(int64_t)r * p.max_blocks + j] = acc * p.scale;
+        }
     }
 }
 
@@ -241,7 +291,17 @@ sk_status sk_cuda_dsel_select(const sk_dsel_problem *p, void *workspace, size_t 
     int32_t *counts = (int32_t *)(base + scores_bytes(p));
     int32_t *scratch = (int32_t *)(base + scores_bytes(p) + counts_bytes(p));
     const cudaStream_t s = (cudaStream_t)stream;
-    sk_dsel_score_kernel<<<(unsigned)(p->rows * tiles), SC_THREADS, 0, s>>>(*p, scores);
+    const unsigned score_ctas = (unsigned)(p->rows * tiles);
+    switch (p->head_dim / SK_DSEL_LANES) {
+    case 1: sk_dsel_score_kernel<1><<<score_ctas, SC_THREADS, 0, s>>>(*p, scores); break;
+    case 2: sk_dsel_score_kernel<2><<<score_ctas, SC_THREADS, 0, s>>>(*p, scores); break;
+    case 3: sk_dsel_score_kernel<3><<<score_ctas, SC_THREADS, 0, s>>>(*p, scores); break;
+    case 4: sk_dsel_score_kernel<4><<<score_ctas, SC_THREADS, 0, s>>>(*p, scores); break;
+    case 5: sk_dsel_score_kernel<5><<<score_ctas, SC_THREADS, 0, s>>>(*p, scores); break;
+    case 6: sk_dsel_score_kernel<6><<<score_ctas, SC_THREADS, 0, s>>>(*p, scores); break;
+    case 7: sk_dsel_score_kernel<7><<<score_ctas, SC_THREADS, 0, s>>>(*p, scores); break;
+    default: sk_dsel_score_kernel<8><<<score_ctas, SC_THREADS, 0, s>>>(*p, scores); break;
+    }
     SK_CUDA_TRY(cudaGetLastError(), "score kernel launch");
     sk_dsel_select_kernel<<<(unsigned)p->rows, SEL_THREADS, 0, s>>>(*p, scores, counts, scratch);
     SK_CUDA_TRY(cudaGetLastError(), "select kernel launch");
