@@ -44,6 +44,7 @@ from .paged import attention_paged, paged_kv_from_dense
 from .plan_cache import clear_plan_cache, plan_cache_info
 from .topk import attention_topk, block_pool, layout_from_scores, pool_select_topk, select_topk, topk_capacity
 from .varlen import VarlenLayout, attention_varlen, varlen_layout_grid, varlen_max_row_blocks
+from .decode_select import DecodeSelection, decode_select, kv_summary_append, kv_summary_build
 
 
 def version() -> str:
@@ -142,4 +143,8 @@ __all__ = [
     "varlen_max_row_blocks",
     "version",
     "version_int",
+    "DecodeSelection",
+    "decode_select",
+    "kv_summary_append",
+    "kv_summary_build",
 ]
