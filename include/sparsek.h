@@ -1063,6 +1063,21 @@ SK_API sk_status sk_attention_topk(const sk_attention_desc *attn, const sk_topk_
  * with causal, for the one query row at position len_k(b) - 1). A sequence
  * with len_k(b) = 0 gets an empty row.
  *
+ * Two levels (group_blocks > 0; off by default): the summary buffer also
+ * holds, after the block summaries, group summaries [B, Hkv, max_groups,
+ * 2, D] (max_groups = ceil(max_blocks / group_blocks)): group g is the
+ * per-channel min / max over the stored summaries of blocks g *
+ * group_blocks .. (g + 1) * group_blocks - 1 below ceil(len_k(b) /
+ * block_k), in block order, kept by the build and the append (which
+ * recomputes the groups holding the blocks it updated). The selection first scores the row's
+ * ceil(n / group_blocks) groups (the same formula and arithmetic on the
+ * group summaries) and keeps the top_groups best (ties to the lower index,
+ * NaN / -inf never); then the blocks outside the kept groups count as
+ * scored -inf (never picked by score; forced blocks still are) and only
+ * the kept groups' block summaries are read. The selection then reads
+ * about (max_groups + top_groups x group_blocks) summaries per row instead
+ * of max_blocks.
+ *
  * Output, the decode layout: an sk_bsr with grid {rows = q_len, cols =
  * max_seqlen_k, block_rows = 64, block_cols = block_k, batch = B, heads =
  * Hkv}: one row per (sequence, KV head), row r = b * Hkv + h, row_offsets
@@ -1108,12 +1123,16 @@ typedef struct sk_decode_select_desc {
     int64_t page_table_stride; /* elements between rows of page_table; 0 (default) = max_pages */
     int64_t k_strides[3];      /* k_cache [num_pages, page_size, Hkv, D] over [page, slot,
                                   head]; all 0 = packed */
+    int32_t group_blocks;      /* two levels: key blocks per group, 2 .. 4096; 0 (default): one
+                                  level */
+    int32_t top_groups;        /* groups kept by the first level, >= 1 (with group_blocks) */
 } sk_decode_select_desc;
 
 /* Fill *desc with the defaults above (sizes 0, to be set). */
 SK_API sk_status sk_decode_select_desc_init(sk_decode_select_desc *desc, size_t struct_size);
 
-/* Bytes of the summary buffer: B x Hkv x max_blocks x 2 x D x dtype size. */
+/* Bytes of the summary buffer: B x Hkv x max_blocks x 2 x D x dtype size,
+ * plus B x Hkv x max_groups x 2 x D x dtype size with group_blocks. */
 SK_API sk_status sk_kv_summary_bytes(const sk_decode_select_desc *desc, size_t *bytes);
 
 /* Build every block's summary (all max_blocks of each row; the blocks past

@@ -299,6 +299,8 @@ class SkDecodeSelectDesc(CheckedStructure):
         ("max_pages", c_int32),
         ("page_table_stride", c_int64),
         ("k_strides", c_int64 * 3),
+        ("group_blocks", c_int32),
+        ("top_groups", c_int32),
     ]
 
 

@@ -19,7 +19,7 @@
 #include "cuda/backend.h"
 
 /* The most query tokens (one layout row block of 64) and channels. */
-enum { DSEL_MAX_Q_LEN = 64, DSEL_MAX_HEAD_DIM = 256, DSEL_BLOCK_ROWS = 64 };
+enum { DSEL_MAX_Q_LEN = 64, DSEL_MAX_HEAD_DIM = 256, DSEL_BLOCK_ROWS = 64, DSEL_MAX_GROUP = 4096 };
 
 sk_status sk_decode_select_desc_init(sk_decode_select_desc *desc, size_t struct_size) {
     SK_ENTER("sk_decode_select_desc_init");
@@ -77,6 +77,14 @@ static sk_status check_fields(const sk_decode_select_desc *d) {
                         "desc->page_table_stride = %lld must be 0 (packed) or at least max_pages "
                         "= %d",
                         (long long)d->page_table_stride, (int)d->max_pages);
+    if (d->group_blocks != 0 && (d->group_blocks < 2 || d->group_blocks > DSEL_MAX_GROUP))
+        return sk_error(SK_STATUS_BAD_PARAM_VALUE,
+                        "desc->group_blocks = %d must be 0 (one level) or in 2 .. %d",
+                        (int)d->group_blocks, (int)DSEL_MAX_GROUP);
+    if (d->group_blocks != 0 && d->top_groups < 1)
+        return sk_error(SK_STATUS_BAD_PARAM_VALUE,
+                        "desc->top_groups = %d must be >= 1 with group_blocks = %d",
+                        (int)d->top_groups, (int)d->group_blocks);
     if (d->max_seqlen_k > (int64_t)d->max_pages * d->page_size)
         return sk_error(SK_STATUS_BAD_PARAM_SHAPE,
                         "desc->max_seqlen_k = %lld exceeds max_pages x page_size = %lld",
@@ -106,7 +114,13 @@ static sk_status build_problem(const sk_decode_select_desc *d, sk_dsel_problem *
                         "blocks does not fit int32",
                         (long long)d->batch, (long long)d->heads_kv, (long long)cap);
     const int64_t es = (int64_t)sk_dtype_size(d->dtype);
-    const int64_t sum_sizes[5] = {rows, p->max_blocks, 2, d->head_dim, es};
+    if (d->group_blocks > 0) {
+        p->group_blocks = d->group_blocks;
+        p->top_groups = d->top_groups;
+        p->max_groups = (int32_t)sk_ceil_div_i64(p->max_blocks, d->group_blocks);
+        p->group_cap = d->top_groups < p->max_groups ? d->top_groups : p->max_groups;
+    }
+    const int64_t sum_sizes[5] = {rows, (int64_t)p->max_blocks + p->max_groups, 2, d->head_dim, es};
     const int64_t score_sizes[2] = {rows, p->max_blocks};
     int64_t bytes, blocks;
     if (!sk_product_i64(sum_sizes, 5, &bytes))
@@ -151,7 +165,8 @@ static sk_status build_problem(const sk_decode_select_desc *d, sk_dsel_problem *
 }
 
 static int64_t summary_bytes(const sk_dsel_problem *p) {
-    return (int64_t)p->rows * p->max_blocks * 2 * p->head_dim * (int64_t)sk_dtype_size(p->dtype);
+    return (int64_t)p->rows * ((int64_t)p->max_blocks + p->max_groups) * 2 * p->head_dim *
+           (int64_t)sk_dtype_size(p->dtype);
 }
 
 /* A [n0, n1, n2, D] tensor of the call: extent and alignment (16 bytes and

@@ -31,6 +31,9 @@ typedef struct sk_dsel_problem {
     float scale;                      /* resolved */
     int32_t k, sink_blocks, recent_blocks;
     int32_t row_cap;                  /* min(k + sinks + recent, max_blocks): a row's most */
+    int32_t group_blocks, top_groups; /* two levels when group_blocks > 0 */
+    int32_t max_groups;               /* ceil(max_blocks / group_blocks); 0: one level */
+    int32_t group_cap;                /* min(top_groups, max_groups) */
     int32_t rows;                     /* batch * heads_kv */
     int32_t capacity;                 /* rows * row_cap */
     sk_grid grid;                     /* the decode layout's */

@@ -35,6 +35,39 @@ static int64_t summary_offset(const sk_dsel_problem *p, int32_t b, int32_t h, in
     return (((int64_t)b * p->heads_kv + h) * p->max_blocks + j) * 2 * p->head_dim;
 }
 
+/* Element offset of group g of row r (after every block summary). */
+static int64_t group_offset(const sk_dsel_problem *p, int32_t r, int32_t g) {
+    return ((int64_t)p->rows * p->max_blocks + (int64_t)r * p->max_groups + g) * 2 * p->head_dim;
+}
+
+/* Groups g0 .. g1 - 1 of row r from the summaries of their blocks below
+ * n (the row's blocks with keys; the others are empty), in block order. */
+static void update_groups(const sk_dsel_problem *p, int32_t r, int32_t g0, int32_t g1, int32_t n,
+                          float *mn, float *mx) {
+    const int32_t D = p->head_dim;
+    for (int32_t g = g0; g < g1; ++g) {
+        for (int32_t d = 0; d < D; ++d) {
+            mn[d] = INFINITY;
+            mx[d] = -INFINITY;
+        }
+        const int32_t j1 = (g + 1) * p->group_blocks < n ? (g + 1) * p->group_blocks : n;
+        for (int32_t j = g * p->group_blocks; j < j1; ++j) {
+            const int64_t off = summary_offset(p, r / p->heads_kv, r % p->heads_kv, j);
+            for (int32_t d = 0; d < D; ++d) {
+                const float lo = sk_cpu_load1_f32(p->summary_out, p->dtype, off + d);
+                const float hi = sk_cpu_load1_f32(p->summary_out, p->dtype, off + D + d);
+                if (lo < mn[d]) mn[d] = lo;
+                if (hi > mx[d]) mx[d] = hi;
+            }
+        }
+        const int64_t out = group_offset(p, r, g);
+        for (int32_t d = 0; d < D; ++d) {
+            store_exact(p->summary_out, p->dtype, out + d, mn[d]);
+            store_exact(p->summary_out, p->dtype, out + D + d, mx[d]);
+        }
+    }
+}
+
 /* Block j of (b, h) over keys [from, to) merged into mn/mx, in position
  * order; a NaN channel never replaces a value. */
 static void merge_keys(const sk_dsel_problem *p, int32_t b, int32_t h, int64_t from, int64_t to,
@@ -88,6 +121,14 @@ sk_status sk_cpu_dsel_summary(const sk_dsel_problem *p, int append) {
                 merge_keys(p, b, h, lo > old ? lo : old, hi, mn, mx);
                 write_block(p, b, h, j, mn, mx);
             }
+        /* Build: every group; append: those holding the updated blocks. */
+        if (p->group_blocks > 0 && j1 > j0) {
+            const int32_t nb = sk_dsel_blocks((int32_t)len, p->block_k);
+            const int32_t g0 = append ? j0 / p->group_blocks : 0;
+            const int32_t g1 = append ? (j1 - 1) / p->group_blocks + 1 : p->max_groups;
+            for (int32_t h = 0; h < p->heads_kv; ++h)
+                update_groups(p, b * p->heads_kv + h, g0, g1, nb, mn, mx);
+        }
     }
     free(buf);
     return SK_STATUS_SUCCESS;
@@ -129,13 +170,32 @@ static float block_score(const sk_dsel_problem *p, const float *qp, const float 
     return lane[0] * p->scale;
 }
 
-/* Row (b, h): its query sums and the scores of its candidate blocks. */
+/* Row (b, h): its query sums and the scores of its candidate blocks; with
+ * two levels, the groups first (kept ones flagged in `kept`, scratch for
+ * max_groups entries, with `pairs` and `out`), and -inf for the blocks of
+ * the other groups. */
 static void row_scores(const sk_dsel_problem *p, int32_t b, int32_t h, float *qp, float *qn,
-                       float *scores) {
+                       float *scores, char *kept, sk_topk_pair *pairs, int32_t *out) {
     const int32_t n = sk_dsel_blocks(p->seq_lens[b], p->block_k);
     query_sums(p, b, h, qp, qn);
+    if (p->group_blocks > 0) {
+        const int32_t r = b * p->heads_kv + h;
+        const int32_t n2 = (n + p->group_blocks - 1) / p->group_blocks;
+        for (int32_t g = 0; g < n2; ++g) {
+            scores[g] = block_score(p, qp, qn, p->summary, group_offset(p, r, g));
+            kept[g] = 0;
+        }
+        sk_topk_problem tp;
+        memset(&tp, 0, sizeof tp);
+        tp.k = p->top_groups;
+        const sk_topk_row rule = sk_dsel_row_rules(n2, 0, 0, p->top_groups);
+        const int32_t c = sk_cpu_topk_select_row(&tp, &rule, scores, pairs, out);
+        for (int32_t e = 0; e < c; ++e) kept[out[e]] = 1;
+    }
     for (int32_t j = 0; j < n; ++j)
-        scores[j] = block_score(p, qp, qn, p->summary, summary_offset(p, b, h, j));
+        scores[j] = p->group_blocks > 0 && !kept[j / p->group_blocks]
+                        ? -INFINITY
+                        : block_score(p, qp, qn, p->summary, summary_offset(p, b, h, j));
 }
 
 sk_status sk_cpu_dsel_select(const sk_dsel_problem *p) {
@@ -143,8 +203,9 @@ sk_status sk_cpu_dsel_select(const sk_dsel_problem *p) {
     float *scores = (float *)malloc(mb * sizeof(float) + 2 * (size_t)p->head_dim * sizeof(float));
     sk_topk_pair *pairs = (sk_topk_pair *)malloc(mb * sizeof *pairs);
     int32_t *out = (int32_t *)malloc(mb * sizeof(int32_t));
-    if (scores == NULL || pairs == NULL || out == NULL) {
-        free(scores), free(pairs), free(out);
+    char *kept = (char *)malloc(mb); /* max_groups <= max_blocks */
+    if (scores == NULL || pairs == NULL || out == NULL || kept == NULL) {
+        free(scores), free(pairs), free(out), free(kept);
         return sk_error(SK_STATUS_ALLOC_FAILED, "no host memory for %d block scores",
                         (int)p->max_blocks);
     }
@@ -158,13 +219,13 @@ sk_status sk_cpu_dsel_select(const sk_dsel_problem *p) {
         const int32_t b = r / p->heads_kv, h = r % p->heads_kv;
         const int32_t n = sk_dsel_blocks(p->seq_lens[b], p->block_k);
         const sk_topk_row rule = sk_dsel_row_rules(n, p->sink_blocks, p->recent_blocks, p->k);
-        row_scores(p, b, h, qp, qn, scores);
+        row_scores(p, b, h, qp, qn, scores, kept, pairs, out);
         const int32_t count = sk_cpu_topk_select_row(&tp, &rule, scores, pairs, out);
         p->row_offsets[r] = off;
         if (count > 0) memcpy(p->col_indices + off, out, (size_t)count * sizeof(int32_t));
         off += count;
     }
     p->row_offsets[p->rows] = off;
-    free(scores), free(pairs), free(out);
+    free(scores), free(pairs), free(out), free(kept);
     return SK_STATUS_SUCCESS;
 }

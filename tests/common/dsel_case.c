@@ -13,8 +13,12 @@ int32_t dc_max_blocks(const dc_case *c) {
     return (int32_t)((c->desc.max_seqlen_k + c->desc.block_k - 1) / c->desc.block_k);
 }
 int32_t dc_rows(const dc_case *c) { return (int32_t)(c->desc.batch * c->desc.heads_kv); }
+int32_t dc_max_groups(const dc_case *c) {
+    const int32_t g = c->desc.group_blocks;
+    return g > 0 ? (dc_max_blocks(c) + g - 1) / g : 0;
+}
 int64_t dc_summary_elems(const dc_case *c) {
-    return (int64_t)dc_rows(c) * dc_max_blocks(c) * 2 * c->desc.head_dim;
+    return (int64_t)dc_rows(c) * (dc_max_blocks(c) + dc_max_groups(c)) * 2 * c->desc.head_dim;
 }
 
 static int64_t table_stride(const dc_case *c) {
@@ -160,6 +164,23 @@ void dc_naive_summary(const dc_case *c, const int32_t *lens, float *out) {
                         mx[e] = x > mx[e] ? x : mx[e];
                     }
             }
+    /* Groups: the min / max of their blocks' summaries. */
+    const int32_t mg = dc_max_groups(c), rows = dc_rows(c);
+    for (int32_t r = 0; r < rows; ++r)
+        for (int32_t g = 0; g < mg; ++g) {
+            float *gmn = out + ((int64_t)rows * mb + (int64_t)r * mg + g) * 2 * D, *gmx = gmn + D;
+            for (int32_t e = 0; e < D; ++e) {
+                gmn[e] = INFINITY;
+                gmx[e] = -INFINITY;
+            }
+            for (int32_t j = g * d->group_blocks; j < (g + 1) * d->group_blocks && j < mb; ++j) {
+                const float *bmn = out + ((int64_t)r * mb + j) * 2 * D, *bmx = bmn + D;
+                for (int32_t e = 0; e < D; ++e) {
+                    gmn[e] = bmn[e] < gmn[e] ? bmn[e] : gmn[e];
+                    gmx[e] = bmx[e] > gmx[e] ? bmx[e] : gmx[e];
+                }
+            }
+        }
 }
 
 void dc_summary_to_f32(const dc_case *c, const void *summary, float *out) {
@@ -182,37 +203,66 @@ static int by_int(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
+/* fp64 score of a summary (mn, mx) for row (b, h): Quest's bound head by
+ * head and token by token where the summary is finite, the documented
+ * form (whose 0 x inf is NaN) where it is not. */
+static double naive_bound(const dc_case *c, int32_t b, int32_t h, const float *mn, const float *mx) {
+    const sk_decode_select_desc *d = &c->desc;
+    const int32_t D = (int32_t)d->head_dim, G = (int32_t)(d->heads_q / d->heads_kv);
+    double s = 0.0;
+    for (int32_t e = 0; e < D; ++e) {
+        double quest = 0.0, qp = 0.0, qn = 0.0;
+        for (int32_t t = 0; t < d->q_len; ++t)
+            for (int32_t g = 0; g < G; ++g) {
+                const double qv = tu_load(c->q, d->dtype, q_index(c, b, t, h * G + g) + e);
+                const double a = qv * mn[e], z = qv * mx[e];
+                quest += a > z ? a : z;
+                qp += qv > 0.0 ? qv : 0.0;
+                qn += qv < 0.0 ? qv : 0.0;
+            }
+        s += isfinite(mn[e]) && isfinite(mx[e]) ? quest : qp * mx[e] + qn * mn[e];
+    }
+    return s * (d->scale != 0.0f ? d->scale : 1.0 / sqrt((double)D));
+}
+
+/* The k best of m pairs (sorted in place), ties to the lower index. */
+static int32_t best(dc_pair *pairs, int32_t m, int32_t k, int32_t *out) {
+    qsort(pairs, (size_t)m, sizeof *pairs, by_score);
+    int32_t n = 0;
+    for (int32_t e = 0; e < m && e < k; ++e) out[n++] = pairs[e].index;
+    return n;
+}
+
 void dc_naive_select(const dc_case *c, const float *summary, int32_t *offsets, int32_t *indices,
                      double *scores) {
     const sk_decode_select_desc *d = &c->desc;
-    const int32_t mb = dc_max_blocks(c), D = (int32_t)d->head_dim;
-    const int32_t G = (int32_t)(d->heads_q / d->heads_kv);
-    const double scale = d->scale != 0.0f ? d->scale : 1.0 / sqrt((double)D);
+    const int32_t mb = dc_max_blocks(c), mg = dc_max_groups(c), D = (int32_t)d->head_dim;
+    const int32_t rows = dc_rows(c);
     dc_pair *pairs = (dc_pair *)malloc((size_t)mb * sizeof *pairs);
-    int32_t *row = (int32_t *)malloc((size_t)mb * 4);
+    int32_t *row = (int32_t *)malloc((size_t)mb * 4), *kept = (int32_t *)malloc((size_t)mb * 4);
+    char *keep = (char *)malloc((size_t)mb);
     int32_t off = 0;
-    for (int32_t r = 0; r < dc_rows(c); ++r) {
+    for (int32_t r = 0; r < rows; ++r) {
         const int32_t b = r / (int32_t)d->heads_kv, h = r % (int32_t)d->heads_kv;
         const int32_t n = (c->lens[b] + d->block_k - 1) / d->block_k;
+        memset(keep, 1, (size_t)mb);
+        if (mg > 0) { /* the first level: the top_groups best groups */
+            const int32_t n2 = (n + d->group_blocks - 1) / d->group_blocks;
+            int32_t m = 0;
+            for (int32_t g = 0; g < n2; ++g) {
+                const float *mn = summary + ((int64_t)rows * mb + (int64_t)r * mg + g) * 2 * D;
+                const double s = naive_bound(c, b, h, mn, mn + D);
+                if (!isnan(s) && s != -INFINITY) pairs[m].score = s, pairs[m].index = g, ++m;
+            }
+            const int32_t nk = best(pairs, m, d->top_groups, kept);
+            memset(keep, 0, (size_t)mb);
+            for (int32_t e = 0; e < nk; ++e) keep[kept[e]] = 1;
+        }
         int32_t cnt = 0, m = 0;
         for (int32_t j = 0; j < mb; ++j) {
-            const float *mn = summary + ((int64_t)r * mb + j) * 2 * D, *mx = mn + D;
-            double s = 0.0;
-            for (int32_t e = 0; e < D; ++e) {
-                double quest = 0.0, qp = 0.0, qn = 0.0;
-                for (int32_t t = 0; t < d->q_len; ++t)
-                    for (int32_t g = 0; g < G; ++g) {
-                        const double qv = tu_load(c->q, d->dtype, q_index(c, b, t, h * G + g) + e);
-                        const double a = qv * mn[e], z = qv * mx[e];
-                        quest += a > z ? a : z; /* Quest's bound, head by head */
-                        qp += qv > 0.0 ? qv : 0.0;
-                        qn += qv < 0.0 ? qv : 0.0;
-                    }
-                /* Infinite summaries (inf keys, empty blocks): the
-                 * documented form, whose 0 x inf is NaN. */
-                s += isfinite(mn[e]) && isfinite(mx[e]) ? quest : qp * mx[e] + qn * mn[e];
-            }
-            s *= scale;
+            const float *mn = summary + ((int64_t)r * mb + j) * 2 * D;
+            const int in_kept = keep[mg > 0 ? j / d->group_blocks : j];
+            const double s = in_kept ? naive_bound(c, b, h, mn, mn + D) : -INFINITY;
             if (scores != NULL) scores[(int64_t)r * mb + j] = j < n ? s : NAN;
             if (j >= n) continue;
             const int forced = j < d->sink_blocks || j >= n - d->recent_blocks;
@@ -221,14 +271,12 @@ void dc_naive_select(const dc_case *c, const float *summary, int32_t *offsets, i
             else if (!isnan(s) && s != -INFINITY)
                 pairs[m].score = s, pairs[m].index = j, ++m;
         }
-        qsort(pairs, (size_t)m, sizeof *pairs, by_score);
-        for (int32_t e = 0; e < m && e < d->k; ++e) row[cnt++] = pairs[e].index;
+        cnt += best(pairs, m, d->k, row + cnt);
         qsort(row, (size_t)cnt, 4, by_int);
         offsets[r] = off;
         memcpy(indices + off, row, (size_t)cnt * 4);
         off += cnt;
     }
-    offsets[dc_rows(c)] = off;
-    free(pairs);
-    free(row);
+    offsets[rows] = off;
+    free(pairs), free(row), free(kept), free(keep);
 }

@@ -41,17 +41,21 @@ void dc_write_keys(dc_case *c, tu_rng *rng, const int32_t *from, const int32_t *
 void dc_set_key(dc_case *c, int32_t b, int32_t pos, int32_t h, int32_t d, float value);
 
 int32_t dc_max_blocks(const dc_case *c);
+/* Groups of the two-level selection (0 when desc.group_blocks is 0). */
+int32_t dc_max_groups(const dc_case *c);
 int64_t dc_summary_elems(const dc_case *c);
 int32_t dc_rows(const dc_case *c);
 
 /* Brute force: summary [rows, max_blocks, 2, D] as fp32, for lengths
- * `lens` (empty blocks +inf / -inf). */
+ * `lens` (empty blocks +inf / -inf), then the group summaries [rows,
+ * max_groups, 2, D] when desc.group_blocks > 0. */
 void dc_naive_summary(const dc_case *c, const int32_t *lens, float *out);
 
 /* Naive selection from a summary (fp32 values, as dc_naive_summary gives
  * or as loaded from the library's): fp64 scores scale * sum_{t, g} sum_d
  * max(q mn, q mx), the forced blocks, the k best by a full sort (ties to
- * the lower index, NaN and -inf never). offsets [rows + 1], indices as
+ * the lower index, NaN and -inf never); with groups, only among the blocks
+ * of the top_groups best groups (scored alike). offsets [rows + 1], indices as
  * many as needed (capacity). Also returns the scores [rows, max_blocks]
  * when `scores` is not NULL (unused entries NaN). */
 void dc_naive_select(const dc_case *c, const float *summary, int32_t *offsets, int32_t *indices,

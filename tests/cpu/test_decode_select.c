@@ -55,12 +55,14 @@ static int check_summary(const dc_case *c, const void *summary, const int32_t *l
 }
 
 static void summary_case(sk_dtype dtype, int32_t bk, int32_t ps, int32_t max_len, int padded,
-                         uint64_t seed) {
+                         int32_t groups, uint64_t seed) {
     tu_rng rng;
     tu_rng_seed(&rng, seed);
     dc_case c;
     REQUIRE(dc_alloc(&c, &rng, SK_BACKEND_CPU, dtype, 3, 1, 4, 2, 64, bk, ps, max_len, padded, 0, 1),
             "no memory");
+    c.desc.group_blocks = groups;
+    c.desc.top_groups = 1;
     size_t bytes = 0;
     REQUIRE(sk_kv_summary_bytes(&c.desc, &bytes) == SK_STATUS_SUCCESS, "%s", sk_last_error());
     CHECK(bytes == (size_t)dc_summary_elems(&c) * esize(dtype), "bytes %zu", bytes);
@@ -78,22 +80,27 @@ static void summary_case(sk_dtype dtype, int32_t bk, int32_t ps, int32_t max_len
 
 SK_TEST(dsel_summary_build_matches_brute_force) {
     const uint64_t seed = tu_base_seed() ^ 0xd5e1;
-    summary_case(SK_DTYPE_F32, 64, 64, 300, 0, seed);
-    summary_case(SK_DTYPE_F16, 16, 64, 300, 1, seed + 1);
-    summary_case(SK_DTYPE_BF16, 128, 32, 517, 0, seed + 2);
-    summary_case(SK_DTYPE_F16, 32, 16, 100, 1, seed + 3);
-    summary_case(SK_DTYPE_BF16, 64, 128, 1, 0, seed + 4);
+    summary_case(SK_DTYPE_F32, 64, 64, 300, 0, 0, seed);
+    summary_case(SK_DTYPE_F16, 16, 64, 300, 1, 0, seed + 1);
+    summary_case(SK_DTYPE_BF16, 128, 32, 517, 0, 0, seed + 2);
+    summary_case(SK_DTYPE_F16, 32, 16, 100, 1, 0, seed + 3);
+    summary_case(SK_DTYPE_BF16, 64, 128, 1, 0, 0, seed + 4);
+    /* Two levels: the group summaries after the blocks'. */
+    summary_case(SK_DTYPE_F32, 16, 64, 300, 0, 4, seed + 5);
+    summary_case(SK_DTYPE_F16, 32, 16, 517, 1, 3, seed + 6);
 }
 
 /* Build at old lengths, append step by step to the new ones: equal to a
  * rebuild, and blocks past the appended ones untouched. */
 static void append_case(sk_dtype dtype, int32_t bk, int32_t ps, int32_t max_len, int32_t step,
-                        uint64_t seed) {
+                        int32_t groups, uint64_t seed) {
     tu_rng rng;
     tu_rng_seed(&rng, seed);
     dc_case c;
     REQUIRE(dc_alloc(&c, &rng, SK_BACKEND_CPU, dtype, 4, 1, 2, 2, 32, bk, ps, max_len, 1, 0, 1),
             "no memory");
+    c.desc.group_blocks = groups;
+    c.desc.top_groups = 2;
     const int32_t B = 4;
     int32_t cur[4], next[4];
     for (int32_t b = 0; b < B; ++b) cur[b] = (int32_t)tu_rng_range(&rng, 0, c.lens[b]);
@@ -144,8 +151,12 @@ static void append_case(sk_dtype dtype, int32_t bk, int32_t ps, int32_t max_len,
                     const int64_t at = ((int64_t)(b * c.desc.heads_kv + h) * mb + j) * block_bytes;
                     diff += memcmp(sum + at, rebuilt + at, (size_t)block_bytes) != 0;
                 }
-        CHECK(diff == 0, "step %d: %d blocks differ from a rebuild (seed %llu)", steps, diff,
-              (unsigned long long)seed);
+        /* Group summaries (after every block's): all equal to a rebuild's,
+         * though the blocks past the lengths hold garbage here. */
+        const int64_t groups_at = (int64_t)dc_rows(&c) * mb * block_bytes;
+        diff += memcmp(sum + groups_at, rebuilt + groups_at, bytes - (size_t)groups_at) != 0;
+        CHECK(diff == 0, "step %d: %d blocks (or the groups) differ from a rebuild (seed %llu)",
+              steps, diff, (unsigned long long)seed);
         memcpy(sum, rebuilt, bytes);
         free(rebuilt);
         memcpy(cur, next, sizeof cur);
@@ -157,10 +168,12 @@ static void append_case(sk_dtype dtype, int32_t bk, int32_t ps, int32_t max_len,
 
 SK_TEST(dsel_summary_append_equals_rebuild) {
     const uint64_t seed = tu_base_seed() ^ 0xa99e;
-    append_case(SK_DTYPE_F16, 64, 64, 700, 1, seed);
-    append_case(SK_DTYPE_BF16, 16, 64, 400, 37, seed + 1);
-    append_case(SK_DTYPE_F32, 128, 16, 900, 200, seed + 2);
-    append_case(SK_DTYPE_F16, 32, 128, 300, 5, seed + 3);
+    append_case(SK_DTYPE_F16, 64, 64, 700, 1, 0, seed);
+    append_case(SK_DTYPE_BF16, 16, 64, 400, 37, 0, seed + 1);
+    append_case(SK_DTYPE_F32, 128, 16, 900, 200, 0, seed + 2);
+    append_case(SK_DTYPE_F16, 32, 128, 300, 5, 0, seed + 3);
+    append_case(SK_DTYPE_F16, 16, 32, 500, 3, 4, seed + 4);
+    append_case(SK_DTYPE_BF16, 32, 64, 800, 90, 5, seed + 5);
 }
 
 /* The library's layout for case c (summary built first). */
@@ -193,7 +206,8 @@ static int run_select(dc_case *c, int32_t **off, int32_t **idx, int32_t *cap, vo
  * layout must equal the naive one (ties everywhere test the tie rule). */
 static int select_exact_case(sk_dtype dtype, int32_t B, int32_t q_len, int32_t hq, int32_t hkv,
                              int32_t D, int32_t bk, int32_t ps, int32_t len, int32_t k,
-                             int32_t sinks, int32_t recent, int inf_keys, uint64_t seed) {
+                             int32_t sinks, int32_t recent, int inf_keys, int32_t groups,
+                             uint64_t seed) {
     tu_rng rng;
     tu_rng_seed(&rng, seed);
     dc_case c;
@@ -203,6 +217,8 @@ static int select_exact_case(sk_dtype dtype, int32_t B, int32_t q_len, int32_t h
     c.desc.k = k;
     c.desc.sink_blocks = sinks;
     c.desc.recent_blocks = recent;
+    c.desc.group_blocks = groups;
+    c.desc.top_groups = groups > 0 ? 1 + (int32_t)(seed % 3) : 0;
     for (int i = 0; i < inf_keys; ++i) {
         const int32_t b = (int32_t)tu_rng_range(&rng, 0, B - 1);
         if (c.lens[b] == 0) continue;
@@ -234,9 +250,10 @@ static int select_exact_case(sk_dtype dtype, int32_t B, int32_t q_len, int32_t h
     if (fails)
         fprintf(stderr,
                 "  case: dtype %d B %d q_len %d hq %d hkv %d D %d bk %d page %d len %d k %d "
-                "sinks %d recent %d inf %d seed %llu\n",
+                "sinks %d recent %d inf %d groups %d seed %llu\n",
                 (int)dtype, (int)B, (int)q_len, (int)hq, (int)hkv, (int)D, (int)bk, (int)ps,
-                (int)len, (int)k, (int)sinks, (int)recent, inf_keys, (unsigned long long)seed);
+                (int)len, (int)k, (int)sinks, (int)recent, inf_keys, (int)groups,
+                (unsigned long long)seed);
     free(off), free(idx), free(sum);
     dc_free(&c);
     return fails;
@@ -260,6 +277,7 @@ SK_TEST(dsel_select_matches_naive_on_exact_scores) {
                                    (int32_t)tu_rng_range(&rng, 1, 1500),
                                    (int32_t)tu_rng_range(&rng, 0, 12), (int32_t)tu_rng_range(&rng, 0, 2),
                                    (int32_t)tu_rng_range(&rng, 0, 3), i % 4 == 3 ? 6 : 0,
+                                   i % 3 == 1 ? (int32_t)tu_rng_range(&rng, 2, 9) : 0,
                                    seed + 17 * (uint64_t)i);
     }
     CHECK(fails == 0, "%d of 40 cases differ (seed %llu)", fails, (unsigned long long)seed);
@@ -384,6 +402,13 @@ SK_TEST(dsel_bad_inputs_write_nothing) {
     d = c.desc;
     d.heads_q = 3;
     EXPECT_FAIL(sk_decode_select_capacity(&d, NULL, &cap), SK_STATUS_BAD_PARAM_SHAPE, "heads_q");
+    d = c.desc;
+    d.group_blocks = 1;
+    EXPECT_FAIL(sk_decode_select_capacity(&d, NULL, &cap), SK_STATUS_BAD_PARAM_VALUE,
+                "group_blocks");
+    d.group_blocks = 8;
+    d.top_groups = 0;
+    EXPECT_FAIL(sk_decode_select_capacity(&d, NULL, &cap), SK_STATUS_BAD_PARAM_VALUE, "top_groups");
     d = c.desc;
     d.struct_size = 8;
     EXPECT_FAIL(sk_decode_select_capacity(&d, NULL, &cap), SK_STATUS_BAD_PARAM_STRUCT_SIZE, "desc");

@@ -6,8 +6,9 @@
  *             1..16, head_dim 32..256, block_k and page_size 16..128 in
  *             every pairing, shuffled pages, NaN in every unused page and
  *             slot, strides padded or packed, quantised inputs with many
- *             tied scores or real ones, empty sequences): the summary
- *             built, the layout (twice: bitwise repeat), then an append
+ *             tied scores or real ones, empty sequences; one case in
+ *             four with two levels: group summaries, kept groups): the
+ *             summary built, the layout (twice: bitwise repeat), then an append
  *             from random old lengths, against the CPU's;
  *   long rows more key blocks than the select kernel keeps in shared
  *             memory;
@@ -150,6 +151,7 @@ typedef struct case_cfg {
     sk_dtype dtype;
     int32_t batch, q_len, hq, hkv, head_dim, block_k, page_size, max_len, k, sinks, recent;
     int padded, quant;
+    int32_t group_blocks, top_groups; /* two levels when group_blocks > 0 */
 } case_cfg;
 
 /* One case: build, select (twice), append; each against the CPU. Returns
@@ -164,6 +166,8 @@ static int run_case(const case_cfg *g, uint64_t seed) {
     c.desc.k = g->k;
     c.desc.sink_blocks = g->sinks;
     c.desc.recent_blocks = g->recent;
+    c.desc.group_blocks = g->group_blocks;
+    c.desc.top_groups = g->top_groups;
     sk_decode_select_desc gd = c.desc;
     gd.backend = gt_opt.backend;
     dev_case d;
@@ -235,10 +239,11 @@ done:
     if (fails)
         fprintf(stderr,
                 "  case: dtype %d B %d q_len %d hq %d hkv %d D %d bk %d page %d len %d k %d sinks "
-                "%d recent %d padded %d quant %d seed %llu\n",
+                "%d recent %d padded %d quant %d groups %d top %d seed %llu\n",
                 (int)g->dtype, (int)g->batch, (int)g->q_len, (int)g->hq, (int)g->hkv,
                 (int)g->head_dim, (int)g->block_k, (int)g->page_size, (int)g->max_len, (int)g->k,
-                (int)g->sinks, (int)g->recent, g->padded, g->quant, (unsigned long long)seed);
+                (int)g->sinks, (int)g->recent, g->padded, g->quant, (int)g->group_blocks,
+                (int)g->top_groups, (unsigned long long)seed);
     if (ok) host_free(&cpu), host_free(&gpu), host_free(&again);
     dev_free(&d);
     dc_free(&c);
@@ -269,6 +274,9 @@ SK_TEST(dsel_gpu_random_cases_match_cpu) {
         g.recent = (int32_t)tu_rng_range(&rng, 0, 3);
         g.padded = (int)tu_rng_range(&rng, 0, 1);
         g.quant = i % 3 == 0;
+        /* Every fourth case: two levels. */
+        g.group_blocks = i % 4 == 2 ? (int32_t)tu_rng_range(&rng, 2, 16) : 0;
+        g.top_groups = g.group_blocks > 0 ? (int32_t)tu_rng_range(&rng, 1, 6) : 0;
         const int f = run_case(&g, seed + 1000 * (uint64_t)i);
         if (gt_opt.verbose || f) fprintf(stderr, "  case %d: %s\n", i, f ? "FAIL" : "ok");
         fails += f;
@@ -280,10 +288,13 @@ SK_TEST(dsel_gpu_random_cases_match_cpu) {
 SK_TEST(dsel_gpu_long_rows_past_shared_keys) {
     /* 140000 keys in blocks of 16: 8750 candidates, over the 8192 the
      * select kernel keeps in shared memory. */
-    const case_cfg a = {SK_DTYPE_F16, 1, 1, 4, 1, 32, 16, 64, 140000, 300, 1, 2, 0, 0};
-    const case_cfg b = {SK_DTYPE_BF16, 2, 2, 2, 1, 32, 16, 128, 140000, 40, 0, 1, 1, 1};
+    const case_cfg a = {SK_DTYPE_F16, 1, 1, 4, 1, 32, 16, 64, 140000, 300, 1, 2, 0, 0, 0, 0};
+    const case_cfg b = {SK_DTYPE_BF16, 2, 2, 2, 1, 32, 16, 128, 140000, 40, 0, 1, 1, 1, 0, 0};
+    /* Two levels: 547 groups of 16 blocks, 40 kept (640 blocks scored). */
+    const case_cfg c = {SK_DTYPE_BF16, 1, 1, 8, 2, 64, 16, 64, 140000, 200, 1, 2, 0, 0, 16, 40};
     CHECK(run_case(&a, tu_base_seed() ^ 0x10a9) == 0, "long row, real scores");
     CHECK(run_case(&b, tu_base_seed() ^ 0x10aa) == 0, "long rows, tied scores");
+    CHECK(run_case(&c, tu_base_seed() ^ 0x10ab) == 0, "long rows, two levels");
 }
 
 /* Device lengths past max_seqlen_k or negative, and old > new: clamped as

@@ -22,6 +22,8 @@
  *           counts), row_offsets, and the copy into col_indices.
  * The rules are sk_dsel_row_rules (core/decode_select.h), the host's.
  */
+#include <string.h>
+
 #include "cuda/backend.h"
 #include "cuda/decode_select/dsel.cuh"
 #include "cuda/topk/kernels.cuh"
@@ -74,13 +76,38 @@ static __device__ __forceinline__ void load_lane(const uint16_t *src, int bf16, 
 /* Blocks a warp loads before it reduces: more loads in flight. */
 enum { SC_BATCH = 2 };
 
+/* One scoring pass: over the block summaries, or (two levels) over the
+ * group summaries first, then over the blocks of the kept groups. */
+typedef struct score_args {
+    const uint16_t *summary; /* [rows, count, 2, D] */
+    int32_t count;           /* summaries per row: max_blocks or max_groups */
+    int32_t divisor;         /* a row scores ceil(n / divisor) of them: 1 or group_blocks */
+    const int32_t *kept;     /* NULL, or the kept groups [rows, kept_stride], increasing */
+    const int32_t *kept_counts; /* [rows] */
+    int32_t kept_stride, group_blocks;
+    float *scores;           /* [rows, count] */
+} score_args;
+
+/* Whether group g is in the row's kept list (sorted: binary search). */
+static __device__ __forceinline__ bool group_kept(const int32_t *list, int32_t count, int32_t g) {
+    int32_t lo = 0, hi = count;
+    while (lo < hi) {
+        const int32_t mid = (lo + hi) >> 1;
+        if (list[mid] < g)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < count && list[lo] == g;
+}
+
 template <int PER>
 __global__ void __launch_bounds__(SC_THREADS, 1)
-    sk_dsel_score_kernel(const __grid_constant__ sk_dsel_problem p, float *scores) {
+    sk_dsel_score_kernel(const __grid_constant__ sk_dsel_problem p, const __grid_constant__ score_args a) {
     __shared__ float qs[2 * SC_MAX_DIM]; /* Qp, then Qn */
-    const int32_t tiles = (p.max_blocks + SC_TILE - 1) / SC_TILE;
+    const int32_t tiles = (a.count + SC_TILE - 1) / SC_TILE;
     const int32_t r = (int32_t)(blockIdx.x / tiles), tile = (int32_t)(blockIdx.x % tiles);
-    const int32_t n = row_blocks(p, r);
+    const int32_t n = (row_blocks(p, r) + a.divisor - 1) / a.divisor;
     const int32_t j_begin = tile * SC_TILE;
     const int32_t j_end = j_begin + SC_TILE < n ? j_begin + SC_TILE : n;
     if (j_begin >= j_end) return; /* the same for the whole CTA */
@@ -108,21 +135,30 @@ __global__ void __launch_bounds__(SC_THREADS, 1)
         qp[c] = qs[lane * PER + c];
         qn[c] = qs[SC_MAX_DIM + lane * PER + c];
     }
-    const uint16_t *row = (const uint16_t *)p.summary + (int64_t)r * p.max_blocks * 2 * p.head_dim;
+    const uint16_t *row = a.summary + (int64_t)r * a.count * 2 * p.head_dim;
+    float *out = a.scores + (int64_t)r * a.count;
+    const int32_t *kept = a.kept != NULL ? a.kept + (int64_t)r * a.kept_stride : NULL;
+    const int32_t kept_count = a.kept != NULL ? a.kept_counts[r] : 0;
     for (int32_t j0 = j_begin + warp; j0 < j_end; j0 += SC_WARPS * SC_BATCH) {
         float mn[SC_BATCH][PER], mx[SC_BATCH][PER];
+        bool skip[SC_BATCH]; /* the same for the whole warp */
 #pragma unroll
         for (int u = 0; u < SC_BATCH; ++u) {
             const int32_t j = j0 + u * SC_WARPS;
-            if (j >= j_end) continue;
+            skip[u] = j >= j_end;
+            if (!skip[u] && kept != NULL && !group_kept(kept, kept_count, j / a.group_blocks)) {
+                skip[u] = true; /* outside the kept groups: -inf, summary unread */
+                if (lane == 0) out[j] = __int_as_float((int)0xff800000u);
+            }
+            if (skip[u]) continue;
             const uint16_t *blk = row + (int64_t)j * 2 * p.head_dim + lane * PER;
             load_lane<PER>(blk + p.head_dim, bf16, mx[u]);
             load_lane<PER>(blk, bf16, mn[u]);
         }
 #pragma unroll
         for (int u = 0; u < SC_BATCH; ++u) {
-            const int32_t j = j0 + u * SC_WARPS; /* the same for the whole warp */
-            if (j >= j_end) continue;
+            const int32_t j = j0 + u * SC_WARPS;
+            if (skip[u]) continue;
             float acc = 0.0f;
 #pragma unroll
             for (int c = 0; c < PER; ++c) {
@@ -132,7 +168,7 @@ __global__ void __launch_bounds__(SC_THREADS, 1)
 #pragma unroll
             for (int o = SK_DSEL_LANES / 2; o >= 1; o >>= 1)
                 acc = acc + __shfl_xor_sync(0xffffffffu, acc, o);
-            if (lane == 0) scores[(int64_t)r * p.max_blocks + j] = acc * p.scale;
+            if (lane == 0) out[j] = acc * p.scale;
         }
     }
 }
@@ -184,18 +220,27 @@ static __device__ uint32_t sel_threshold(const sel_row &s, int32_t k, uint32_t *
     return prefix;
 }
 
+/* One selection pass: the blocks (the rules of sparsek.h), or the groups
+ * of the first level (no forced group, k = top_groups). */
+typedef struct select_args {
+    const float *scores;  /* [rows, count] */
+    int32_t count, divisor; /* as score_args */
+    int32_t sinks, recent, k, row_cap;
+    int32_t *counts;      /* [rows] */
+    int32_t *scratch;     /* [rows, row_cap] */
+} select_args;
+
 __global__ void __launch_bounds__(SEL_THREADS)
-    sk_dsel_select_kernel(const __grid_constant__ sk_dsel_problem p, const float *scores,
-                          int32_t *counts, int32_t *scratch) {
+    sk_dsel_select_kernel(const __grid_constant__ sk_dsel_problem p, const __grid_constant__ select_args a) {
     __shared__ uint32_t keys[SEL_SMEM_KEYS];
     __shared__ uint32_t hist[256];
     __shared__ int32_t warp_part[SEL_THREADS / 32];
     __shared__ int32_t pick[2];
     const int32_t r = (int32_t)blockIdx.x;
     sel_row s;
-    s.rule = sk_dsel_row_rules(row_blocks(p, r), p.sink_blocks, p.recent_blocks, p.k);
+    s.rule = sk_dsel_row_rules((row_blocks(p, r) + a.divisor - 1) / a.divisor, a.sinks, a.recent, a.k);
     const int32_t n = s.rule.n_cand;
-    s.scores = scores + (int64_t)r * p.max_blocks;
+    s.scores = a.scores + (int64_t)r * a.count;
     s.keys = keys;
     s.cached = 0;
     int32_t nonzero = 0;
@@ -211,14 +256,14 @@ __global__ void __launch_bounds__(SEL_THREADS)
     /* Selected by score: key > thr, or key == thr among the first eq_take. */
     uint32_t thr = 0xffffffffu;
     int32_t eq_take = 0;
-    if (p.k > 0 && total > 0) {
-        if (total <= p.k)
+    if (a.k > 0 && total > 0) {
+        if (total <= a.k)
             thr = 0u; /* every non-zero key */
         else
-            thr = sel_threshold(s, p.k, hist, pick, &eq_take);
+            thr = sel_threshold(s, a.k, hist, pick, &eq_take);
     }
     int32_t eq_before = 0, sel_before = 0;
-    int32_t *out = scratch + (int64_t)r * p.row_cap;
+    int32_t *out = a.scratch + (int64_t)r * a.row_cap;
     for (int32_t base = 0; base < n; base += SEL_THREADS) {
         const int32_t j = base + (int32_t)threadIdx.x;
         const bool in = j < n;
@@ -233,9 +278,9 @@ __global__ void __launch_bounds__(SEL_THREADS)
         const int32_t pos = sel_before + cta_exclusive_sum<SEL_THREADS>(sel, warp_part, &sum);
         sel_before += sum;
         __syncthreads();
-        if (sel && pos < p.row_cap) out[pos] = j;
+        if (sel && pos < a.row_cap) out[pos] = j;
     }
-    if (threadIdx.x == 0) counts[r] = sel_before < p.row_cap ? sel_before : p.row_cap;
+    if (threadIdx.x == 0) a.counts[r] = sel_before < a.row_cap ? sel_before : a.row_cap;
 }
 
 __global__ void __launch_bounds__(PLACE_THREADS)
@@ -260,51 +305,101 @@ __global__ void __launch_bounds__(PLACE_THREADS)
 static size_t align_up(size_t x) { return (x + WS_ALIGN - 1) / WS_ALIGN * WS_ALIGN; }
 
 /* Workspace: scores [rows, max_blocks] fp32, counts [rows], scratch
- * [rows, row_cap] int32, each WS_ALIGN-aligned. */
-static size_t scores_bytes(const sk_dsel_problem *p) {
-    return align_up((size_t)p->rows * (size_t)p->max_blocks * sizeof(float));
-}
-static size_t counts_bytes(const sk_dsel_problem *p) {
-    return align_up((size_t)p->rows * sizeof(int32_t));
+ * [rows, row_cap] int32; with two levels also the group scores [rows,
+ * max_groups], counts [rows] and kept lists [rows, group_cap]; each part
+ * WS_ALIGN-aligned. */
+typedef struct ws_parts {
+    float *scores, *group_scores;
+    int32_t *counts, *scratch, *group_counts, *kept;
+    size_t bytes;
+} ws_parts;
+
+static ws_parts ws_layout(const sk_dsel_problem *p, uintptr_t base) {
+    const size_t rows = (size_t)p->rows;
+    const size_t sizes[6] = {
+        align_up(rows * (size_t)p->max_blocks * sizeof(float)),
+        align_up(rows * sizeof(int32_t)),
+        align_up(rows * (size_t)(p->row_cap > 0 ? p->row_cap : 1) * sizeof(int32_t)),
+        p->max_groups > 0 ? align_up(rows * (size_t)p->max_groups * sizeof(float)) : 0,
+        p->max_groups > 0 ? align_up(rows * sizeof(int32_t)) : 0,
+        p->max_groups > 0 ? align_up(rows * (size_t)p->group_cap * sizeof(int32_t)) : 0};
+    size_t at[6], total = 0;
+    for (int i = 0; i < 6; ++i) {
+        at[i] = total;
+        total += sizes[i];
+    }
+    ws_parts w;
+    w.scores = (float *)(base + at[0]);
+    w.counts = (int32_t *)(base + at[1]);
+    w.scratch = (int32_t *)(base + at[2]);
+    w.group_scores = (float *)(base + at[3]);
+    w.group_counts = (int32_t *)(base + at[4]);
+    w.kept = (int32_t *)(base + at[5]);
+    w.bytes = total;
+    return w;
 }
 
 sk_status sk_cuda_dsel_workspace_size(const sk_dsel_problem *p, size_t *bytes) {
-    *bytes = scores_bytes(p) + counts_bytes(p) +
-             align_up((size_t)p->rows * (size_t)(p->row_cap > 0 ? p->row_cap : 1) * sizeof(int32_t));
+    *bytes = ws_layout(p, 0).bytes;
     return SK_STATUS_SUCCESS;
+}
+
+static void launch_score(const sk_dsel_problem *p, const score_args *a, cudaStream_t s) {
+    const unsigned ctas = (unsigned)((int64_t)p->rows * ((a->count + SC_TILE - 1) / SC_TILE));
+    switch (p->head_dim / SK_DSEL_LANES) {
+    case 1: sk_dsel_score_kernel<1><<<ctas, SC_THREADS, 0, s>>>(*p, *a); break;
+    case 2: sk_dsel_score_kernel<2><<<ctas, SC_THREADS, 0, s>>>(*p, *a); break;
+    case 3: sk_dsel_score_kernel<3><<<ctas, SC_THREADS, 0, s>>>(*p, *a); break;
+    case 4: sk_dsel_score_kernel<4><<<ctas, SC_THREADS, 0, s>>>(*p, *a); break;
+    case 5: sk_dsel_score_kernel<5><<<ctas, SC_THREADS, 0, s>>>(*p, *a); break;
+    case 6: sk_dsel_score_kernel<6><<<ctas, SC_THREADS, 0, s>>>(*p, *a); break;
+    case 7: sk_dsel_score_kernel<7><<<ctas, SC_THREADS, 0, s>>>(*p, *a); break;
+    default: sk_dsel_score_kernel<8><<<ctas, SC_THREADS, 0, s>>>(*p, *a); break;
+    }
 }
 
 sk_status sk_cuda_dsel_select(const sk_dsel_problem *p, void *workspace, size_t workspace_size,
                               struct CUstream_st *stream) {
-    size_t need;
-    SK_TRY(sk_cuda_dsel_workspace_size(p, &need));
-    if (workspace_size < need)
+    const ws_parts w = ws_layout(p, (uintptr_t)workspace);
+    if (workspace_size < w.bytes)
         return sk_error(SK_STATUS_BAD_PARAM_WORKSPACE, "workspace_size = %zu, %zu needed",
-                        workspace_size, need);
+                        workspace_size, w.bytes);
     SK_TRY(dsel_check_device(p->backend));
     const int64_t tiles = (p->max_blocks + SC_TILE - 1) / SC_TILE;
     if ((int64_t)p->rows * tiles > INT32_MAX)
         return sk_error(SK_STATUS_NOT_SUPPORTED, "%d rows x %lld score tiles exceed one grid",
                         (int)p->rows, (long long)tiles);
-    char *base = (char *)workspace;
-    float *scores = (float *)base;
-    int32_t *counts = (int32_t *)(base + scores_bytes(p));
-    int32_t *scratch = (int32_t *)(base + scores_bytes(p) + counts_bytes(p));
     const cudaStream_t s = (cudaStream_t)stream;
-    const unsigned score_ctas = (unsigned)(p->rows * tiles);
-    switch (p->head_dim / SK_DSEL_LANES) {
-    case 1: sk_dsel_score_kernel<1><<<score_ctas, SC_THREADS, 0, s>>>(*p, scores); break;
-    case 2: sk_dsel_score_kernel<2><<<score_ctas, SC_THREADS, 0, s>>>(*p, scores); break;
-    case 3: sk_dsel_score_kernel<3><<<score_ctas, SC_THREADS, 0, s>>>(*p, scores); break;
-    case 4: sk_dsel_score_kernel<4><<<score_ctas, SC_THREADS, 0, s>>>(*p, scores); break;
-    case 5: sk_dsel_score_kernel<5><<<score_ctas, SC_THREADS, 0, s>>>(*p, scores); break;
-    case 6: sk_dsel_score_kernel<6><<<score_ctas, SC_THREADS, 0, s>>>(*p, scores); break;
-    case 7: sk_dsel_score_kernel<7><<<score_ctas, SC_THREADS, 0, s>>>(*p, scores); break;
-    default: sk_dsel_score_kernel<8><<<score_ctas, SC_THREADS, 0, s>>>(*p, scores); break;
+    const uint16_t *sum = (const uint16_t *)p->summary;
+    score_args sa;
+    memset(&sa, 0, sizeof sa);
+    sa.summary = sum;
+    sa.count = p->max_blocks;
+    sa.divisor = 1;
+    sa.scores = w.scores;
+    if (p->max_groups > 0) { /* the first level: groups, then the kept groups' blocks */
+        score_args ga = sa;
+        ga.summary = sum + (int64_t)p->rows * p->max_blocks * 2 * p->head_dim;
+        ga.count = p->max_groups;
+        ga.divisor = p->group_blocks;
+        ga.scores = w.group_scores;
+        launch_score(p, &ga, s);
+        SK_CUDA_TRY(cudaGetLastError(), "group score kernel launch");
+        select_args gs = {w.group_scores, p->max_groups, p->group_blocks, 0, 0, p->top_groups,
+                          p->group_cap, w.group_counts, w.kept};
+        sk_dsel_select_kernel<<<(unsigned)p->rows, SEL_THREADS, 0, s>>>(*p, gs);
+        SK_CUDA_TRY(cudaGetLastError(), "group select kernel launch");
+        sa.kept = w.kept;
+        sa.kept_counts = w.group_counts;
+        sa.kept_stride = p->group_cap;
+        sa.group_blocks = p->group_blocks;
     }
+    launch_score(p, &sa, s);
     SK_CUDA_TRY(cudaGetLastError(), "score kernel launch");
-    sk_dsel_select_kernel<<<(unsigned)p->rows, SEL_THREADS, 0, s>>>(*p, scores, counts, scratch);
+    select_args bs = {w.scores, p->max_blocks, 1, p->sink_blocks, p->recent_blocks, p->k,
+                      p->row_cap, w.counts, w.scratch};
+    sk_dsel_select_kernel<<<(unsigned)p->rows, SEL_THREADS, 0, s>>>(*p, bs);
     SK_CUDA_TRY(cudaGetLastError(), "select kernel launch");
-    sk_dsel_place_kernel<<<(unsigned)p->rows, PLACE_THREADS, 0, s>>>(*p, counts, scratch);
+    sk_dsel_place_kernel<<<(unsigned)p->rows, PLACE_THREADS, 0, s>>>(*p, w.counts, w.scratch);
     return sk_cuda_status(cudaGetLastError(), "place kernel launch");
 }

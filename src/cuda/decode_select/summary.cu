@@ -13,7 +13,9 @@
  * Lengths are clamped to [0, max_seqlen_k] (an append's old length to [0,
  * new length]); a page index outside [0, num_pages) makes its keys absent.
  * The append walks only the blocks holding keys old .. new - 1 and merges
- * the first with its stored summary when it held keys before.
+ * the first with its stored summary when it held keys before. With two
+ * levels a second kernel then recomputes the groups of those blocks from
+ * the stored block summaries.
  */
 #include "cuda/backend.h"
 #include "cuda/decode_select/dsel.cuh"
@@ -75,6 +77,54 @@ __global__ void __launch_bounds__(SUM_THREADS)
     }
 }
 
+/* Two levels: the groups holding the blocks the kernel above updated
+ * (build: every group), each the min / max of its blocks' summaries below
+ * the row's block count, in block order (as the CPU reference). The same
+ * thread mapping, over group slots. */
+__global__ void __launch_bounds__(SUM_THREADS)
+    sk_dsel_group_kernel(const __grid_constant__ sk_dsel_problem p, int append) {
+    const int32_t chunks = p.head_dim / SUM_CHUNK;
+    const int64_t item = (int64_t)blockIdx.x * SUM_THREADS + threadIdx.x;
+    if (item >= (int64_t)p.rows * chunks) return;
+    const int32_t r = (int32_t)(item / chunks), c = (int32_t)(item % chunks);
+    const int32_t len = sk_dsel_clamp_len(p.seq_lens[r / p.heads_kv], p.max_seqlen_k);
+    const int32_t n = sk_dsel_blocks(len, p.block_k);
+    int32_t g0 = 0, g1 = p.max_groups;
+    if (append) {
+        const int32_t old = sk_dsel_clamp_len(p.old_lens[r / p.heads_kv], len);
+        if (old == len) return;
+        g0 = old / p.block_k / p.group_blocks;
+        g1 = (n - 1) / p.group_blocks + 1;
+    }
+    const int bf16 = p.dtype == SK_DTYPE_BF16;
+    uint16_t *out = (uint16_t *)p.summary_out;
+    const uint16_t *blocks = out + (int64_t)r * p.max_blocks * 2 * p.head_dim + c * SUM_CHUNK;
+    uint16_t *groups = out + ((int64_t)p.rows * p.max_blocks + (int64_t)r * p.max_groups) * 2 * p.head_dim +
+                       c * SUM_CHUNK;
+    for (int32_t g = g0 + (int32_t)blockIdx.y; g < g1; g += (int32_t)gridDim.y) {
+        float mn[SUM_CHUNK], mx[SUM_CHUNK];
+#pragma unroll
+        for (int e = 0; e < SUM_CHUNK; ++e) {
+            mn[e] = __int_as_float(0x7f800000);
+            mx[e] = __int_as_float((int)0xff800000u);
+        }
+        const int32_t j1 = (g + 1) * p.group_blocks < n ? (g + 1) * p.group_blocks : n;
+        for (int32_t j = g * p.group_blocks; j < j1; ++j) {
+            float lo[SUM_CHUNK], hi[SUM_CHUNK];
+            dsel_load8(blocks + (int64_t)j * 2 * p.head_dim, bf16, lo);
+            dsel_load8(blocks + (int64_t)j * 2 * p.head_dim + p.head_dim, bf16, hi);
+#pragma unroll
+            for (int e = 0; e < SUM_CHUNK; ++e) {
+                if (lo[e] < mn[e]) mn[e] = lo[e];
+                if (hi[e] > mx[e]) mx[e] = hi[e];
+            }
+        }
+        uint16_t *dst = groups + (int64_t)g * 2 * p.head_dim;
+        dsel_store8(dst, bf16, mn);
+        dsel_store8(dst + p.head_dim, bf16, mx);
+    }
+}
+
 sk_status sk_cuda_dsel_summary(const sk_dsel_problem *p, int append, struct CUstream_st *stream) {
     SK_TRY(dsel_check_device(p->backend));
     const int64_t items = (int64_t)p->rows * (p->head_dim / SUM_CHUNK);
@@ -86,5 +136,10 @@ sk_status sk_cuda_dsel_summary(const sk_dsel_problem *p, int append, struct CUst
     const int32_t slots = p->max_blocks < slots_max ? p->max_blocks : slots_max;
     sk_dsel_summary_kernel<<<dim3((unsigned)ctas, (unsigned)slots, 1), SUM_THREADS, 0,
                              (cudaStream_t)stream>>>(*p, append);
-    return sk_cuda_status(cudaGetLastError(), "summary kernel launch");
+    if (p->max_groups == 0) return sk_cuda_status(cudaGetLastError(), "summary kernel launch");
+    SK_CUDA_TRY(cudaGetLastError(), "summary kernel launch");
+    const int32_t group_slots = p->max_groups < slots_max ? p->max_groups : slots_max;
+    sk_dsel_group_kernel<<<dim3((unsigned)ctas, (unsigned)group_slots, 1), SUM_THREADS, 0,
+                           (cudaStream_t)stream>>>(*p, append);
+    return sk_cuda_status(cudaGetLastError(), "group summary kernel launch");
 }
