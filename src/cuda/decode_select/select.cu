@@ -20,6 +20,10 @@
  *           fixed-stride scratch row (row_cap), and its count.
  *   place   one CTA per row: its offset (the sum of the earlier rows'
  *           counts), row_offsets, and the copy into col_indices.
+ * With two levels (p->max_groups > 0) a score and a select pass over the
+ * group summaries come first (no forced group, k = top_groups, the kept
+ * lists in the workspace, increasing); the block scoring then writes -inf
+ * for the blocks of the other groups without reading their summaries.
  * The rules are sk_dsel_row_rules (core/decode_select.h), the host's.
  */
 #include <string.h>
@@ -138,7 +142,8 @@ __global__ void __launch_bounds__(SC_THREADS, 1)
     const uint16_t *row = a.summary + (int64_t)r * a.count * 2 * p.head_dim;
     float *out = a.scores + (int64_t)r * a.count;
     const int32_t *kept = a.kept != NULL ? a.kept + (int64_t)r * a.kept_stride : NULL;
-    const int32_t kept_count = a.kept != NULL ? a.kept_counts[r] : 0;
+    int32_t kept_count = a.kept != NULL ? a.kept_counts[r] : 0; /* the select kernel's: in range */
+    kept_count = kept_count < 0 ? 0 : (kept_count > a.kept_stride ? a.kept_stride : kept_count);
     for (int32_t j0 = j_begin + warp; j0 < j_end; j0 += SC_WARPS * SC_BATCH) {
         float mn[SC_BATCH][PER], mx[SC_BATCH][PER];
         bool skip[SC_BATCH]; /* the same for the whole warp */
