@@ -1069,12 +1069,14 @@ SK_API sk_status sk_attention_topk(const sk_attention_desc *attn, const sk_topk_
  * per-channel min / max over the stored summaries of blocks g *
  * group_blocks .. (g + 1) * group_blocks - 1 below ceil(len_k(b) /
  * block_k), in block order, kept by the build and the append (which
- * recomputes the groups holding the blocks it updated). The selection first scores the row's
- * ceil(n / group_blocks) groups (the same formula and arithmetic on the
- * group summaries) and keeps the top_groups best (ties to the lower index,
- * NaN / -inf never); then the blocks outside the kept groups count as
- * scored -inf (never picked by score; forced blocks still are) and only
- * the kept groups' block summaries are read. The selection then reads
+ * recomputes the groups holding the blocks it updated). The selection
+ * first scores the row's ceil(n / group_blocks) groups (the same formula
+ * and arithmetic on the group summaries) and keeps the top_groups best
+ * (ties to the lower index, NaN / -inf never; with finite keys and
+ * top_groups >= that count this is the one-level selection); then the
+ * blocks outside the kept groups count as scored -inf (never picked by
+ * score; forced blocks still are) and only the kept groups' block
+ * summaries are read. The selection then reads
  * about (max_groups + top_groups x group_blocks) summaries per row instead
  * of max_blocks.
  *
@@ -1089,7 +1091,8 @@ SK_API sk_status sk_attention_topk(const sk_attention_desc *attn, const sk_topk_
  * Hkv] is the real count, entries past it are unspecified.
  *
  * Checks: every size and pointer as the paged forward's (sizes, strides,
- * alignment, aliasing). On the CPU the length arrays and the page indices a
+ * alignment, aliasing). One descriptor serves the three calls: its page
+ * fields are checked by each, read by the build and the append only. On the CPU the length arrays and the page indices a
  * call reads are checked too (SK_STATUS_BAD_PARAM_SHAPE / _VALUE naming the
  * entry, nothing written). The CUDA kernels cannot check device arrays: a
  * length is clamped to [0, max_seqlen_k] (an append's old length to [0,
