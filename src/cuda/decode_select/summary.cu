@@ -27,21 +27,29 @@ enum {
     SUM_APPEND_SLOTS = 16    /* ... of an append: a decode step touches one block */
 };
 
-__global__ void __launch_bounds__(SUM_THREADS)
-    sk_dsel_summary_kernel(const __grid_constant__ sk_dsel_problem p, int append) {
+/* A thread's row r and 8-channel chunk c, the row's clamped length and
+ * old length (0 for a build); false when the thread has no work (past the
+ * rows, or an append that adds nothing to its row). */
+static __device__ __forceinline__ bool summary_item(const sk_dsel_problem &p, int append,
+                                                    int32_t *r, int32_t *c, int32_t *len,
+                                                    int32_t *old) {
     const int32_t chunks = p.head_dim / SUM_CHUNK;
     const int64_t item = (int64_t)blockIdx.x * SUM_THREADS + threadIdx.x;
-    if (item >= (int64_t)p.rows * chunks) return;
-    const int32_t r = (int32_t)(item / chunks), c = (int32_t)(item % chunks);
+    if (item >= (int64_t)p.rows * chunks) return false;
+    *r = (int32_t)(item / chunks);
+    *c = (int32_t)(item % chunks);
+    *len = sk_dsel_clamp_len(p.seq_lens[*r / p.heads_kv], p.max_seqlen_k);
+    *old = append ? sk_dsel_clamp_len(p.old_lens[*r / p.heads_kv], *len) : 0;
+    return !append || *old != *len;
+}
+
+__global__ void __launch_bounds__(SUM_THREADS)
+    sk_dsel_summary_kernel(const __grid_constant__ sk_dsel_problem p, int append) {
+    int32_t r, c, len, old;
+    if (!summary_item(p, append, &r, &c, &len, &old)) return;
     const int32_t b = r / p.heads_kv, h = r % p.heads_kv;
-    const int32_t len = sk_dsel_clamp_len(p.seq_lens[b], p.max_seqlen_k);
-    int32_t old = 0, j0 = 0, j1 = p.max_blocks;
-    if (append) {
-        old = sk_dsel_clamp_len(p.old_lens[b], len);
-        if (old == len) return;
-        j0 = old / p.block_k;
-        j1 = sk_dsel_blocks(len, p.block_k);
-    }
+    const int32_t j0 = append ? old / p.block_k : 0;
+    const int32_t j1 = append ? sk_dsel_blocks(len, p.block_k) : p.max_blocks;
     const int bf16 = p.dtype == SK_DTYPE_BF16;
     const int32_t *table = p.page_table + (int64_t)b * p.page_table_stride;
     const uint16_t *cache = (const uint16_t *)p.k_cache + (int64_t)h * p.k_stride[2] + c * SUM_CHUNK;
@@ -83,19 +91,11 @@ __global__ void __launch_bounds__(SUM_THREADS)
  * thread mapping, over group slots. */
 __global__ void __launch_bounds__(SUM_THREADS)
     sk_dsel_group_kernel(const __grid_constant__ sk_dsel_problem p, int append) {
-    const int32_t chunks = p.head_dim / SUM_CHUNK;
-    const int64_t item = (int64_t)blockIdx.x * SUM_THREADS + threadIdx.x;
-    if (item >= (int64_t)p.rows * chunks) return;
-    const int32_t r = (int32_t)(item / chunks), c = (int32_t)(item % chunks);
-    const int32_t len = sk_dsel_clamp_len(p.seq_lens[r / p.heads_kv], p.max_seqlen_k);
+    int32_t r, c, len, old;
+    if (!summary_item(p, append, &r, &c, &len, &old)) return;
     const int32_t n = sk_dsel_blocks(len, p.block_k);
-    int32_t g0 = 0, g1 = p.max_groups;
-    if (append) {
-        const int32_t old = sk_dsel_clamp_len(p.old_lens[r / p.heads_kv], len);
-        if (old == len) return;
-        g0 = old / p.block_k / p.group_blocks;
-        g1 = (n - 1) / p.group_blocks + 1;
-    }
+    const int32_t g0 = append ? old / p.block_k / p.group_blocks : 0;
+    const int32_t g1 = append ? (n - 1) / p.group_blocks + 1 : p.max_groups;
     const int bf16 = p.dtype == SK_DTYPE_BF16;
     uint16_t *out = (uint16_t *)p.summary_out;
     const uint16_t *blocks = out + (int64_t)r * p.max_blocks * 2 * p.head_dim + c * SUM_CHUNK;
