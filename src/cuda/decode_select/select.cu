@@ -15,9 +15,10 @@
  *           that); if more than k keys are non-zero, an MSB-first radix
  *           select (4 passes of 8 bits, topk's radix_pick on a 256-bin
  *           histogram) finds the k-th largest key T and how many keys equal
- *           to T to take; one pass in index order keeps the forced blocks,
- *           keys > T and the lowest-index ties, each row's blocks into a
- *           fixed-stride scratch row (row_cap), and its count.
+ *           to T to take; one pass in index order (8 consecutive blocks
+ *           per thread, two CTA scans per 2048 blocks) keeps the forced
+ *           blocks, keys > T and the lowest-index ties, each row's blocks
+ *           into a fixed-stride scratch row (row_cap), and its count.
  *   place   one CTA per row: its offset (the sum of the earlier rows'
  *           counts), row_offsets, and the copy into col_indices.
  * With two levels (p->max_groups > 0) a score and a select pass over the
@@ -39,6 +40,7 @@ enum {
     SC_MAX_DIM = 256,       /* the most channels (sparsek.h) */
     SEL_THREADS = 256,
     SEL_SMEM_KEYS = 8192,   /* keys of a row kept in shared memory (32 KB) */
+    SEL_ITEMS = 8,          /* consecutive blocks per thread in the writing pass */
     PLACE_THREADS = 256,
     WS_ALIGN = 256
 };
@@ -267,23 +269,46 @@ __global__ void __launch_bounds__(SEL_THREADS)
         else
             thr = sel_threshold(s, a.k, hist, pick, &eq_take);
     }
+    /* In index order, SEL_ITEMS consecutive blocks per thread and chunk:
+     * the ties' ranks, then the places, from two CTA scans per chunk. */
     int32_t eq_before = 0, sel_before = 0;
     int32_t *out = a.scratch + (int64_t)r * a.row_cap;
-    for (int32_t base = 0; base < n; base += SEL_THREADS) {
-        const int32_t j = base + (int32_t)threadIdx.x;
-        const bool in = j < n;
-        const uint32_t key = in ? sel_key(s, j) : 0u;
-        const bool forced = in && sk_topk_is_forced(&s.rule, j);
-        const bool eq = in && !forced && key == thr;
+    for (int32_t base = 0; base < n; base += SEL_THREADS * SEL_ITEMS) {
+        const int32_t j0 = base + (int32_t)threadIdx.x * SEL_ITEMS;
+        uint32_t key[SEL_ITEMS];
+        bool forced[SEL_ITEMS];
+        int32_t eq_count = 0;
+#pragma unroll
+        for (int e = 0; e < SEL_ITEMS; ++e) {
+            const int32_t j = j0 + e;
+            key[e] = j < n ? sel_key(s, j) : 0u;
+            forced[e] = j < n && sk_topk_is_forced(&s.rule, j);
+            eq_count += j < n && !forced[e] && key[e] == thr;
+        }
         int32_t sum;
-        const int32_t eq_rank = eq_before + cta_exclusive_sum<SEL_THREADS>(eq, warp_part, &sum);
+        int32_t eq_rank = eq_before + cta_exclusive_sum<SEL_THREADS>(eq_count, warp_part, &sum);
         eq_before += sum;
         __syncthreads();
-        const bool sel = in && (forced || key > thr || (eq && eq_rank < eq_take));
-        const int32_t pos = sel_before + cta_exclusive_sum<SEL_THREADS>(sel, warp_part, &sum);
+        uint32_t picked = 0;
+        int32_t sel_count = 0;
+#pragma unroll
+        for (int e = 0; e < SEL_ITEMS; ++e) {
+            const int32_t j = j0 + e;
+            const bool eq = j < n && !forced[e] && key[e] == thr;
+            const bool sel = j < n && (forced[e] || key[e] > thr || (eq && eq_rank < eq_take));
+            eq_rank += eq;
+            picked |= (uint32_t)sel << e;
+            sel_count += sel;
+        }
+        int32_t pos = sel_before + cta_exclusive_sum<SEL_THREADS>(sel_count, warp_part, &sum);
         sel_before += sum;
         __syncthreads();
-        if (sel && pos < a.row_cap) out[pos] = j;
+#pragma unroll
+        for (int e = 0; e < SEL_ITEMS; ++e)
+            if ((picked >> e) & 1u) {
+                if (pos < a.row_cap) out[pos] = j0 + e;
+                ++pos;
+            }
     }
     if (threadIdx.x == 0) a.counts[r] = sel_before < a.row_cap ? sel_before : a.row_cap;
 }
