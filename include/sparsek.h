@@ -1170,6 +1170,170 @@ SK_API sk_status sk_attention_topk(const sk_attention_desc *attn, const sk_topk_
                                    size_t workspace_size, struct CUstream_st *stream);
 
 /* ---------------------------------------------------------------------------
+ * Decode page selection (Quest-style)
+ * ---------------------------------------------------------------------------
+ * For decode over the paged KV cache (see "Paged KV cache"): per
+ * (sequence, KV head) a summary of each key block, kept next to the cache
+ * and updated as tokens are appended, and a selection of key blocks from the
+ * current queries' upper bounds on those blocks' logits. All on the device
+ * and graph safe; the CPU backend is the reference, bit for bit.
+ *
+ * Key blocks are block_k (16, 32, 64 or 128) logical positions: block j of
+ * sequence b holds keys j*block_k .. min((j+1)*block_k, len_k(b)) - 1. It
+ * may span pages or share one with other blocks (block_k need not equal
+ * page_size). max_blocks = ceil(max_seqlen_k / block_k).
+ *
+ * Summaries: `summary`, desc->dtype (the cache's; F32 on the CPU only),
+ * [B, Hkv, max_blocks, 2, D] contiguous: entry [b, h, j, 0, :] is the
+ * per-channel minimum of block j's keys of KV head h, [b, h, j, 1, :] the
+ * maximum. The minimum and maximum of values of a dtype are values of that
+ * dtype, so storing them in it is exact and halves the bytes the scoring
+ * reads (fp32 would add nothing). Keys are taken in position order, a NaN
+ * key channel never replaces a value (x < min and x > max are false), and
+ * a block with no key (past len_k(b), or every channel NaN) holds min =
+ * +inf, max = -inf: its score is then -inf or NaN, never picked by score.
+ * A partly filled last block covers only its valid keys.
+ *
+ * Scores: with G = Hq / Hkv, for KV head h the query heads h*G .. h*G+G-1,
+ *   Qp[d] = sum_{t < q_len} sum_{g < G} max(q[b, t, h*G+g, d], 0)
+ *   Qn[d] = sum_{t < q_len} sum_{g < G} min(q[b, t, h*G+g, d], 0)
+ *   score(b, h, j) = scale * sum_d (Qp[d] * max_j[d] + Qn[d] * min_j[d])
+ * which equals the sum over the group's heads and the q_len tokens of
+ * Quest's bound sum_d max(q_d min_d, q_d max_d) >= q . k for every key k of
+ * the block (the sum, not the max, over heads and tokens: one selection per
+ * KV head, as sk_topk_desc's per_kv_head; scale > 0 keeps the order).
+ * Arithmetic, identical on every backend: Qp and Qn are fp32 sums in the
+ * order t, then g; the dot product is split over 32 lanes, lane l taking
+ * channels l*D/32 .. (l+1)*D/32 - 1 in order as one fp32 FMA chain
+ * (fmaf(Qp, max, acc) then fmaf(Qn, min, acc) per channel, acc from +0),
+ * the 32 partial sums then added pairwise (lanes l and l + 16, then + 8,
+ * + 4, + 2, + 1), the result multiplied by scale.
+ *
+ * Selection per (b, h), with n = ceil(len_k(b) / block_k) candidate blocks:
+ * forced sinks 0 .. min(sink_blocks, n) - 1 and the recent_blocks blocks
+ * max(0, n - recent_blocks) .. n - 1 (ending at the block of the last key),
+ * then the k highest-scoring remaining candidates, ties to the lower index;
+ * NaN and -inf never picked by score (the rules of sk_layout_create_topk
+ * with causal, for the one query row at position len_k(b) - 1). A sequence
+ * with len_k(b) = 0 gets an empty row.
+ *
+ * Two levels (group_blocks > 0; off by default): the summary buffer also
+ * holds, after the block summaries, group summaries [B, Hkv, max_groups,
+ * 2, D] (max_groups = ceil(max_blocks / group_blocks)): group g is the
+ * per-channel min / max over the stored summaries of blocks g *
+ * group_blocks .. (g + 1) * group_blocks - 1 below ceil(len_k(b) /
+ * block_k), in block order, kept by the build and the append (which
+ * recomputes the groups holding the blocks it updated). The selection
+ * first scores the row's ceil(n / group_blocks) groups (the same formula
+ * and arithmetic on the group summaries) and keeps the top_groups best
+ * (ties to the lower index, NaN / -inf never; with finite keys and
+ * top_groups >= that count this is the one-level selection); then the
+ * blocks outside the kept groups count as scored -inf (never picked by
+ * score; forced blocks still are) and only the kept groups' block
+ * summaries are read. The selection then reads
+ * about (max_groups + top_groups x group_blocks) summaries per row instead
+ * of max_blocks.
+ *
+ * Output, the decode layout: an sk_bsr with grid {rows = q_len, cols =
+ * max_seqlen_k, block_rows = 64, block_cols = block_k, batch = B, heads =
+ * Hkv}: one row per (sequence, KV head), row r = b * Hkv + h, row_offsets
+ * [B * Hkv + 1], each row's col_indices increasing, below n. Note
+ * block_cols may be 16 or 32 here, which sk_layout_validate (64 or 128)
+ * does not accept: check a host copy with your own rule. As
+ * sk_select_topk: nnz is set to the capacity (sk_decode_select_capacity,
+ * at most B * Hkv * (k + sink_blocks + recent_blocks)), row_offsets[B *
+ * Hkv] is the real count, entries past it are unspecified.
+ *
+ * Checks: every size and pointer as the paged forward's (sizes, strides,
+ * alignment, aliasing). One descriptor serves the three calls: its page
+ * fields are checked by each, read by the build and the append only. On the CPU the length arrays and the page indices a
+ * call reads are checked too (SK_STATUS_BAD_PARAM_SHAPE / _VALUE naming the
+ * entry, nothing written). The CUDA kernels cannot check device arrays: a
+ * length is clamped to [0, max_seqlen_k] (an append's old length to [0,
+ * new length]) and a page index outside [0, num_pages) is absent (its keys
+ * skipped, never read). head_dim: a multiple of 32, at most 256, on every
+ * backend; q_len 1 .. 64. CUDA needs 16-byte aligned q, k_cache, summary and
+ * workspace, and 16-byte multiples for the strides in bytes.
+ */
+
+typedef struct sk_decode_select_desc {
+    size_t struct_size;        /* sizeof(sk_decode_select_desc); set by its init */
+    sk_backend backend;        /* default SK_BACKEND_CUDA */
+    sk_dtype dtype;            /* q, k_cache and summary: F16 or BF16; F32 on the CPU only.
+                                  Default F16 */
+    int64_t batch;             /* B >= 1 sequences (fits int32) */
+    int64_t q_len;             /* query tokens per sequence, 1 .. 64 */
+    int64_t heads_q;           /* Hq, a multiple of heads_kv */
+    int64_t heads_kv;          /* Hkv */
+    int64_t head_dim;          /* D: 32, 64, ... 256 */
+    int64_t max_seqlen_k;      /* >= every len_k(b); 1 .. max_pages x page_size */
+    int32_t block_k;           /* key block of the summaries and the layout: 16, 32, 64 or
+                                  128; default 64 */
+    float scale;               /* score scale; 0 (default) means 1/sqrt(D); finite */
+    int32_t k;                 /* blocks picked by score per row, >= 0; default 64 */
+    int32_t sink_blocks;       /* forced leading blocks, >= 0; default 1 */
+    int32_t recent_blocks;     /* forced blocks ending at the last key's, >= 0; default 2 */
+    int64_t q_strides[3];      /* q [B, q_len, Hq, D] over [batch, token, head]; 0 0 0 = packed */
+    int64_t num_pages;         /* pages in the cache, 1 .. INT32_MAX */
+    int32_t page_size;         /* 16, 32, 64 or 128; default 64 */
+    int32_t max_pages;         /* columns of page_table, >= 1 */
+    int64_t page_table_stride; /* elements between rows of page_table; 0 (default) = max_pages */
+    int64_t k_strides[3];      /* k_cache [num_pages, page_size, Hkv, D] over [page, slot,
+                                  head]; all 0 = packed */
+    int32_t group_blocks;      /* two levels: key blocks per group, 2 .. 4096; 0 (default): one
+                                  level */
+    int32_t top_groups;        /* groups kept by the first level, >= 1 (with group_blocks) */
+} sk_decode_select_desc;
+
+/* Fill *desc with the defaults above (sizes 0, to be set). */
+SK_API sk_status sk_decode_select_desc_init(sk_decode_select_desc *desc, size_t struct_size);
+
+/* Bytes of the summary buffer: B x Hkv x max_blocks x 2 x D x dtype size,
+ * plus B x Hkv x max_groups x 2 x D x dtype size with group_blocks. */
+SK_API sk_status sk_kv_summary_bytes(const sk_decode_select_desc *desc, size_t *bytes);
+
+/* Build every block's summary (all max_blocks of each row; the blocks past
+ * len_k(b) get the empty summary) from the cache.
+ *   k_cache     [num_pages, page_size, Hkv, D]  dtype, desc->k_strides
+ *   page_table  int32 [B, max_pages], row stride page_table_stride
+ *   seq_lens_k  int32 [B]
+ *   summary     written (sk_kv_summary_bytes) */
+SK_API sk_status sk_kv_summary_build(const sk_decode_select_desc *desc, const void *k_cache,
+                                     const int32_t *page_table, const int32_t *seq_lens_k,
+                                     void *summary, struct CUstream_st *stream);
+
+/* After keys old_lens[b] .. new_lens[b] - 1 of each sequence were written to
+ * the cache: update the blocks holding them, and only those (blocks
+ * old_lens[b] / block_k .. ceil(new_lens[b] / block_k) - 1; the first is
+ * merged with its stored summary when it held keys before). The result
+ * equals sk_kv_summary_build at new_lens. old_lens[b] <= new_lens[b] <=
+ * max_seqlen_k (checked on the CPU). */
+SK_API sk_status sk_kv_summary_append(const sk_decode_select_desc *desc, const void *k_cache,
+                                      const int32_t *page_table, const int32_t *old_lens,
+                                      const int32_t *new_lens, void *summary,
+                                      struct CUstream_st *stream);
+
+/* The decode layout's grid and the capacity of its col_indices. Either
+ * output may be NULL. */
+SK_API sk_status sk_decode_select_capacity(const sk_decode_select_desc *desc, sk_grid *grid,
+                                           int32_t *max_nnz);
+
+/* Workspace bytes of sk_decode_select (0 on the CPU). */
+SK_API sk_status sk_decode_select_workspace_size(const sk_decode_select_desc *desc,
+                                                 size_t *workspace_bytes);
+
+/* Score every candidate block and select into the caller's layout buffers
+ * (row_offsets [B * Hkv + 1], col_indices [capacity]); sets layout->grid and
+ * layout->nnz (= capacity).
+ *   q           [B, q_len, Hq, D]  dtype, desc->q_strides
+ *   summary     as sk_kv_summary_build wrote it
+ *   seq_lens_k  int32 [B] */
+SK_API sk_status sk_decode_select(const sk_decode_select_desc *desc, const void *q,
+                                  const void *summary, const int32_t *seq_lens_k, sk_bsr *layout,
+                                  void *workspace, size_t workspace_size,
+                                  struct CUstream_st *stream);
+
+/* ---------------------------------------------------------------------------
  * BSR sparse x dense GEMM:  C = alpha * A * B + beta * C
  * ------------------------------------------------------------------------- */
 

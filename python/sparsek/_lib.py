@@ -326,6 +326,34 @@ class SkCpDesc(CheckedStructure):
     ]
 
 
+class SkDecodeSelectDesc(CheckedStructure):
+    _c_name_ = "sk_decode_select_desc"
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("backend", c_int),  # sk_backend
+        ("dtype", c_int),  # sk_dtype
+        ("batch", c_int64),
+        ("q_len", c_int64),
+        ("heads_q", c_int64),
+        ("heads_kv", c_int64),
+        ("head_dim", c_int64),
+        ("max_seqlen_k", c_int64),
+        ("block_k", c_int32),
+        ("scale", c_float),
+        ("k", c_int32),
+        ("sink_blocks", c_int32),
+        ("recent_blocks", c_int32),
+        ("q_strides", c_int64 * 3),
+        ("num_pages", c_int64),
+        ("page_size", c_int32),
+        ("max_pages", c_int32),
+        ("page_table_stride", c_int64),
+        ("k_strides", c_int64 * 3),
+        ("group_blocks", c_int32),
+        ("top_groups", c_int32),
+    ]
+
+
 # The fields of each struct, for the ABI test that compares offsets with a C
 # compiler's view of sparsek.h.
 STRUCTS = {
@@ -341,6 +369,7 @@ STRUCTS = {
     "sk_bsr_gemm_desc": SkBsrGemmDesc,
     "sk_device_info": SkDeviceInfo,
     "sk_decode_desc": SkDecodeDesc,
+    "sk_decode_select_desc": SkDecodeSelectDesc,
     "sk_cp_desc": SkCpDesc,
 }
 
@@ -554,6 +583,22 @@ SIGNATURES = {
     ),
     "sk_device_count": (_st, [_i32_p]),
     "sk_device_get_info": (_st, [c_int32, POINTER(SkDeviceInfo)]),
+    "sk_decode_select_desc_init": (_st, [POINTER(SkDecodeSelectDesc), c_size_t]),
+    "sk_kv_summary_bytes": (_st, [POINTER(SkDecodeSelectDesc), POINTER(c_size_t)]),
+    "sk_kv_summary_build": (
+        _st,
+        [POINTER(SkDecodeSelectDesc), c_void_p, _i32_p, _i32_p, c_void_p, _stream],
+    ),
+    "sk_kv_summary_append": (
+        _st,
+        [POINTER(SkDecodeSelectDesc), c_void_p, _i32_p, _i32_p, _i32_p, c_void_p, _stream],
+    ),
+    "sk_decode_select_capacity": (_st, [POINTER(SkDecodeSelectDesc), _grid_p, _i32_p]),
+    "sk_decode_select_workspace_size": (_st, [POINTER(SkDecodeSelectDesc), POINTER(c_size_t)]),
+    "sk_decode_select": (
+        _st,
+        [POINTER(SkDecodeSelectDesc), c_void_p, c_void_p, _i32_p, _bsr_p, c_void_p, c_size_t, _stream],
+    ),
     # Context parallel: plans, workspaces and tensors are raw addresses
     # (c_void_p); sk_comm_t is an opaque pointer.
     "sk_cp_desc_init": (_st, [POINTER(SkCpDesc), c_size_t]),

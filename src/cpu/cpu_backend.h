@@ -6,6 +6,7 @@
 #ifndef SK_CPU_BACKEND_H
 #define SK_CPU_BACKEND_H
 
+#include "core/decode_select.h"
 #include "core/problem.h"
 #include "core/topk_rules.h"
 
@@ -93,5 +94,13 @@ typedef struct sk_lse_merge {
     int64_t o_seq, o_start;
 } sk_lse_merge;
 void sk_cpu_lse_merge(const sk_lse_merge *m);
+
+/* Decode page selection (decode_select_ref.c; problems checked by
+ * src/core/decode_select.c, page indices and lengths included). */
+/* Build (append == 0: every block) or append (the blocks holding keys
+ * old_lens[b] .. seq_lens[b] - 1) into p->summary_out. */
+sk_status sk_cpu_dsel_summary(const sk_dsel_problem *p, int append);
+/* Scores and selection into p->row_offsets / p->col_indices. */
+sk_status sk_cpu_dsel_select(const sk_dsel_problem *p);
 
 #endif /* SK_CPU_BACKEND_H */

@@ -17,6 +17,7 @@
 
 #include <stddef.h>
 
+#include "core/decode_select.h"
 #include "core/problem.h"
 
 #ifdef __cplusplus
@@ -103,6 +104,14 @@ sk_status sk_cuda_decode_plan(const sk_decode_problem *p, void *workspace, size_
                               struct CUstream_st *stream);
 sk_status sk_cuda_decode_run(const sk_decode_problem *p, void *workspace, size_t workspace_size,
                              struct CUstream_st *stream);
+
+/* Decode page selection (decode_select/). The problem arrives checked
+ * (src/core/decode_select.c); lengths and page tables are device memory,
+ * clamped and skipped by the kernels. append != 0: sk_kv_summary_append. */
+sk_status sk_cuda_dsel_summary(const sk_dsel_problem *p, int append, struct CUstream_st *stream);
+sk_status sk_cuda_dsel_workspace_size(const sk_dsel_problem *p, size_t *bytes);
+sk_status sk_cuda_dsel_select(const sk_dsel_problem *p, void *workspace, size_t workspace_size,
+                              struct CUstream_st *stream);
 
 #ifdef __cplusplus
 }

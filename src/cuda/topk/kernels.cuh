@@ -40,6 +40,45 @@ static __device__ __forceinline__ int32_t warp_inclusive_sum(int32_t v, int lane
     return v;
 }
 
+/* Shared with the decode selection (src/cuda/decode_select/select.cu). */
+/* Larger score -> larger key; 0 for scores never picked (NaN, -inf). -0 and
+ * +0 share a key, so they tie. Every other key is >= 0x00800000. */
+static __device__ __forceinline__ uint32_t score_key(float s) {
+    uint32_t u = __float_as_uint(s);
+    u = u == 0x80000000u ? 0u : u;                                   /* -0 -> +0 */
+    const uint32_t key = u ^ ((uint32_t)((int32_t)u >> 31) | 0x80000000u); /* negative: ~u */
+    return s > __int_as_float((int)0xff800000u) ? key : 0u;          /* false for NaN, -inf */
+}
+
+/* One radix pass's choice from a warp's 256-bin histogram of the keys still
+ * in play: the digit of the kk-th largest of them, and *kk becomes its rank
+ * among the keys with that digit. Lane l owns digits 255 - 8l .. 248 - 8l,
+ * largest first. */
+static __device__ __forceinline__ uint32_t radix_pick(const uint32_t *hist, int lane, int32_t *kk) {
+    int32_t c[8], own = 0;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+        c[e] = (int32_t)hist[255 - 8 * lane - e];
+        own += c[e];
+    }
+    const int32_t incl = warp_inclusive_sum(own, lane);
+    const uint32_t hit = __ballot_sync(0xffffffffu, incl >= *kk);
+    const int src = __ffs((int)hit) - 1; /* exists: the keys in play number >= kk */
+    int32_t digit = 0, rest = 0, cum = incl - own;
+    bool found = false;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+        if (!found && cum + c[e] >= *kk) {
+            found = true;
+            digit = 255 - 8 * lane - e;
+            rest = *kk - cum;
+        }
+        cum += c[e];
+    }
+    *kk = __shfl_sync(0xffffffffu, rest, src);
+    return (uint32_t)__shfl_sync(0xffffffffu, digit, src);
+}
+
 /* Exclusive prefix sum of v over a CTA of THREADS threads (all of them
  * call it); *total = the sum over the CTA. warp_part: THREADS / 32 shared
  * words, which may be rewritten only after a barrier that follows the
