@@ -30,9 +30,8 @@ __device__ __forceinline__ void sk90_load_kv(const CUtensorMap *tm, uint32_t dst
  * the chain of dependent global reads (counter, tile order, row offsets)
  * never sits between two tiles' loads. Lane 0 works; the warp stays
  * converged. */
-template <int HD>
+template <class L> /* the shared layout: its kBarSched* barriers */
 __device__ void sk90_scheduler(const sk90_params &p, uint32_t base, volatile int32_t *sched) {
-    using L = sk90_smem<HD>;
     const int lane = threadIdx.x % 32;
     for (uint32_t n = 0;; ++n) {
         const uint32_t slot = n % kSchedSlots, phase = (n / kSchedSlots) & 1;

@@ -14,7 +14,8 @@
 /* The encoder, looked up once; NULL when the driver does not provide it. */
 PFN_cuTensorMapEncodeTiled_v12000 sk_tensor_map_encoder(void);
 
-/* A tiled map of rank 1..5 over ptr, elements of dtype (F16, BF16 or F32),
+/* A tiled map of rank 1..5 over ptr, elements of dtype (F16, BF16, F32, or
+ * E4M3 as bytes),
  * 128B swizzle (the layout the Hopper kernels' shared-memory tiles use),
  * L2 promotion 256 B, unit element strides, out-of-bounds elements zero on
  * load. dims[rank], strides_bytes[rank - 1], box[rank]. CUDA_ERROR_NOT_FOUND
