@@ -139,42 +139,15 @@ __global__ void __launch_bounds__(kThreads, 1) sk_attention_sm90_kernel(const __
  * Host side
  * ------------------------------------------------------------------------- */
 
-/* Largest extent, coordinate and byte stride the kernel and TMA handle. */
-static const int64_t kSk90MaxSeq = (int64_t)1 << 30;
-static const int64_t kSk90MaxCount = INT32_MAX;
-/* Tiles: a tile slot encodes an empty tile t as kTileEmptyBase - t, an int. */
-static const int64_t kSk90MaxTiles = (int64_t)INT32_MAX + kTileEmptyBase + 1;
-static const int64_t kSk90MaxStrideBytes = (int64_t)1 << 40;
-
-/* A 4-D map {D, H, S, B} over a [B, S, H, D] tensor with element strides
- * stride[3] = {b, s, h}. A stride of a dimension of extent 1 is never used:
- * it is replaced by a valid one. */
-static CUresult sk90_encode(CUtensorMap *map, const sk_attention_problem *p, const void *ptr,
-                            int64_t seq, int64_t heads, const int64_t stride[3], int box_rows) {
-    const int64_t es = 2, row_bytes = p->head_dim * es;
-    const cuuint64_t dims[4] = {(cuuint64_t)p->head_dim, (cuuint64_t)heads, (cuuint64_t)seq,
-                                (cuuint64_t)p->batch};
-    const int64_t sh = heads == 1 ? row_bytes : stride[2] * es;
-    const int64_t ss = seq == 1 ? row_bytes * heads : stride[1] * es;
-    const int64_t sb = p->batch == 1 ? row_bytes * heads * seq : stride[0] * es;
-    const cuuint64_t strides[3] = {(cuuint64_t)sh, (cuuint64_t)ss, (cuuint64_t)sb};
-    const cuuint32_t box[4] = {kSlabCols, 1, (cuuint32_t)box_rows, 1};
-    return sk_tensor_map_encode_sw128(map, p->dtype, 4, ptr, dims, strides, box);
-}
-
-static bool sk90_stride_ok(int64_t stride, int64_t extent) {
-    if (extent == 1) return true;
-    return stride > 0 && stride % 8 == 0 && stride * 2 < kSk90MaxStrideBytes;
-}
-
 /* Fill the four maps; pointers may be placeholders (supports() only asks
  * whether the driver accepts the geometry). */
 static CUresult sk90_encode_all(sk90_params *prm, const sk_attention_problem *p, const void *q,
                                 const void *k, const void *v, const void *o) {
-    CUresult r = sk90_encode(&prm->tm_q, p, q, p->seq_q, p->heads_q, p->q_stride, kBlockM);
-    if (r == CUDA_SUCCESS) r = sk90_encode(&prm->tm_k, p, k, p->seq_k, p->heads_kv, p->k_stride, kBlockN);
-    if (r == CUDA_SUCCESS) r = sk90_encode(&prm->tm_v, p, v, p->seq_k, p->heads_kv, p->v_stride, kBlockN);
-    if (r == CUDA_SUCCESS) r = sk90_encode(&prm->tm_o, p, o, p->seq_q, p->heads_q, p->o_stride, kWgRows);
+    const sk_dtype dt = p->dtype;
+    CUresult r = sk90_encode(&prm->tm_q, p, dt, kSlabCols, q, p->seq_q, p->heads_q, p->q_stride, kBlockM);
+    if (r == CUDA_SUCCESS) r = sk90_encode(&prm->tm_k, p, dt, kSlabCols, k, p->seq_k, p->heads_kv, p->k_stride, kBlockN);
+    if (r == CUDA_SUCCESS) r = sk90_encode(&prm->tm_v, p, dt, kSlabCols, v, p->seq_k, p->heads_kv, p->v_stride, kBlockN);
+    if (r == CUDA_SUCCESS) r = sk90_encode(&prm->tm_o, p, dt, kSlabCols, o, p->seq_q, p->heads_q, p->o_stride, kWgRows);
     return r;
 }
 
@@ -182,18 +155,7 @@ int sk_attention_sm90_supports(const sk_attention_problem *p) {
     if (p->dtype != SK_DTYPE_F16 && p->dtype != SK_DTYPE_BF16) return 0;
     if (p->head_dim != 64 && p->head_dim != 128) return 0;
     if (p->block_q != kBlockM || p->block_k != kBlockN) return 0;
-    if (p->scale == 0.0f || !isfinite(p->scale)) return 0; /* resolved: never 0 */
-    if (p->seq_q > kSk90MaxSeq || p->seq_k > kSk90MaxSeq) return 0;
-    if (p->batch > kSk90MaxCount || p->heads_q > kSk90MaxCount) return 0;
-    if (p->batch * p->heads_q * (int64_t)p->row_blocks > kSk90MaxTiles) return 0;
-    if (!sk90_stride_ok(p->q_stride[0], p->batch) || !sk90_stride_ok(p->q_stride[1], p->seq_q) ||
-        !sk90_stride_ok(p->q_stride[2], p->heads_q) || !sk90_stride_ok(p->o_stride[0], p->batch) ||
-        !sk90_stride_ok(p->o_stride[1], p->seq_q) || !sk90_stride_ok(p->o_stride[2], p->heads_q) ||
-        !sk90_stride_ok(p->k_stride[0], p->batch) || !sk90_stride_ok(p->k_stride[1], p->seq_k) ||
-        !sk90_stride_ok(p->k_stride[2], p->heads_kv) ||
-        !sk90_stride_ok(p->v_stride[0], p->batch) || !sk90_stride_ok(p->v_stride[1], p->seq_k) ||
-        !sk90_stride_ok(p->v_stride[2], p->heads_kv))
-        return 0;
+    if (!sk90_limits_ok(p, 2, 2)) return 0;
     /* Let the driver judge the geometry, with a placeholder 1024-B aligned address. */
     sk90_params prm;
     const void *dummy = (const void *)(uintptr_t)(1u << 20);
@@ -224,32 +186,8 @@ sk_status sk_attention_sm90_launch(const sk_attention_problem *p, const sk_atten
     if (r != CUDA_SUCCESS)
         return sk_error(SK_STATUS_EXECUTION_FAILED, "cuTensorMapEncodeTiled failed (CUresult %d)",
                         (int)r);
-    prm.lse = p->lse;
-    prm.row_offsets = p->row_offsets;
-    prm.col_indices = p->col_indices;
-    prm.tile_order = s->tile_order;
-    prm.tile_counter = s->tile_counter;
-    prm.num_tiles = s->num_tiles;
-    prm.seq_q = (int32_t)p->seq_q;
-    prm.seq_k = (int32_t)p->seq_k;
-    prm.heads_q = (int32_t)p->heads_q;
-    prm.group = p->group;
-    prm.row_blocks = p->row_blocks;
-    prm.col_blocks = p->col_blocks;
-    prm.layout_batch = p->layout_batch;
-    prm.layout_heads = p->layout_heads;
-    prm.head_div = p->head_div;
-    prm.nnz = p->nnz;
-    prm.causal = p->causal;
-    prm.negate = p->scale < 0.0f;
-    prm.scale = fabsf(p->scale);
-    prm.scale_log2 = prm.scale * 1.4426950408889634f; /* log2(e) */
-
-    int device = 0, sms = 0;
-    SK_CUDA_TRY(cudaGetDevice(&device), "cudaGetDevice");
-    SK_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device),
-                "cudaDeviceGetAttribute");
-    const int grid = s->num_tiles < sms ? s->num_tiles : sms;
+    int grid = 0;
+    SK_TRY(sk90_fill_params(&prm, p, s, &grid));
     if (grid <= 0) return SK_STATUS_SUCCESS;
 
     const bool bf16 = p->dtype == SK_DTYPE_BF16;

@@ -10,10 +10,13 @@
 #define SK_CUDA_ATTENTION_FWD_SM90_COMMON_CUH
 
 #include <cuda.h>
+#include <math.h>
 #include <stdint.h>
 
 #include "cuda/attention/kernels.h"
+#include "cuda/common/cuda_check.cuh"
 #include "cuda/common/hopper.cuh"
+#include "cuda/common/tensor_map.h"
 
 /* ---------------------------------------------------------------------------
  * Tile shapes and shared-memory layout
@@ -188,5 +191,97 @@ struct sk90_pipe {
         }
     }
 };
+
+/* ---------------------------------------------------------------------------
+ * Host side shared by the two kernels
+ * ------------------------------------------------------------------------- */
+
+/* Largest extent, coordinate and byte stride the kernel and TMA handle. */
+static const int64_t kSk90MaxSeq = (int64_t)1 << 30;
+static const int64_t kSk90MaxCount = INT32_MAX;
+/* Tiles: a tile slot encodes an empty tile t as kTileEmptyBase - t, an int. */
+static const int64_t kSk90MaxTiles = (int64_t)INT32_MAX + kTileEmptyBase + 1;
+static const int64_t kSk90MaxStrideBytes = (int64_t)1 << 40;
+
+/* A 4-D map {D, H, S, B} over a [B, S, H, D] tensor with element strides
+ * stride[3] = {b, s, h}. A stride of a dimension of extent 1 is never used:
+ * it is replaced by a valid one. */
+static inline CUresult sk90_encode(CUtensorMap *map, const sk_attention_problem *p, sk_dtype dtype,
+                            int box_cols, const void *ptr, int64_t seq, int64_t heads,
+                            const int64_t stride[3], int box_rows) {
+    const int64_t es = dtype == SK_DTYPE_E4M3 ? 1 : 2, row_bytes = p->head_dim * es;
+    const cuuint64_t dims[4] = {(cuuint64_t)p->head_dim, (cuuint64_t)heads, (cuuint64_t)seq,
+                                (cuuint64_t)p->batch};
+    const int64_t sh = heads == 1 ? row_bytes : stride[2] * es;
+    const int64_t ss = seq == 1 ? row_bytes * heads : stride[1] * es;
+    const int64_t sb = p->batch == 1 ? row_bytes * heads * seq : stride[0] * es;
+    const cuuint64_t strides[3] = {(cuuint64_t)sh, (cuuint64_t)ss, (cuuint64_t)sb};
+    const cuuint32_t box[4] = {(cuuint32_t)box_cols, 1, (cuuint32_t)box_rows, 1};
+    return sk_tensor_map_encode_sw128(map, dtype, 4, ptr, dims, strides, box);
+}
+
+/* An element stride of `es`-byte elements: a positive multiple of 16 bytes
+ * (TMA), below the byte limit. */
+static inline bool sk90_stride_ok(int64_t stride, int64_t extent, int64_t es) {
+    if (extent == 1) return true;
+    return stride > 0 && (stride * es) % 16 == 0 && stride * es < kSk90MaxStrideBytes;
+}
+
+/* The size and stride limits both kernels share; in_es and out_es are the
+ * element bytes of Q, K, V and of O. */
+static inline bool sk90_limits_ok(const sk_attention_problem *p, int64_t in_es, int64_t out_es) {
+    if (p->scale == 0.0f || !isfinite(p->scale)) return false; /* resolved: never 0 */
+    if (p->seq_q > kSk90MaxSeq || p->seq_k > kSk90MaxSeq) return false;
+    if (p->batch > kSk90MaxCount || p->heads_q > kSk90MaxCount) return false;
+    if (p->batch * p->heads_q * (int64_t)p->row_blocks > kSk90MaxTiles) return false;
+    return sk90_stride_ok(p->q_stride[0], p->batch, in_es) &&
+           sk90_stride_ok(p->q_stride[1], p->seq_q, in_es) &&
+           sk90_stride_ok(p->q_stride[2], p->heads_q, in_es) &&
+           sk90_stride_ok(p->o_stride[0], p->batch, out_es) &&
+           sk90_stride_ok(p->o_stride[1], p->seq_q, out_es) &&
+           sk90_stride_ok(p->o_stride[2], p->heads_q, out_es) &&
+           sk90_stride_ok(p->k_stride[0], p->batch, in_es) &&
+           sk90_stride_ok(p->k_stride[1], p->seq_k, in_es) &&
+           sk90_stride_ok(p->k_stride[2], p->heads_kv, in_es) &&
+           sk90_stride_ok(p->v_stride[0], p->batch, in_es) &&
+           sk90_stride_ok(p->v_stride[1], p->seq_k, in_es) &&
+           sk90_stride_ok(p->v_stride[2], p->heads_kv, in_es);
+}
+
+/* Every parameter but the tensor maps, and the persistent grid (one CTA
+ * per SM, at most one per tile; 0: nothing to run). */
+static inline sk_status sk90_fill_params(sk90_params *prm, const sk_attention_problem *p,
+                                  const sk_attention_schedule *s, int *grid) {
+    prm->lse = p->lse;
+    prm->row_offsets = p->row_offsets;
+    prm->col_indices = p->col_indices;
+    prm->tile_order = s->tile_order;
+    prm->tile_counter = s->tile_counter;
+    prm->num_tiles = s->num_tiles;
+    prm->seq_q = (int32_t)p->seq_q;
+    prm->seq_k = (int32_t)p->seq_k;
+    prm->heads_q = (int32_t)p->heads_q;
+    prm->group = p->group;
+    prm->row_blocks = p->row_blocks;
+    prm->col_blocks = p->col_blocks;
+    prm->layout_batch = p->layout_batch;
+    prm->layout_heads = p->layout_heads;
+    prm->head_div = p->head_div;
+    prm->nnz = p->nnz;
+    prm->causal = p->causal;
+    prm->negate = p->scale < 0.0f;
+    prm->scale = fabsf(p->scale);
+    prm->scale_log2 = prm->scale * 1.4426950408889634f; /* log2(e) */
+
+    int device = 0, sms = 0;
+    SK_CUDA_TRY(cudaGetDevice(&device), "cudaGetDevice");
+    SK_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device),
+                "cudaDeviceGetAttribute");
+    *grid = s->num_tiles < sms ? s->num_tiles : sms;
+    return SK_STATUS_SUCCESS;
+
+}
+
+
 
 #endif /* SK_CUDA_ATTENTION_FWD_SM90_COMMON_CUH */

@@ -1,0 +1,233 @@
+/*
+ * fwd_sm90_fp8.cu - the Hopper block-sparse attention forward on FP8 (e4m3)
+ * Q, K and V, O in bf16 or fp16: the fp16/bf16 kernel (fwd_sm90.cu; its
+ * header describes the persistent grid, the warp roles, the pipelines, the
+ * ping-pong and the invariants, all kept here) with FP8 tensor-core GEMMs.
+ * Head dim 128, blocks 128 x 128 (NOT_SUPPORTED otherwise).
+ *
+ * What differs from the fp16/bf16 kernel (docs/perf/fp8.md):
+ *   - Tiles are 128 rows of 128 bytes: Q, K and V move as one 128B-swizzled
+ *     box each; S = Q K^T is 4 wgmma m64n128k32.e4m3 (both K-major).
+ *   - P V: FP8 wgmma reads B K-major only, so V (keys x dims in memory) is
+ *     transposed in shared memory by warps 2 and 3 of the producer
+ *     warpgroup (fwd_sm90_fp8_producer.cuh) into Vt stages (dims x keys),
+ *     an extra pipeline: TMA -> V stage -> transposer -> Vt stage ->
+ *     consumers. (A pre-transposed V in the API would drop this stage; the
+ *     in-kernel transpose keeps the [B, S, H, D] contract.)
+ *   - P to e4m3 in registers: the fp32 accumulator of S gives thread (g, t)
+ *     keys {2t, 2t+1} of each 8-key group, while the A fragment of a k32
+ *     FP8 wgmma wants keys 4t .. 4t+3 and 16+4t .. 16+4t+3 of each 32. No
+ *     shuffle re-lays it: P's registers are used where they are, which
+ *     puts key sk98_key_of_pos(pos) at A position pos, and the transposer
+ *     writes Vt's keys in that same order (a permutation of the sum).
+ *   - Softmax rows sums come from the fp32 P (before rounding to e4m3), as
+ *     FlashAttention-3 does; O's error is the FP8 P V's.
+ *   - Descales: per tile q_descale[b, h] x k_descale[b, hk] multiplies the
+ *     base-2 softmax factor (its sign is folded like a negative scale) and
+ *     the LSE factor; v_descale[b, hk] multiplies 1 / rowsum in the
+ *     epilogue. fp32 products: exact up to fp32 rounding.
+ *   - The transposer learns the end of the kernel from an extra V stage
+ *     the TMA warp publishes with a plain arrival and v_info = kVInfoEnd.
+ *
+ * Shared memory (all 1024-B aligned): 2 Q buffers, 2 K, 2 V, 2 Vt stages
+ * of 16 KB, O 2 x 16 KB (bf16/fp16 as the fp16/bf16 kernel's), barriers:
+ * about 161 KB.
+ */
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "cuda/attention/kernels.h"
+#include "cuda/common/cuda_check.cuh"
+#include "cuda/common/hopper.cuh"
+#include "cuda/common/ptx.cuh"
+#include "cuda/common/tensor_map.h"
+
+#include "cuda/attention/fwd_sm90_common.cuh"
+
+/* The shared warpgroup helpers: the scheduler warp and the layout cursor;
+ * the masks, the softmax, the K stage helpers and the O packing. */
+#include "cuda/attention/fwd_sm90_producer.cuh"
+#include "cuda/attention/fwd_sm90_consumer.cuh"
+
+enum {
+    kF8RowBytes = 128,                       /* D = 128 e4m3 */
+    kF8BlockBytes = 128 * kF8RowBytes,       /* a Q, K, V or Vt tile: 16 KB */
+    kVInfoEnd = -1,                          /* v_info: no more V stages */
+    /* setmaxnreg: the transposer needs more than the fp16/bf16 producer's
+     * 40; the consumers hold 16 P registers, not 32. */
+    kF8ProducerRegs = 56,
+    kF8ConsumerRegs = 216
+};
+static_assert(kF8ProducerRegs * 128 + kF8ConsumerRegs * 256 <= kThreads * 168, "register budget");
+
+struct sk98_smem {
+    static constexpr int kQBufs = 2, kKStages = 2, kVStages = 2, kVtStages = 2;
+    static constexpr uint32_t kOWgBytes = kWgRows * 128 * 2; /* one warpgroup's O, 2-byte */
+    static constexpr uint32_t kOSlabBytes = kWgRows * kSlabRowBytes;
+    static constexpr uint32_t kQ = 0;
+    static constexpr uint32_t kK = kQ + kQBufs * kF8BlockBytes;
+    static constexpr uint32_t kV = kK + kKStages * kF8BlockBytes;
+    static constexpr uint32_t kVt = kV + kVStages * kF8BlockBytes;
+    static constexpr uint32_t kO = kVt + kVtStages * kF8BlockBytes;
+    static constexpr uint32_t kBarQFull = kO + 2 * kOWgBytes;
+    static constexpr uint32_t kBarQEmpty = kBarQFull + 8 * kQBufs;
+    static constexpr uint32_t kBarKFull = kBarQEmpty + 8 * kQBufs;
+    static constexpr uint32_t kBarKEmpty = kBarKFull + 8 * kKStages;
+    static constexpr uint32_t kBarVFull = kBarKEmpty + 8 * kKStages;
+    static constexpr uint32_t kBarVEmpty = kBarVFull + 8 * kVStages;
+    static constexpr uint32_t kBarVtFull = kBarVEmpty + 8 * kVStages;
+    static constexpr uint32_t kBarVtEmpty = kBarVtFull + 8 * kVtStages;
+    static constexpr uint32_t kBarTileFull = kBarVtEmpty + 8 * kVtStages;
+    static constexpr uint32_t kBarTileEmpty = kBarTileFull + 8 * kTileSlots;
+    static constexpr uint32_t kBarSchedFull = kBarTileEmpty + 8 * kTileSlots;
+    static constexpr uint32_t kBarSchedEmpty = kBarSchedFull + 8 * kSchedSlots;
+    static constexpr uint32_t kTileIds = kBarSchedEmpty + 8 * kSchedSlots;
+    static constexpr uint32_t kBlockInfo = kTileIds + 4 * kTileSlots; /* per K stage */
+    static constexpr uint32_t kVInfo = kBlockInfo + 4 * kKStages;     /* per V stage */
+    static constexpr uint32_t kSched = kVInfo + 4 * kVStages;         /* {tile, start, end, -} */
+    static constexpr uint32_t kUsed = kSched + 16 * kSchedSlots;
+    static constexpr uint32_t kDynamicBytes = kUsed + kSwizzleAtom;
+
+    static_assert(kK % kSwizzleAtom == 0 && kV % kSwizzleAtom == 0 && kVt % kSwizzleAtom == 0 &&
+                      kO % kSwizzleAtom == 0 && kOSlabBytes % kSwizzleAtom == 0,
+                  "swizzled tiles must be 1024-B aligned");
+    static_assert(kBarQFull % 8 == 0 && kSched % 4 == 0, "barrier and slot alignment");
+    static_assert(kDynamicBytes <= 227 * 1024, "shared memory budget of one sm_90 CTA");
+};
+
+/* The fp16/bf16 kernel's parameters (maps over e4m3 Q, K, V, O in out_dtype)
+ * and the descales. */
+struct sk98_params {
+    sk90_params base;
+    const float *q_descale; /* [B, Hq] or NULL */
+    const float *k_descale; /* [B, Hkv] or NULL */
+    const float *v_descale; /* [B, Hkv] or NULL */
+};
+
+#include "cuda/attention/fwd_sm90_fp8_producer.cuh"
+#include "cuda/attention/fwd_sm90_fp8_consumer.cuh"
+
+template <sk_dtype OT>
+__global__ void __launch_bounds__(kThreads, 1)
+    sk_attention_sm90_fp8_kernel(const __grid_constant__ sk98_params p) {
+    using L = sk98_smem;
+    extern __shared__ uint8_t sk98_smem_raw[];
+    const uint32_t raw = (uint32_t)__cvta_generic_to_shared(sk98_smem_raw);
+    const uint32_t base = (raw + kSwizzleAtom - 1) & ~(uint32_t)(kSwizzleAtom - 1);
+    uint8_t *gbase = sk98_smem_raw + (base - raw);
+    int32_t *tile_ids = (int32_t *)(gbase + L::kTileIds);
+    volatile int32_t *block_info = (volatile int32_t *)(gbase + L::kBlockInfo);
+    volatile int32_t *v_info = (volatile int32_t *)(gbase + L::kVInfo);
+    volatile int32_t *sched = (volatile int32_t *)(gbase + L::kSched);
+
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < L::kQBufs; ++s) {
+            sk_mbar_init(base + L::kBarQFull + 8 * s, 1);
+            sk_mbar_init(base + L::kBarQEmpty + 8 * s, 2);
+        }
+        for (int s = 0; s < L::kKStages; ++s) {
+            sk_mbar_init(base + L::kBarKFull + 8 * s, 1);
+            sk_mbar_init(base + L::kBarKEmpty + 8 * s, kKEmptyArrivals);
+        }
+        for (int s = 0; s < L::kVStages; ++s) {
+            sk_mbar_init(base + L::kBarVFull + 8 * s, 1);
+            sk_mbar_init(base + L::kBarVEmpty + 8 * s, 2); /* the two transposer warps */
+        }
+        for (int s = 0; s < L::kVtStages; ++s) {
+            sk_mbar_init(base + L::kBarVtFull + 8 * s, 2);  /* the two transposer warps */
+            sk_mbar_init(base + L::kBarVtEmpty + 8 * s, 2); /* the two consumer leaders */
+        }
+        for (int s = 0; s < kTileSlots; ++s) {
+            sk_mbar_init(base + L::kBarTileFull + 8 * s, 1);
+            sk_mbar_init(base + L::kBarTileEmpty + 8 * s, 256);
+        }
+        for (int s = 0; s < kSchedSlots; ++s) {
+            sk_mbar_init(base + L::kBarSchedFull + 8 * s, 1);
+            sk_mbar_init(base + L::kBarSchedEmpty + 8 * s, 1);
+        }
+        sk_fence_mbar_init();
+    }
+    __syncthreads();
+
+    const int wg = threadIdx.x / 128;
+    if (wg == 0) {
+        sk_setmaxnreg_dec<kF8ProducerRegs>();
+        const int warp = threadIdx.x / 32;
+        if (warp == 0) sk98_producer(p, base, tile_ids, block_info, v_info, sched);
+        if (warp == 1) sk90_scheduler<L>(p.base, base, sched);
+        if (warp >= 2) sk98_transposer(base, v_info, warp - 2);
+    } else {
+        sk_setmaxnreg_inc<kF8ConsumerRegs>();
+        sk98_consumer<OT>(p, base, tile_ids, block_info, wg - 1);
+    }
+}
+
+/* ---------------------------------------------------------------------------
+ * Host side
+ * ------------------------------------------------------------------------- */
+
+static CUresult sk98_encode_all(sk90_params *prm, const sk_attention_problem *p, const void *q,
+                                const void *k, const void *v, const void *o) {
+    const sk_dtype in = SK_DTYPE_E4M3;
+    CUresult r = sk90_encode(&prm->tm_q, p, in, kF8RowBytes, q, p->seq_q, p->heads_q, p->q_stride,
+                             kBlockM);
+    if (r == CUDA_SUCCESS)
+        r = sk90_encode(&prm->tm_k, p, in, kF8RowBytes, k, p->seq_k, p->heads_kv, p->k_stride,
+                        kBlockN);
+    if (r == CUDA_SUCCESS)
+        r = sk90_encode(&prm->tm_v, p, in, kF8RowBytes, v, p->seq_k, p->heads_kv, p->v_stride,
+                        kBlockN);
+    if (r == CUDA_SUCCESS)
+        r = sk90_encode(&prm->tm_o, p, p->out_dtype, kSlabCols, o, p->seq_q, p->heads_q,
+                        p->o_stride, kWgRows);
+    return r;
+}
+
+int sk_attention_sm90_fp8_supports(const sk_attention_problem *p) {
+    if (p->dtype != SK_DTYPE_E4M3) return 0;
+    if (p->out_dtype != SK_DTYPE_F16 && p->out_dtype != SK_DTYPE_BF16) return 0;
+    if (p->head_dim != 128) return 0;
+    if (p->block_q != kBlockM || p->block_k != kBlockN) return 0;
+    if (!sk90_limits_ok(p, 1, 2)) return 0;
+    sk90_params prm;
+    const void *dummy = (const void *)(uintptr_t)(1u << 20);
+    return sk98_encode_all(&prm, p, dummy, dummy, dummy, dummy) == CUDA_SUCCESS;
+}
+
+template <sk_dtype OT>
+static sk_status sk98_launch(const sk98_params &prm, int grid, cudaStream_t stream) {
+    SK_CUDA_TRY(cudaFuncSetAttribute(sk_attention_sm90_fp8_kernel<OT>,
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     (int)sk98_smem::kDynamicBytes),
+                "cudaFuncSetAttribute");
+    sk_attention_sm90_fp8_kernel<OT><<<grid, kThreads, sk98_smem::kDynamicBytes, stream>>>(prm);
+    return sk_cuda_status(cudaGetLastError(), "sm90 FP8 attention kernel launch");
+}
+
+sk_status sk_attention_sm90_fp8_launch(const sk_attention_problem *p,
+                                       const sk_attention_schedule *s, cudaStream_t stream) {
+    if (!sk_attention_sm90_fp8_supports(p))
+        return sk_error(SK_STATUS_NOT_SUPPORTED,
+                        "the FP8 Hopper kernel does not cover this problem (head_dim = %lld, "
+                        "blocks %d x %d, strides)",
+                        (long long)p->head_dim, (int)p->block_q, (int)p->block_k);
+    sk98_params prm;
+    memset(&prm, 0, sizeof prm);
+    const CUresult r = sk98_encode_all(&prm.base, p, p->q, p->k, p->v, p->o);
+    if (r != CUDA_SUCCESS)
+        return sk_error(SK_STATUS_EXECUTION_FAILED, "cuTensorMapEncodeTiled failed (CUresult %d)",
+                        (int)r);
+    int grid = 0;
+    SK_TRY(sk90_fill_params(&prm.base, p, s, &grid));
+    if (grid <= 0) return SK_STATUS_SUCCESS;
+    prm.q_descale = p->q_descale;
+    prm.k_descale = p->k_descale;
+    prm.v_descale = p->v_descale;
+    return p->out_dtype == SK_DTYPE_BF16 ? sk98_launch<SK_DTYPE_BF16>(prm, grid, stream)
+                                         : sk98_launch<SK_DTYPE_F16>(prm, grid, stream);
+}
