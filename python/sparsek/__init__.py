@@ -44,6 +44,7 @@ from .paged import attention_paged, paged_kv_from_dense
 from .plan_cache import clear_plan_cache, plan_cache_info
 from .topk import attention_topk, block_pool, layout_from_scores, pool_select_topk, select_topk, topk_capacity
 from .varlen import VarlenLayout, attention_varlen, varlen_layout_grid, varlen_max_row_blocks
+from .fp8 import attention_fp8, quantize_e4m3
 
 
 def version() -> str:
@@ -142,4 +143,6 @@ __all__ = [
     "varlen_max_row_blocks",
     "version",
     "version_int",
+    "attention_fp8",
+    "quantize_e4m3",
 ]
