@@ -36,9 +36,10 @@
 
 #define BENCH_ERROR_EXIT 2 /* 1 is a failed result check */
 #include "bench_check.h"
+#include "bench_timing.h"
 #include "host_data.h"
 
-enum { WARMUP = 2, PATTERN = 1 << 24, SAMPLE = 1 << 20, MAX_REPS = 100, DIM = 128, BLOCK = 128 };
+enum { WARMUP = 2, PATTERN = 1 << 24, SAMPLE = 1 << 20, DIM = 128, BLOCK = 128 };
 
 typedef struct opts {
     int64_t batch, heads, heads_kv, seq, window;
@@ -76,23 +77,8 @@ static int parse(int argc, char **argv, opts *o) {
     if (o->heads_kv == 0) o->heads_kv = o->heads;
     const int64_t cb = (o->seq + BLOCK - 1) / BLOCK;
     if (o->per_row == 0) o->per_row = (int32_t)(cb / 4 > 0 ? cb / 4 : 1);
-    if (o->reps < 1 || o->reps > MAX_REPS) o->reps = 10;
+    if (o->reps < 1 || o->reps > BENCH_MAX_REPS) o->reps = 10;
     return 0;
-}
-
-/* n bf16 elements: the pattern from element `shift` on, repeated. */
-static void fill(void *dst, const void *pattern, int64_t n, int64_t shift) {
-    const int64_t period = PATTERN - shift;
-    for (int64_t off = 0; off < n; off += period) {
-        const int64_t len = n - off < period ? n - off : period;
-        CUDA_OK(cudaMemcpy((char *)dst + off * 2, (const char *)pattern + shift * 2,
-                           (size_t)len * 2, cudaMemcpyDeviceToDevice));
-    }
-}
-
-static int cmp_float(const void *a, const void *b) {
-    const float x = *(const float *)a, y = *(const float *)b;
-    return x < y ? -1 : x > y;
 }
 
 typedef struct bench_call {
@@ -107,32 +93,13 @@ typedef struct bench_call {
     int quantize;
 } bench_call;
 
-static void call(const bench_call *c) {
+static void call(const void *ctx) {
+    const bench_call *c = (const bench_call *)ctx;
     if (c->quantize)
         SK_OK(sk_quantize_e4m3(c->qd, c->x, c->y, c->descale, c->ws, c->ws_bytes, NULL));
     else
         SK_OK(sk_attention_run(c->d, c->layout, c->q, c->k, c->v, c->o, NULL, c->ws, c->ws_bytes,
                                NULL));
-}
-
-static void time_calls(const bench_call *c, int reps, float *median, float *best) {
-    float ms[MAX_REPS];
-    cudaEvent_t e0, e1;
-    CUDA_OK(cudaEventCreate(&e0));
-    CUDA_OK(cudaEventCreate(&e1));
-    for (int r = 0; r < WARMUP; ++r) call(c);
-    for (int r = 0; r < reps; ++r) {
-        CUDA_OK(cudaEventRecord(e0, NULL));
-        call(c);
-        CUDA_OK(cudaEventRecord(e1, NULL));
-        CUDA_OK(cudaEventSynchronize(e1));
-        CUDA_OK(cudaEventElapsedTime(&ms[r], e0, e1));
-    }
-    qsort(ms, (size_t)reps, sizeof ms[0], cmp_float);
-    *median = ms[reps / 2];
-    *best = ms[0];
-    CUDA_OK(cudaEventDestroy(e0));
-    CUDA_OK(cudaEventDestroy(e1));
 }
 
 static void desc_for(sk_attention_desc *d, const opts *o, sk_dtype dtype) {
@@ -169,7 +136,7 @@ static void quantize(const opts *o, int64_t heads, const void *x, uint8_t *y, fl
     CUDA_OK(cudaMalloc(&c.ws, c.ws_bytes));
     if (ms != NULL) {
         float best;
-        time_calls(&c, reps, ms, &best);
+        bench_time(call, &c, WARMUP, reps, ms, &best);
     } else {
         call(&c);
     }
@@ -224,9 +191,9 @@ int main(int argc, char **argv) {
     CUDA_OK(cudaMalloc((void **)&qds, (size_t)(o.batch * o.heads) * 4));
     CUDA_OK(cudaMalloc((void **)&kds, (size_t)(o.batch * o.heads_kv) * 4));
     CUDA_OK(cudaMalloc((void **)&vds, (size_t)(o.batch * o.heads_kv) * 4));
-    fill(q, pattern, nq, 0);
-    fill(k, pattern, nk, 777);
-    fill(v, pattern, nk, 4242);
+    bench_fill_pattern(q, pattern, PATTERN, nq, 0);
+    bench_fill_pattern(k, pattern, PATTERN, nk, 777);
+    bench_fill_pattern(v, pattern, PATTERN, nk, 4242);
     float quant_ms = 0.0f;
     quantize(&o, o.heads, q, q8, qds, o.reps, &quant_ms);
     quantize(&o, o.heads_kv, k, k8, kds, 0, NULL);
@@ -251,8 +218,8 @@ int main(int argc, char **argv) {
     SK_OK(sk_attention_plan(&d16, &layout, c16.ws, c16.ws_bytes, NULL));
     SK_OK(sk_attention_plan(&d8, &layout, c8.ws, c8.ws_bytes, NULL));
     float ms16, min16, ms8, min8;
-    time_calls(&c16, o.reps, &ms16, &min16);
-    time_calls(&c8, o.reps, &ms8, &min8);
+    bench_time(call, &c16, WARMUP, o.reps, &ms16, &min16);
+    bench_time(call, &c8, WARMUP, o.reps, &ms8, &min8);
     CUDA_OK(cudaDeviceSynchronize());
 
     /* The FP8 output against the bf16 one, on a sample. */

@@ -98,36 +98,14 @@ __global__ void __launch_bounds__(kThreads, 1) sk_attention_sm90_kernel(const __
     volatile int32_t *block_info = (volatile int32_t *)(sk90_smem_raw + (base - raw) + L::kBlockInfo);
     volatile int32_t *sched = (volatile int32_t *)(sk90_smem_raw + (base - raw) + L::kSched);
 
-    if (threadIdx.x == 0) {
-        for (int s = 0; s < L::kQBufs; ++s) {
-            sk_mbar_init(base + L::kBarQFull + 8 * s, 1);
-            sk_mbar_init(base + L::kBarQEmpty + 8 * s, 2);
-        }
-        for (int s = 0; s < L::kKStages; ++s) {
-            sk_mbar_init(base + L::kBarKFull + 8 * s, 1);
-            sk_mbar_init(base + L::kBarKEmpty + 8 * s, kKEmptyArrivals);
-        }
-        for (int s = 0; s < L::kVStages; ++s) {
-            sk_mbar_init(base + L::kBarVFull + 8 * s, 1);
-            sk_mbar_init(base + L::kBarVEmpty + 8 * s, 2);
-        }
-        for (int s = 0; s < kTileSlots; ++s) {
-            sk_mbar_init(base + L::kBarTileFull + 8 * s, 1);
-            sk_mbar_init(base + L::kBarTileEmpty + 8 * s, 256);
-        }
-        for (int s = 0; s < kSchedSlots; ++s) {
-            sk_mbar_init(base + L::kBarSchedFull + 8 * s, 1);
-            sk_mbar_init(base + L::kBarSchedEmpty + 8 * s, 1);
-        }
-        sk_fence_mbar_init();
-    }
+    if (threadIdx.x == 0) sk90_init_barriers<L>(base);
     __syncthreads();
 
     const int wg = threadIdx.x / 128;
     if (wg == 0) {
         sk_setmaxnreg_dec<kProducerRegs>();
         const int warp = threadIdx.x / 32;
-        if (warp == 0) sk90_producer<HD>(p, base, tile_ids, block_info, sched);
+        if (warp == 0) sk90_producer<L>(p, base, tile_ids, block_info, nullptr, sched);
         if (warp == 1) sk90_scheduler<L>(p, base, sched);
     } else {
         sk_setmaxnreg_inc<kConsumerRegs>();

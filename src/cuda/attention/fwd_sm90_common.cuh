@@ -59,7 +59,8 @@ enum {
     kTileEnd = -1,         /* tile slot: no more tiles */
     kTileSkip = -2,        /* tile slot: a schedule entry out of range, skipped */
     kTileEmptyBase = -3,   /* tile slot kTileEmptyBase - t: tile t has no visible block */
-    kInfoMore = (int)0x80000000u /* block info: another block follows in this tile */
+    kInfoMore = (int)0x80000000u, /* block info: another block follows in this tile */
+    kVInfoEnd = -1               /* FP8 kernel's v_info: no more V stages */
 };
 static_assert(kProducerRegs * 128 + kConsumerRegs * 256 <= kThreads * 168, "register budget");
 static_assert(kBlockM == 2 * kWgRows, "two consumer warpgroups of 64 rows");
@@ -79,6 +80,8 @@ struct sk90_smem {
     static constexpr uint32_t kBlockBytes = kBlockN * HD * 2; /* one K or V block */
     static constexpr uint32_t kQBytes = kBlockM * HD * 2;     /* one of kQBufs Q tiles */
     static constexpr uint32_t kSlab128 = 128 * kSlabRowBytes;  /* a slab of 128 rows */
+    static constexpr int kBoxCols = kSlabCols;                  /* a TMA box's width, elements */
+    static constexpr bool kTransposeV = false;                  /* see the FP8 layout */
     static constexpr uint32_t kOWgBytes = kWgRows * HD * 2;    /* one warpgroup's O */
     static constexpr uint32_t kOSlabBytes = kWgRows * kSlabRowBytes;
     static constexpr uint32_t kQ = 0;
@@ -178,6 +181,46 @@ __device__ __forceinline__ bool sk90_block_visible(const sk90_params &p, const s
                                                    int c) {
     if ((unsigned)c >= (unsigned)p.col_blocks) return false;
     return !p.causal || c * kBlockN <= t.key_limit;
+}
+
+/* K stage release: lane 0 of every consumer warp arrives (2 warpgroups x 4
+ * warps; fwd_sm90_consumer.cuh, sk90_release_k). */
+static constexpr int kKEmptyArrivals = 8;
+
+/* Thread 0 initialises the barriers of layout L (the fp16/bf16 kernel's or
+ * the FP8 one's, which adds the Vt stages: full when both transposer
+ * warps arrived, empty when both consumer leaders did). V stages are freed
+ * by two arrivals in both kernels (the consumer leaders, or the two
+ * transposer warps). */
+template <class L>
+__device__ __forceinline__ void sk90_init_barriers(uint32_t base) {
+    for (int s = 0; s < L::kQBufs; ++s) {
+        sk_mbar_init(base + L::kBarQFull + 8 * s, 1);
+        sk_mbar_init(base + L::kBarQEmpty + 8 * s, 2);
+    }
+    for (int s = 0; s < L::kKStages; ++s) {
+        sk_mbar_init(base + L::kBarKFull + 8 * s, 1);
+        sk_mbar_init(base + L::kBarKEmpty + 8 * s, kKEmptyArrivals);
+    }
+    for (int s = 0; s < L::kVStages; ++s) {
+        sk_mbar_init(base + L::kBarVFull + 8 * s, 1);
+        sk_mbar_init(base + L::kBarVEmpty + 8 * s, 2);
+    }
+    if constexpr (L::kTransposeV) {
+        for (int s = 0; s < L::kVtStages; ++s) {
+            sk_mbar_init(base + L::kBarVtFull + 8 * s, 2);
+            sk_mbar_init(base + L::kBarVtEmpty + 8 * s, 2);
+        }
+    }
+    for (int s = 0; s < kTileSlots; ++s) {
+        sk_mbar_init(base + L::kBarTileFull + 8 * s, 1);
+        sk_mbar_init(base + L::kBarTileEmpty + 8 * s, 256);
+    }
+    for (int s = 0; s < kSchedSlots; ++s) {
+        sk_mbar_init(base + L::kBarSchedFull + 8 * s, 1);
+        sk_mbar_init(base + L::kBarSchedEmpty + 8 * s, 1);
+    }
+    sk_fence_mbar_init();
 }
 
 /* Pipeline position: stage and phase parity of the n-th block of a pipeline. */

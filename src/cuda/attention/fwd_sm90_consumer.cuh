@@ -165,7 +165,7 @@ __device__ __forceinline__ void sk90_fence_operands(float o[HD / 2], uint32_t pf
 /* K stage release: lane 0 of every consumer warp arrives, after the warp
  * has converged (one thread per warpgroup after a named barrier is correct
  * too, but compute-sanitizer racecheck does not follow that chain). */
-static constexpr int kKEmptyArrivals = 8; /* 2 consumer warpgroups x 4 warps */
+/* kKEmptyArrivals (fwd_sm90_common.cuh): 2 consumer warpgroups x 4 warps. */
 
 __device__ __forceinline__ void sk90_release_k(uint32_t bar, int lane) {
     __syncwarp();

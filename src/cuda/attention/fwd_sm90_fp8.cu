@@ -10,7 +10,7 @@
  *     box each; S = Q K^T is 4 wgmma m64n128k32.e4m3 (both K-major).
  *   - P V: FP8 wgmma reads B K-major only, so V (keys x dims in memory) is
  *     transposed in shared memory by warps 2 and 3 of the producer
- *     warpgroup (fwd_sm90_fp8_producer.cuh) into Vt stages (dims x keys),
+ *     warpgroup (fwd_sm90_fp8_transposer.cuh) into Vt stages (dims x keys),
  *     an extra pipeline: TMA -> V stage -> transposer -> Vt stage ->
  *     consumers. (A pre-transposed V in the API would drop this stage; the
  *     in-kernel transpose keeps the [B, S, H, D] contract.)
@@ -26,8 +26,9 @@
  *     base-2 softmax factor (its sign is folded like a negative scale) and
  *     the LSE factor; v_descale[b, hk] multiplies 1 / rowsum in the
  *     epilogue. fp32 products: exact up to fp32 rounding.
- *   - The transposer learns the end of the kernel from an extra V stage
- *     the TMA warp publishes with a plain arrival and v_info = kVInfoEnd.
+ *   - The TMA warp is the fp16/bf16 kernel's (sk90_producer on this
+ *     layout); the transposer learns the end of the kernel from an extra V
+ *     stage it publishes with a plain arrival and v_info = kVInfoEnd.
  *
  * Shared memory (all 1024-B aligned): 2 Q buffers, 2 K, 2 V, 2 Vt stages
  * of 16 KB, O 2 x 16 KB (bf16/fp16 as the fp16/bf16 kernel's), barriers:
@@ -49,15 +50,14 @@
 
 #include "cuda/attention/fwd_sm90_common.cuh"
 
-/* The shared warpgroup helpers: the scheduler warp and the layout cursor;
- * the masks, the softmax, the K stage helpers and the O packing. */
+/* The shared warpgroup code: the TMA and scheduler warps; the masks, the
+ * softmax, the K stage helpers and the O packing. */
 #include "cuda/attention/fwd_sm90_producer.cuh"
 #include "cuda/attention/fwd_sm90_consumer.cuh"
 
 enum {
     kF8RowBytes = 128,                       /* D = 128 e4m3 */
     kF8BlockBytes = 128 * kF8RowBytes,       /* a Q, K, V or Vt tile: 16 KB */
-    kVInfoEnd = -1,                          /* v_info: no more V stages */
     /* setmaxnreg: the transposer needs more than the fp16/bf16 producer's
      * 40; the consumers hold 16 P registers, not 32. */
     kF8ProducerRegs = 56,
@@ -67,6 +67,12 @@ static_assert(kF8ProducerRegs * 128 + kF8ConsumerRegs * 256 <= kThreads * 168, "
 
 struct sk98_smem {
     static constexpr int kQBufs = 2, kKStages = 2, kVStages = 2, kVtStages = 2;
+    /* What the shared TMA warp reads (fwd_sm90_producer.cuh): one 128-byte
+     * box per row, a V word per stage for the transposer. */
+    static constexpr int kSlabs = 1, kBoxCols = kF8RowBytes;
+    static constexpr uint32_t kSlab128 = kF8BlockBytes, kBlockBytes = kF8BlockBytes;
+    static constexpr uint32_t kQBytes = kF8BlockBytes;
+    static constexpr bool kTransposeV = true;
     static constexpr uint32_t kOWgBytes = kWgRows * 128 * 2; /* one warpgroup's O, 2-byte */
     static constexpr uint32_t kOSlabBytes = kWgRows * kSlabRowBytes;
     static constexpr uint32_t kQ = 0;
@@ -109,7 +115,7 @@ struct sk98_params {
     const float *v_descale; /* [B, Hkv] or NULL */
 };
 
-#include "cuda/attention/fwd_sm90_fp8_producer.cuh"
+#include "cuda/attention/fwd_sm90_fp8_transposer.cuh"
 #include "cuda/attention/fwd_sm90_fp8_consumer.cuh"
 
 template <sk_dtype OT>
@@ -125,40 +131,14 @@ __global__ void __launch_bounds__(kThreads, 1)
     volatile int32_t *v_info = (volatile int32_t *)(gbase + L::kVInfo);
     volatile int32_t *sched = (volatile int32_t *)(gbase + L::kSched);
 
-    if (threadIdx.x == 0) {
-        for (int s = 0; s < L::kQBufs; ++s) {
-            sk_mbar_init(base + L::kBarQFull + 8 * s, 1);
-            sk_mbar_init(base + L::kBarQEmpty + 8 * s, 2);
-        }
-        for (int s = 0; s < L::kKStages; ++s) {
-            sk_mbar_init(base + L::kBarKFull + 8 * s, 1);
-            sk_mbar_init(base + L::kBarKEmpty + 8 * s, kKEmptyArrivals);
-        }
-        for (int s = 0; s < L::kVStages; ++s) {
-            sk_mbar_init(base + L::kBarVFull + 8 * s, 1);
-            sk_mbar_init(base + L::kBarVEmpty + 8 * s, 2); /* the two transposer warps */
-        }
-        for (int s = 0; s < L::kVtStages; ++s) {
-            sk_mbar_init(base + L::kBarVtFull + 8 * s, 2);  /* the two transposer warps */
-            sk_mbar_init(base + L::kBarVtEmpty + 8 * s, 2); /* the two consumer leaders */
-        }
-        for (int s = 0; s < kTileSlots; ++s) {
-            sk_mbar_init(base + L::kBarTileFull + 8 * s, 1);
-            sk_mbar_init(base + L::kBarTileEmpty + 8 * s, 256);
-        }
-        for (int s = 0; s < kSchedSlots; ++s) {
-            sk_mbar_init(base + L::kBarSchedFull + 8 * s, 1);
-            sk_mbar_init(base + L::kBarSchedEmpty + 8 * s, 1);
-        }
-        sk_fence_mbar_init();
-    }
+    if (threadIdx.x == 0) sk90_init_barriers<L>(base);
     __syncthreads();
 
     const int wg = threadIdx.x / 128;
     if (wg == 0) {
         sk_setmaxnreg_dec<kF8ProducerRegs>();
         const int warp = threadIdx.x / 32;
-        if (warp == 0) sk98_producer(p, base, tile_ids, block_info, v_info, sched);
+        if (warp == 0) sk90_producer<L>(p.base, base, tile_ids, block_info, v_info, sched);
         if (warp == 1) sk90_scheduler<L>(p.base, base, sched);
         if (warp >= 2) sk98_transposer(base, v_info, warp - 2);
     } else {
