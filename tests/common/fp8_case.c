@@ -350,3 +350,15 @@ double f8_inst_yard_total(const f8_inst *x) {
     for (int64_t r = 0; r < x->c.batch * x->c.heads_q * x->c.seq_q; ++r) t += x->yard[r];
     return t;
 }
+
+void f8_quantize_desc(sk_quantize_desc *q, sk_backend backend, sk_dtype dtype, int64_t B,
+                      int64_t S, int64_t H, int64_t D, const int64_t *st) {
+    sk_quantize_desc_init(q, sizeof *q);
+    q->backend = backend;
+    q->dtype = dtype;
+    q->batch = B;
+    q->seq = S;
+    q->heads = H;
+    q->head_dim = D;
+    if (st != NULL) memcpy(q->x_strides, st, sizeof q->x_strides);
+}

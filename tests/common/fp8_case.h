@@ -84,4 +84,9 @@ int64_t f8_inst_compare(const f8_inst *x, const void *o, const float *lse, const
  * (sum over rows of yard), for "the yardstick is not vacuous" checks. */
 double f8_inst_yard_total(const f8_inst *x);
 
+/* An sk_quantize_desc for x [B, S, H, D] of dtype with element strides st
+ * (NULL: packed). */
+void f8_quantize_desc(sk_quantize_desc *q, sk_backend backend, sk_dtype dtype, int64_t B,
+                      int64_t S, int64_t H, int64_t D, const int64_t *st);
+
 #endif /* SK_TESTS_FP8_CASE_H */

@@ -88,14 +88,7 @@ static void quantize_case(sk_dtype dtype, int64_t B, int64_t S, int64_t H, int64
                     tu_store(x, dtype, b * st[0] + s * st[1] + h * st[2] + d,
                              vals[((b * S + s) * H + h) * D + d]);
     sk_quantize_desc q;
-    REQUIRE(sk_quantize_desc_init(&q, sizeof q) == SK_STATUS_SUCCESS, "%s", sk_last_error());
-    q.backend = SK_BACKEND_CPU;
-    q.dtype = dtype;
-    q.batch = B;
-    q.seq = S;
-    q.heads = H;
-    q.head_dim = D;
-    if (padded) memcpy(q.x_strides, st, sizeof st);
+    f8_quantize_desc(&q, SK_BACKEND_CPU, dtype, B, S, H, D, padded ? st : NULL);
     size_t ws = 1;
     CHECK(sk_quantize_e4m3_workspace_size(&q, &ws) == SK_STATUS_SUCCESS && ws == 0,
           "CPU workspace %zu", ws);

@@ -313,14 +313,7 @@ static void quantize_compare(sk_dtype dtype, int64_t B, int64_t S, int64_t H, in
                     tu_store(x, dtype, b * st[0] + s * st[1] + h * st[2] + d, v);
                 }
     sk_quantize_desc q;
-    sk_quantize_desc_init(&q, sizeof q);
-    q.dtype = dtype;
-    q.batch = B;
-    q.seq = S;
-    q.heads = H;
-    q.head_dim = D;
-    if (padded) memcpy(q.x_strides, st, sizeof st);
-    q.backend = SK_BACKEND_CPU;
+    f8_quantize_desc(&q, SK_BACKEND_CPU, dtype, B, S, H, D, padded ? st : NULL);
     REQUIRE(sk_quantize_e4m3(&q, x, y_cpu, ds_cpu, NULL, 0, NULL) == SK_STATUS_SUCCESS, "%s",
             sk_last_error());
     q.backend = gt_opt.backend == SK_BACKEND_CUDA_SM80 ? SK_BACKEND_CUDA_SM80 : SK_BACKEND_CUDA;
