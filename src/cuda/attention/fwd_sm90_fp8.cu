@@ -20,8 +20,9 @@
  *     shuffle re-lays it: P's registers are used where they are, which
  *     puts key sk98_key_of_pos(pos) at A position pos, and the transposer
  *     writes Vt's keys in that same order (a permutation of the sum).
- *   - Softmax rows sums come from the fp32 P (before rounding to e4m3), as
- *     FlashAttention-3 does; O's error is the FP8 P V's.
+ *   - Softmax row sums come from the fp32 P (before rounding to e4m3), as
+ *     FlashAttention-3 does; P is offset by 2^8 (kF8MaxOffset) to keep small
+ *     weights out of e4m3's subnormal range.
  *   - Descales: per tile q_descale[b, h] x k_descale[b, hk] multiplies the
  *     base-2 softmax factor (its sign is folded like a negative scale) and
  *     the LSE factor; v_descale[b, hk] multiplies 1 / rowsum in the
@@ -61,8 +62,14 @@ enum {
     /* setmaxnreg: the transposer needs more than the fp16/bf16 producer's
      * 40; the consumers hold 16 P registers, not 32. */
     kF8ProducerRegs = 56,
-    kF8ConsumerRegs = 216
+    kF8ConsumerRegs = 216,
+    /* p = 2^(s' - m' + 8) in [0, 256] before it is rounded to e4m3 (FA3's
+     * Max_offset): weights down to 2^-14 of the row max stay normal e4m3
+     * numbers instead of subnormals or 0. Row sums carry the same 2^8, which
+     * cancels in O = P V / l; the LSE subtracts 8 ln 2. */
+    kF8MaxOffset = 8
 };
+static constexpr float kF8OffsetLn = 8.0f * 0.69314718055994531f; /* kF8MaxOffset x ln 2 */
 static_assert(kF8ProducerRegs * 128 + kF8ConsumerRegs * 256 <= kThreads * 168, "register budget");
 
 struct sk98_smem {

@@ -159,7 +159,7 @@ __device__ void sk98_consumer(const sk98_params &p8, uint32_t base, const int32_
             if (leader && !(info & kInfoMore)) sk_mbar_arrive(q_empty);
             kp.advance();
             sk98_prepare(s, p, flip, info & ~kInfoMore, wg_first_row, row0, t4);
-            sk90_softmax(s, m, l, corr, scale_log2);
+            sk90_softmax<kF8MaxOffset>(s, m, l, corr, scale_log2);
             sk98_pack_p(pf, s);
 
             while (info & kInfoMore) {
@@ -183,7 +183,7 @@ __device__ void sk98_consumer(const sk98_params &p8, uint32_t base, const int32_
                 if (leader && !(info & kInfoMore)) sk_mbar_arrive(q_empty);
                 kp.advance();
                 sk98_prepare(s, p, flip, info & ~kInfoMore, wg_first_row, row0, t4);
-                sk90_softmax(s, m, l, corr, scale_log2);
+                sk90_softmax<kF8MaxOffset>(s, m, l, corr, scale_log2);
                 sk_wgmma_wait<0>();
                 sk98_fence_operands(o, pf);
                 if (leader) sk_mbar_arrive(base + L::kBarVtEmpty + 8 * vp.stage);
@@ -216,9 +216,11 @@ __device__ void sk98_consumer(const sk98_params &p8, uint32_t base, const int32_
         if (p.lse != NULL && t4 == 0) {
             const int64_t lse_row = ((int64_t)t.b * p.heads_q + t.h) * p.seq_q;
             if (row0 < p.seq_q)
-                p.lse[lse_row + row0] = l[0] > 0.0f ? m[0] * scale_lse + logf(l[0]) : -INFINITY;
+                p.lse[lse_row + row0] =
+                    l[0] > 0.0f ? m[0] * scale_lse + (logf(l[0]) - kF8OffsetLn) : -INFINITY;
             if (row1 < p.seq_q)
-                p.lse[lse_row + row1] = l[1] > 0.0f ? m[1] * scale_lse + logf(l[1]) : -INFINITY;
+                p.lse[lse_row + row1] =
+                    l[1] > 0.0f ? m[1] * scale_lse + (logf(l[1]) - kF8OffsetLn) : -INFINITY;
         }
         if (leader) sk_bulk_wait_read<0>();
         sk_bar_sync(bar_epi, 128);
