@@ -11,6 +11,7 @@
  * supported combination, workspace size).
  */
 #include <float.h>
+#include <stddef.h>
 #include <math.h>
 #include <string.h>
 
@@ -25,12 +26,19 @@
 /* log2(e) in fp32, as the CUDA kernels fold it into the scale. */
 #define SK_LOG2E_F32 1.4426950408889634f
 
+/* The descriptor as callers built before the FP8 fields existed: every
+ * field up to o_strides. Such a descriptor is taken as it is (out_dtype 0,
+ * no descales) and its missing tail is never read or written. */
+#define SK_ATTENTION_DESC_V1_SIZE offsetof(sk_attention_desc, out_dtype)
+
 sk_status sk_attention_desc_init(sk_attention_desc *desc, size_t struct_size) {
     SK_ENTER("sk_attention_desc_init");
     SK_CHECK_NOT_NULL(desc);
-    SK_TRY(sk_check_init_struct_size(struct_size, sizeof(sk_attention_desc), "sk_attention_desc"));
-    memset(desc, 0, sizeof *desc);
-    desc->struct_size = sizeof *desc;
+    if (struct_size != SK_ATTENTION_DESC_V1_SIZE)
+        SK_TRY(sk_check_init_struct_size(struct_size, sizeof(sk_attention_desc),
+                                         "sk_attention_desc"));
+    memset(desc, 0, struct_size);
+    desc->struct_size = struct_size;
     desc->backend = SK_BACKEND_CUDA;
     desc->dtype = SK_DTYPE_F16;
     desc->scale = 0.0f;
@@ -57,25 +65,50 @@ sk_status sk_attention_check_scale_mask(float scale, sk_mask mask) {
     return SK_STATUS_SUCCESS;
 }
 
+sk_status sk_attention_check_struct_size(const sk_attention_desc *d, const char *what) {
+    if (d->struct_size == SK_ATTENTION_DESC_V1_SIZE) return SK_STATUS_SUCCESS;
+    return sk_check_desc_struct_size(d->struct_size, sizeof(sk_attention_desc), what,
+                                     "sk_attention_desc_init");
+}
+
+/* The FP8 fields of a checked-size descriptor (defaults for a V1 one). */
+typedef struct fp8_fields {
+    sk_dtype out_dtype;
+    const float *q_descale, *k_descale, *v_descale;
+} fp8_fields;
+
+static fp8_fields read_fp8_fields(const sk_attention_desc *d) {
+    fp8_fields f;
+    memset(&f, 0, sizeof f);
+    if (d->struct_size == sizeof(sk_attention_desc)) {
+        f.out_dtype = d->out_dtype;
+        f.q_descale = d->q_descale;
+        f.k_descale = d->k_descale;
+        f.v_descale = d->v_descale;
+    }
+    return f;
+}
+
 /* O's dtype and the FP8 fields: out_dtype 0 means dtype (BF16 for E4M3);
  * E4M3 inputs give F16 or BF16 O, any other dtype its own; descales only
  * with E4M3. *out gets O's dtype. */
 static sk_status check_fp8_fields(const sk_attention_desc *d, sk_dtype *out) {
+    const fp8_fields f = read_fp8_fields(d);
     const int fp8 = d->dtype == SK_DTYPE_E4M3;
-    const sk_dtype o = d->out_dtype != 0 ? d->out_dtype : fp8 ? SK_DTYPE_BF16 : d->dtype;
+    const sk_dtype o = f.out_dtype != 0 ? f.out_dtype : fp8 ? SK_DTYPE_BF16 : d->dtype;
     if (fp8 && o != SK_DTYPE_F16 && o != SK_DTYPE_BF16)
         return sk_error(SK_STATUS_BAD_PARAM_DTYPE,
                         "desc->out_dtype = %d: O of E4M3 inputs is F16 or BF16 (0: BF16)",
-                        (int)d->out_dtype);
+                        (int)f.out_dtype);
     if (!fp8 && o != d->dtype)
         return sk_error(SK_STATUS_BAD_PARAM_DTYPE,
                         "desc->out_dtype = %d must be 0 or desc->dtype (%d) unless dtype is E4M3",
-                        (int)d->out_dtype, (int)d->dtype);
+                        (int)f.out_dtype, (int)d->dtype);
     if (!fp8) {
-        const char *set = d->q_descale != NULL   ? "desc->q_descale"
-                          : d->k_descale != NULL ? "desc->k_descale"
-                          : d->v_descale != NULL ? "desc->v_descale"
-                                                 : NULL;
+        const char *set = f.q_descale != NULL   ? "desc->q_descale"
+                          : f.k_descale != NULL ? "desc->k_descale"
+                          : f.v_descale != NULL ? "desc->v_descale"
+                                                : NULL;
         if (set != NULL)
             return sk_error(SK_STATUS_BAD_PARAM_VALUE,
                             "%s must be NULL unless desc->dtype is E4M3 (it scales FP8 inputs)",
@@ -88,7 +121,7 @@ static sk_status check_fp8_fields(const sk_attention_desc *d, sk_dtype *out) {
 /* d is not NULL; sizes are its six sizes. E4M3 inputs are checked as their
  * O's dtype (the shape check takes no FP8: only this entry point does). */
 static sk_status check_desc(const sk_attention_desc *d, const int64_t sizes[6], sk_dtype *out) {
-    SK_TRY(sk_check_desc_struct_size(d->struct_size, sizeof(sk_attention_desc), "desc", "sk_attention_desc_init"));
+    SK_TRY(sk_attention_check_struct_size(d, "desc"));
     if (d->dtype == SK_DTYPE_E4M3) {
         SK_TRY(check_fp8_fields(d, out));
         SK_TRY(sk_check_attention_shape(d->backend, *out, sizes));
@@ -211,10 +244,11 @@ sk_status sk_attention_check_geometry(const sk_attention_desc *d, const sk_bsr *
     sk_dtype out_dtype;
     SK_TRY(check_desc(d, sizes, &out_dtype));
     sk_attention_problem_init(p, d->backend, d->dtype, sizes, d->scale, d->mask);
+    const fp8_fields f = read_fp8_fields(d);
     p->out_dtype = out_dtype;
-    p->q_descale = d->q_descale;
-    p->k_descale = d->k_descale;
-    p->v_descale = d->v_descale;
+    p->q_descale = f.q_descale;
+    p->k_descale = f.k_descale;
+    p->v_descale = f.v_descale;
     SK_TRY(check_layout_geometry(d, layout, p));
     SK_TRY(
         sk_attention_check_sizes(p, "batch x seq_q", "batch x seq_k", "batch x heads_q x seq_q"));

@@ -2,8 +2,10 @@
  * test_fp8_bad_inputs.c - every bad FP8 argument: E4M3 where a call does not
  * take it, O's dtype, the descales (set without E4M3, misaligned,
  * overlapping O), and the quantizer's arguments. Each gets its exact status,
- * a message naming the argument, and leaves every buffer byte-identical.
+ * a message naming the argument, and leaves every buffer byte-identical;
+ * and a descriptor of the size before the FP8 fields still works.
  */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -221,4 +223,45 @@ SK_TEST(fp8_quantize_bad_inputs) {
         for (size_t i = 0; i < sizeof out.bytes; ++i) untouched &= out.bytes[i] == SENT;
         CHECK(untouched, "case %zu: a buffer was written", c);
     }
+}
+
+SK_TEST(fp8_desc_older_struct_size) {
+    /* A caller built before the FP8 fields passes the size up to
+     * o_strides: desc_init fills only that much, and the calls take it with
+     * out_dtype 0 and no descales, never reading past it. */
+    const size_t v1 = offsetof(sk_attention_desc, out_dtype);
+    f8_fix *f = (f8_fix *)malloc(sizeof *f);
+    REQUIRE(f != NULL, "out of memory");
+    fix_init(f);
+    union {
+        sk_attention_desc desc; /* for the alignment */
+        unsigned char bytes[sizeof(sk_attention_desc)];
+    } u;
+    unsigned char *raw = u.bytes;
+    memset(raw, 0x5A, sizeof u.bytes); /* the tail: garbage that must not be read */
+    sk_attention_desc *d = &u.desc;
+    REQUIRE(sk_attention_desc_init(d, v1) == SK_STATUS_SUCCESS, "%s", sk_last_error());
+    CHECK(d->struct_size == v1, "struct_size = %zu", d->struct_size);
+    for (size_t i = v1; i < sizeof u.bytes; ++i) CHECK(raw[i] == 0x5A, "byte %zu written", i);
+    memcpy(raw, &f->d, v1);
+    d->struct_size = v1;
+    /* E4M3 with the old size: O in BF16, descales 1. */
+    CHECK(sk_attention_forward(d, &f->layout, f->q, f->k, f->v, fix_o(f), fix_lse(f), NULL, 0,
+                               NULL) == SK_STATUS_SUCCESS,
+          "%s", sk_last_error());
+    uint16_t o_old[16];
+    memcpy(o_old, fix_o(f), sizeof o_old);
+    fix_init(f); /* the full-size descriptor, same problem, defaults */
+    CHECK(sk_attention_forward(&f->d, &f->layout, f->q, f->k, f->v, fix_o(f), fix_lse(f), NULL, 0,
+                               NULL) == SK_STATUS_SUCCESS,
+          "%s", sk_last_error());
+    CHECK(memcmp(o_old, fix_o(f), sizeof o_old) == 0, "the old-size descriptor computed otherwise");
+    /* Any other size is refused. */
+    CHECK(sk_attention_desc_init(d, v1 + 8) == SK_STATUS_BAD_PARAM_STRUCT_SIZE, "v1 + 8 taken");
+    d->struct_size = v1 - 8;
+    CHECK(sk_attention_forward(d, &f->layout, f->q, f->k, f->v, fix_o(f), fix_lse(f), NULL, 0,
+                               NULL) == SK_STATUS_BAD_PARAM_STRUCT_SIZE,
+          "struct_size v1 - 8 taken");
+    CHECK(strstr(sk_last_error(), "desc->struct_size") != NULL, "%s", sk_last_error());
+    free(f);
 }
