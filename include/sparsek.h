@@ -108,7 +108,8 @@
  * Limits of the CUDA backend (SK_STATUS_NOT_SUPPORTED beyond them, before
  * anything is enqueued): head_dim 64 or 128; a sequence stride below
  * 2^24 bytes; Sq and Sk below 2^31 - 256; at most 2^31 - 1 tiles
- * (B * Hq * ceil(Sq / block_q)).
+ * (B * Hq * ceil(Sq / block_q)). E4M3 inputs run on the Hopper FP8 kernel
+ * alone: compute capability 9.0, 128 x 128 blocks (not SK_BACKEND_CUDA_SM80).
  */
 #ifndef SPARSEK_H
 #define SPARSEK_H
@@ -412,7 +413,8 @@ typedef struct sk_attention_desc {
     int64_t v_strides[3]; /* V [B, Sk, Hkv, D] */
     int64_t o_strides[3]; /* O [B, Sq, Hq, D] */
     /* FP8 inputs (dtype = SK_DTYPE_E4M3; appended after every field
-     * above). Q, K and V hold e4m3 codes x; the attention runs on the real
+     * above: a descriptor initialised with the older size, up to o_strides,
+     * keeps working, as if these were 0 / NULL). Q, K and V hold e4m3 codes x; the attention runs on the real
      * values descale * x (FlashAttention-3's q/k/v_descale convention):
      *   Q[b, s, h, :]  = q_descale[b * Hq + h]  * q8[b, s, h, :]
      *   K[b, s, hk, :] = k_descale[b * Hkv + hk] * k8[b, s, hk, :]  (V alike)

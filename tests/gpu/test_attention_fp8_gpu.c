@@ -9,8 +9,8 @@
  * tolerance rule with the naive FP8 yardstick (P rounded to e4m3 before
  * P V). Before each run O (0xFFFF, NaN in fp16 and bf16) and LSE (NaN) are
  * poisoned; O's stride padding must stay untouched; two runs must agree
- * bit for bit. Cases the backend does not cover (head_dim 64, 64-wide
- * blocks, SK_BACKEND_CUDA_SM80) must give SK_STATUS_NOT_SUPPORTED and
+ * bit for bit. Cases the backend does not cover (64-wide blocks,
+ * SK_BACKEND_CUDA_SM80) must give SK_STATUS_NOT_SUPPORTED and
  * write nothing. Each failure prints the case (with its seed) and the first
  * mismatches with their indices.
  *
@@ -29,8 +29,8 @@
 #include "gpu/gpu_util.h"
 
 static int covered(const f8_case *c) {
-    return gt_opt.backend != SK_BACKEND_CUDA_SM80 && c->head_dim == 128 && c->block_q == 128 &&
-           c->block_k == 128;
+    return gt_opt.backend != SK_BACKEND_CUDA_SM80 && (c->head_dim == 64 || c->head_dim == 128) &&
+           c->block_q == 128 && c->block_k == 128;
 }
 
 typedef struct f8_dev {
@@ -227,10 +227,11 @@ SK_TEST(gpu_fp8_random) {
     const int variants = gt_opt.quick ? 1 : 32;
     for (int causal = 0; causal < 2; ++causal)
         for (int v = 0; v < variants; ++v) {
-            /* Mostly the covered shape; some others to check the refusal. */
+            /* D 64 (a quarter) and 128 on 128 x 128 blocks; 64-wide blocks
+             * (every sixth) check the refusal. */
             const int other = !gt_opt.quick && v % 6 == 5;
-            const int64_t d = other && v % 12 == 5 ? 64 : 128;
-            const int32_t bq = other && v % 12 == 11 ? 64 : 128, bk = 128;
+            const int64_t d = v % 4 == 1 ? 64 : 128;
+            const int32_t bq = other ? 64 : 128, bk = other && v % 12 == 11 ? 64 : 128;
             for (int rep = 0; rep < (gt_opt.quick ? 1 : 2); ++rep) {
                 f8_case c;
                 random_case(&c, &rng, d, bq, bk, causal,
@@ -262,6 +263,7 @@ SK_TEST(gpu_fp8_cases) {
         {1, 130, 1, 2, 2, 0, 1.0, 0, 1},       /* one key */
         {1, 300, 500, 8, 1, 0, 0.6, 1, 8},     /* GQA 8, per-Hq layout, empty rows */
         {1, 700, 200, 2, 1, 1, 1.0, 0, 1},     /* Sq > Sk causal: leading rows see nothing */
+        {2, 1000, 1000, 4, 2, 1, 0.5, 0, 1},   /* head_dim 64 (below), causal */
     };
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; ++i) {
         if (gt_opt.quick && i > 2) break;
@@ -273,7 +275,7 @@ SK_TEST(gpu_fp8_cases) {
         c.seq_k = shapes[i].sk;
         c.heads_q = shapes[i].hq;
         c.heads_kv = shapes[i].hkv;
-        c.head_dim = 128;
+        c.head_dim = i + 1 == sizeof shapes / sizeof shapes[0] ? 64 : 128;
         c.block_q = c.block_k = 128;
         c.causal = shapes[i].causal;
         c.density = shapes[i].density;

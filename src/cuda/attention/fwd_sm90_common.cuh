@@ -260,7 +260,9 @@ static inline CUresult sk90_encode(CUtensorMap *map, const sk_attention_problem 
     const int64_t sb = p->batch == 1 ? row_bytes * heads * seq : stride[0] * es;
     const cuuint64_t strides[3] = {(cuuint64_t)sh, (cuuint64_t)ss, (cuuint64_t)sb};
     const cuuint32_t box[4] = {(cuuint32_t)box_cols, 1, (cuuint32_t)box_rows, 1};
-    return sk_tensor_map_encode_sw128(map, dtype, 4, ptr, dims, strides, box);
+    /* 64B swizzle for boxes of 64-byte rows (the FP8 kernel at D = 64). */
+    return sk_tensor_map_encode_swizzled(map, dtype, 4, ptr, dims, strides, box,
+                                         box_cols * es == 64 ? 64 : 128);
 }
 
 /* An element stride of `es`-byte elements: a positive multiple of 16 bytes

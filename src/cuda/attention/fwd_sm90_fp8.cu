@@ -3,11 +3,12 @@
  * Q, K and V, O in bf16 or fp16: the fp16/bf16 kernel (fwd_sm90.cu; its
  * header describes the persistent grid, the warp roles, the pipelines, the
  * ping-pong and the invariants, all kept here) with FP8 tensor-core GEMMs.
- * Head dim 128, blocks 128 x 128 (NOT_SUPPORTED otherwise).
+ * Head dim 64 or 128, blocks 128 x 128 (NOT_SUPPORTED otherwise).
  *
  * What differs from the fp16/bf16 kernel (docs/perf/fp8.md):
- *   - Tiles are 128 rows of 128 bytes: Q, K and V move as one 128B-swizzled
- *     box each; S = Q K^T is 4 wgmma m64n128k32.e4m3 (both K-major).
+ *   - Tiles are 128 rows of D bytes: Q, K and V move as one box each
+ *     (128B swizzle at D = 128, 64B at D = 64); S = Q K^T is D / 32 wgmma
+ *     m64n128k32.e4m3 (both K-major); P V is m64nDk32.
  *   - P V: FP8 wgmma reads B K-major only, so V (keys x dims in memory) is
  *     transposed in shared memory by warps 2 and 3 of the producer
  *     warpgroup (fwd_sm90_fp8_transposer.cuh) into Vt stages (dims x keys),
@@ -32,8 +33,8 @@
  *     stage it publishes with a plain arrival and v_info = kVInfoEnd.
  *
  * Shared memory (all 1024-B aligned): 2 Q buffers, 2 K, 2 V, 2 Vt stages
- * of 16 KB, O 2 x 16 KB (bf16/fp16 as the fp16/bf16 kernel's), barriers:
- * about 161 KB.
+ * of 128 x D bytes, O 2 x 64 x D x 2 bytes (as the fp16/bf16 kernel's),
+ * barriers: about 161 KB at D = 128, 81 KB at D = 64.
  */
 #include <cuda.h>
 #include <cudaTypedefs.h>
@@ -57,8 +58,7 @@
 #include "cuda/attention/fwd_sm90_consumer.cuh"
 
 enum {
-    kF8RowBytes = 128,                       /* D = 128 e4m3 */
-    kF8BlockBytes = 128 * kF8RowBytes,       /* a Q, K, V or Vt tile: 16 KB */
+    kF8Keys = 128, /* keys of a block: the Vt row in bytes */
     /* setmaxnreg: the transposer needs more than the fp16/bf16 producer's
      * 40; the consumers hold 16 P registers, not 32. */
     kF8ProducerRegs = 56,
@@ -72,21 +72,30 @@ enum {
 static constexpr float kF8OffsetLn = 8.0f * 0.69314718055994531f; /* kF8MaxOffset x ln 2 */
 static_assert(kF8ProducerRegs * 128 + kF8ConsumerRegs * 256 <= kThreads * 168, "register budget");
 
+/* The shared layout at head dim HD (64 or 128): Q, K and V tiles of 128
+ * rows of HD bytes (one TMA box: 128B swizzle at HD = 128, 64B at 64), Vt
+ * tiles of HD rows of 128 keys (128B swizzle), O as the fp16/bf16 kernel's. */
+template <int HD>
 struct sk98_smem {
     static constexpr int kQBufs = 2, kKStages = 2, kVStages = 2, kVtStages = 2;
-    /* What the shared TMA warp reads (fwd_sm90_producer.cuh): one 128-byte
-     * box per row, a V word per stage for the transposer. */
-    static constexpr int kSlabs = 1, kBoxCols = kF8RowBytes;
-    static constexpr uint32_t kSlab128 = kF8BlockBytes, kBlockBytes = kF8BlockBytes;
-    static constexpr uint32_t kQBytes = kF8BlockBytes;
+    static constexpr uint32_t kRowBytes = HD;                    /* one e4m3 row */
+    static constexpr uint32_t kTileBytes = 128 * kRowBytes;      /* a Q, K or V tile */
+    static constexpr uint32_t kVtBytes = HD * kF8Keys;           /* a Vt tile */
+    static constexpr uint32_t kAtom = HD == 128 ? 1024 : 512;    /* 8 rows of the swizzle */
+    /* What the shared TMA warp reads (fwd_sm90_producer.cuh): one box per
+     * row, a V word per stage for the transposer. */
+    static constexpr int kSlabs = 1, kBoxCols = HD;
+    static constexpr uint32_t kSlab128 = kTileBytes, kBlockBytes = kTileBytes;
+    static constexpr uint32_t kQBytes = kTileBytes;
     static constexpr bool kTransposeV = true;
-    static constexpr uint32_t kOWgBytes = kWgRows * 128 * 2; /* one warpgroup's O, 2-byte */
+    static constexpr int kOSlabs = HD / kSlabCols;                /* O: 2-byte, 64-column slabs */
+    static constexpr uint32_t kOWgBytes = kWgRows * HD * 2;       /* one warpgroup's O */
     static constexpr uint32_t kOSlabBytes = kWgRows * kSlabRowBytes;
     static constexpr uint32_t kQ = 0;
-    static constexpr uint32_t kK = kQ + kQBufs * kF8BlockBytes;
-    static constexpr uint32_t kV = kK + kKStages * kF8BlockBytes;
-    static constexpr uint32_t kVt = kV + kVStages * kF8BlockBytes;
-    static constexpr uint32_t kO = kVt + kVtStages * kF8BlockBytes;
+    static constexpr uint32_t kK = kQ + kQBufs * kTileBytes;
+    static constexpr uint32_t kV = kK + kKStages * kTileBytes;
+    static constexpr uint32_t kVt = kV + kVStages * kTileBytes;
+    static constexpr uint32_t kO = kVt + kVtStages * kVtBytes;
     static constexpr uint32_t kBarQFull = kO + 2 * kOWgBytes;
     static constexpr uint32_t kBarQEmpty = kBarQFull + 8 * kQBufs;
     static constexpr uint32_t kBarKFull = kBarQEmpty + 8 * kQBufs;
@@ -106,9 +115,12 @@ struct sk98_smem {
     static constexpr uint32_t kUsed = kSched + 16 * kSchedSlots;
     static constexpr uint32_t kDynamicBytes = kUsed + kSwizzleAtom;
 
+    static_assert(HD == 64 || HD == 128, "head dim 64 or 128");
     static_assert(kK % kSwizzleAtom == 0 && kV % kSwizzleAtom == 0 && kVt % kSwizzleAtom == 0 &&
-                      kO % kSwizzleAtom == 0 && kOSlabBytes % kSwizzleAtom == 0,
+                      kO % kSwizzleAtom == 0 && kOSlabBytes % kSwizzleAtom == 0 &&
+                      kTileBytes % kSwizzleAtom == 0 && kVtBytes % kSwizzleAtom == 0,
                   "swizzled tiles must be 1024-B aligned");
+    static_assert((kWgRows * kRowBytes) % kAtom == 0, "a warpgroup's Q rows start on an atom");
     static_assert(kBarQFull % 8 == 0 && kSched % 4 == 0, "barrier and slot alignment");
     static_assert(kDynamicBytes <= 227 * 1024, "shared memory budget of one sm_90 CTA");
 };
@@ -125,10 +137,10 @@ struct sk98_params {
 #include "cuda/attention/fwd_sm90_fp8_transposer.cuh"
 #include "cuda/attention/fwd_sm90_fp8_consumer.cuh"
 
-template <sk_dtype OT>
+template <sk_dtype OT, int HD>
 __global__ void __launch_bounds__(kThreads, 1)
     sk_attention_sm90_fp8_kernel(const __grid_constant__ sk98_params p) {
-    using L = sk98_smem;
+    using L = sk98_smem<HD>;
     extern __shared__ uint8_t sk98_smem_raw[];
     const uint32_t raw = (uint32_t)__cvta_generic_to_shared(sk98_smem_raw);
     const uint32_t base = (raw + kSwizzleAtom - 1) & ~(uint32_t)(kSwizzleAtom - 1);
@@ -147,10 +159,10 @@ __global__ void __launch_bounds__(kThreads, 1)
         const int warp = threadIdx.x / 32;
         if (warp == 0) sk90_producer<L>(p.base, base, tile_ids, block_info, v_info, sched);
         if (warp == 1) sk90_scheduler<L>(p.base, base, sched);
-        if (warp >= 2) sk98_transposer(base, v_info, warp - 2);
+        if (warp >= 2) sk98_transposer<HD>(base, v_info, warp - 2);
     } else {
         sk_setmaxnreg_inc<kF8ConsumerRegs>();
-        sk98_consumer<OT>(p, base, tile_ids, block_info, wg - 1);
+        sk98_consumer<OT, HD>(p, base, tile_ids, block_info, wg - 1);
     }
 }
 
@@ -160,15 +172,14 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 static CUresult sk98_encode_all(sk90_params *prm, const sk_attention_problem *p, const void *q,
                                 const void *k, const void *v, const void *o) {
+    /* One box per row: head_dim bytes (64B swizzle at 64, 128B at 128). */
     const sk_dtype in = SK_DTYPE_E4M3;
-    CUresult r = sk90_encode(&prm->tm_q, p, in, kF8RowBytes, q, p->seq_q, p->heads_q, p->q_stride,
-                             kBlockM);
+    const int row = (int)p->head_dim;
+    CUresult r = sk90_encode(&prm->tm_q, p, in, row, q, p->seq_q, p->heads_q, p->q_stride, kBlockM);
     if (r == CUDA_SUCCESS)
-        r = sk90_encode(&prm->tm_k, p, in, kF8RowBytes, k, p->seq_k, p->heads_kv, p->k_stride,
-                        kBlockN);
+        r = sk90_encode(&prm->tm_k, p, in, row, k, p->seq_k, p->heads_kv, p->k_stride, kBlockN);
     if (r == CUDA_SUCCESS)
-        r = sk90_encode(&prm->tm_v, p, in, kF8RowBytes, v, p->seq_k, p->heads_kv, p->v_stride,
-                        kBlockN);
+        r = sk90_encode(&prm->tm_v, p, in, row, v, p->seq_k, p->heads_kv, p->v_stride, kBlockN);
     if (r == CUDA_SUCCESS)
         r = sk90_encode(&prm->tm_o, p, p->out_dtype, kSlabCols, o, p->seq_q, p->heads_q,
                         p->o_stride, kWgRows);
@@ -178,7 +189,7 @@ static CUresult sk98_encode_all(sk90_params *prm, const sk_attention_problem *p,
 int sk_attention_sm90_fp8_supports(const sk_attention_problem *p) {
     if (p->dtype != SK_DTYPE_E4M3) return 0;
     if (p->out_dtype != SK_DTYPE_F16 && p->out_dtype != SK_DTYPE_BF16) return 0;
-    if (p->head_dim != 128) return 0;
+    if (p->head_dim != 64 && p->head_dim != 128) return 0;
     if (p->block_q != kBlockM || p->block_k != kBlockN) return 0;
     if (!sk90_limits_ok(p, 1, 2)) return 0;
     sk90_params prm;
@@ -186,13 +197,14 @@ int sk_attention_sm90_fp8_supports(const sk_attention_problem *p) {
     return sk98_encode_all(&prm, p, dummy, dummy, dummy, dummy) == CUDA_SUCCESS;
 }
 
-template <sk_dtype OT>
+template <sk_dtype OT, int HD>
 static sk_status sk98_launch(const sk98_params &prm, int grid, cudaStream_t stream) {
-    SK_CUDA_TRY(cudaFuncSetAttribute(sk_attention_sm90_fp8_kernel<OT>,
+    using L = sk98_smem<HD>;
+    SK_CUDA_TRY(cudaFuncSetAttribute(sk_attention_sm90_fp8_kernel<OT, HD>,
                                      cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     (int)sk98_smem::kDynamicBytes),
+                                     (int)L::kDynamicBytes),
                 "cudaFuncSetAttribute");
-    sk_attention_sm90_fp8_kernel<OT><<<grid, kThreads, sk98_smem::kDynamicBytes, stream>>>(prm);
+    sk_attention_sm90_fp8_kernel<OT, HD><<<grid, kThreads, L::kDynamicBytes, stream>>>(prm);
     return sk_cuda_status(cudaGetLastError(), "sm90 FP8 attention kernel launch");
 }
 
@@ -215,6 +227,10 @@ sk_status sk_attention_sm90_fp8_launch(const sk_attention_problem *p,
     prm.q_descale = p->q_descale;
     prm.k_descale = p->k_descale;
     prm.v_descale = p->v_descale;
-    return p->out_dtype == SK_DTYPE_BF16 ? sk98_launch<SK_DTYPE_BF16>(prm, grid, stream)
-                                         : sk98_launch<SK_DTYPE_F16>(prm, grid, stream);
+    const bool bf16 = p->out_dtype == SK_DTYPE_BF16;
+    if (p->head_dim == 128)
+        return bf16 ? sk98_launch<SK_DTYPE_BF16, 128>(prm, grid, stream)
+                    : sk98_launch<SK_DTYPE_F16, 128>(prm, grid, stream);
+    return bf16 ? sk98_launch<SK_DTYPE_BF16, 64>(prm, grid, stream)
+                : sk98_launch<SK_DTYPE_F16, 64>(prm, grid, stream);
 }

@@ -4,30 +4,51 @@
  * consumer whose masks, softmax and stage helpers it reuses): the FP8
  * GEMMs S = Q K^T and O += P V (wgmma m64n128k32 e4m3), P to e4m3 in
  * registers, the descales, and the epilogue. The step structure (turns,
- * the first S alone, S_j with P_{j-1} V_{j-1}, the last P V alone) is the
- * fp16/bf16 consumer's at D = 128 (fwd_sm90_consumer.cuh).
+ * the first S alone, S_j with P_{j-1} V_{j-1}, the last P V alone, O
+ * rescaled between the GEMM issues) is the fp16/bf16 consumer's at
+ * D = 128 (fwd_sm90_consumer.cuh), at both head dims.
  */
 #ifndef SK_CUDA_ATTENTION_FWD_SM90_FP8_CONSUMER_CUH
 #define SK_CUDA_ATTENTION_FWD_SM90_FP8_CONSUMER_CUH
 
-/* S (64 x 128, fp32) = Q (64 x 128 bytes) K^T: 4 wgmma k32, one commit
- * group. K steps of 32 keys' bytes: +32 B inside the swizzle atom (the
- * descriptor's address field counts 16 B). */
+/* wgmma descriptor of a Q or K tile: rows of HD bytes, 128B swizzle at
+ * HD = 128, 64B at 64 (8-row atoms of 1024 / 512 B). */
+template <int HD>
+__device__ __forceinline__ uint64_t sk98_desc_rows(uint32_t addr) {
+    if constexpr (HD == 128)
+        return sk_wgmma_desc_sw128(addr, 16, kSwizzleAtom);
+    else
+        return sk_wgmma_desc_sw64(addr, 16, 512);
+}
+
+/* S (64 x 128, fp32) = Q (64 x HD bytes) K^T: HD / 32 wgmma k32, one
+ * commit group. K steps of 32 bytes: +32 B inside the swizzle atom (the
+ * descriptor's address field counts 16 B), as CUTLASS advances K-major
+ * swizzled operands. */
+template <int HD>
 __device__ __forceinline__ void sk98_gemm_qk(float s[64], uint32_t q_base, uint32_t k_base) {
-    const uint64_t da = sk_wgmma_desc_sw128(q_base, 16, kSwizzleAtom);
-    const uint64_t db = sk_wgmma_desc_sw128(k_base, 16, kSwizzleAtom);
+    const uint64_t da = sk98_desc_rows<HD>(q_base);
+    const uint64_t db = sk98_desc_rows<HD>(k_base);
     sk_wgmma_m64n128k32_ss_e4m3_zero(s, da, db);
 #pragma unroll
-    for (int kk = 1; kk < 4; ++kk) sk_wgmma_m64n128k32_ss_e4m3(s, da + 2 * kk, db + 2 * kk, 1);
+    for (int kk = 1; kk < HD / 32; ++kk)
+        sk_wgmma_m64n128k32_ss_e4m3(s, da + 2 * kk, db + 2 * kk, 1);
     sk_wgmma_commit();
 }
 
-/* O (64 x 128) += P (64 x 128 keys, e4m3 registers) Vt (128 dims x 128
- * permuted keys, K-major): 4 wgmma k32. */
-__device__ __forceinline__ void sk98_gemm_pv(float o[64], const uint32_t pf[16], uint32_t vt_base) {
+/* O (64 x HD) += P (64 x 128 keys, e4m3 registers) Vt (HD dims x 128
+ * permuted keys, K-major, 128B swizzle): 4 wgmma k32. */
+template <int HD>
+__device__ __forceinline__ void sk98_gemm_pv(float o[HD / 2], const uint32_t pf[16],
+                                             uint32_t vt_base) {
     const uint64_t db = sk_wgmma_desc_sw128(vt_base, 16, kSwizzleAtom);
 #pragma unroll
-    for (int kk = 0; kk < 4; ++kk) sk_wgmma_m64n128k32_rs_e4m3(o, pf + 4 * kk, db + 2 * kk, 1);
+    for (int kk = 0; kk < 4; ++kk) {
+        if constexpr (HD == 128)
+            sk_wgmma_m64n128k32_rs_e4m3(o, pf + 4 * kk, db + 2 * kk, 1);
+        else
+            sk_wgmma_m64n64k32_rs_e4m3(o, pf + 4 * kk, db + 2 * kk, 1);
+    }
     sk_wgmma_commit();
 }
 
@@ -55,9 +76,10 @@ __device__ __forceinline__ void sk98_pack_p(uint32_t pf[16], const float s[64]) 
     }
 }
 
-__device__ __forceinline__ void sk98_fence_operands(float o[64], uint32_t pf[16]) {
+template <int HD>
+__device__ __forceinline__ void sk98_fence_operands(float o[HD / 2], uint32_t pf[16]) {
 #pragma unroll
-    for (int i = 0; i < 64; ++i) sk_reg_fence(o[i]);
+    for (int i = 0; i < HD / 2; ++i) sk_reg_fence(o[i]);
 #pragma unroll
     for (int i = 0; i < 16; ++i) sk_reg_fence_u32(pf[i]);
 }
@@ -92,10 +114,11 @@ __device__ __forceinline__ void sk98_prepare(float s[64], const sk90_params &p, 
     sk90_mask_block(s, p, c, wg_first_row, row0, t4);
 }
 
-template <sk_dtype OT>
+template <sk_dtype OT, int HD>
 __device__ void sk98_consumer(const sk98_params &p8, uint32_t base, const int32_t *tile_ids,
                               const volatile int32_t *block_info, int wg) {
-    using L = sk98_smem;
+    using L = sk98_smem<HD>;
+    constexpr int kOAcc = HD / 2; /* O accumulator registers per thread */
     const sk90_params &p = p8.base;
     const int wtid = threadIdx.x % 128;
     const int warp = wtid / 32, lane = wtid % 32;
@@ -104,7 +127,7 @@ __device__ void sk98_consumer(const sk98_params &p8, uint32_t base, const int32_
     const uint32_t bar_mine = wg == 0 ? kBarTurn0 : kBarTurn1;
     const uint32_t bar_other = wg == 0 ? kBarTurn1 : kBarTurn0;
     const uint32_t bar_epi = wg == 0 ? kBarEpilogue0 : kBarEpilogue1;
-    const uint32_t q_wg = base + L::kQ + wg * kWgRows * kF8RowBytes;
+    const uint32_t q_wg = base + L::kQ + wg * kWgRows * L::kRowBytes;
     const uint32_t o_base = base + L::kO + wg * L::kOWgBytes;
 
     sk90_pipe<L::kKStages> kp = {0, 0};
@@ -132,13 +155,13 @@ __device__ void sk98_consumer(const sk98_params &p8, uint32_t base, const int32_
         const float scale_log2 = p.scale_log2 * fabsf(f.qk);
         const float scale_lse = p.scale * fabsf(f.qk);
 
-        float o[64];
+        float o[kOAcc];
 #pragma unroll
-        for (int i = 0; i < 64; ++i) o[i] = 0.0f;
+        for (int i = 0; i < kOAcc; ++i) o[i] = 0.0f;
         float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
 
         if (has_blocks) {
-            const uint32_t q_base = q_wg + qp.stage * kF8BlockBytes;
+            const uint32_t q_base = q_wg + qp.stage * L::kTileBytes;
             const uint32_t q_empty = base + L::kBarQEmpty + 8 * qp.stage;
             sk_mbar_wait(base + L::kBarQFull + 8 * qp.stage, qp.phase, "Q full");
             qp.advance();
@@ -150,7 +173,7 @@ __device__ void sk98_consumer(const sk98_params &p8, uint32_t base, const int32_
             int info = sk90_read_info(block_info, kp.stage, lane);
             sk_bar_sync(bar_mine, 256);
             sk_wgmma_fence();
-            sk98_gemm_qk(s, q_base, base + L::kK + kp.stage * kF8BlockBytes);
+            sk98_gemm_qk<HD>(s, q_base, base + L::kK + kp.stage * L::kTileBytes);
             sk_bar_arrive(bar_other, 256);
             sk_wgmma_wait<0>();
 #pragma unroll
@@ -167,14 +190,14 @@ __device__ void sk98_consumer(const sk98_params &p8, uint32_t base, const int32_
                 sk_mbar_wait(base + L::kBarVtFull + 8 * vp.stage, vp.phase, "Vt full");
                 info = sk90_read_info(block_info, kp.stage, lane);
                 sk_bar_sync(bar_mine, 256);
-                sk98_fence_operands(o, pf);
+                sk98_fence_operands<HD>(o, pf);
                 sk_wgmma_fence();
-                sk98_gemm_qk(s, q_base, base + L::kK + kp.stage * kF8BlockBytes);
+                sk98_gemm_qk<HD>(s, q_base, base + L::kK + kp.stage * L::kTileBytes);
 #pragma unroll
-                for (int i = 0; i < 64; ++i) o[i] *= corr[(i >> 1) & 1];
-                sk98_fence_operands(o, pf);
+                for (int i = 0; i < kOAcc; ++i) o[i] *= corr[(i >> 1) & 1];
+                sk98_fence_operands<HD>(o, pf);
                 sk_wgmma_fence();
-                sk98_gemm_pv(o, pf, base + L::kVt + vp.stage * kF8BlockBytes);
+                sk98_gemm_pv<HD>(o, pf, base + L::kVt + vp.stage * L::kVtBytes);
                 sk_bar_arrive(bar_other, 256);
                 sk_wgmma_wait<1>();
 #pragma unroll
@@ -185,7 +208,7 @@ __device__ void sk98_consumer(const sk98_params &p8, uint32_t base, const int32_
                 sk98_prepare(s, p, flip, info & ~kInfoMore, wg_first_row, row0, t4);
                 sk90_softmax<kF8MaxOffset>(s, m, l, corr, scale_log2);
                 sk_wgmma_wait<0>();
-                sk98_fence_operands(o, pf);
+                sk98_fence_operands<HD>(o, pf);
                 if (leader) sk_mbar_arrive(base + L::kBarVtEmpty + 8 * vp.stage);
                 vp.advance();
                 sk98_pack_p(pf, s);
@@ -194,13 +217,13 @@ __device__ void sk98_consumer(const sk98_params &p8, uint32_t base, const int32_
             sk_mbar_wait(base + L::kBarVtFull + 8 * vp.stage, vp.phase, "Vt full");
             sk_bar_sync(bar_mine, 256);
 #pragma unroll
-            for (int i = 0; i < 64; ++i) o[i] *= corr[(i >> 1) & 1];
-            sk98_fence_operands(o, pf);
+            for (int i = 0; i < kOAcc; ++i) o[i] *= corr[(i >> 1) & 1];
+            sk98_fence_operands<HD>(o, pf);
             sk_wgmma_fence();
-            sk98_gemm_pv(o, pf, base + L::kVt + vp.stage * kF8BlockBytes);
+            sk98_gemm_pv<HD>(o, pf, base + L::kVt + vp.stage * L::kVtBytes);
             sk_bar_arrive(bar_other, 256);
             sk_wgmma_wait<0>();
-            sk98_fence_operands(o, pf);
+            sk98_fence_operands<HD>(o, pf);
             if (leader) sk_mbar_arrive(base + L::kBarVtEmpty + 8 * vp.stage);
             vp.advance();
         }
@@ -226,7 +249,7 @@ __device__ void sk98_consumer(const sk98_params &p8, uint32_t base, const int32_
         sk_bar_sync(bar_epi, 128);
         const int st_row = 16 * warp + (lane % 8) + 8 * ((lane / 8) % 2);
 #pragma unroll
-        for (int mb = 0; mb < 16; mb += 2) {
+        for (int mb = 0; mb < HD / 8; mb += 2) {
             const int grp = mb + lane / 16;
             const int slab = grp / 8, chunk = grp % 8;
             const uint32_t addr = o_base + slab * L::kOSlabBytes + st_row * kSlabRowBytes +
@@ -240,7 +263,7 @@ __device__ void sk98_consumer(const sk98_params &p8, uint32_t base, const int32_
         sk_bar_sync(bar_epi, 128);
         if (leader) {
 #pragma unroll
-            for (int sl = 0; sl < 2; ++sl)
+            for (int sl = 0; sl < L::kOSlabs; ++sl)
                 sk_tma_store_4d(&p.tm_o, o_base + sl * L::kOSlabBytes, sl * kSlabCols, t.h,
                                 wg_first_row, t.b);
             sk_bulk_commit();

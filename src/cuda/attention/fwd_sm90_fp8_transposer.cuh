@@ -27,18 +27,31 @@ __device__ __forceinline__ int sk98_key_of_pos(int pos) {
     return chunk + 16 * h + (i < 2 ? 2 * t + i : 8 + 2 * t + i - 2);
 }
 
-/* Byte offset of (row, byte col) in a 128 x 128-byte 128B-swizzled tile. */
+/* Byte offset of (row, byte col) in a tile of 128-byte rows, 128B-swizzled. */
 __device__ __forceinline__ uint32_t sk98_sw_byte(int row, int col) {
     return sk_sw128_offset(row, col >> 4) + (col & 15);
 }
 
-/* V (keys x dims) at v into Vt (dims x permuted keys) at vt, by the 64
- * threads of warps 2-3 (w = 0, 1). Thread (w, lane): t = lane & 3, h =
- * (lane >> 2) & 1, bl = lane >> 3; blocks (kk, bh) for kk < 4, bh in
- * 4w .. 4w + 3: keys 32 kk + 16 h + {2t, 2t + 1, 8 + 2t, 9 + 2t} (in
- * sk98_key_of_pos order: Vt positions 32 kk + 16 h + 4t .. + 3) x dims
- * 4 (4 bh + bl) .. + 3. */
+/* Byte offset of (row, byte col) in a tile of ROW-byte rows as TMA writes
+ * it: 128B swizzle for 128-byte rows; 64B swizzle for 64-byte rows (the
+ * 16-byte chunk index XORed with address bits 7-8, (row / 2) % 4). */
+template <int ROW>
+__device__ __forceinline__ uint32_t sk98_row_byte(int row, int col) {
+    if constexpr (ROW == 128)
+        return sk98_sw_byte(row, col);
+    else
+        return (uint32_t)(row * 64 + ((((col >> 4) ^ ((row >> 1) & 3))) << 4) + (col & 15));
+}
+
+/* V (128 keys x HD dims) at v into Vt (HD dims x 128 permuted keys) at
+ * vt, by the 64 threads of warps 2-3 (w = 0, 1). With J = HD / 32, thread
+ * (w, lane): t = lane & 3, h = (lane >> 2) & 1, bl = lane >> 3; blocks
+ * (kk, bh) for kk < 4, bh in J w .. J w + J - 1: keys 32 kk + 16 h + {2t,
+ * 2t + 1, 8 + 2t, 9 + 2t} (in sk98_key_of_pos order: Vt positions 32 kk +
+ * 16 h + 4t .. + 3) x dims 4 (4 bh + bl) .. + 3. */
+template <int HD>
 __device__ __forceinline__ void sk98_transpose(uint32_t v, uint32_t vt, int w, int lane) {
+    constexpr int J = HD / 32;
     const int t = lane & 3, h = (lane >> 2) & 1, bl = lane >> 3;
     /* Not unrolled: the producer warpgroup runs on kF8ProducerRegs registers
      * (unrolling j spills at 56). */
@@ -46,12 +59,12 @@ __device__ __forceinline__ void sk98_transpose(uint32_t v, uint32_t vt, int w, i
     for (int kk = 0; kk < 4; ++kk) {
         const int key0 = 32 * kk + 16 * h + 2 * t, pos = 32 * kk + 16 * h + 4 * t;
 #pragma unroll 1
-        for (int j = 0; j < 4; ++j) {
-            const int d = 4 * (4 * (4 * w + j) + bl); /* dim quad 4 bh + bl, bh = 4w + j */
-            const uint32_t x0 = sk_ld_shared_u32(v + sk98_sw_byte(key0, d));
-            const uint32_t x1 = sk_ld_shared_u32(v + sk98_sw_byte(key0 + 1, d));
-            const uint32_t x2 = sk_ld_shared_u32(v + sk98_sw_byte(key0 + 8, d));
-            const uint32_t x3 = sk_ld_shared_u32(v + sk98_sw_byte(key0 + 9, d));
+        for (int j = 0; j < J; ++j) {
+            const int d = 4 * (4 * (J * w + j) + bl); /* dim quad 4 bh + bl, bh = J w + j */
+            const uint32_t x0 = sk_ld_shared_u32(v + sk98_row_byte<HD>(key0, d));
+            const uint32_t x1 = sk_ld_shared_u32(v + sk98_row_byte<HD>(key0 + 1, d));
+            const uint32_t x2 = sk_ld_shared_u32(v + sk98_row_byte<HD>(key0 + 8, d));
+            const uint32_t x3 = sk_ld_shared_u32(v + sk98_row_byte<HD>(key0 + 9, d));
             /* 4 x 4 byte transpose: out_e holds byte e of x0, x1, x2, x3. */
             const uint32_t lo01 = __byte_perm(x0, x1, 0x5140), hi01 = __byte_perm(x0, x1, 0x7362);
             const uint32_t lo23 = __byte_perm(x2, x3, 0x5140), hi23 = __byte_perm(x2, x3, 0x7362);
@@ -64,8 +77,9 @@ __device__ __forceinline__ void sk98_transpose(uint32_t v, uint32_t vt, int w, i
 }
 
 /* Warps 2 and 3: every V stage into a Vt stage, until the end mark. */
+template <int HD>
 __device__ void sk98_transposer(uint32_t base, const volatile int32_t *v_info, int w) {
-    using L = sk98_smem;
+    using L = sk98_smem<HD>;
     const int lane = threadIdx.x % 32;
     sk90_pipe<L::kVStages> vp = {0, 0};
     sk90_pipe<L::kVtStages> tp = {0, 0};
@@ -77,8 +91,8 @@ __device__ void sk98_transposer(uint32_t base, const volatile int32_t *v_info, i
         info = __shfl_sync(0xffffffffu, info, 0);
         if (info == kVInfoEnd) break;
         sk_mbar_wait(base + L::kBarVtEmpty + 8 * tp.stage, tp.phase ^ 1, "Vt empty");
-        sk98_transpose(base + L::kV + vp.stage * kF8BlockBytes,
-                       base + L::kVt + tp.stage * kF8BlockBytes, w, lane);
+        sk98_transpose<HD>(base + L::kV + vp.stage * L::kTileBytes,
+                           base + L::kVt + tp.stage * L::kVtBytes, w, lane);
         sk_fence_proxy_async_smem(); /* Vt: generic writes, then wgmma reads */
         __syncwarp();
         if (lane == 0) {

@@ -54,7 +54,7 @@ sk_status sk_attention_sm90_launch(const sk_attention_problem *p, const sk_atten
                                    cudaStream_t stream);
 
 /* The FP8 Hopper kernel (fwd_sm90_fp8.cu): E4M3 Q, K, V, O in out_dtype,
- * head_dim 128, blocks 128 x 128, compute capability 9.0 only; no other
+ * head_dim 64 or 128, blocks 128 x 128, compute capability 9.0 only; no other
  * kernel takes E4M3. */
 int sk_attention_sm90_fp8_supports(const sk_attention_problem *p);
 sk_status sk_attention_sm90_fp8_launch(const sk_attention_problem *p,

@@ -574,6 +574,17 @@ __device__ __forceinline__ void sk_wgmma_m64n128k32_rs_e4m3(float d[64], const u
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
+/* wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3, A from registers, B K-major in shared
+ * memory (the FP8 P V at head dim 64): d = a * b (+ d when scale_d != 0). */
+__device__ __forceinline__ void sk_wgmma_m64n64k32_rs_e4m3(float d[32], const uint32_t a[4],
+                                                           uint64_t desc_b, int scale_d) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 " SK_WGMMA_D32_STR
+                 ", {%32, %33, %34, %35}, %36, p, 1, 1;\n}\n"
+                 : SK_WGMMA_D32_OPS(d)
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
+}
+
 #endif /* sm_90a section guard */
 
 #endif /* SK_CUDA_PTX_CUH */

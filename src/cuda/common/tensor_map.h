@@ -24,4 +24,11 @@ CUresult sk_tensor_map_encode_sw128(CUtensorMap *map, sk_dtype dtype, int rank, 
                                     const cuuint64_t *dims, const cuuint64_t *strides_bytes,
                                     const cuuint32_t *box);
 
+/* The same with 64B (swizzle_bytes 64: the FP8 kernel's 64-byte rows) or
+ * 128B swizzle (128). */
+CUresult sk_tensor_map_encode_swizzled(CUtensorMap *map, sk_dtype dtype, int rank,
+                                       const void *ptr, const cuuint64_t *dims,
+                                       const cuuint64_t *strides_bytes, const cuuint32_t *box,
+                                       int swizzle_bytes);
+
 #endif /* SK_CUDA_TENSOR_MAP_H */
