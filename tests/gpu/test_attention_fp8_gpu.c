@@ -14,6 +14,8 @@
  * write nothing. Each failure prints the case (with its seed) and the first
  * mismatches with their indices.
  *
+ * gpu_fp8_smoke runs the eight smallest cases alone, for triage.
+ *
  * Quantizer: sk_quantize_e4m3 on the GPU against the CPU backend's, byte
  * for byte (codes and descales), twice.
  */
@@ -243,6 +245,29 @@ SK_TEST(gpu_fp8_random) {
            f8_declined);
     if (!gt_opt.quick && gt_opt.backend != SK_BACKEND_CUDA_SM80)
         CHECK(f8_run >= 100, "only %d cases ran", f8_run);
+}
+
+/* The smallest cases first (run it alone to triage: `sk_gpu_tests
+ * fp8_smoke`): one 128 x 128 tile and one block, then two blocks with a key
+ * tail, at both head dims, causal or not, no descales, packed. */
+SK_TEST(gpu_fp8_smoke) {
+    for (int i = 0; i < 8; ++i) {
+        f8_case c;
+        memset(&c, 0, sizeof c);
+        c.seed = tu_base_seed() ^ (0xF850u + (uint64_t)i);
+        c.batch = c.heads_q = c.heads_kv = 1;
+        c.seq_q = 128;
+        c.seq_k = i & 4 ? 200 : 128;
+        c.head_dim = i & 1 ? 64 : 128;
+        c.block_q = c.block_k = 128;
+        c.causal = (i >> 1) & 1;
+        c.density = 1.0;
+        c.layout_batch = c.layout_heads = 1;
+        c.with_lse = 1;
+        c.out_dtype = SK_DTYPE_BF16;
+        c.amp = 0.7f;
+        run_case(&c);
+    }
 }
 
 /* Hand-picked shapes: the seed shape in small, long rows, every row empty,
