@@ -162,6 +162,9 @@ $(BUILD)/varlen_speed: $(BUILD)/obj/bench/varlen_speed.o $(BUILD)/libsparsek.a
 $(BUILD)/decode_select_speed: $(BUILD)/obj/bench/decode_select_speed.o $(BUILD)/libsparsek.a
 	$(CC) -o $@ $^ $(CUDA_LIBS) $(LDLIBS)
 
+$(BUILD)/attention_fp8_speed: $(BUILD)/obj/bench/attention_fp8_speed.o $(BUILD)/libsparsek.a
+	$(CC) -o $@ $^ $(CUDA_LIBS) $(LDLIBS)
+
 # The fingerprint of every GPU output on fixed cases (tests/bitwise/): two
 # builds of a change that must not change results print the same lines.
 $(BUILD)/obj/tests/bitwise/fingerprint.o: CFLAGS += $(TOOLS_INC)

@@ -29,9 +29,10 @@
 
 #define BENCH_ERROR_EXIT 2 /* 1 is a failed result check */
 #include "bench_check.h"
+#include "bench_timing.h"
 #include "host_data.h"
 
-enum { WARMUP = 2, PATTERN = 1 << 24, SAMPLE = 1 << 20, MAX_REPS = 100 };
+enum { WARMUP = 2, PATTERN = 1 << 24, SAMPLE = 1 << 20 };
 
 typedef struct opts {
     int64_t batch, heads, heads_kv, seq, dim;
@@ -71,24 +72,8 @@ static int parse(int argc, char **argv, opts *o) {
     if (o->heads_kv == 0) o->heads_kv = o->heads;
     const int64_t cb = (o->seq + o->block - 1) / o->block;
     if (o->per_row == 0) o->per_row = (int32_t)(cb / 4 > 0 ? cb / 4 : 1);
-    if (o->reps < 1 || o->reps > MAX_REPS) o->reps = 10;
+    if (o->reps < 1 || o->reps > BENCH_MAX_REPS) o->reps = 10;
     return 0;
-}
-
-/* n elements: the pattern from element `shift` on, repeated (device to
- * device), so that tensors filled with different shifts differ. */
-static void fill(void *dst, const void *pattern, int64_t n, int64_t shift) {
-    const int64_t period = PATTERN - shift;
-    for (int64_t off = 0; off < n; off += period) {
-        const int64_t len = n - off < period ? n - off : period;
-        CUDA_OK(cudaMemcpy((char *)dst + off * 2, (const char *)pattern + shift * 2,
-                           (size_t)len * 2, cudaMemcpyDeviceToDevice));
-    }
-}
-
-static int cmp_float(const void *a, const void *b) {
-    const float x = *(const float *)a, y = *(const float *)b;
-    return x < y ? -1 : x > y;
 }
 
 /* Median and minimum milliseconds of `reps` timed calls of what (0: the
@@ -113,24 +98,20 @@ static void call(const bench_call *c, int what) {
         SK_OK(sk_attention_backward_plan(c->d, c->bd, c->layout, c->bws, c->bws_bytes, NULL));
 }
 
+/* One timed call: what (0, 1, 2 as call()) of c. */
+typedef struct timed_call {
+    const bench_call *c;
+    int what;
+} timed_call;
+
+static void call_timed(const void *ctx) {
+    const timed_call *t = (const timed_call *)ctx;
+    call(t->c, t->what);
+}
+
 static void time_calls(const bench_call *c, int what, int reps, float *median, float *best) {
-    float ms[MAX_REPS];
-    cudaEvent_t e0, e1;
-    CUDA_OK(cudaEventCreate(&e0));
-    CUDA_OK(cudaEventCreate(&e1));
-    for (int r = 0; r < WARMUP; ++r) call(c, what);
-    for (int r = 0; r < reps; ++r) {
-        CUDA_OK(cudaEventRecord(e0, NULL));
-        call(c, what);
-        CUDA_OK(cudaEventRecord(e1, NULL));
-        CUDA_OK(cudaEventSynchronize(e1));
-        CUDA_OK(cudaEventElapsedTime(&ms[r], e0, e1));
-    }
-    qsort(ms, (size_t)reps, sizeof ms[0], cmp_float);
-    *median = ms[reps / 2];
-    *best = ms[0];
-    CUDA_OK(cudaEventDestroy(e0));
-    CUDA_OK(cudaEventDestroy(e1));
+    const timed_call t = {c, what};
+    bench_time(call_timed, &t, WARMUP, reps, median, best);
 }
 
 /* Non-finite values in the first SAMPLE elements of a device tensor. */
@@ -180,10 +161,10 @@ int main(int argc, char **argv) {
     void **bufs[8] = {&c.q, &c.o, &c.dout, &c.dq, &c.k, &c.v, &c.dk, &c.dv};
     for (int i = 0; i < 8; ++i) CUDA_OK(cudaMalloc(bufs[i], (size_t)(i < 4 ? nq : nk) * 2));
     CUDA_OK(cudaMalloc((void **)&c.lse, (size_t)(o.batch * o.heads * o.seq) * 4));
-    fill(c.q, pattern, nq, 0);
-    fill(c.dout, pattern, nq, 12345);
-    fill(c.k, pattern, nk, 777);
-    fill(c.v, pattern, nk, 4242);
+    bench_fill_pattern(c.q, pattern, PATTERN, nq, 0);
+    bench_fill_pattern(c.dout, pattern, PATTERN, nq, 12345);
+    bench_fill_pattern(c.k, pattern, PATTERN, nk, 777);
+    bench_fill_pattern(c.v, pattern, PATTERN, nk, 4242);
 
     sk_attention_desc d;
     sk_attention_backward_desc bd;

@@ -108,7 +108,8 @@
  * Limits of the CUDA backend (SK_STATUS_NOT_SUPPORTED beyond them, before
  * anything is enqueued): head_dim 64 or 128; a sequence stride below
  * 2^24 bytes; Sq and Sk below 2^31 - 256; at most 2^31 - 1 tiles
- * (B * Hq * ceil(Sq / block_q)).
+ * (B * Hq * ceil(Sq / block_q)). E4M3 inputs run on the Hopper FP8 kernel
+ * alone: compute capability 9.0, 128 x 128 blocks (not SK_BACKEND_CUDA_SM80).
  */
 #ifndef SPARSEK_H
 #define SPARSEK_H
@@ -221,7 +222,10 @@ SK_API const char *sk_last_error(void);
 typedef enum sk_dtype {
     SK_DTYPE_F16 = 1,  /* IEEE half */
     SK_DTYPE_BF16 = 2, /* bfloat16 */
-    SK_DTYPE_F32 = 3   /* float; attention inputs in F32 are for the CPU backend only */
+    SK_DTYPE_F32 = 3,  /* float; attention inputs in F32 are for the CPU backend only */
+    SK_DTYPE_E4M3 = 4  /* FP8 e4m3fn (OCP): 1 sign, 4 exponent (bias 7), 3 mantissa bits; no
+                          inf, NaN = 0x7F / 0xFF, max 448. Attention forward inputs Q, K, V
+                          only (sk_attention_*, with desc->out_dtype and the descales) */
 } sk_dtype;
 
 /* Where the data lives and which code runs. */
@@ -408,6 +412,23 @@ typedef struct sk_attention_desc {
     int64_t k_strides[3]; /* K [B, Sk, Hkv, D] */
     int64_t v_strides[3]; /* V [B, Sk, Hkv, D] */
     int64_t o_strides[3]; /* O [B, Sq, Hq, D] */
+    /* FP8 inputs (dtype = SK_DTYPE_E4M3; appended after every field
+     * above: a descriptor initialised with the older size, up to o_strides,
+     * keeps working, as if these were 0 / NULL). Q, K and V hold e4m3 codes x; the attention runs on the real
+     * values descale * x (FlashAttention-3's q/k/v_descale convention):
+     *   Q[b, s, h, :]  = q_descale[b * Hq + h]  * q8[b, s, h, :]
+     *   K[b, s, hk, :] = k_descale[b * Hkv + hk] * k8[b, s, hk, :]  (V alike)
+     * The kernels fold the factors into the fp32 softmax scale and O, which
+     * is exact up to fp32 rounding. Each array is fp32, contiguous, 4-byte
+     * aligned, in the backend's memory (device for CUDA, host for CPU), read
+     * by run / forward only; NULL means every factor is 1. All three must be
+     * NULL unless dtype is E4M3. Values are not inspected (a NaN or inf
+     * factor gives NaN / inf outputs). */
+    sk_dtype out_dtype;      /* O's dtype: 0 (default) means dtype, or BF16 when dtype is
+                                E4M3; F16 or BF16 with E4M3 inputs, else equal to dtype */
+    const float *q_descale;  /* [B, Hq] fp32, or NULL (1.0) */
+    const float *k_descale;  /* [B, Hkv] fp32, or NULL (1.0) */
+    const float *v_descale;  /* [B, Hkv] fp32, or NULL (1.0) */
 } sk_attention_desc;
 
 /* Fill *desc with the defaults above (all sizes 0, to be set). struct_size is
@@ -1541,6 +1562,50 @@ SK_API sk_status sk_cp_forward(const sk_cp_desc *desc, const void *plan, size_t 
                                sk_comm_t comm, const void *q, const void *k, const void *v,
                                void *o, float *lse, void *workspace, size_t workspace_size,
                                struct CUstream_st *stream);
+
+/* ---------------------------------------------------------------------------
+ * FP8 quantization (the E4M3 attention's inputs)
+ * ---------------------------------------------------------------------------
+ * x [B, S, H, D] in F16 or BF16 (element strides over [B, S, H], D
+ * contiguous; all zero = packed) becomes y [B, S, H, D] e4m3 codes, packed,
+ * and descale [B, H] fp32 contiguous, one factor per (batch, head), ready
+ * for sk_attention_desc's q/k/v_descale:
+ *   amax[b, h]    = max |x[b, :, h, :]| over the non-NaN elements (fp32)
+ *   descale[b, h] = amax / 448 when 0 < amax < inf, else 1   (fp32 division)
+ *   y[b, s, h, d] = e4m3(x[b, s, h, d] * (448 / amax))         (or x * 1)
+ * where 448 / amax is one fp32 division and e4m3() rounds to nearest even
+ * and saturates to +-448 (NaN stays NaN: 0x7F, sign kept). The CPU and CUDA
+ * backends give the same bytes. CUDA: two kernels (the amax reduction into
+ * the workspace, then scale and convert), no atomics on floats: the result
+ * does not depend on the schedule. */
+typedef struct sk_quantize_desc {
+    size_t struct_size;  /* sizeof(sk_quantize_desc); set by sk_quantize_desc_init */
+    sk_backend backend;  /* default SK_BACKEND_CUDA (any CUDA backend runs the same kernels) */
+    sk_dtype dtype;      /* x: F16 or BF16. Default BF16 */
+    int64_t batch;       /* B >= 1 */
+    int64_t seq;         /* S >= 1 */
+    int64_t heads;       /* H >= 1, B x H < 2^31 */
+    int64_t head_dim;    /* D >= 1; CUDA: a multiple of 8 */
+    int64_t x_strides[3]; /* element strides of x over [B, S, H]; >= 0; zeros: packed.
+                             CUDA: x 16-byte aligned, strides multiples of 8 elements */
+} sk_quantize_desc;
+
+SK_API sk_status sk_quantize_desc_init(sk_quantize_desc *desc, size_t struct_size);
+
+/* Device workspace bytes of sk_quantize_e4m3 (0 on the CPU). */
+SK_API sk_status sk_quantize_e4m3_workspace_size(const sk_quantize_desc *desc,
+                                                 size_t *workspace_bytes);
+
+/* Enqueue the quantization (CUDA: graph safe, nothing allocated, no
+ * synchronisation; CPU: synchronous).
+ *   x        [B, S, H, D]  desc->dtype, desc->x_strides; read
+ *   y        [B, S, H, D]  e4m3 codes (uint8), packed; written
+ *   descale  [B, H]        fp32 contiguous; written
+ * The workspace (CUDA: 16-byte aligned, at least the size above) must not
+ * overlap any argument; y and descale must not overlap x or each other. */
+SK_API sk_status sk_quantize_e4m3(const sk_quantize_desc *desc, const void *x, uint8_t *y,
+                                  float *descale, void *workspace, size_t workspace_size,
+                                  struct CUstream_st *stream);
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -45,6 +45,7 @@ from .decode import decode
 from .plan_cache import clear_plan_cache, plan_cache_info
 from .topk import attention_topk, block_pool, layout_from_scores, pool_select_topk, select_topk, topk_capacity
 from .varlen import VarlenLayout, attention_varlen, varlen_layout_grid, varlen_max_row_blocks
+from .fp8 import attention_fp8, quantize_e4m3
 from .decode_select import DecodeSelection, decode_select, kv_summary_append, kv_summary_build
 
 
@@ -149,6 +150,8 @@ __all__ = [
     "decode_select",
     "kv_summary_append",
     "kv_summary_build",
+    "attention_fp8",
+    "quantize_e4m3",
 ]
 
 # Context parallelism, the host side (context_parallel.py): sharding, plans,

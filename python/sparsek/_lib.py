@@ -70,6 +70,7 @@ class DType(enum.IntEnum):
     F16 = 1
     BF16 = 2
     F32 = 3
+    E4M3 = 4  # FP8 e4m3fn: attention forward inputs only
 
 
 class Backend(enum.IntEnum):
@@ -150,6 +151,11 @@ class SkAttentionDesc(CheckedStructure):
         ("k_strides", c_int64 * 3),
         ("v_strides", c_int64 * 3),
         ("o_strides", c_int64 * 3),
+        # FP8 inputs (dtype E4M3): O's dtype and the fp32 descales, NULL = 1
+        ("out_dtype", c_int),  # sk_dtype
+        ("q_descale", c_void_p),  # const float * [B, Hq]
+        ("k_descale", c_void_p),  # const float * [B, Hkv]
+        ("v_descale", c_void_p),  # const float * [B, Hkv]
     ]
 
 
@@ -354,6 +360,20 @@ class SkDecodeSelectDesc(CheckedStructure):
     ]
 
 
+class SkQuantizeDesc(CheckedStructure):
+    _c_name_ = "sk_quantize_desc"
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("backend", c_int),  # sk_backend
+        ("dtype", c_int),  # sk_dtype
+        ("batch", c_int64),
+        ("seq", c_int64),
+        ("heads", c_int64),
+        ("head_dim", c_int64),
+        ("x_strides", c_int64 * 3),
+    ]
+
+
 # The fields of each struct, for the ABI test that compares offsets with a C
 # compiler's view of sparsek.h.
 STRUCTS = {
@@ -370,6 +390,7 @@ STRUCTS = {
     "sk_device_info": SkDeviceInfo,
     "sk_decode_desc": SkDecodeDesc,
     "sk_decode_select_desc": SkDecodeSelectDesc,
+    "sk_quantize_desc": SkQuantizeDesc,
     "sk_cp_desc": SkCpDesc,
 }
 
@@ -598,6 +619,12 @@ SIGNATURES = {
     "sk_decode_select": (
         _st,
         [POINTER(SkDecodeSelectDesc), c_void_p, c_void_p, _i32_p, _bsr_p, c_void_p, c_size_t, _stream],
+    ),
+    "sk_quantize_desc_init": (_st, [POINTER(SkQuantizeDesc), c_size_t]),
+    "sk_quantize_e4m3_workspace_size": (_st, [POINTER(SkQuantizeDesc), POINTER(c_size_t)]),
+    "sk_quantize_e4m3": (
+        _st,
+        [POINTER(SkQuantizeDesc), c_void_p, c_void_p, c_void_p, c_void_p, c_size_t, _stream],
     ),
     # Context parallel: plans, workspaces and tensors are raw addresses
     # (c_void_p); sk_comm_t is an opaque pointer.

@@ -11,6 +11,7 @@
  * supported combination, workspace size).
  */
 #include <float.h>
+#include <stddef.h>
 #include <math.h>
 #include <string.h>
 
@@ -25,12 +26,19 @@
 /* log2(e) in fp32, as the CUDA kernels fold it into the scale. */
 #define SK_LOG2E_F32 1.4426950408889634f
 
+/* The descriptor as callers built before the FP8 fields existed: every
+ * field up to o_strides. Such a descriptor is taken as it is (out_dtype 0,
+ * no descales) and its missing tail is never read or written. */
+#define SK_ATTENTION_DESC_V1_SIZE offsetof(sk_attention_desc, out_dtype)
+
 sk_status sk_attention_desc_init(sk_attention_desc *desc, size_t struct_size) {
     SK_ENTER("sk_attention_desc_init");
     SK_CHECK_NOT_NULL(desc);
-    SK_TRY(sk_check_init_struct_size(struct_size, sizeof(sk_attention_desc), "sk_attention_desc"));
-    memset(desc, 0, sizeof *desc);
-    desc->struct_size = sizeof *desc;
+    if (struct_size != SK_ATTENTION_DESC_V1_SIZE)
+        SK_TRY(sk_check_init_struct_size(struct_size, sizeof(sk_attention_desc),
+                                         "sk_attention_desc"));
+    memset(desc, 0, struct_size);
+    desc->struct_size = struct_size;
     desc->backend = SK_BACKEND_CUDA;
     desc->dtype = SK_DTYPE_F16;
     desc->scale = 0.0f;
@@ -57,10 +65,70 @@ sk_status sk_attention_check_scale_mask(float scale, sk_mask mask) {
     return SK_STATUS_SUCCESS;
 }
 
-/* d is not NULL; sizes are its six sizes. */
-static sk_status check_desc(const sk_attention_desc *d, const int64_t sizes[6]) {
-    SK_TRY(sk_check_desc_struct_size(d->struct_size, sizeof(sk_attention_desc), "desc", "sk_attention_desc_init"));
-    SK_TRY(sk_check_attention_shape(d->backend, d->dtype, sizes));
+sk_status sk_attention_check_struct_size(const sk_attention_desc *d, const char *what) {
+    if (d->struct_size == SK_ATTENTION_DESC_V1_SIZE) return SK_STATUS_SUCCESS;
+    return sk_check_desc_struct_size(d->struct_size, sizeof(sk_attention_desc), what,
+                                     "sk_attention_desc_init");
+}
+
+/* The FP8 fields of a checked-size descriptor (defaults for a V1 one). */
+typedef struct fp8_fields {
+    sk_dtype out_dtype;
+    const float *q_descale, *k_descale, *v_descale;
+} fp8_fields;
+
+static fp8_fields read_fp8_fields(const sk_attention_desc *d) {
+    fp8_fields f;
+    memset(&f, 0, sizeof f);
+    if (d->struct_size == sizeof(sk_attention_desc)) {
+        f.out_dtype = d->out_dtype;
+        f.q_descale = d->q_descale;
+        f.k_descale = d->k_descale;
+        f.v_descale = d->v_descale;
+    }
+    return f;
+}
+
+/* O's dtype and the FP8 fields: out_dtype 0 means dtype (BF16 for E4M3);
+ * E4M3 inputs give F16 or BF16 O, any other dtype its own; descales only
+ * with E4M3. *out gets O's dtype. */
+static sk_status check_fp8_fields(const sk_attention_desc *d, sk_dtype *out) {
+    const fp8_fields f = read_fp8_fields(d);
+    const int fp8 = d->dtype == SK_DTYPE_E4M3;
+    const sk_dtype o = f.out_dtype != 0 ? f.out_dtype : fp8 ? SK_DTYPE_BF16 : d->dtype;
+    if (fp8 && o != SK_DTYPE_F16 && o != SK_DTYPE_BF16)
+        return sk_error(SK_STATUS_BAD_PARAM_DTYPE,
+                        "desc->out_dtype = %d: O of E4M3 inputs is F16 or BF16 (0: BF16)",
+                        (int)f.out_dtype);
+    if (!fp8 && o != d->dtype)
+        return sk_error(SK_STATUS_BAD_PARAM_DTYPE,
+                        "desc->out_dtype = %d must be 0 or desc->dtype (%d) unless dtype is E4M3",
+                        (int)f.out_dtype, (int)d->dtype);
+    if (!fp8) {
+        const char *set = f.q_descale != NULL   ? "desc->q_descale"
+                          : f.k_descale != NULL ? "desc->k_descale"
+                          : f.v_descale != NULL ? "desc->v_descale"
+                                                : NULL;
+        if (set != NULL)
+            return sk_error(SK_STATUS_BAD_PARAM_VALUE,
+                            "%s must be NULL unless desc->dtype is E4M3 (it scales FP8 inputs)",
+                            set);
+    }
+    *out = o;
+    return SK_STATUS_SUCCESS;
+}
+
+/* d is not NULL; sizes are its six sizes. E4M3 inputs are checked as their
+ * O's dtype (the shape check takes no FP8: only this entry point does). */
+static sk_status check_desc(const sk_attention_desc *d, const int64_t sizes[6], sk_dtype *out) {
+    SK_TRY(sk_attention_check_struct_size(d, "desc"));
+    if (d->dtype == SK_DTYPE_E4M3) {
+        SK_TRY(check_fp8_fields(d, out));
+        SK_TRY(sk_check_attention_shape(d->backend, *out, sizes));
+    } else {
+        SK_TRY(sk_check_attention_shape(d->backend, d->dtype, sizes));
+        SK_TRY(check_fp8_fields(d, out));
+    }
     return sk_attention_check_scale_mask(d->scale, d->mask);
 }
 
@@ -79,6 +147,7 @@ void sk_attention_problem_init(sk_attention_problem *p, sk_backend backend, sk_d
     p->scale = scale != 0.0f ? scale : (float)(1.0 / sqrt((double)p->head_dim));
     p->causal = mask == SK_MASK_CAUSAL;
     p->lse_head_stride = p->seq_q;
+    p->out_dtype = dtype;
 }
 
 sk_status sk_attention_layout_slices(const sk_bsr *layout, int32_t row_blocks, int32_t col_blocks,
@@ -143,7 +212,10 @@ sk_status sk_attention_check_sizes(const sk_attention_problem *p, const char *q_
     /* Packed strides are products of the sizes: check those first, in
      * bytes; LSE [B, Hq, Sq] fp32 on its own (with 2-byte elements and
      * D = 1 it is larger than Q). */
-    const int64_t es = (int64_t)sk_dtype_size(p->dtype);
+    /* Q and O: the wider of the two (FP8 inputs, 2-byte O). */
+    const int64_t es = (int64_t)(sk_dtype_size(p->out_dtype) > sk_dtype_size(p->dtype)
+                                     ? sk_dtype_size(p->out_dtype)
+                                     : sk_dtype_size(p->dtype));
     const int64_t q_sizes[5] = {p->batch, p->seq_q, p->heads_q, p->head_dim, es};
     const int64_t kv_sizes[5] = {p->batch, p->seq_k, p->heads_kv, p->head_dim, es};
     const int64_t lse_sizes[4] = {p->batch, p->heads_q, p->seq_q, 4};
@@ -169,8 +241,14 @@ sk_status sk_attention_check_geometry(const sk_attention_desc *d, const sk_bsr *
     if (d == NULL) return sk_error(SK_STATUS_BAD_PARAM_NULL_POINTER, "desc must not be NULL");
     const int64_t sizes[6] = {d->batch,   d->seq_q,    d->seq_k,
                               d->heads_q, d->heads_kv, d->head_dim};
-    SK_TRY(check_desc(d, sizes));
+    sk_dtype out_dtype;
+    SK_TRY(check_desc(d, sizes, &out_dtype));
     sk_attention_problem_init(p, d->backend, d->dtype, sizes, d->scale, d->mask);
+    const fp8_fields f = read_fp8_fields(d);
+    p->out_dtype = out_dtype;
+    p->q_descale = f.q_descale;
+    p->k_descale = f.k_descale;
+    p->v_descale = f.v_descale;
     SK_TRY(check_layout_geometry(d, layout, p));
     SK_TRY(
         sk_attention_check_sizes(p, "batch x seq_q", "batch x seq_k", "batch x heads_q x seq_q"));
@@ -226,7 +304,7 @@ sk_status sk_attention_check_tensors(sk_attention_problem *p, const void *q, con
     SK_CHECK_NOT_NULL(k);
     SK_CHECK_NOT_NULL(v);
     SK_CHECK_NOT_NULL(o);
-    const size_t es = sk_dtype_size(p->dtype);
+    const size_t es = sk_dtype_size(p->dtype), oes = sk_dtype_size(p->out_dtype);
     sk_tensor_shape tq, tk, tv, to;
     sk_tensor_shape_init(&tq, p->batch, p->seq_q, p->heads_q, p->head_dim, p->q_stride);
     sk_tensor_shape_init(&tk, p->batch, p->seq_k, p->heads_kv, p->head_dim, p->k_stride);
@@ -236,7 +314,7 @@ sk_status sk_attention_check_tensors(sk_attention_problem *p, const void *q, con
     SK_TRY(sk_check_tensor_extent(&tq, es, "q", &q_bytes));
     SK_TRY(sk_check_tensor_extent(&tk, es, "k", &k_bytes));
     SK_TRY(sk_check_tensor_extent(&tv, es, "v", &v_bytes));
-    SK_TRY(sk_check_tensor_extent(&to, es, "o", &o_bytes));
+    SK_TRY(sk_check_tensor_extent(&to, oes, "o", &o_bytes));
     SK_TRY(sk_check_no_self_overlap(&to, "o"));
 
     /* The CUDA kernels move 16-byte vectors of one row; the CPU needs
@@ -247,7 +325,7 @@ sk_status sk_attention_check_tensors(sk_attention_problem *p, const void *q, con
     SK_TRY(sk_check_alignment(q, &tq, es, align, stride_align, "q"));
     SK_TRY(sk_check_alignment(k, &tk, es, align, stride_align, "k"));
     SK_TRY(sk_check_alignment(v, &tv, es, align, stride_align, "v"));
-    SK_TRY(sk_check_alignment(o, &to, es, align, stride_align, "o"));
+    SK_TRY(sk_check_alignment(o, &to, oes, cuda ? 16 : oes, stride_align, "o"));
     if (lse != NULL) SK_TRY(sk_check_alignment(lse, NULL, 4, 4, 0, "lse"));
 
     /* LSE [B, Hq, Sq] fp32: checked by sk_attention_check_geometry. */
@@ -277,13 +355,35 @@ sk_status sk_attention_check_workspace_apart(const sk_attention_problem *p, cons
     return sk_check_workspace_apart(workspace, workspace_size, bytes, buffers, count);
 }
 
-/* The aliasing rule of plan / run / forward: o and lse against every other
- * buffer, then the workspace (written on CUDA) against all of them. */
+/* The FP8 descales of run / forward (read; NULL: absent): fp32 [B, H],
+ * 4-byte aligned; their byte spans into out[3]. */
+static sk_status check_descales(const sk_attention_problem *p, sk_buffer out[3]) {
+    const float *const ptr[3] = {p->q_descale, p->k_descale, p->v_descale};
+    const int64_t heads[3] = {p->heads_q, p->heads_kv, p->heads_kv};
+    static const char *const names[3] = {"desc->q_descale", "desc->k_descale",
+                                          "desc->v_descale"};
+    for (int i = 0; i < 3; ++i) {
+        if (ptr[i] != NULL) SK_TRY(sk_check_alignment(ptr[i], NULL, 4, 4, 0, names[i]));
+        /* batch and heads fit int32 (sk_check_attention_shape): no overflow. */
+        out[i].what = names[i];
+        out[i].ptr = ptr[i];
+        out[i].bytes = p->batch * heads[i] * 4;
+        out[i].written = 0;
+    }
+    return SK_STATUS_SUCCESS;
+}
+
+/* The aliasing rule of run / forward: o and lse against every other buffer
+ * (the descales included), then the workspace (written on CUDA) against all
+ * of them. */
 static sk_status check_aliasing(const sk_attention_problem *p, const sk_buffer *buffers,
                                 const void *workspace, size_t workspace_size) {
-    SK_TRY(sk_check_no_alias(buffers, SK_ATTN_BUFFERS));
-    return sk_attention_check_workspace_apart(p, workspace, workspace_size, buffers,
-                                              SK_ATTN_BUFFERS);
+    sk_buffer all[SK_ATTN_BUFFERS + 3];
+    memcpy(all, buffers, SK_ATTN_BUFFERS * sizeof *buffers);
+    SK_TRY(check_descales(p, all + SK_ATTN_BUFFERS));
+    SK_TRY(sk_check_no_alias(all, SK_ATTN_BUFFERS + 3));
+    return sk_attention_check_workspace_apart(p, workspace, workspace_size, all,
+                                              SK_ATTN_BUFFERS + 3);
 }
 
 /* Host layouts are checked in full; device ones cannot be read here. */

@@ -40,6 +40,10 @@ static sk_status check_geometry(const sk_attention_desc *desc,
                                 sk_attention_backward_problem *p) {
     memset(p, 0, sizeof *p);
     SK_TRY(sk_attention_check_geometry(desc, layout, &p->fwd));
+    if (p->fwd.dtype == SK_DTYPE_E4M3)
+        return sk_error(SK_STATUS_BAD_PARAM_DTYPE,
+                        "desc->dtype = E4M3: the backward takes F16 or BF16 (F32 on the CPU); "
+                        "FP8 is a forward-only input type");
     if (bwd == NULL) return sk_error(SK_STATUS_BAD_PARAM_NULL_POINTER, "bwd must not be NULL");
     SK_TRY(sk_check_desc_struct_size(bwd->struct_size, sizeof(sk_attention_backward_desc), "bwd",
                                      "sk_attention_backward_desc_init"));

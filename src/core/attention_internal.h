@@ -14,6 +14,11 @@
 #include "core/check.h"
 #include "core/problem.h"
 
+/* desc->struct_size (desc not NULL): sizeof(sk_attention_desc), or the
+ * size before the FP8 fields (out_dtype and on), which older callers pass;
+ * messages name the descriptor `what` ("desc", "attn"). */
+sk_status sk_attention_check_struct_size(const sk_attention_desc *desc, const char *what);
+
 /* Descriptor, shapes, strides and layout geometry (not its content). */
 sk_status sk_attention_check_geometry(const sk_attention_desc *desc, const sk_bsr *layout,
                                       sk_attention_problem *p);

@@ -24,8 +24,7 @@ static size_t align_up(size_t x) {
  * entry points. */
 static sk_status check_same_problem(const sk_attention_desc *a, const sk_topk_problem *p) {
     if (a == NULL) return sk_error(SK_STATUS_BAD_PARAM_NULL_POINTER, "attn must not be NULL");
-    SK_TRY(sk_check_desc_struct_size(a->struct_size, sizeof(sk_attention_desc), "attn",
-                                     "sk_attention_desc_init"));
+    SK_TRY(sk_attention_check_struct_size(a, "attn"));
     if (a->backend != p->backend)
         return sk_error(SK_STATUS_BAD_PARAM_VALUE,
                         "attn->backend = %d differs from topk->backend = %d", (int)a->backend,

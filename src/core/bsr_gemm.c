@@ -49,6 +49,10 @@ static sk_status build_problem(const sk_bsr_gemm_desc *d, const sk_bsr *a,
     if (sk_dtype_size(d->c_dtype) == 0)
         return sk_error(SK_STATUS_BAD_PARAM_DTYPE, "desc->c_dtype = %d is not an sk_dtype",
                         (int)d->c_dtype);
+    if (d->ab_dtype == SK_DTYPE_E4M3 || d->c_dtype == SK_DTYPE_E4M3)
+        return sk_error(SK_STATUS_BAD_PARAM_DTYPE,
+                        "desc->%s = E4M3: the BSR GEMM takes F16 or BF16 (F32 on the CPU)",
+                        d->ab_dtype == SK_DTYPE_E4M3 ? "ab_dtype" : "c_dtype");
     if (d->ab_dtype == SK_DTYPE_F32 && d->backend != SK_BACKEND_CPU)
         return sk_error(SK_STATUS_BAD_PARAM_DTYPE,
                         "desc->ab_dtype = F32 is for the CPU backend only; the %s backend takes "

@@ -14,6 +14,8 @@ size_t sk_dtype_size(sk_dtype dtype) {
         return 2;
     case SK_DTYPE_F32:
         return 4;
+    case SK_DTYPE_E4M3:
+        return 1;
     }
     return 0;
 }
@@ -26,6 +28,8 @@ const char *sk_dtype_name(sk_dtype dtype) {
         return "BF16";
     case SK_DTYPE_F32:
         return "F32";
+    case SK_DTYPE_E4M3:
+        return "E4M3";
     }
     return "unknown";
 }
@@ -86,6 +90,12 @@ sk_status sk_check_attention_shape_named(sk_backend backend, sk_dtype dtype, con
     if (sk_dtype_size(dtype) == 0)
         return sk_error(SK_STATUS_BAD_PARAM_DTYPE, "desc->dtype = %d is not an sk_dtype",
                         (int)dtype);
+    /* FP8 is the fixed-batch forward's alone, which checks it before this
+     * (sk_attention_check_fp8 in attention.c) and passes O's dtype here. */
+    if (dtype == SK_DTYPE_E4M3)
+        return sk_error(SK_STATUS_BAD_PARAM_DTYPE,
+                        "desc->dtype = E4M3 is taken by the attention forward (sk_attention_*) "
+                        "only; this call takes F16 or BF16 (F32 on the CPU)");
     if (dtype == SK_DTYPE_F32 && backend != SK_BACKEND_CPU)
         return sk_error(SK_STATUS_BAD_PARAM_DTYPE,
                         "desc->dtype = F32 is for the CPU backend only; the %s backend takes F16 "

@@ -178,6 +178,17 @@ sk_status sk_cuda_dsel_select(const sk_dsel_problem *p, void *workspace, size_t 
     return sk_error(SK_STATUS_NOT_SUPPORTED_BACKEND, SK_NO_CUDA_TEXT);
 }
 
+sk_status sk_cuda_quantize_e4m3_workspace_size(const sk_quantize_problem *p, size_t *bytes) {
+    (void)p, (void)bytes;
+    return sk_error(SK_STATUS_NOT_SUPPORTED_BACKEND, SK_NO_CUDA_TEXT);
+}
+
+sk_status sk_cuda_quantize_e4m3(const sk_quantize_problem *p, void *workspace,
+                                size_t workspace_size, struct CUstream_st *stream) {
+    (void)p, (void)workspace, (void)workspace_size, (void)stream;
+    return sk_error(SK_STATUS_NOT_SUPPORTED_BACKEND, SK_NO_CUDA_TEXT);
+}
+
 #else
 /* Built with CUDA: src/cuda/ provides these. ISO C wants a declaration. */
 typedef int sk_no_cuda_unused;

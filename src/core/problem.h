@@ -51,6 +51,13 @@ typedef struct sk_attention_problem {
     const void *q, *k, *v; /* may be NULL in workspace-size / plan calls */
     void *o;
     float *lse; /* may be NULL */
+
+    /* FP8 inputs (the fixed-batch forward only; sparsek.h, sk_attention_desc):
+     * O's dtype (equal to dtype unless dtype is E4M3, then F16 or BF16) and
+     * the descales q [B, Hq], k and v [B, Hkv] fp32 (NULL: 1), NULL unless
+     * dtype is E4M3. */
+    sk_dtype out_dtype;
+    const float *q_descale, *k_descale, *v_descale;
 } sk_attention_problem;
 
 /* An attention backward (src/core/attention_backward.c): the forward's
@@ -164,5 +171,16 @@ typedef struct sk_topk_problem {
     int32_t *row_offsets;        /* [total_rows + 1] */
     int32_t *col_indices;        /* [capacity] */
 } sk_topk_problem;
+
+/* An e4m3 quantization (src/core/quantize.c; sparsek.h sk_quantize_e4m3). */
+typedef struct sk_quantize_problem {
+    sk_backend backend;
+    sk_dtype dtype;                     /* x: F16 or BF16 */
+    int64_t batch, seq, heads, head_dim; /* B x H < 2^31; CUDA: head_dim % 8 == 0 */
+    int64_t x_stride[3];                /* resolved element strides over [B, S, H] */
+    const void *x;                      /* NULL in workspace-size calls */
+    uint8_t *y;                         /* packed [B, S, H, D] */
+    float *descale;                     /* [B, H] */
+} sk_quantize_problem;
 
 #endif /* SK_CORE_PROBLEM_H */

@@ -16,7 +16,7 @@
  *      s = scale * dot(q, k) in fp32; the running max m is raised if needed
  *      (rescaling l and acc by exp(m_old - m_new) in fp64); then
  *      p = expf(s - m) in fp32, and l += p, acc += p * v in fp64.
- *   4. O = acc / l rounded once to the dtype (RNE), LSE = m + log(l).
+ *   4. O = acc / l rounded once to O's dtype (RNE), LSE = m + log(l).
  *      A row that never had an admissible key gets O = 0, LSE = -inf.
  *
  * Invariants: nothing outside [0, Sq) x [0, Sk) is read; only the tile's O
@@ -31,6 +31,7 @@
 
 #include "core/internal.h"
 #include "cpu/cpu_backend.h"
+#include "cpu/fp8.h"
 #include "cpu/dots.h"
 #include "cpu/half.h"
 
@@ -206,8 +207,8 @@ static void attention_tile(const sk_attention_problem *p, int64_t b, int64_t h, 
             /* acc is still all zeros: O = 0. */
             lse = -INFINITY;
         }
-        void *orow = sk_cpu_elem_mut(p->o, p->dtype, offset_of(p->o_stride, b, q0 + r, h));
-        sk_cpu_store_f64(orow, p->dtype, acc, D);
+        void *orow = sk_cpu_elem_mut(p->o, p->out_dtype, offset_of(p->o_stride, b, q0 + r, h));
+        sk_cpu_store_f64(orow, p->out_dtype, acc, D);
         if (p->lse != NULL) p->lse[(b * p->heads_q + h) * p->lse_head_stride + q0 + r] = (float)lse;
     }
 }
@@ -266,6 +267,7 @@ sk_status sk_cpu_attention_run_problems(const sk_attention_problem *probs,
 }
 
 sk_status sk_cpu_attention_run(const sk_attention_problem *p) {
+    if (p->dtype == SK_DTYPE_E4M3) return sk_cpu_attention_fp8_run(p); /* dequantizes, then here */
     /* B x Hq x row_blocks tiles: fewer than B x Sq x Hq, so it fits. */
     const int64_t tile_start[2] = {0, p->batch * p->heads_q * p->row_blocks};
     return sk_cpu_attention_run_problems(p, tile_start, 1);

@@ -113,6 +113,14 @@ sk_status sk_cuda_dsel_workspace_size(const sk_dsel_problem *p, size_t *bytes);
 sk_status sk_cuda_dsel_select(const sk_dsel_problem *p, void *workspace, size_t workspace_size,
                               struct CUstream_st *stream);
 
+/* FP8 quantization (quantize/quantize.cu): the problem arrives checked
+ * (aliasing included; the workspace against the other buffers when not
+ * NULL); these check the device and the workspace size, then enqueue the
+ * two kernels. */
+sk_status sk_cuda_quantize_e4m3_workspace_size(const sk_quantize_problem *p, size_t *bytes);
+sk_status sk_cuda_quantize_e4m3(const sk_quantize_problem *p, void *workspace,
+                                size_t workspace_size, struct CUstream_st *stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -95,6 +95,9 @@ void tu_store(void *buf, sk_dtype dtype, int64_t i, float value) {
     case SK_DTYPE_F32:
         ((float *)buf)[i] = value;
         break;
+    case SK_DTYPE_E4M3:
+        ((uint8_t *)buf)[i] = tu_f32_to_e4m3(value);
+        break;
     }
 }
 
@@ -106,6 +109,8 @@ float tu_load(const void *buf, sk_dtype dtype, int64_t i) {
         return tu_bf16_to_f32(((const uint16_t *)buf)[i]);
     case SK_DTYPE_F32:
         return ((const float *)buf)[i];
+    case SK_DTYPE_E4M3:
+        return tu_e4m3_to_f32(((const uint8_t *)buf)[i]);
     }
     return NAN;
 }
@@ -126,8 +131,38 @@ double tu_unit_roundoff(sk_dtype dtype) {
         return 0x1.0p-8;
     case SK_DTYPE_F32:
         return 0x1.0p-24;
+    case SK_DTYPE_E4M3:
+        return 0x1.0p-4;
     }
     return 1.0;
+}
+
+/* e4m3fn by its definition: (-1)^s x 2^(e-7) x (1 + m/8), subnormal
+ * (e = 0) 2^-6 x m/8, S.1111.111 NaN; evaluated in double. */
+float tu_e4m3_to_f32(uint8_t x) {
+    const int sign = x >> 7, e = (x >> 3) & 15, m = x & 7;
+    if (e == 15 && m == 7) return NAN;
+    const double v = e == 0 ? ldexp(m / 8.0, -6) : ldexp(1.0 + m / 8.0, e - 7);
+    return (float)(sign ? -v : v);
+}
+
+/* By search over the 127 non-negative finite codes: the nearest, ties to the
+ * even code (mantissa bit 0 clear); |f| >= 448 saturates. */
+uint8_t tu_f32_to_e4m3(float f) {
+    const uint8_t sign = signbit(f) ? 0x80 : 0;
+    if (isnan(f)) return sign | 0x7F;
+    const double a = fabs((double)f);
+    if (a >= 448.0) return sign | 0x7E;
+    int best = 0;
+    double best_err = a;
+    for (int c = 1; c <= 0x7E; ++c) {
+        const double err = fabs((double)tu_e4m3_to_f32((uint8_t)c) - a);
+        if (err < best_err || (err == best_err && (c & 1) == 0)) {
+            best = c;
+            best_err = err;
+        }
+    }
+    return sign | (uint8_t)best;
 }
 
 uint64_t tu_base_seed(void) {

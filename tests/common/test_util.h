@@ -27,6 +27,12 @@ float tu_f16_to_f32(uint16_t h);
 uint16_t tu_f32_to_bf16(float f);
 float tu_bf16_to_f32(uint16_t h);
 
+/* e4m3fn (SK_DTYPE_E4M3), written independently of src/cpu/fp8.c: the
+ * decode from the format's definition, the encode by nearest-code search
+ * (ties to even, saturating to +-448, NaN to 0x7F with the sign). */
+float tu_e4m3_to_f32(uint8_t x);
+uint8_t tu_f32_to_e4m3(float f);
+
 /* Store / load element i of a buffer of the given dtype as a float. */
 void tu_store(void *buf, sk_dtype dtype, int64_t i, float value);
 float tu_load(const void *buf, sk_dtype dtype, int64_t i);
@@ -35,7 +41,8 @@ void tu_fill_nan(void *buf, sk_dtype dtype, int64_t n);
 /* Fill n elements with N(0, 1) * scale, rounded to the dtype. */
 void tu_fill_normal(tu_rng *rng, void *buf, sk_dtype dtype, int64_t n, float scale);
 
-/* Unit roundoff of a dtype: 2^-11 for F16, 2^-8 for BF16, 2^-24 for F32. */
+/* Unit roundoff of a dtype: 2^-11 for F16, 2^-8 for BF16, 2^-24 for F32,
+ * 2^-4 for E4M3. */
 double tu_unit_roundoff(sk_dtype dtype);
 
 /*

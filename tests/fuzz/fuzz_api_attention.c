@@ -22,6 +22,11 @@
 void api_attn_desc(const api_case *c, sk_attention_desc *d) {
     sk_attention_desc_init(d, sizeof *d);
     API_DESC_COMMON(d, c);
+    /* E4M3 (the forward's FP8 inputs, 1-byte elements) is outside this
+     * model, which sizes and checks 2- and 4-byte tensors; its rules are
+     * tested by tests/cpu/test_fp8*.c. The value stays an invalid dtype
+     * here, so the "not an sk_dtype" rule keeps being fuzzed. */
+    if (d->dtype == SK_DTYPE_E4M3) d->dtype = (sk_dtype)(SK_DTYPE_E4M3 + 100);
     d->mask = (sk_mask)c->mask;
     memcpy(d->v_strides, c->strides[2], sizeof d->v_strides);
     memcpy(d->o_strides, c->strides[3], sizeof d->o_strides);

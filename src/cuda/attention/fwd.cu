@@ -13,7 +13,8 @@
  * enqueued on failure), resets the tile counter with cudaMemsetAsync on the
  * stream, then launches the chosen kernel: SK_BACKEND_CUDA takes the
  * Hopper kernel on compute capability 9.0 when it covers the problem, else
- * the portable one; SK_BACKEND_CUDA_SM80 / _SM90 force one.
+ * the portable one; SK_BACKEND_CUDA_SM80 / _SM90 force one. E4M3 inputs
+ * take the FP8 Hopper kernel (fwd_sm90_fp8.cu) or are NOT_SUPPORTED.
  */
 #include <stdint.h>
 
@@ -50,12 +51,39 @@ sk_schedule_geometry sk_attention_schedule_geometry(const sk_attention_problem *
  * Checks shared by plan and run
  * ------------------------------------------------------------------------- */
 
-typedef enum sk_kernel_choice { SK_KERNEL_SM80 = 0, SK_KERNEL_SM90 = 1 } sk_kernel_choice;
+typedef enum sk_kernel_choice {
+    SK_KERNEL_SM80 = 0,
+    SK_KERNEL_SM90 = 1,
+    SK_KERNEL_SM90_FP8 = 2
+} sk_kernel_choice;
+
+/* E4M3 inputs: the FP8 Hopper kernel or nothing. */
+static sk_status sk_choose_fp8(const sk_attention_problem *p, int hopper,
+                               sk_kernel_choice *choice) {
+    if (p->backend == SK_BACKEND_CUDA_SM80)
+        return sk_error(SK_STATUS_NOT_SUPPORTED,
+                        "desc->dtype = E4M3: the portable kernel (SK_BACKEND_CUDA_SM80) has no "
+                        "FP8 path; use SK_BACKEND_CUDA on a compute capability 9.0 device, or "
+                        "SK_BACKEND_CPU");
+    if (!hopper)
+        return sk_error(SK_STATUS_NOT_SUPPORTED,
+                        "desc->dtype = E4M3 runs on the Hopper kernel only (compute capability "
+                        "9.0); this device has none, use SK_BACKEND_CPU");
+    if (!sk_attention_sm90_fp8_supports(p))
+        return sk_error(SK_STATUS_NOT_SUPPORTED,
+                        "desc->dtype = E4M3: the FP8 Hopper kernel covers head_dim 64 and 128, "
+                        "blocks 128 x 128, strides of 16-byte multiples (this problem: "
+                        "head_dim %lld, blocks %d x %d)",
+                        (long long)p->head_dim, (int)p->block_q, (int)p->block_k);
+    *choice = SK_KERNEL_SM90_FP8;
+    return SK_STATUS_SUCCESS;
+}
 
 /* Device present and new enough, and which kernel serves the problem. */
 static sk_status sk_choose_kernel(const sk_attention_problem *p, sk_kernel_choice *choice) {
     int hopper = 0;
     SK_TRY(sk_cuda_check_arch(p->backend, &hopper));
+    if (p->dtype == SK_DTYPE_E4M3) return sk_choose_fp8(p, hopper, choice);
     switch (p->backend) {
     case SK_BACKEND_CUDA_SM90:
         if (!sk_attention_sm90_supports(p))
@@ -131,6 +159,7 @@ extern "C" sk_status sk_cuda_attention_run(const sk_attention_problem *p, void *
     s.tile_info = (const int4 *)(base + w.info);
     SK_CUDA_TRY(cudaMemsetAsync(s.tile_counter, 0, sizeof(int32_t), stream),
                 "cudaMemsetAsync (tile counter)");
+    if (choice == SK_KERNEL_SM90_FP8) return sk_attention_sm90_fp8_launch(p, &s, stream);
     if (choice == SK_KERNEL_SM90) return sk_attention_sm90_launch(p, &s, stream);
     return sk_attention_sm80_launch(p, &s, stream);
 }

@@ -62,8 +62,9 @@
  *     32 KB: 193 KB with the barriers and the alignment slack (227 KB
  *     allowed, static_assert below).
  *
- * Files: this one holds the shapes, the shared layout, the parameters, the
- * helpers, the kernel and the host side; fwd_sm90_producer.cuh and
+ * Files: fwd_sm90_common.cuh holds the shapes, the shared layout, the
+ * parameters and the helpers (the FP8 kernel, fwd_sm90_fp8.cu, shares
+ * them); this one the kernel and the host side; fwd_sm90_producer.cuh and
  * fwd_sm90_consumer.cuh hold the warpgroups' code.
  */
 #include <cuda.h>
@@ -80,179 +81,7 @@
 #include "cuda/common/ptx.cuh"
 #include "cuda/common/tensor_map.h"
 
-/* ---------------------------------------------------------------------------
- * Tile shapes and shared-memory layout
- * ------------------------------------------------------------------------- */
-
-/* Tuning knobs (compile-time; step 9 measured variants built with other values):
- * K and V pipeline stages and Q buffers at D = 128 (up to 7 tiles of 32 KB
- * fit, O's included; docs/perf/hopper.md, step 9: one Q buffer measured
- * +1.5..2.6 % over two, a third V or K stage +-0), K/V stages at D = 64 (with
- * 2 Q buffers). */
-#ifndef SK90_KSTAGES_D128
-#define SK90_KSTAGES_D128 2
-#endif
-#ifndef SK90_VSTAGES_D128
-#define SK90_VSTAGES_D128 2
-#endif
-#ifndef SK90_QBUFS_D128
-#define SK90_QBUFS_D128 1
-#endif
-#ifndef SK90_STAGES_D64
-#define SK90_STAGES_D64 3
-#endif
-
-enum {
-    kThreads = 384,        /* producer warpgroup + two consumer warpgroups */
-    kBlockM = 128,         /* query rows per tile (the layout's block_q) */
-    kBlockN = 128,         /* keys per block (the layout's block_k) */
-    kWgRows = 64,          /* query rows per consumer warpgroup */
-    kSlabCols = 64,        /* columns per 128-byte swizzled slab (2-byte elements) */
-    kSlabRowBytes = 128,   /* one row of a slab */
-    kSwizzleAtom = 1024,   /* 8 rows x 128 B: the 128B-swizzle period */
-    kProducerRegs = 40,    /* setmaxnreg: 128 * 40 + 256 * 232 <= 384 * 168, the launch allocation */
-    kConsumerRegs = 232,
-    kTileSlots = 2,        /* tile ids in flight between producer and consumers */
-    kSchedSlots = 4,       /* decoded tiles in flight between scheduler and producer warps */
-    kBarTurn0 = 1,         /* named barriers; 0 is __syncthreads */
-    kBarTurn1 = 2,
-    kBarEpilogue0 = 3,
-    kBarEpilogue1 = 4,
-    kTileEnd = -1,         /* tile slot: no more tiles */
-    kTileSkip = -2,        /* tile slot: a schedule entry out of range, skipped */
-    kTileEmptyBase = -3,   /* tile slot kTileEmptyBase - t: tile t has no visible block */
-    kInfoMore = (int)0x80000000u /* block info: another block follows in this tile */
-};
-static_assert(kProducerRegs * 128 + kConsumerRegs * 256 <= kThreads * 168, "register budget");
-static_assert(kBlockM == 2 * kWgRows, "two consumer warpgroups of 64 rows");
-
-/* Byte offsets inside the 1024-aligned dynamic shared memory, per head dim. */
-template <int HD>
-struct sk90_smem {
-    static constexpr int kSlabs = HD / kSlabCols;
-    static constexpr int kKStages = HD == 128 ? SK90_KSTAGES_D128 : SK90_STAGES_D64;
-    static constexpr int kVStages = HD == 128 ? SK90_VSTAGES_D128 : SK90_STAGES_D64;
-    /* With 2, the next tile's Q loads while this tile runs; with 1, once
-     * both consumers' last S GEMMs of this tile are done. */
-    static constexpr int kQBufs = HD == 128 ? SK90_QBUFS_D128 : 2;
-    /* Rescale O for the previous block's max while the next S GEMM runs
-     * (measured: +1-2.5% at D = 128, -2% at D = 64, docs/perf/hopper.md). */
-    static constexpr bool kRescaleEarly = HD == 128;
-    static constexpr uint32_t kBlockBytes = kBlockN * HD * 2; /* one K or V block */
-    static constexpr uint32_t kQBytes = kBlockM * HD * 2;     /* one of kQBufs Q tiles */
-    static constexpr uint32_t kSlab128 = 128 * kSlabRowBytes;  /* a slab of 128 rows */
-    static constexpr uint32_t kOWgBytes = kWgRows * HD * 2;    /* one warpgroup's O */
-    static constexpr uint32_t kOSlabBytes = kWgRows * kSlabRowBytes;
-    static constexpr uint32_t kQ = 0;
-    static constexpr uint32_t kK = kQ + kQBufs * kQBytes;
-    static constexpr uint32_t kV = kK + kKStages * kBlockBytes;
-    static constexpr uint32_t kO = kV + kVStages * kBlockBytes;
-    /* mbarriers (8 B each), then the tile-id slots. */
-    static constexpr uint32_t kBarQFull = kO + 2 * kOWgBytes;
-    static constexpr uint32_t kBarQEmpty = kBarQFull + 8 * kQBufs;
-    static constexpr uint32_t kBarKFull = kBarQEmpty + 8 * kQBufs;
-    static constexpr uint32_t kBarKEmpty = kBarKFull + 8 * kKStages;
-    static constexpr uint32_t kBarVFull = kBarKEmpty + 8 * kKStages;
-    static constexpr uint32_t kBarVEmpty = kBarVFull + 8 * kVStages;
-    static constexpr uint32_t kBarTileFull = kBarVEmpty + 8 * kVStages;
-    static constexpr uint32_t kBarTileEmpty = kBarTileFull + 8 * kTileSlots;
-    static constexpr uint32_t kBarSchedFull = kBarTileEmpty + 8 * kTileSlots;
-    static constexpr uint32_t kBarSchedEmpty = kBarSchedFull + 8 * kSchedSlots;
-    static constexpr uint32_t kTileIds = kBarSchedEmpty + 8 * kSchedSlots;
-    static constexpr uint32_t kBlockInfo = kTileIds + 4 * kTileSlots; /* per K stage */
-    static constexpr uint32_t kSched = kBlockInfo + 4 * kKStages; /* {tile, start, end, -} */
-    static constexpr uint32_t kUsed = kSched + 16 * kSchedSlots;
-    /* + slack to align the dynamic base up to 1024 B. */
-    static constexpr uint32_t kDynamicBytes = kUsed + kSwizzleAtom;
-
-    static_assert(HD == 64 || HD == 128, "head dim 64 or 128");
-    static_assert(kKStages >= 2 && kVStages >= 2 && (kQBufs == 1 || kQBufs == 2),
-                  "pipeline depths");
-    static_assert(kK % kSwizzleAtom == 0 && kV % kSwizzleAtom == 0 && kO % kSwizzleAtom == 0,
-                  "swizzled tiles must be 1024-B aligned");
-    static_assert(kBlockBytes % kSwizzleAtom == 0 && kOSlabBytes % kSwizzleAtom == 0,
-                  "stages and slabs keep 1024-B alignment");
-    static_assert(kDynamicBytes <= 227 * 1024, "shared memory budget of one sm_90 CTA");
-};
-
-/* The kernel's parameters: one struct, passed as __grid_constant__ so the
- * tensor maps stay in parameter space (TMA reads them from there). */
-struct sk90_params {
-    CUtensorMap tm_q; /* [B, Sq, Hq, D] as dims {D, Hq, Sq, B}, box {64, 1, 128, 1} */
-    CUtensorMap tm_k; /* [B, Sk, Hkv, D] as {D, Hkv, Sk, B}, box {64, 1, 128, 1} */
-    CUtensorMap tm_v; /* same as K */
-    CUtensorMap tm_o; /* [B, Sq, Hq, D] as {D, Hq, Sq, B}, box {64, 1, 64, 1} */
-    float *lse;       /* [B, Hq, Sq] or NULL */
-    const int32_t *row_offsets;
-    const int32_t *col_indices;
-    const int32_t *tile_order;
-    int32_t *tile_counter;
-    int32_t num_tiles;
-    int32_t seq_q, seq_k, heads_q, group;
-    int32_t row_blocks, col_blocks;
-    int32_t layout_batch, layout_heads, head_div, nnz;
-    int32_t causal;
-    int32_t negate;   /* the scale is negative: scores are negated, |scale| used */
-    float scale;      /* |softmax scale|, for the LSE */
-    float scale_log2; /* |scale| * log2(e), folded into the exponent */
-};
-
-/* ---------------------------------------------------------------------------
- * Device helpers
- * ------------------------------------------------------------------------- */
-
-/* A tile, decoded. Everything the producer and consumers must agree on. */
-struct sk90_tile {
-    int b, h, i;    /* batch, query head, query block */
-    int start, end; /* positions in col_indices, clamped */
-    int key_limit;  /* causal: the largest key any row of the tile may see */
-};
-
-/* Batch, head and query block of a tile id (no memory access). */
-__device__ __forceinline__ sk90_tile sk90_tile_coords(const sk90_params &p, int tile) {
-    sk90_tile t;
-    t.i = tile % p.row_blocks;
-    const int bh = tile / p.row_blocks;
-    t.h = bh % p.heads_q;
-    t.b = bh / p.heads_q;
-    t.start = t.end = t.key_limit = 0;
-    return t;
-}
-
-/* The tile with its clamped block range, read from the layout. */
-__device__ __forceinline__ sk90_tile sk90_decode(const sk90_params &p, int tile) {
-    sk90_tile t = sk90_tile_coords(p, tile);
-    const int slice = (p.layout_batch == 1 ? 0 : t.b) * p.layout_heads + t.h / p.head_div;
-    const int g = slice * p.row_blocks + t.i;
-    /* Offsets clamped to [0, nnz] and non-decreasing: no layout content can
-     * send a load out of col_indices. */
-    const int lo = __ldg(p.row_offsets + g), hi = __ldg(p.row_offsets + g + 1);
-    t.start = min(max(lo, 0), p.nnz);
-    t.end = max(min(max(hi, 0), p.nnz), t.start);
-    const int q_last = min((t.i + 1) * kBlockM, p.seq_q) - 1;
-    t.key_limit = q_last + (p.seq_k - p.seq_q);
-    return t;
-}
-
-/* Whether block c is loaded and computed: an index in range and, when
- * causal, with at least one key some row of the tile can see. */
-__device__ __forceinline__ bool sk90_block_visible(const sk90_params &p, const sk90_tile &t,
-                                                   int c) {
-    if ((unsigned)c >= (unsigned)p.col_blocks) return false;
-    return !p.causal || c * kBlockN <= t.key_limit;
-}
-
-/* Pipeline position: stage and phase parity of the n-th block of a pipeline. */
-template <int STAGES>
-struct sk90_pipe {
-    uint32_t stage, phase;
-    __device__ __forceinline__ void advance() {
-        if (++stage == STAGES) {
-            stage = 0;
-            phase ^= 1;
-        }
-    }
-};
+#include "cuda/attention/fwd_sm90_common.cuh"
 
 /* The warpgroups' code: the producer (scheduler and TMA warps), then the
  * consumers (GEMMs, softmax, epilogue). */
@@ -269,37 +98,15 @@ __global__ void __launch_bounds__(kThreads, 1) sk_attention_sm90_kernel(const __
     volatile int32_t *block_info = (volatile int32_t *)(sk90_smem_raw + (base - raw) + L::kBlockInfo);
     volatile int32_t *sched = (volatile int32_t *)(sk90_smem_raw + (base - raw) + L::kSched);
 
-    if (threadIdx.x == 0) {
-        for (int s = 0; s < L::kQBufs; ++s) {
-            sk_mbar_init(base + L::kBarQFull + 8 * s, 1);
-            sk_mbar_init(base + L::kBarQEmpty + 8 * s, 2);
-        }
-        for (int s = 0; s < L::kKStages; ++s) {
-            sk_mbar_init(base + L::kBarKFull + 8 * s, 1);
-            sk_mbar_init(base + L::kBarKEmpty + 8 * s, kKEmptyArrivals);
-        }
-        for (int s = 0; s < L::kVStages; ++s) {
-            sk_mbar_init(base + L::kBarVFull + 8 * s, 1);
-            sk_mbar_init(base + L::kBarVEmpty + 8 * s, 2);
-        }
-        for (int s = 0; s < kTileSlots; ++s) {
-            sk_mbar_init(base + L::kBarTileFull + 8 * s, 1);
-            sk_mbar_init(base + L::kBarTileEmpty + 8 * s, 256);
-        }
-        for (int s = 0; s < kSchedSlots; ++s) {
-            sk_mbar_init(base + L::kBarSchedFull + 8 * s, 1);
-            sk_mbar_init(base + L::kBarSchedEmpty + 8 * s, 1);
-        }
-        sk_fence_mbar_init();
-    }
+    if (threadIdx.x == 0) sk90_init_barriers<L>(base);
     __syncthreads();
 
     const int wg = threadIdx.x / 128;
     if (wg == 0) {
         sk_setmaxnreg_dec<kProducerRegs>();
         const int warp = threadIdx.x / 32;
-        if (warp == 0) sk90_producer<HD>(p, base, tile_ids, block_info, sched);
-        if (warp == 1) sk90_scheduler<HD>(p, base, sched);
+        if (warp == 0) sk90_producer<L>(p, base, tile_ids, block_info, nullptr, sched);
+        if (warp == 1) sk90_scheduler<L>(p, base, sched);
     } else {
         sk_setmaxnreg_inc<kConsumerRegs>();
         sk90_consumer<DT, HD>(p, base, tile_ids, block_info, wg - 1);
@@ -310,42 +117,15 @@ __global__ void __launch_bounds__(kThreads, 1) sk_attention_sm90_kernel(const __
  * Host side
  * ------------------------------------------------------------------------- */
 
-/* Largest extent, coordinate and byte stride the kernel and TMA handle. */
-static const int64_t kSk90MaxSeq = (int64_t)1 << 30;
-static const int64_t kSk90MaxCount = INT32_MAX;
-/* Tiles: a tile slot encodes an empty tile t as kTileEmptyBase - t, an int. */
-static const int64_t kSk90MaxTiles = (int64_t)INT32_MAX + kTileEmptyBase + 1;
-static const int64_t kSk90MaxStrideBytes = (int64_t)1 << 40;
-
-/* A 4-D map {D, H, S, B} over a [B, S, H, D] tensor with element strides
- * stride[3] = {b, s, h}. A stride of a dimension of extent 1 is never used:
- * it is replaced by a valid one. */
-static CUresult sk90_encode(CUtensorMap *map, const sk_attention_problem *p, const void *ptr,
-                            int64_t seq, int64_t heads, const int64_t stride[3], int box_rows) {
-    const int64_t es = 2, row_bytes = p->head_dim * es;
-    const cuuint64_t dims[4] = {(cuuint64_t)p->head_dim, (cuuint64_t)heads, (cuuint64_t)seq,
-                                (cuuint64_t)p->batch};
-    const int64_t sh = heads == 1 ? row_bytes : stride[2] * es;
-    const int64_t ss = seq == 1 ? row_bytes * heads : stride[1] * es;
-    const int64_t sb = p->batch == 1 ? row_bytes * heads * seq : stride[0] * es;
-    const cuuint64_t strides[3] = {(cuuint64_t)sh, (cuuint64_t)ss, (cuuint64_t)sb};
-    const cuuint32_t box[4] = {kSlabCols, 1, (cuuint32_t)box_rows, 1};
-    return sk_tensor_map_encode_sw128(map, p->dtype, 4, ptr, dims, strides, box);
-}
-
-static bool sk90_stride_ok(int64_t stride, int64_t extent) {
-    if (extent == 1) return true;
-    return stride > 0 && stride % 8 == 0 && stride * 2 < kSk90MaxStrideBytes;
-}
-
 /* Fill the four maps; pointers may be placeholders (supports() only asks
  * whether the driver accepts the geometry). */
 static CUresult sk90_encode_all(sk90_params *prm, const sk_attention_problem *p, const void *q,
                                 const void *k, const void *v, const void *o) {
-    CUresult r = sk90_encode(&prm->tm_q, p, q, p->seq_q, p->heads_q, p->q_stride, kBlockM);
-    if (r == CUDA_SUCCESS) r = sk90_encode(&prm->tm_k, p, k, p->seq_k, p->heads_kv, p->k_stride, kBlockN);
-    if (r == CUDA_SUCCESS) r = sk90_encode(&prm->tm_v, p, v, p->seq_k, p->heads_kv, p->v_stride, kBlockN);
-    if (r == CUDA_SUCCESS) r = sk90_encode(&prm->tm_o, p, o, p->seq_q, p->heads_q, p->o_stride, kWgRows);
+    const sk_dtype dt = p->dtype;
+    CUresult r = sk90_encode(&prm->tm_q, p, dt, kSlabCols, q, p->seq_q, p->heads_q, p->q_stride, kBlockM);
+    if (r == CUDA_SUCCESS) r = sk90_encode(&prm->tm_k, p, dt, kSlabCols, k, p->seq_k, p->heads_kv, p->k_stride, kBlockN);
+    if (r == CUDA_SUCCESS) r = sk90_encode(&prm->tm_v, p, dt, kSlabCols, v, p->seq_k, p->heads_kv, p->v_stride, kBlockN);
+    if (r == CUDA_SUCCESS) r = sk90_encode(&prm->tm_o, p, dt, kSlabCols, o, p->seq_q, p->heads_q, p->o_stride, kWgRows);
     return r;
 }
 
@@ -353,18 +133,7 @@ int sk_attention_sm90_supports(const sk_attention_problem *p) {
     if (p->dtype != SK_DTYPE_F16 && p->dtype != SK_DTYPE_BF16) return 0;
     if (p->head_dim != 64 && p->head_dim != 128) return 0;
     if (p->block_q != kBlockM || p->block_k != kBlockN) return 0;
-    if (p->scale == 0.0f || !isfinite(p->scale)) return 0; /* resolved: never 0 */
-    if (p->seq_q > kSk90MaxSeq || p->seq_k > kSk90MaxSeq) return 0;
-    if (p->batch > kSk90MaxCount || p->heads_q > kSk90MaxCount) return 0;
-    if (p->batch * p->heads_q * (int64_t)p->row_blocks > kSk90MaxTiles) return 0;
-    if (!sk90_stride_ok(p->q_stride[0], p->batch) || !sk90_stride_ok(p->q_stride[1], p->seq_q) ||
-        !sk90_stride_ok(p->q_stride[2], p->heads_q) || !sk90_stride_ok(p->o_stride[0], p->batch) ||
-        !sk90_stride_ok(p->o_stride[1], p->seq_q) || !sk90_stride_ok(p->o_stride[2], p->heads_q) ||
-        !sk90_stride_ok(p->k_stride[0], p->batch) || !sk90_stride_ok(p->k_stride[1], p->seq_k) ||
-        !sk90_stride_ok(p->k_stride[2], p->heads_kv) ||
-        !sk90_stride_ok(p->v_stride[0], p->batch) || !sk90_stride_ok(p->v_stride[1], p->seq_k) ||
-        !sk90_stride_ok(p->v_stride[2], p->heads_kv))
-        return 0;
+    if (!sk90_limits_ok(p, 2, 2)) return 0;
     /* Let the driver judge the geometry, with a placeholder 1024-B aligned address. */
     sk90_params prm;
     const void *dummy = (const void *)(uintptr_t)(1u << 20);
@@ -395,32 +164,8 @@ sk_status sk_attention_sm90_launch(const sk_attention_problem *p, const sk_atten
     if (r != CUDA_SUCCESS)
         return sk_error(SK_STATUS_EXECUTION_FAILED, "cuTensorMapEncodeTiled failed (CUresult %d)",
                         (int)r);
-    prm.lse = p->lse;
-    prm.row_offsets = p->row_offsets;
-    prm.col_indices = p->col_indices;
-    prm.tile_order = s->tile_order;
-    prm.tile_counter = s->tile_counter;
-    prm.num_tiles = s->num_tiles;
-    prm.seq_q = (int32_t)p->seq_q;
-    prm.seq_k = (int32_t)p->seq_k;
-    prm.heads_q = (int32_t)p->heads_q;
-    prm.group = p->group;
-    prm.row_blocks = p->row_blocks;
-    prm.col_blocks = p->col_blocks;
-    prm.layout_batch = p->layout_batch;
-    prm.layout_heads = p->layout_heads;
-    prm.head_div = p->head_div;
-    prm.nnz = p->nnz;
-    prm.causal = p->causal;
-    prm.negate = p->scale < 0.0f;
-    prm.scale = fabsf(p->scale);
-    prm.scale_log2 = prm.scale * 1.4426950408889634f; /* log2(e) */
-
-    int device = 0, sms = 0;
-    SK_CUDA_TRY(cudaGetDevice(&device), "cudaGetDevice");
-    SK_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device),
-                "cudaDeviceGetAttribute");
-    const int grid = s->num_tiles < sms ? s->num_tiles : sms;
+    int grid = 0;
+    SK_TRY(sk90_fill_params(&prm, p, s, &grid));
     if (grid <= 0) return SK_STATUS_SUCCESS;
 
     const bool bf16 = p->dtype == SK_DTYPE_BF16;

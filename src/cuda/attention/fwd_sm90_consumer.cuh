@@ -115,6 +115,7 @@ __device__ __forceinline__ void sk90_mask_block(float s[64], const sk90_params &
  * scale_log2 - m'), per-thread row sums, and corr[r] = 2^(m_old' - m_new'),
  * the factor for O and the row sum. (Measured and dropped: FA4's lazy
  * rescaling and tree reductions of the max, docs/perf/hopper.md.) */
+template <int kOffset = 0> /* the FP8 kernel's p = 2^(... + kOffset): see fwd_sm90_fp8.cu */
 __device__ __forceinline__ void sk90_softmax(float s[64], float m[2], float l[2], float corr[2],
                                              float scale_log2) {
     float mx[2] = {m[0], m[1]};
@@ -135,7 +136,10 @@ __device__ __forceinline__ void sk90_softmax(float s[64], float m[2], float l[2]
 #pragma unroll
     for (int i = 0; i < 64; ++i) {
         const int r = (i >> 1) & 1;
-        s[i] = sk_ex2(fmaf(s[i], scale_log2, -ms[r]));
+        if constexpr (kOffset == 0)
+            s[i] = sk_ex2(fmaf(s[i], scale_log2, -ms[r]));
+        else
+            s[i] = sk_ex2(fmaf(s[i], scale_log2, (float)kOffset - ms[r]));
         sum[r] += s[i];
     }
 #pragma unroll
@@ -165,7 +169,7 @@ __device__ __forceinline__ void sk90_fence_operands(float o[HD / 2], uint32_t pf
 /* K stage release: lane 0 of every consumer warp arrives, after the warp
  * has converged (one thread per warpgroup after a named barrier is correct
  * too, but compute-sanitizer racecheck does not follow that chain). */
-static constexpr int kKEmptyArrivals = 8; /* 2 consumer warpgroups x 4 warps */
+/* kKEmptyArrivals (fwd_sm90_common.cuh): 2 consumer warpgroups x 4 warps. */
 
 __device__ __forceinline__ void sk90_release_k(uint32_t bar, int lane) {
     __syncwarp();

@@ -12,17 +12,17 @@
  * Producer warpgroup: the scheduler warp and the TMA warp
  * ------------------------------------------------------------------------- */
 
-template <int HD>
+/* L: the shared layout (sk90_smem<HD>, or the FP8 kernel's sk98_smem). */
+template <class L>
 __device__ __forceinline__ void sk90_load_kv(const CUtensorMap *tm, uint32_t dst, uint32_t bar,
                                              int hk, int c, int b) {
-    using L = sk90_smem<HD>;
     /* K/V: kept in L2, the head's other query tiles reread them. Made at the
      * point of use: the producer has few registers to hold it. */
     const uint64_t policy = sk_policy_evict_last();
     sk_mbar_arrive_expect_tx(bar, L::kBlockBytes);
 #pragma unroll
     for (int s = 0; s < L::kSlabs; ++s)
-        sk_tma_load_4d(dst + s * L::kSlab128, tm, s * kSlabCols, hk, c * kBlockN, b, bar, policy);
+        sk_tma_load_4d(dst + s * L::kSlab128, tm, s * L::kBoxCols, hk, c * kBlockN, b, bar, policy);
 }
 
 /* The scheduler warp: takes tiles from the schedule and decodes them (tile
@@ -30,9 +30,8 @@ __device__ __forceinline__ void sk90_load_kv(const CUtensorMap *tm, uint32_t dst
  * the chain of dependent global reads (counter, tile order, row offsets)
  * never sits between two tiles' loads. Lane 0 works; the warp stays
  * converged. */
-template <int HD>
+template <class L> /* the shared layout: its kBarSched* barriers */
 __device__ void sk90_scheduler(const sk90_params &p, uint32_t base, volatile int32_t *sched) {
-    using L = sk90_smem<HD>;
     const int lane = threadIdx.x % 32;
     for (uint32_t n = 0;; ++n) {
         const uint32_t slot = n % kSchedSlots, phase = (n / kSchedSlots) & 1;
@@ -85,11 +84,15 @@ __device__ __forceinline__ bool sk90_cursor_next(const sk90_params &p, const sk9
 }
 
 /* The TMA warp: per tile, Q, then K_0, K_1, V_0, K_2, V_1, ... Lane 0 waits
- * on the barriers and issues the copies; the whole warp reads the layout. */
-template <int HD>
+ * on the barriers and issues the copies; the whole warp reads the layout.
+ * With L::kTransposeV (the FP8 kernel), each V stage also carries a word
+ * for the transposer warps in v_info (0), and after the last tile one more
+ * V stage, a plain arrival with no bytes, carries kVInfoEnd: the
+ * transposer sees no tiles, so that is how it learns the end. */
+template <class L>
 __device__ void sk90_producer(const sk90_params &p, uint32_t base, int32_t *tile_ids,
-                              volatile int32_t *block_info, const volatile int32_t *sched) {
-    using L = sk90_smem<HD>;
+                              volatile int32_t *block_info, volatile int32_t *v_info,
+                              const volatile int32_t *sched) {
     const bool lead = sk_elect_one(); /* the one thread that issues TMA */
     const int lead_lane = __ffs(__ballot_sync(0xffffffffu, lead)) - 1;
     if (lead) {
@@ -135,7 +138,17 @@ __device__ void sk90_producer(const sk90_params &p, uint32_t base, int32_t *tile
             sk_mbar_arrive(base + L::kBarTileFull + 8 * slot); /* release */
         }
         __syncwarp();
-        if (tile == kTileEnd) break;
+        if (tile == kTileEnd) {
+            if constexpr (L::kTransposeV) {
+                if (lead) {
+                    sk_mbar_wait(base + L::kBarVEmpty + 8 * vp.stage, vp.phase ^ 1, "V empty");
+                    v_info[vp.stage] = kVInfoEnd;
+                    sk_mbar_arrive(base + L::kBarVFull + 8 * vp.stage);
+                }
+                __syncwarp();
+            }
+            break;
+        }
         if (slot_value < 0) continue; /* skipped, or nothing to load (O = 0) */
         const int hk = t.h / p.group;
 
@@ -149,7 +162,7 @@ __device__ void sk90_producer(const sk90_params &p, uint32_t base, int32_t *tile
 #pragma unroll
             for (int s = 0; s < L::kSlabs; ++s)
                 sk_tma_load_4d(base + L::kQ + qp.stage * L::kQBytes + s * L::kSlab128, &p.tm_q,
-                               s * kSlabCols, t.h, t.i * kBlockM, t.b,
+                               s * L::kBoxCols, t.h, t.i * kBlockM, t.b,
                                base + L::kBarQFull + 8 * qp.stage, stream);
         }
         qp.advance();
@@ -162,7 +175,7 @@ __device__ void sk90_producer(const sk90_params &p, uint32_t base, int32_t *tile
         if (lead) {
             sk_mbar_wait(base + L::kBarKEmpty + 8 * kp.stage, kp.phase ^ 1, "K empty");
             block_info[kp.stage] = c0 | (has1 ? kInfoMore : 0);
-            sk90_load_kv<HD>(&p.tm_k, base + L::kK + kp.stage * L::kBlockBytes,
+            sk90_load_kv<L>(&p.tm_k, base + L::kK + kp.stage * L::kBlockBytes,
                              base + L::kBarKFull + 8 * kp.stage, hk, c0, t.b);
         }
         kp.advance();
@@ -174,14 +187,15 @@ __device__ void sk90_producer(const sk90_params &p, uint32_t base, int32_t *tile
                 if (lead) {
                     sk_mbar_wait(base + L::kBarKEmpty + 8 * kp.stage, kp.phase ^ 1, "K empty");
                     block_info[kp.stage] = c1 | (has2 ? kInfoMore : 0);
-                    sk90_load_kv<HD>(&p.tm_k, base + L::kK + kp.stage * L::kBlockBytes,
+                    sk90_load_kv<L>(&p.tm_k, base + L::kK + kp.stage * L::kBlockBytes,
                                      base + L::kBarKFull + 8 * kp.stage, hk, c1, t.b);
                 }
                 kp.advance();
             }
             if (lead) {
                 sk_mbar_wait(base + L::kBarVEmpty + 8 * vp.stage, vp.phase ^ 1, "V empty");
-                sk90_load_kv<HD>(&p.tm_v, base + L::kV + vp.stage * L::kBlockBytes,
+                if constexpr (L::kTransposeV) v_info[vp.stage] = 0;
+                sk90_load_kv<L>(&p.tm_v, base + L::kV + vp.stage * L::kBlockBytes,
                                  base + L::kBarVFull + 8 * vp.stage, hk, c0, t.b);
             }
             vp.advance();

@@ -62,4 +62,11 @@ sk_status sk_attention_sm80_varlen_launch(const sk_attention_varlen_problem *vp,
                                           const sk_attention_paged_problem *paged,
                                           const sk_varlen_plan_view *plan, cudaStream_t stream);
 
+/* The FP8 Hopper kernel (fwd_sm90_fp8.cu): E4M3 Q, K, V, O in out_dtype,
+ * head_dim 64 or 128, blocks 128 x 128, compute capability 9.0 only; no other
+ * kernel takes E4M3. */
+int sk_attention_sm90_fp8_supports(const sk_attention_problem *p);
+sk_status sk_attention_sm90_fp8_launch(const sk_attention_problem *p,
+                                       const sk_attention_schedule *s, cudaStream_t stream);
+
 #endif /* SK_CUDA_ATTENTION_KERNELS_H */

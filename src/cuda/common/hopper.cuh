@@ -67,4 +67,12 @@ __device__ __forceinline__ uint64_t sk_wgmma_desc_sw128(uint32_t addr, uint32_t 
            ((uint64_t)(sbo >> 4) << 32) | (1ull << 62);
 }
 
+/* The same for a 64B-swizzled operand (swizzle mode 2): 8-row atoms of
+ * 64-byte rows (512 B), the 16-byte chunk index XORed with (row / 2) % 4
+ * (the layout TMA's SWIZZLE_64B writes; the FP8 kernel's 64-byte rows). */
+__device__ __forceinline__ uint64_t sk_wgmma_desc_sw64(uint32_t addr, uint32_t lbo, uint32_t sbo) {
+    return (uint64_t)((addr & 0x3FFFFu) >> 4) | ((uint64_t)(lbo >> 4) << 16) |
+           ((uint64_t)(sbo >> 4) << 32) | (2ull << 62);
+}
+
 #endif /* SK_CUDA_HOPPER_CUH */

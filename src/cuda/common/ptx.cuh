@@ -519,6 +519,72 @@ __device__ __forceinline__ void sk_fence_proxy_async_smem(void) {
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
 
+/* --- FP8 (e4m3) attention (attention/fwd_sm90_fp8*.cu[h]) --- */
+
+/* ld.shared.b32: one word of shared memory (volatile: kept after the barrier wait that
+ * publishes it). */
+__device__ __forceinline__ uint32_t sk_ld_shared_u32(uint32_t addr) {
+    uint32_t v;
+    asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(v) : "r"(addr) : "memory");
+    return v;
+}
+
+/* st.shared.b32: one word to shared memory. */
+__device__ __forceinline__ void sk_st_shared_u32(uint32_t addr, uint32_t v) {
+    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
+}
+
+/* cvt.rn.satfinite.e4m3x2.f32: two fp32 to e4m3 (nearest even, saturating to +-448, NaN
+ * kept); lo in the low byte, hi in the high byte. */
+__device__ __forceinline__ uint16_t sk_cvt_e4m3x2(float hi, float lo) {
+    uint16_t r;
+    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+
+/* wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3, A and B from shared memory (both
+ * K-major, the only order FP8 wgmma takes): d = a * b (+ d when scale_d != 0). */
+__device__ __forceinline__ void sk_wgmma_m64n128k32_ss_e4m3(float d[64], uint64_t desc_a,
+                                                            uint64_t desc_b, int scale_d) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 " SK_WGMMA_D64_STR
+                 ", %64, %65, p, 1, 1;\n}\n"
+                 : SK_WGMMA_D64_OPS(d)
+                 : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+}
+
+/* wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3, A and B from shared memory:
+ * d = a * b (scale-d 0: d is written only, so its old values need not be live). */
+__device__ __forceinline__ void sk_wgmma_m64n128k32_ss_e4m3_zero(float d[64], uint64_t desc_a,
+                                                                 uint64_t desc_b) {
+    asm volatile("wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 " SK_WGMMA_D64_STR
+                 ", %64, %65, 0, 1, 1;\n"
+                 : SK_WGMMA_D64_OUT(d)
+                 : "l"(desc_a), "l"(desc_b));
+}
+
+/* wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3, A from registers (four b32 of four
+ * e4m3 each), B K-major in shared memory: d = a * b (+ d when scale_d != 0). */
+__device__ __forceinline__ void sk_wgmma_m64n128k32_rs_e4m3(float d[64], const uint32_t a[4],
+                                                            uint64_t desc_b, int scale_d) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 " SK_WGMMA_D64_STR
+                 ", {%64, %65, %66, %67}, %68, p, 1, 1;\n}\n"
+                 : SK_WGMMA_D64_OPS(d)
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
+}
+
+/* wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3, A from registers, B K-major in shared
+ * memory (the FP8 P V at head dim 64): d = a * b (+ d when scale_d != 0). */
+__device__ __forceinline__ void sk_wgmma_m64n64k32_rs_e4m3(float d[32], const uint32_t a[4],
+                                                           uint64_t desc_b, int scale_d) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 " SK_WGMMA_D32_STR
+                 ", {%32, %33, %34, %35}, %36, p, 1, 1;\n}\n"
+                 : SK_WGMMA_D32_OPS(d)
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
+}
+
 #endif /* sm_90a section guard */
 
 #endif /* SK_CUDA_PTX_CUH */

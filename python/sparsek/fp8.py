@@ -1,0 +1,210 @@
+"""FP8 (e4m3) inputs: sparsek.quantize_e4m3 and sparsek.attention_fp8.
+
+    y, ds = sparsek.quantize_e4m3(x)              # x bf16/fp16 [B, S, H, D]
+    o = sparsek.attention_fp8(q8, k8, v8, layout, q_descale=qs, k_descale=ks, v_descale=vs)
+
+e4m3 arrays are torch.float8_e4m3fn tensors (CPU: CPU backend; CUDA: the
+FP8 Hopper kernel, head_dim 64 or 128 and 128 x 128 blocks), or numpy arrays of
+uint8 codes / ml_dtypes float8_e4m3fn (CPU backend). The attention runs on
+descale x code (sparsek.h, "sk_attention_desc": FlashAttention-3's
+q/k/v_descale), descales float32 [B, Hq] for Q and [B, Hkv] for K and V
+(None: 1). O is bfloat16 or float16 (out_dtype; default bfloat16 for
+torch, float16 for numpy, whose bfloat16 needs ml_dtypes). Each call plans
+and runs (sk_attention_forward); these calls are not differentiable and
+have no plan cache.
+"""
+
+from __future__ import annotations
+
+import math
+from ctypes import byref, c_size_t, sizeof
+
+import numpy as np
+
+from ._arrays import is_torch, outer_strides, Arr
+from ._cvalues import float32
+from ._lib import Backend, DType, F, Mask, SkAttentionDesc, SkQuantizeDesc, check
+from .attention import _check_layout, _parse_backend
+
+
+def _fp8(x, name: str) -> Arr:
+    """An e4m3 array as the library sees it (1-byte elements)."""
+    if isinstance(x, np.ndarray):
+        if x.dtype != np.uint8 and x.dtype.name != "float8_e4m3fn":
+            raise TypeError(f"{name}.dtype = {x.dtype}: e4m3 numpy arrays are uint8 codes or ml_dtypes float8_e4m3fn")
+        return Arr("numpy", x.ctypes.data, tuple(x.shape), tuple(x.strides), DType.E4M3, "e4m3", "cpu", 1, x)
+    if is_torch(x):
+        import torch
+
+        if x.dtype not in (torch.float8_e4m3fn, torch.uint8):
+            raise TypeError(f"{name}.dtype = {x.dtype}: e4m3 tensors are torch.float8_e4m3fn (or uint8 codes)")
+        dev = x.device
+        if dev.type not in ("cpu", "cuda"):
+            raise ValueError(f"{name} is on {dev}; only CPU and CUDA tensors are supported")
+        device = "cpu" if dev.type == "cpu" else f"cuda:{dev.index if dev.index is not None else 0}"
+        return Arr("torch", x.data_ptr(), tuple(x.shape), tuple(x.stride()), DType.E4M3, "e4m3", device, 1, x)
+    raise TypeError(f"{name} must be a numpy array or a torch tensor, got {type(x).__name__}")
+
+
+def _descale(x, name: str, shape: tuple, like: Arr):
+    """A float32 [B, H] descale on q's device, contiguous; its pointer (None: NULL)."""
+    if x is None:
+        return None, None
+    if like.kind == "numpy":
+        a = np.require(np.asarray(x, dtype=np.float32), requirements=["C_CONTIGUOUS", "ALIGNED"])
+        if a.shape != shape:
+            raise ValueError(f"{name} has shape {a.shape}; it must be {shape}")
+        return a, a.ctypes.data
+    import torch
+
+    if not isinstance(x, torch.Tensor):
+        x = torch.as_tensor(x, dtype=torch.float32)
+    a = x.to(device=like.obj.device, dtype=torch.float32).contiguous()
+    if tuple(a.shape) != shape:
+        raise ValueError(f"{name} has shape {tuple(a.shape)}; it must be {shape}")
+    return a, a.data_ptr()
+
+
+def _out_dtype(out_dtype, kind: str):
+    """(library dtype, numpy or torch dtype) of O."""
+    name = out_dtype if isinstance(out_dtype, str) or out_dtype is None else str(out_dtype).replace("torch.", "")
+    if name is None:
+        name = "bfloat16" if kind == "torch" else "float16"
+    if name not in ("bfloat16", "float16"):
+        raise ValueError(f"out_dtype = {out_dtype!r}: O of FP8 inputs is bfloat16 or float16")
+    if kind == "torch":
+        import torch
+
+        return (DType.BF16, torch.bfloat16) if name == "bfloat16" else (DType.F16, torch.float16)
+    if name == "float16":
+        return DType.F16, np.float16
+    try:
+        import ml_dtypes
+    except ImportError as e:  # pragma: no cover - depends on the environment
+        raise TypeError("out_dtype='bfloat16' on numpy needs the ml_dtypes package; use 'float16'") from e
+    return DType.BF16, ml_dtypes.bfloat16
+
+
+def attention_fp8(q, k, v, layout, *, q_descale=None, k_descale=None, v_descale=None, causal=False,
+                  scale=None, out_dtype=None, return_lse=False, backend=None):
+    """Block-sparse attention forward on e4m3 q [B, Sq, Hq, D], k and v
+    [B, Sk, Hkv, D] (see the module text). Returns O [B, Sq, Hq, D] in
+    out_dtype, or (O, lse) with lse float32 [B, Hq, Sq] when return_lse."""
+    _check_layout(layout)
+    aq, ak, av = _fp8(q, "q"), _fp8(k, "k"), _fp8(v, "v")
+    if len({aq.kind, ak.kind, av.kind}) > 1:
+        raise TypeError("q, k, v must all be numpy arrays or all torch tensors")
+    if len({aq.device, ak.device, av.device}) > 1:
+        raise ValueError(f"q, k, v are on different devices: {aq.device}, {ak.device}, {av.device}")
+    for a, name in ((aq, "q"), (ak, "k"), (av, "v")):
+        if len(a.shape) != 4:
+            raise ValueError(f"{name} must have 4 dimensions; got shape {a.shape}")
+    if ak.shape != av.shape:
+        raise ValueError(f"k {ak.shape} and v {av.shape} must have the same shape [B, Sk, Hkv, D]")
+    B, Sq, Hq, D = aq.shape
+    _, Sk, Hkv, _ = ak.shape
+    if ak.shape[0] != B or ak.shape[3] != D:
+        raise ValueError(f"q {aq.shape} and k {ak.shape} differ in batch or head_dim")
+    be = _parse_backend(backend, aq.device)
+    if aq.kind == "numpy" and be != Backend.CPU:
+        raise ValueError("numpy arrays run on the CPU backend only")
+    if scale is not None:
+        scale = float32(scale, "scale", nonzero=True)
+        if not math.isfinite(scale):
+            raise ValueError(f"scale = {scale} must be finite")
+    odt, o_np = _out_dtype(out_dtype, aq.kind)
+    qd, qd_ptr = _descale(q_descale, "q_descale", (B, Hq), aq)
+    kd, kd_ptr = _descale(k_descale, "k_descale", (B, Hkv), aq)
+    vd, vd_ptr = _descale(v_descale, "v_descale", (B, Hkv), aq)
+
+    if aq.kind == "numpy":
+        out = np.empty((B, Sq, Hq, D), dtype=o_np)
+        o_ptr, o_strides = out.ctypes.data, tuple(s // out.itemsize for s in out.strides)
+        lse = np.empty((B, Hq, Sq), dtype=np.float32) if return_lse else None
+        lse_ptr = lse.ctypes.data if return_lse else None
+    else:
+        import torch
+
+        out = torch.empty((B, Sq, Hq, D), dtype=o_np, device=q.device)
+        o_ptr, o_strides = out.data_ptr(), tuple(out.stride())
+        lse = torch.empty((B, Hq, Sq), dtype=torch.float32, device=q.device) if return_lse else None
+        lse_ptr = lse.data_ptr() if return_lse else None
+
+    desc = SkAttentionDesc()
+    check(F.sk_attention_desc_init(byref(desc), sizeof(desc)))
+    desc.backend = int(be)
+    desc.dtype = int(DType.E4M3)
+    desc.out_dtype = int(odt)
+    desc.batch, desc.seq_q, desc.seq_k = B, Sq, Sk
+    desc.heads_q, desc.heads_kv, desc.head_dim = Hq, Hkv, D
+    desc.scale = 0.0 if scale is None else scale
+    desc.mask = int(Mask.CAUSAL if causal else Mask.NONE)
+    for field, a, name in (("q_strides", aq, "q"), ("k_strides", ak, "k"), ("v_strides", av, "v")):
+        setattr(desc, field, outer_strides(a, name))
+    desc.o_strides = o_strides[:3]
+    desc.q_descale, desc.k_descale, desc.v_descale = qd_ptr, kd_ptr, vd_ptr
+
+    if be == Backend.CPU:
+        bsr = layout.view()
+        check(F.sk_attention_forward(byref(desc), byref(bsr), aq.ptr, ak.ptr, av.ptr, o_ptr, lse_ptr, None, 0, None))
+    else:
+        import torch
+
+        with torch.cuda.device(q.device):
+            bsr = layout.device_view(q.device)
+            size = c_size_t()
+            check(F.sk_attention_workspace_size(byref(desc), byref(bsr), byref(size)))
+            ws = torch.empty(max(size.value, 1), dtype=torch.uint8, device=q.device)
+            stream = torch.cuda.current_stream(q.device).cuda_stream
+            check(
+                F.sk_attention_forward(
+                    byref(desc), byref(bsr), aq.ptr, ak.ptr, av.ptr, o_ptr, lse_ptr, ws.data_ptr(), size.value, stream
+                )
+            )
+    del qd, kd, vd  # kept alive until the call was enqueued (torch's allocator orders reuse)
+    return (out, lse) if return_lse else out
+
+
+def quantize_e4m3(x, *, backend=None):
+    """x bfloat16 / float16 [B, S, H, D] -> (y, descale): y e4m3 [B, S, H, D]
+    (torch.float8_e4m3fn for torch, uint8 codes for numpy), descale float32
+    [B, H] with x ~ descale[b, h] * y (sparsek.h, sk_quantize_e4m3)."""
+    from ._arrays import adapt
+
+    ax = adapt(x, "x")
+    if ax.dtype not in (DType.F16, DType.BF16):
+        raise TypeError(f"x.dtype = {ax.dtype_name}: quantize_e4m3 takes float16 or bfloat16")
+    if len(ax.shape) != 4:
+        raise ValueError(f"x must have 4 dimensions [B, S, H, D]; got shape {ax.shape}")
+    B, S, H, D = ax.shape
+    be = _parse_backend(backend, ax.device)
+    if ax.kind == "numpy" and be != Backend.CPU:
+        raise ValueError("numpy arrays run on the CPU backend only")
+    desc = SkQuantizeDesc()
+    check(F.sk_quantize_desc_init(byref(desc), sizeof(desc)))
+    desc.backend = int(be)
+    desc.dtype = int(ax.dtype)
+    desc.batch, desc.seq, desc.heads, desc.head_dim = B, S, H, D
+    desc.x_strides = outer_strides(ax, "x")
+    if ax.kind == "numpy":
+        y = np.empty((B, S, H, D), dtype=np.uint8)
+        ds = np.empty((B, H), dtype=np.float32)
+        check(F.sk_quantize_e4m3(byref(desc), ax.ptr, y.ctypes.data, ds.ctypes.data, None, 0, None))
+        return y, ds
+    import torch
+
+    y = torch.empty((B, S, H, D), dtype=torch.uint8, device=x.device)
+    ds = torch.empty((B, H), dtype=torch.float32, device=x.device)
+    if be == Backend.CPU:
+        check(F.sk_quantize_e4m3(byref(desc), ax.ptr, y.data_ptr(), ds.data_ptr(), None, 0, None))
+    else:
+        with torch.cuda.device(x.device):
+            size = c_size_t()
+            check(F.sk_quantize_e4m3_workspace_size(byref(desc), byref(size)))
+            ws = torch.empty(max(size.value, 16), dtype=torch.uint8, device=x.device)
+            stream = torch.cuda.current_stream(x.device).cuda_stream
+            check(F.sk_quantize_e4m3(byref(desc), ax.ptr, y.data_ptr(), ds.data_ptr(), ws.data_ptr(), size.value, stream))
+    return y.view(torch.float8_e4m3fn), ds
+
+
+__all__ = ["attention_fp8", "quantize_e4m3"]

@@ -1,0 +1,107 @@
+/*
+ * fwd_sm90_fp8_transposer.cuh - the FP8 Hopper kernel's V transposer,
+ * warps 2 and 3 of the producer warpgroup (part of fwd_sm90_fp8.cu,
+ * included there only; warps 0 and 1 run the fp16/bf16 kernel's TMA and
+ * scheduler warps, fwd_sm90_producer.cuh, on the FP8 layout).
+ *
+ * Transposer: FP8 wgmma reads B K-major only, so P V needs V^T (rows d,
+ * 128 keys each) where TMA brings V (rows of keys). Per V stage, the 64
+ * threads rebuild it into a Vt stage: each thread moves 4 x 4-byte blocks
+ * (4 keys x 4 dims) with 4 shared loads, 8 byte permutes and 4 shared
+ * stores, 16 blocks per stage. The keys are written in the order the
+ * consumers' P registers hold them (sk98_key_of_pos, the permutation
+ * documented in fwd_sm90_fp8.cu), so P needs no shuffles. Then a
+ * proxy fence (generic writes, async-proxy wgmma reads), the Vt stage's
+ * full barrier and the V stage's empty barrier, one arrival per warp.
+ * Lanes are laid out so that the loads and the stores are two-way bank
+ * conflicts at most: lane = t + 4 h + 8 bl (see sk98_transpose).
+ */
+#ifndef SK_CUDA_ATTENTION_FWD_SM90_FP8_TRANSPOSER_CUH
+#define SK_CUDA_ATTENTION_FWD_SM90_FP8_TRANSPOSER_CUH
+
+/* Position `pos` (0..127) of a Vt row holds key sk98_key_of_pos(pos) of the
+ * block: inside each 32-key chunk, positions 16 h + 4 t + i hold key
+ * 16 h + 2 t + i (i < 2) or 16 h + 8 + 2 t + i - 2 (i >= 2). */
+__device__ __forceinline__ int sk98_key_of_pos(int pos) {
+    const int chunk = pos & ~31, h = (pos >> 4) & 1, t = (pos >> 2) & 3, i = pos & 3;
+    return chunk + 16 * h + (i < 2 ? 2 * t + i : 8 + 2 * t + i - 2);
+}
+
+/* Byte offset of (row, byte col) in a tile of 128-byte rows, 128B-swizzled. */
+__device__ __forceinline__ uint32_t sk98_sw_byte(int row, int col) {
+    return sk_sw128_offset(row, col >> 4) + (col & 15);
+}
+
+/* Byte offset of (row, byte col) in a tile of ROW-byte rows as TMA writes
+ * it: 128B swizzle for 128-byte rows; 64B swizzle for 64-byte rows (the
+ * 16-byte chunk index XORed with address bits 7-8, (row / 2) % 4). */
+template <int ROW>
+__device__ __forceinline__ uint32_t sk98_row_byte(int row, int col) {
+    if constexpr (ROW == 128)
+        return sk98_sw_byte(row, col);
+    else
+        return (uint32_t)(row * 64 + ((((col >> 4) ^ ((row >> 1) & 3))) << 4) + (col & 15));
+}
+
+/* V (128 keys x HD dims) at v into Vt (HD dims x 128 permuted keys) at
+ * vt, by the 64 threads of warps 2-3 (w = 0, 1). With J = HD / 32, thread
+ * (w, lane): t = lane & 3, h = (lane >> 2) & 1, bl = lane >> 3; blocks
+ * (kk, bh) for kk < 4, bh in J w .. J w + J - 1: keys 32 kk + 16 h + {2t,
+ * 2t + 1, 8 + 2t, 9 + 2t} (in sk98_key_of_pos order: Vt positions 32 kk +
+ * 16 h + 4t .. + 3) x dims 4 (4 bh + bl) .. + 3. */
+template <int HD>
+__device__ __forceinline__ void sk98_transpose(uint32_t v, uint32_t vt, int w, int lane) {
+    constexpr int J = HD / 32;
+    const int t = lane & 3, h = (lane >> 2) & 1, bl = lane >> 3;
+    /* Not unrolled: the producer warpgroup runs on kF8ProducerRegs registers
+     * (unrolling j spills at 56). */
+#pragma unroll 1
+    for (int kk = 0; kk < 4; ++kk) {
+        const int key0 = 32 * kk + 16 * h + 2 * t, pos = 32 * kk + 16 * h + 4 * t;
+#pragma unroll 1
+        for (int j = 0; j < J; ++j) {
+            const int d = 4 * (4 * (J * w + j) + bl); /* dim quad 4 bh + bl, bh = J w + j */
+            const uint32_t x0 = sk_ld_shared_u32(v + sk98_row_byte<HD>(key0, d));
+            const uint32_t x1 = sk_ld_shared_u32(v + sk98_row_byte<HD>(key0 + 1, d));
+            const uint32_t x2 = sk_ld_shared_u32(v + sk98_row_byte<HD>(key0 + 8, d));
+            const uint32_t x3 = sk_ld_shared_u32(v + sk98_row_byte<HD>(key0 + 9, d));
+            /* 4 x 4 byte transpose: out_e holds byte e of x0, x1, x2, x3. */
+            const uint32_t lo01 = __byte_perm(x0, x1, 0x5140), hi01 = __byte_perm(x0, x1, 0x7362);
+            const uint32_t lo23 = __byte_perm(x2, x3, 0x5140), hi23 = __byte_perm(x2, x3, 0x7362);
+            sk_st_shared_u32(vt + sk98_sw_byte(d + 0, pos), __byte_perm(lo01, lo23, 0x5410));
+            sk_st_shared_u32(vt + sk98_sw_byte(d + 1, pos), __byte_perm(lo01, lo23, 0x7632));
+            sk_st_shared_u32(vt + sk98_sw_byte(d + 2, pos), __byte_perm(hi01, hi23, 0x5410));
+            sk_st_shared_u32(vt + sk98_sw_byte(d + 3, pos), __byte_perm(hi01, hi23, 0x7632));
+        }
+    }
+}
+
+/* Warps 2 and 3: every V stage into a Vt stage, until the end mark. */
+template <int HD>
+__device__ void sk98_transposer(uint32_t base, const volatile int32_t *v_info, int w) {
+    using L = sk98_smem<HD>;
+    const int lane = threadIdx.x % 32;
+    sk90_pipe<L::kVStages> vp = {0, 0};
+    sk90_pipe<L::kVtStages> tp = {0, 0};
+    for (;;) {
+        sk_mbar_wait(base + L::kBarVFull + 8 * vp.stage, vp.phase, "V full (transposer)");
+        /* Lane 0 reads the mark and is the lane that releases the stage. */
+        int info = 0;
+        if (lane == 0) info = v_info[vp.stage];
+        info = __shfl_sync(0xffffffffu, info, 0);
+        if (info == kVInfoEnd) break;
+        sk_mbar_wait(base + L::kBarVtEmpty + 8 * tp.stage, tp.phase ^ 1, "Vt empty");
+        sk98_transpose<HD>(base + L::kV + vp.stage * L::kTileBytes,
+                           base + L::kVt + tp.stage * L::kVtBytes, w, lane);
+        sk_fence_proxy_async_smem(); /* Vt: generic writes, then wgmma reads */
+        __syncwarp();
+        if (lane == 0) {
+            sk_mbar_arrive(base + L::kBarVtFull + 8 * tp.stage);
+            sk_mbar_arrive(base + L::kBarVEmpty + 8 * vp.stage);
+        }
+        vp.advance();
+        tp.advance();
+    }
+}
+
+#endif /* SK_CUDA_ATTENTION_FWD_SM90_FP8_TRANSPOSER_CUH */

@@ -1,0 +1,388 @@
+/*
+ * test_attention_fp8_gpu.c - the FP8 (e4m3) forward and the e4m3 quantizer
+ * on the GPU.
+ *
+ * Attention: seeded cases (tests/common/fp8_case.c: e4m3 inputs with
+ * per-head descales, a block mask per layout slice, NaN codes in every
+ * padding byte and in every K/V block no row of its KV head selects)
+ * against the fp64 reference on the dequantized inputs, under the
+ * tolerance rule with the naive FP8 yardstick (P rounded to e4m3 before
+ * P V). Before each run O (0xFFFF, NaN in fp16 and bf16) and LSE (NaN) are
+ * poisoned; O's stride padding must stay untouched; two runs must agree
+ * bit for bit. Cases the backend does not cover (64-wide blocks,
+ * SK_BACKEND_CUDA_SM80) must give SK_STATUS_NOT_SUPPORTED and
+ * write nothing. Each failure prints the case (with its seed) and the first
+ * mismatches with their indices.
+ *
+ * gpu_fp8_smoke runs the eight smallest cases alone, for triage.
+ *
+ * Quantizer: sk_quantize_e4m3 on the GPU against the CPU backend's, byte
+ * for byte (codes and descales), twice.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/fp8_case.h"
+#include "common/harness.h"
+#include "common/test_util.h"
+#include "gpu/cuda_api.h"
+#include "gpu/gpu_util.h"
+
+static int covered(const f8_case *c) {
+    return gt_opt.backend != SK_BACKEND_CUDA_SM80 && (c->head_dim == 64 || c->head_dim == 128) &&
+           c->block_q == 128 && c->block_k == 128;
+}
+
+typedef struct f8_dev {
+    void *q, *k, *v, *o, *ws;
+    float *lse, *qd, *kd, *vd;
+    sk_bsr layout;
+    size_t ws_bytes;
+} f8_dev;
+
+static void dev_free(f8_dev *d) {
+    gt_device_free(d->q);
+    gt_device_free(d->k);
+    gt_device_free(d->v);
+    gt_device_free(d->o);
+    gt_device_free(d->ws);
+    gt_device_free(d->lse);
+    gt_device_free(d->qd);
+    gt_device_free(d->kd);
+    gt_device_free(d->vd);
+    gt_bsr_free_device(&d->layout);
+}
+
+static float *upload_floats(const float *h, int64_t n) {
+    if (h == NULL) return NULL;
+    float *d = (float *)gt_device_alloc((size_t)n * sizeof(float));
+    if (d != NULL && gt_upload(d, h, (size_t)n * sizeof(float)) != 0) {
+        gt_device_free(d);
+        return NULL;
+    }
+    return d;
+}
+
+/* Poison, run, fetch. Returns the status; o_host / lse_host get the outputs. */
+static sk_status run_once(const f8_inst *x, f8_dev *d, const sk_attention_desc *desc,
+                          void *o_host, float *lse_host, int64_t rows) {
+    if (cudaMemset(d->o, 0xFF, (size_t)x->o_alloc * 2) != cudaSuccess ||
+        cudaMemset(d->lse, 0xFF, (size_t)rows * 4) != cudaSuccess)
+        return SK_STATUS_INTERNAL_ERROR;
+    const sk_status st = sk_attention_forward(desc, &d->layout, d->q, d->k, d->v, d->o,
+                                              x->c.with_lse ? d->lse : NULL, d->ws, d->ws_bytes,
+                                              NULL);
+    if (gt_sync() != 0) return SK_STATUS_EXECUTION_FAILED;
+    if (gt_download(o_host, d->o, (size_t)x->o_alloc * 2) != 0 ||
+        gt_download(lse_host, d->lse, (size_t)rows * 4) != 0)
+        return SK_STATUS_INTERNAL_ERROR;
+    return st;
+}
+
+static int all_ff(const void *p, size_t bytes) {
+    const uint8_t *b = (const uint8_t *)p;
+    for (size_t i = 0; i < bytes; ++i)
+        if (b[i] != 0xFF) return 0;
+    return 1;
+}
+
+static int f8_run = 0, f8_failed = 0, f8_declined = 0;
+
+/* One case; 0 when it passed. */
+static int run_case(const f8_case *c) {
+    char desc_text[320];
+    f8_case_describe(c, desc_text, sizeof desc_text);
+    if (gt_opt.verbose) printf("    case %s\n", desc_text);
+    f8_inst x;
+    if (f8_inst_create(&x, c) != 0) {
+        CHECK(0, "out of host memory: %s", desc_text);
+        return 1;
+    }
+    const int64_t rows = c->batch * c->heads_q * c->seq_q;
+    f8_dev d;
+    memset(&d, 0, sizeof d);
+    void *o1 = malloc((size_t)x.o_alloc * 2), *o2 = malloc((size_t)x.o_alloc * 2);
+    float *l1 = (float *)malloc((size_t)rows * 4), *l2 = (float *)malloc((size_t)rows * 4);
+    int bad = 1;
+    d.q = gt_device_alloc((size_t)x.q_alloc);
+    d.k = gt_device_alloc((size_t)x.k_alloc);
+    d.v = gt_device_alloc((size_t)x.v_alloc);
+    d.o = gt_device_alloc((size_t)x.o_alloc * 2);
+    d.lse = (float *)gt_device_alloc((size_t)rows * 4);
+    d.qd = upload_floats(x.q_descale, c->batch * c->heads_q);
+    d.kd = upload_floats(x.k_descale, c->batch * c->heads_kv);
+    d.vd = upload_floats(x.v_descale, c->batch * c->heads_kv);
+    sk_attention_desc desc;
+    int ok = o1 && o2 && l1 && l2 && d.q && d.k && d.v && d.o && d.lse &&
+             (!c->with_descale || (d.qd && d.kd && d.vd)) &&
+             gt_upload(d.q, x.q8, (size_t)x.q_alloc) == 0 &&
+             gt_upload(d.k, x.k8, (size_t)x.k_alloc) == 0 &&
+             gt_upload(d.v, x.v8, (size_t)x.v_alloc) == 0 && gt_bsr_to_device(&x.layout, &d.layout) == 0;
+    CHECK(ok, "device setup failed: %s", desc_text);
+    if (ok) {
+        f8_inst_desc(&x, gt_opt.backend, &desc, d.qd, d.kd, d.vd);
+        const sk_status ws = sk_attention_workspace_size(&desc, &d.layout, &d.ws_bytes);
+        CHECK(ws == SK_STATUS_SUCCESS, "workspace size: %s", sk_last_error());
+        ok = ws == SK_STATUS_SUCCESS && (d.ws = gt_device_alloc(d.ws_bytes)) != NULL;
+    }
+    if (ok) {
+        const sk_status st = run_once(&x, &d, &desc, o1, l1, rows);
+        if (!covered(c)) {
+            ++f8_declined;
+            CHECK(st == SK_STATUS_NOT_SUPPORTED, "%s: expected NOT_SUPPORTED, got %s (%s)",
+                  desc_text, sk_status_name(st), sk_last_error());
+            CHECK(all_ff(o1, (size_t)x.o_alloc * 2) && all_ff(l1, (size_t)rows * 4),
+                  "%s: a declined call wrote its outputs", desc_text);
+            bad = st != SK_STATUS_NOT_SUPPORTED;
+        } else if (st != SK_STATUS_SUCCESS) {
+            CHECK(0, "%s: %s (%s)", desc_text, sk_status_name(st), sk_last_error());
+        } else {
+            ++f8_run;
+            const int64_t errors = f8_inst_compare(&x, o1, c->with_lse ? l1 : NULL, "gpu", 0, 8);
+            CHECK(errors == 0, "%s: %lld elements outside the tolerance", desc_text,
+                  (long long)errors);
+            const sk_status st2 = run_once(&x, &d, &desc, o2, l2, rows);
+            const int same = st2 == SK_STATUS_SUCCESS &&
+                             memcmp(o1, o2, (size_t)x.o_alloc * 2) == 0 &&
+                             (!c->with_lse || memcmp(l1, l2, (size_t)rows * 4) == 0);
+            CHECK(same, "%s: the second run differs bitwise (%s)", desc_text, sk_status_name(st2));
+            bad = errors != 0 || !same;
+        }
+    }
+    if (bad && covered(c)) ++f8_failed;
+    dev_free(&d);
+    free(o1);
+    free(o2);
+    free(l1);
+    free(l2);
+    f8_inst_destroy(&x);
+    return bad;
+}
+
+/* A random case: GQA 1, 2, 4 or 8; batch 1-3; lengths aligned, with
+ * tails, tiny or unequal; layout broadcast over batch / heads; density;
+ * empty rows; padded strides; LSE; descales; out dtype; scales (default,
+ * positive, negative); input amplitude. Sequences halve until
+ * B x Hq x Sq x Sk x D <= budget. */
+static void random_case(f8_case *c, tu_rng *rng, int64_t d, int32_t bq, int32_t bk, int causal,
+                        double budget) {
+    memset(c, 0, sizeof *c);
+    c->seed = tu_rng_next(rng);
+    c->head_dim = d;
+    c->block_q = bq;
+    c->block_k = bk;
+    c->causal = causal;
+    c->batch = tu_rng_range(rng, 1, 3);
+    c->heads_kv = tu_rng_range(rng, 1, 2);
+    const int64_t ratios[4] = {1, 2, 4, 8};
+    c->heads_q = c->heads_kv * ratios[tu_rng_range(rng, 0, 3)];
+    switch (tu_rng_range(rng, 0, 4)) {
+    case 0: /* aligned */
+        c->seq_q = 128 * tu_rng_range(rng, 1, 4);
+        c->seq_k = 128 * tu_rng_range(rng, 1, 5);
+        break;
+    case 1: /* tails */
+        c->seq_q = tu_rng_range(rng, 129, 700);
+        c->seq_k = tu_rng_range(rng, 129, 700);
+        break;
+    case 2: /* tiny */
+        c->seq_q = tu_rng_range(rng, 1, 40);
+        c->seq_k = tu_rng_range(rng, 1, 140);
+        break;
+    case 3: /* equal */
+        c->seq_q = c->seq_k = tu_rng_range(rng, 100, 600);
+        break;
+    default: /* more queries than keys */
+        c->seq_k = tu_rng_range(rng, 50, 300);
+        c->seq_q = c->seq_k + tu_rng_range(rng, 1, 300);
+        break;
+    }
+    while ((double)c->batch * c->heads_q * c->seq_q * c->seq_k * d > budget && c->seq_q > 1) {
+        c->seq_q = (c->seq_q + 1) / 2;
+        c->seq_k = (c->seq_k + 1) / 2;
+    }
+    const int lb = (int)tu_rng_range(rng, 0, 1), lh = (int)tu_rng_range(rng, 0, 2);
+    c->layout_batch = lb ? (int32_t)c->batch : 1;
+    c->layout_heads = lh == 0 ? 1 : lh == 1 ? (int32_t)c->heads_kv : (int32_t)c->heads_q;
+    const double densities[4] = {1.0, 0.7, 0.4, 0.15};
+    c->density = densities[tu_rng_range(rng, 0, 3)];
+    c->empty_rows = tu_rng_range(rng, 0, 3) == 0;
+    c->padded = (int)tu_rng_range(rng, 0, 1);
+    c->with_lse = tu_rng_range(rng, 0, 4) != 0;
+    c->with_descale = tu_rng_range(rng, 0, 3) != 0;
+    c->out_dtype = tu_rng_range(rng, 0, 1) ? SK_DTYPE_BF16 : SK_DTYPE_F16;
+    const float scales[4] = {0.0f, 0.0f, 0.05f, -0.08f};
+    c->scale = scales[tu_rng_range(rng, 0, 3)];
+    /* Without descales the codes are the raw values: keep them in range. */
+    c->amp = c->with_descale ? (tu_rng_range(rng, 0, 1) ? 1.0f : 4.0f) : 0.7f;
+}
+
+#define F8_CASE_WORK 1.5e8
+#define F8_QUICK_WORK 3.0e6
+
+SK_TEST(gpu_fp8_random) {
+    tu_rng rng;
+    tu_rng_seed(&rng, tu_base_seed() ^ 0xF8F8);
+    f8_run = f8_failed = f8_declined = 0;
+    const int variants = gt_opt.quick ? 1 : 32;
+    for (int causal = 0; causal < 2; ++causal)
+        for (int v = 0; v < variants; ++v) {
+            /* D 64 (a quarter) and 128 on 128 x 128 blocks; 64-wide blocks
+             * (every sixth) check the refusal. */
+            const int other = !gt_opt.quick && v % 6 == 5;
+            const int64_t d = v % 4 == 1 ? 64 : 128;
+            const int32_t bq = other ? 64 : 128, bk = other && v % 12 == 11 ? 64 : 128;
+            for (int rep = 0; rep < (gt_opt.quick ? 1 : 2); ++rep) {
+                f8_case c;
+                random_case(&c, &rng, d, bq, bk, causal,
+                            gt_opt.quick ? F8_QUICK_WORK : F8_CASE_WORK);
+                run_case(&c);
+            }
+        }
+    printf("    %d FP8 cases run, %d failed, %d declined as expected\n", f8_run, f8_failed,
+           f8_declined);
+    if (!gt_opt.quick && gt_opt.backend != SK_BACKEND_CUDA_SM80)
+        CHECK(f8_run >= 100, "only %d cases ran", f8_run);
+}
+
+/* The smallest cases first (run it alone to triage: `sk_gpu_tests
+ * fp8_smoke`): one 128 x 128 tile and one block, then two blocks with a key
+ * tail, at both head dims, causal or not, no descales, packed. */
+SK_TEST(gpu_fp8_smoke) {
+    for (int i = 0; i < 8; ++i) {
+        f8_case c;
+        memset(&c, 0, sizeof c);
+        c.seed = tu_base_seed() ^ (0xF850u + (uint64_t)i);
+        c.batch = c.heads_q = c.heads_kv = 1;
+        c.seq_q = 128;
+        c.seq_k = i & 4 ? 200 : 128;
+        c.head_dim = i & 1 ? 64 : 128;
+        c.block_q = c.block_k = 128;
+        c.causal = (i >> 1) & 1;
+        c.density = 1.0;
+        c.layout_batch = c.layout_heads = 1;
+        c.with_lse = 1;
+        c.out_dtype = SK_DTYPE_BF16;
+        c.amp = 0.7f;
+        run_case(&c);
+    }
+}
+
+/* Hand-picked shapes: the seed shape in small, long rows, every row empty,
+ * one key, GQA 8 with a per-Hq layout, Sq > Sk causal (rows with no key). */
+SK_TEST(gpu_fp8_cases) {
+    tu_rng rng;
+    tu_rng_seed(&rng, tu_base_seed() ^ 0xF8CA);
+    const struct {
+        int64_t b, sq, sk, hq, hkv;
+        int causal;
+        double density;
+        int empty;
+        int32_t lh;
+    } shapes[] = {
+        {1, 1024, 1024, 4, 1, 0, 0.25, 0, 1},  /* random 25 %, as the seed shape */
+        {1, 2048, 2048, 2, 2, 1, 1.0, 0, 1},   /* causal, long rows */
+        {2, 256, 384, 2, 1, 0, 0.0, 0, 1},     /* every row empty: O = 0, LSE = -inf */
+        {1, 130, 1, 2, 2, 0, 1.0, 0, 1},       /* one key */
+        {1, 300, 500, 8, 1, 0, 0.6, 1, 8},     /* GQA 8, per-Hq layout, empty rows */
+        {1, 700, 200, 2, 1, 1, 1.0, 0, 1},     /* Sq > Sk causal: leading rows see nothing */
+        {2, 1000, 1000, 4, 2, 1, 0.5, 0, 1},   /* head_dim 64 (below), causal */
+    };
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; ++i) {
+        if (gt_opt.quick && i > 2) break;
+        f8_case c;
+        memset(&c, 0, sizeof c);
+        c.seed = tu_rng_next(&rng);
+        c.batch = shapes[i].b;
+        c.seq_q = shapes[i].sq;
+        c.seq_k = shapes[i].sk;
+        c.heads_q = shapes[i].hq;
+        c.heads_kv = shapes[i].hkv;
+        c.head_dim = i + 1 == sizeof shapes / sizeof shapes[0] ? 64 : 128;
+        c.block_q = c.block_k = 128;
+        c.causal = shapes[i].causal;
+        c.density = shapes[i].density;
+        c.empty_rows = shapes[i].empty;
+        c.layout_batch = 1;
+        c.layout_heads = shapes[i].lh;
+        c.with_lse = 1;
+        c.with_descale = 1;
+        c.out_dtype = i % 2 ? SK_DTYPE_F16 : SK_DTYPE_BF16;
+        c.amp = 2.0f;
+        run_case(&c);
+    }
+}
+
+/* The GPU quantizer against the CPU's, byte for byte. */
+static void quantize_compare(sk_dtype dtype, int64_t B, int64_t S, int64_t H, int64_t D,
+                             int padded, uint64_t seed) {
+    tu_rng rng;
+    tu_rng_seed(&rng, seed);
+    const int64_t pad = padded ? 16 : 0;
+    const int64_t st[3] = {(S + (padded ? 3 : 0)) * (H * (D + pad) + pad), H * (D + pad) + pad,
+                           D + pad};
+    const int64_t span = (B - 1) * st[0] + (S - 1) * st[1] + (H - 1) * st[2] + D;
+    const int64_t n = B * S * H * D;
+    uint16_t *x = (uint16_t *)malloc((size_t)span * 2);
+    uint8_t *y_cpu = (uint8_t *)malloc((size_t)n), *y_gpu = (uint8_t *)malloc((size_t)n);
+    float *ds_cpu = (float *)malloc((size_t)(B * H) * 4), *ds_gpu = (float *)malloc((size_t)(B * H) * 4);
+    REQUIRE(x && y_cpu && y_gpu && ds_cpu && ds_gpu, "out of memory");
+    memset(x, 0xFF, (size_t)span * 2);
+    for (int64_t b = 0; b < B; ++b)
+        for (int64_t s = 0; s < S; ++s)
+            for (int64_t h = 0; h < H; ++h)
+                for (int64_t d = 0; d < D; ++d) {
+                    float v = (float)(tu_rng_normal(&rng) * (h + 1) * 0.7);
+                    if (h == 1 && b == 0) v = 0.0f;                  /* zero head: descale 1 */
+                    if (h == 2 && s == 3 && d == 5) v = INFINITY;    /* inf: scale 1, saturation */
+                    tu_store(x, dtype, b * st[0] + s * st[1] + h * st[2] + d, v);
+                }
+    sk_quantize_desc q;
+    f8_quantize_desc(&q, SK_BACKEND_CPU, dtype, B, S, H, D, padded ? st : NULL);
+    REQUIRE(sk_quantize_e4m3(&q, x, y_cpu, ds_cpu, NULL, 0, NULL) == SK_STATUS_SUCCESS, "%s",
+            sk_last_error());
+    q.backend = gt_opt.backend == SK_BACKEND_CUDA_SM80 ? SK_BACKEND_CUDA_SM80 : SK_BACKEND_CUDA;
+    size_t ws_bytes = 0;
+    REQUIRE(sk_quantize_e4m3_workspace_size(&q, &ws_bytes) == SK_STATUS_SUCCESS, "%s",
+            sk_last_error());
+    void *dx = gt_device_alloc((size_t)span * 2), *dy = gt_device_alloc((size_t)n);
+    void *dds = gt_device_alloc((size_t)(B * H) * 4), *dws = gt_device_alloc(ws_bytes);
+    REQUIRE(dx && dy && dds && dws && gt_upload(dx, x, (size_t)span * 2) == 0, "device setup");
+    for (int rep = 0; rep < 2; ++rep) {
+        cudaMemset(dy, 0xA5, (size_t)n);
+        cudaMemset(dds, 0xA5, (size_t)(B * H) * 4);
+        const sk_status st2 = sk_quantize_e4m3(&q, dx, (uint8_t *)dy, (float *)dds, dws, ws_bytes, NULL);
+        CHECK(st2 == SK_STATUS_SUCCESS, "%s", sk_last_error());
+        CHECK(gt_sync() == 0, "sync");
+        gt_download(y_gpu, dy, (size_t)n);
+        gt_download(ds_gpu, dds, (size_t)(B * H) * 4);
+        int64_t bad = 0;
+        for (int64_t i = 0; i < n; ++i)
+            if (y_gpu[i] != y_cpu[i] && bad++ < 8)
+                CHECK(0, "y[%lld] (b %lld, s %lld, h %lld, d %lld): gpu 0x%02x, cpu 0x%02x",
+                      (long long)i, (long long)(i / (S * H * D)), (long long)(i / (H * D) % S),
+                      (long long)(i / D % H), (long long)(i % D), y_gpu[i], y_cpu[i]);
+        CHECK(bad == 0, "%lld codes differ (dtype %d, %lldx%lldx%lldx%lld, padded %d)",
+              (long long)bad, (int)dtype, (long long)B, (long long)S, (long long)H, (long long)D,
+              padded);
+        CHECK(memcmp(ds_gpu, ds_cpu, (size_t)(B * H) * 4) == 0, "descales differ");
+    }
+    gt_device_free(dx);
+    gt_device_free(dy);
+    gt_device_free(dds);
+    gt_device_free(dws);
+    free(x);
+    free(y_cpu);
+    free(y_gpu);
+    free(ds_cpu);
+    free(ds_gpu);
+}
+
+SK_TEST(gpu_fp8_quantize) {
+    const uint64_t seed = tu_base_seed() ^ 0xF8AA;
+    quantize_compare(SK_DTYPE_BF16, 2, 77, 3, 128, 0, seed);
+    quantize_compare(SK_DTYPE_F16, 1, 300, 4, 64, 1, seed + 1);
+    if (!gt_opt.quick) quantize_compare(SK_DTYPE_BF16, 3, 1000, 5, 136, 1, seed + 2);
+}
