@@ -4,9 +4,11 @@
  * slice, the varlen BSR made from them here (never the library's
  * builders), packed Q/K/V rounded to the dtype with NaN wherever no query
  * may read (stride padding, keys no query of the sequence's KV head
- * attends), their fp64 copies, and the comparison of a run's O and LSE
- * with the naive fp64 reference on each sequence's unpacked rows
- * (tests/common/naive_ref.h) under the tolerance rule of test_util.h.
+ * attends; key blocks no row visits under vc_case.kernel_rules), their
+ * fp64 copies, and the comparison of a run's O and LSE with the naive
+ * fp64 reference on each sequence's unpacked rows (tests/common/naive_ref.h)
+ * under the tolerance rule of test_util.h (plus the P rounding term under
+ * kernel_rules).
  */
 #ifndef SK_TESTS_VARLEN_CASE_H
 #define SK_TESTS_VARLEN_CASE_H
@@ -39,6 +41,19 @@ typedef struct vc_case {
      * sink_blocks first key blocks and the window_blocks blocks ending at
      * its bottom-right diagonal block (a sinks + window pattern). */
     int32_t window_blocks, sink_blocks;
+    /* kernel_rules: the case runs on the CUDA kernels (the GPU suite sets
+     * it; 0 = the CPU backend's stricter rules). Two differences:
+     *  - NaN keys: per key block rather than per key. A kernel reads every
+     *    key (< len_k) of each 64-key chunk of a block it visits and masks
+     *    the invisible ones with P = 0, but 0 x NaN = NaN in P V; so K/V
+     *    are NaN only outside the blocks that some row of the KV head's
+     *    query heads visits (selected and, when causal, its first key <=
+     *    the row's last visible key: plan_contract.cuh's visiting rule),
+     *    as the fixed-batch GPU suite poisons (gpu_util.c).
+     *  - O tolerance: the kernels round P to the dtype before P V, which
+     *    adds 2 u sum_k p_k |v_kd| per element (the term of gpu_util.h's
+     *    rule and of decode_case.c); the CPU computes P V in fp32. */
+    int kernel_rules;
 } vc_case;
 
 /* What a run leaves for the tests that look further. */

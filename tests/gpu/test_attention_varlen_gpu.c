@@ -7,7 +7,8 @@
  * through vg_check (varlen_gpu.h).
  *
  * Every run starts from NaN-poisoned O and LSE and a garbage workspace; K/V
- * hold NaN at every key no query may read (varlen_case.c), which in the
+ * hold NaN in every key block no tile visits (varlen_case.h, kernel_rules:
+ * a visited block's masked keys are read, with P = 0), which in the
  * packed tensors includes the first keys of the sequence after a tail; the
  * paged caches add NaN in unused pages and in slots past each sequence's
  * length, shuffled page order, pages shared by two sequences (a prefix) and
@@ -39,6 +40,7 @@ static vc_case vg_random_case(tu_rng *rng, int32_t max_batch, int32_t max_q, int
     c.dtype = tu_rng_range(rng, 0, 1) ? SK_DTYPE_BF16 : SK_DTYPE_F16;
     c.head_dim = tu_rng_range(rng, 0, 1) ? 128 : 64;
     c.padded = c.padded ? 2 : 0;
+    c.kernel_rules = 1;
     if (tu_rng_range(rng, 0, 3) == 0) {
         c.window_blocks = (int32_t)tu_rng_range(rng, 1, 3);
         c.sink_blocks = (int32_t)tu_rng_range(rng, 0, 1);
@@ -131,6 +133,7 @@ SK_TEST(gpu_varlen_edges) {
     for (int i = 0; i < 6; ++i)
         for (int v = 0; v < 4; ++v) {
             vc_case c = vc_base_case(v & 1 ? SK_DTYPE_BF16 : SK_DTYPE_F16, 6, lq[i], lk[i]);
+            c.kernel_rules = 1;
             c.heads_q = v < 2 ? 4 : 8;
             c.heads_kv = v < 2 ? 1 : 2;
             c.head_dim = v & 2 ? 128 : 64;
@@ -164,6 +167,7 @@ SK_TEST(gpu_paged_chunked_prefill) {
     const int32_t lq[4] = {200, 1, 64, 130}, lk[4] = {1500, 900, 64, 2000};
     for (int i = 0; i < 4; ++i) {
         vc_case c = vc_base_case(i & 1 ? SK_DTYPE_BF16 : SK_DTYPE_F16, 4, lq, lk);
+        c.kernel_rules = 1;
         c.heads_q = 8;
         c.heads_kv = 2;
         c.head_dim = i < 2 ? 128 : 64;

@@ -36,6 +36,7 @@ SK_TEST(gpu_varlen_graph_replan) {
     const int32_t lqa[3] = {100, 300, 50}, lka[3] = {400, 200, 150};
     const int32_t lqb[3] = {300, 50, 100}, lkb[3] = {150, 400, 200};
     vc_case ca = vc_base_case(SK_DTYPE_BF16, 3, lqa, lka);
+    ca.kernel_rules = 1;
     ca.heads_q = 8;
     ca.heads_kv = 2;
     ca.head_dim = 128;
@@ -126,6 +127,7 @@ SK_TEST(gpu_paged_page_out_of_range) {
     if (vg_declines()) return;
     const int32_t lq[3] = {150, 90, 200}, lk[3] = {300, 260, 400};
     vc_case c = vc_base_case(SK_DTYPE_F16, 3, lq, lk);
+    c.kernel_rules = 1;
     c.heads_q = 4;
     c.heads_kv = 1;
     c.head_dim = 64;
@@ -208,6 +210,7 @@ SK_TEST(gpu_varlen_garbage_lengths) {
     if (vg_declines()) return;
     const int32_t lq[4] = {100, 70, 200, 30}, lk[4] = {120, 300, 64, 10};
     vc_case c = vc_base_case(SK_DTYPE_BF16, 4, lq, lk);
+    c.kernel_rules = 1;
     c.heads_q = 2;
     c.head_dim = 64;
     c.causal = 1;
@@ -258,6 +261,7 @@ done:
 SK_TEST(gpu_varlen_sm90_declines) {
     const int32_t lq[2] = {100, 20}, lk[2] = {100, 50};
     vc_case c = vc_base_case(SK_DTYPE_F16, 2, lq, lk);
+    c.kernel_rules = 1;
     c.head_dim = 64;
     tu_rng rng;
     tu_rng_seed(&rng, tu_base_seed());

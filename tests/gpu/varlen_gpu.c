@@ -290,6 +290,7 @@ int vg_check(const vc_case *c, vc_data *x, const vg_paged *pg, const char *label
     void *o_nan = malloc(g.o_bytes > 0 ? g.o_bytes : 1), *o2 = malloc(g.o_bytes + 1);
     float *lse_nan = (float *)malloc(lse_bytes), *lse2 = (float *)malloc(lse_bytes);
     ++vg_cases;
+    CHECK(c->kernel_rules, "%s: a GPU case needs vc_case.kernel_rules (varlen_case.h)", label);
     if (made == 1) { /* the forced Hopper backend declines */
         ++vg_declined;
         goto done;
