@@ -34,6 +34,7 @@
 #include "core/problem.h"
 #include "gpu/cuda_api.h"
 #include "gpu/gpu_util.h"
+#include "gpu/varlen_gpu.h"
 #include "sparsek.h"
 
 #pragma GCC diagnostic push
@@ -65,17 +66,6 @@ static void vs_dev_free(vs_dev *d) {
     gt_device_free(d->idx), gt_device_free(d->cu_q), gt_device_free(d->cu_k);
     gt_device_free(d->lens_k), gt_device_free(d->table);
     memset(d, 0, sizeof *d);
-}
-
-/* Whether device 0 is a Hopper (else the test says it skips). */
-static int vs_is_hopper(void) {
-    int dev = 0, major = 0;
-    if (cudaGetDevice(&dev) == cudaSuccess &&
-        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
-        major == 9)
-        return 1;
-    printf("  skipped: the device is not compute capability 9.0\n");
-    return 0;
 }
 
 static void *vs_upload(const void *src, size_t bytes) {
@@ -425,7 +415,7 @@ static void vs_random_cases(int paged, uint64_t salt, int *run, int *failed) {
 }
 
 SK_TEST(varlen_sm90_varlen_cases) {
-    if (!vs_is_hopper()) return;
+    if (!vg_is_hopper()) return;
     int failed = 0, run = 0;
     vs_random_cases(0, 0x5390a11eull, &run, &failed);
     /* Fixed shapes: a tail in the middle of the packed tensors followed by
@@ -439,7 +429,7 @@ SK_TEST(varlen_sm90_varlen_cases) {
 }
 
 SK_TEST(varlen_sm90_paged_cases) {
-    if (!vs_is_hopper()) return;
+    if (!vg_is_hopper()) return;
     int failed = 0, run = 0;
     vs_random_cases(1, 0x9a9edull, &run, &failed);
     /* Chunked prefill: few new tokens over a long cached context, causal. */
@@ -515,7 +505,7 @@ static int vs_fetch(const vs_dev *d, void *o, size_t o_bytes, float *lse, size_t
  * small scale (B 8, L 2000, Hq 16 / Hkv 2, D 128, bf16, causal, half the
  * blocks). */
 SK_TEST(varlen_sm90_same_as_fixed_and_paged) {
-    if (!vs_is_hopper()) return;
+    if (!vg_is_hopper()) return;
     enum { B = 8, L = 2000 };
     int32_t lens[B];
     for (int b = 0; b < B; ++b) lens[b] = L;

@@ -33,6 +33,16 @@ int vg_declines(const vc_case *c) {
     return gt_opt.backend == SK_BACKEND_CUDA_SM90 && !vg_sm90_covers(c);
 }
 
+int vg_is_hopper(void) {
+    int dev = 0, major = 0;
+    if (cudaGetDevice(&dev) == cudaSuccess &&
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
+        major == 9)
+        return 1;
+    printf("  skipped: the device is not compute capability 9.0\n");
+    return 0;
+}
+
 void vg_blocks_for_backend(vc_case *c) {
     if (gt_opt.backend == SK_BACKEND_CUDA_SM90) c->bq = c->bk = 128;
 }

@@ -48,6 +48,10 @@ int vg_sm90_covers(const vc_case *c);
  * the Hopper kernel does not cover. */
 int vg_declines(const vc_case *c);
 
+/* Whether device 0 is a Hopper (compute capability 9.0); else prints that
+ * the caller skips. */
+int vg_is_hopper(void);
+
 /* The fixed-shape tests' blocks: 128 x 128 under --backend sm90 (the
  * Hopper kernel's), else as the case has them (64). */
 void vg_blocks_for_backend(vc_case *c);
