@@ -144,6 +144,7 @@ SK_TEST(gpu_varlen_edges) {
             c.density = v == 2 ? 0.5 : 1.0;
             c.extra_rows = v;
             c.call = (vc_call)(v % 3);
+            vg_blocks_for_backend(&c); /* --backend sm90: all at 128, the Hopper kernel's */
             const uint64_t seed = tu_base_seed() ^ (uint64_t)(i * 16 + v);
             tu_rng rng;
             tu_rng_seed(&rng, seed);
@@ -177,6 +178,7 @@ SK_TEST(gpu_paged_chunked_prefill) {
         c.window_blocks = 4;
         c.sink_blocks = 1;
         c.call = VC_PLAN_RUN;
+        vg_blocks_for_backend(&c);
         const uint64_t seed = tu_base_seed() ^ (0x6368756e6bull + (uint64_t)i);
         tu_rng rng;
         tu_rng_seed(&rng, seed);
