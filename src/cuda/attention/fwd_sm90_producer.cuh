@@ -216,7 +216,7 @@ __device__ void sk90_producer(const sk90_params &p, const sk90_vparams &v, uint3
     sk90_pipe<L::kQBufs> qp = {0, 0};
     /* Paged: per K stage, the boxes not loaded (read by the consumers). */
     volatile int32_t *absent = nullptr;
-    if constexpr (MODE == kSk90Paged) absent = sk90_shared_ptr<int32_t>(base + L::kVAbsent);
+    if constexpr (MODE != kSk90Fixed) absent = sk90_shared_ptr<int32_t>(base + L::kVAbsent);
     for (uint32_t n = 0;; ++n) {
         const uint32_t sslot = n % kSchedSlots, sphase = (n / kSchedSlots) & 1;
         /* every lane: acquire */
