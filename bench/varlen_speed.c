@@ -11,8 +11,8 @@
  *   varlen   64 sequences, lengths uniform in [512, 16384] (seeded), causal
  *            window 2048 (left 2047); against the fixed batch B = 64 of the
  *            mean length, same window, on --backend and on the portable
- *            kernel (fixed_batch_sm80: the kernel family varlen runs on
- *            until the Hopper varlen kernel exists).
+ *            kernel (fixed_batch_sm80: the portable family's own ratio;
+ *            on an H100, --backend cuda / sm90 run the Hopper kernels).
  *   paged    one sequence of --seq tokens, causal window 2048 (the "long
  *            window" case); paged with page_size 128, 64, 32, 16 (shuffled
  *            pages) against the same call with contiguous K/V (varlen) and

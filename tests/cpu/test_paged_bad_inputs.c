@@ -247,7 +247,7 @@ BAD_PAGED(layout_count_differs_from_nnz, P_RUN, SK_STATUS_BAD_LAYOUT_COUNT, "nnz
           FIX->lay.bsr.nnz = 3)
 
 /* The CUDA backends: the CPU's statuses for bad arguments, then on
- * SK_BACKEND_CUDA_SM90 SK_STATUS_NOT_SUPPORTED (no Hopper paged kernel yet)
+ * SK_BACKEND_CUDA_SM90 SK_STATUS_NOT_SUPPORTED (the Hopper kernel: not D = 16)
  * or NOT_SUPPORTED_BACKEND, on the portable backends a workspace size; the
  * device arrays are not read on the host, so bad page indices pass. */
 SK_TEST(paged_cuda_declines_before_the_device) {
@@ -284,11 +284,13 @@ SK_TEST(paged_cuda_declines_before_the_device) {
             fix_free(&f);
             continue;
         }
-        /* SK_BACKEND_CUDA_SM90 (no Hopper paged kernel yet), or no CUDA. */
+        /* SK_BACKEND_CUDA_SM90: the Hopper kernel declines D = 16 (it
+         * covers D 64 / 128, blocks 128) from every call, the workspace
+         * size included, before any device access; or no CUDA. */
         const pcall calls[4] = {P_RUN, P_FORWARD, P_WORKSPACE_SIZE, P_PLAN};
         for (int i = 0; i < 4; ++i)
             expect2(&f, calls[i], declined, SK_STATUS_SUCCESS,
-                    has_cuda ? "not built yet" : "without CUDA");
+                    has_cuda ? "head_dim 64 or 128 only" : "without CUDA");
         fix_free(&f);
     }
 }

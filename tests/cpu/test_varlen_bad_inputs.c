@@ -277,8 +277,8 @@ BAD_VARLEN(layout_too_few_rows, V_RUN, SK_STATUS_BAD_LAYOUT_MISMATCH, "need 3",
 
 /* The CUDA backends: a bad argument gets the CPU's status (the core's
  * checks come first); the valid call, on SK_BACKEND_CUDA_SM90
- * SK_STATUS_NOT_SUPPORTED (no Hopper varlen kernel yet) or, without CUDA,
- * NOT_SUPPORTED_BACKEND, writing nothing; on the portable backends a
+ * SK_STATUS_NOT_SUPPORTED (the Hopper kernel does not cover D = 16) or,
+ * without CUDA, NOT_SUPPORTED_BACKEND, writing nothing; on the others a
  * workspace size. Host pointers are fine, as no device is touched. Device
  * length arrays are not read: lengths that do not add up pass the host
  * checks. */
@@ -319,11 +319,13 @@ SK_TEST(varlen_cuda_declines_before_the_device) {
             fix_free(&f);
             continue;
         }
-        /* SK_BACKEND_CUDA_SM90 (no Hopper varlen kernel yet), or no CUDA. */
+        /* SK_BACKEND_CUDA_SM90: the Hopper kernel declines D = 16 (it
+         * covers D 64 / 128, blocks 128) from every call, the workspace
+         * size included, before any device access; or no CUDA. */
         const vcall calls[4] = {V_RUN, V_FORWARD, V_WORKSPACE_SIZE, V_PLAN};
         for (int i = 0; i < 4; ++i)
             expect2(&f, calls[i], declined, SK_STATUS_SUCCESS,
-                    has_cuda ? "not built yet" : "without CUDA");
+                    has_cuda ? "head_dim 64 or 128 only" : "without CUDA");
         fix_free(&f);
     }
 }

@@ -5,7 +5,8 @@
  * same capacities (the plan re-derives everything on the GPU); device
  * arrays that break the contract (a page index outside the cache, length
  * arrays that do not add up: no fault, documented results); the forced
- * Hopper backend declining. References: tests/common/varlen_case.h.
+ * Hopper backend's choice (blocks of 64 declined, 128 taken). References:
+ * tests/common/varlen_case.h.
  */
 #include <math.h>
 #include <stdio.h>
@@ -32,7 +33,6 @@ static int vg_replay(cudaGraphExec_t exec, cudaStream_t s, const vc_case *c, vc_
 /* Two length arrays with the same capacities (totals, longest sequences,
  * layout rows at block 64: 8), dense layouts (B's nnz below A's). */
 SK_TEST(gpu_varlen_graph_replan) {
-    if (vg_declines()) return;
     const int32_t lqa[3] = {100, 300, 50}, lka[3] = {400, 200, 150};
     const int32_t lqb[3] = {300, 50, 100}, lkb[3] = {150, 400, 200};
     vc_case ca = vc_base_case(SK_DTYPE_BF16, 3, lqa, lka);
@@ -43,6 +43,7 @@ SK_TEST(gpu_varlen_graph_replan) {
     ca.causal = 1;
     ca.layout_heads = 2;
     ca.padded = 2;
+    vg_blocks_for_backend(&ca);
     vc_case cb = ca;
     for (int b = 0; b < 3; ++b) {
         cb.len_q[b] = lqb[b];
@@ -124,7 +125,6 @@ done:
  * masked and never read (sparsek.h), so the run succeeds, the other
  * sequences are bitwise the clean run's, and nothing turns NaN. */
 SK_TEST(gpu_paged_page_out_of_range) {
-    if (vg_declines()) return;
     const int32_t lq[3] = {150, 90, 200}, lk[3] = {300, 260, 400};
     vc_case c = vc_base_case(SK_DTYPE_F16, 3, lq, lk);
     c.kernel_rules = 1;
@@ -133,6 +133,7 @@ SK_TEST(gpu_paged_page_out_of_range) {
     c.head_dim = 64;
     c.causal = 1;
     c.call = VC_PLAN_RUN;
+    vg_blocks_for_backend(&c);
     const uint64_t seed = tu_base_seed() ^ 0x6f6f72ull;
     tu_rng rng;
     tu_rng_seed(&rng, seed);
@@ -207,7 +208,6 @@ done:
  * negative): the kernels clamp them (sparsek.h), so the run completes
  * without a fault and writes nothing outside O's and LSE's rows. */
 SK_TEST(gpu_varlen_garbage_lengths) {
-    if (vg_declines()) return;
     const int32_t lq[4] = {100, 70, 200, 30}, lk[4] = {120, 300, 64, 10};
     vc_case c = vc_base_case(SK_DTYPE_BF16, 4, lq, lk);
     c.kernel_rules = 1;
@@ -215,6 +215,7 @@ SK_TEST(gpu_varlen_garbage_lengths) {
     c.head_dim = 64;
     c.causal = 1;
     c.padded = 2;
+    vg_blocks_for_backend(&c);
     const uint64_t seed = tu_base_seed() ^ 0x6a756e6bull;
     tu_rng rng;
     tu_rng_seed(&rng, seed);
@@ -256,15 +257,18 @@ done:
     vc_data_free(&x);
 }
 
-/* SK_BACKEND_CUDA_SM90 has no varlen / paged kernel yet: every call says
- * so, touching nothing. */
-SK_TEST(gpu_varlen_sm90_declines) {
+/* SK_BACKEND_CUDA_SM90 (the Hopper kernel, varlen_sm90.h): blocks of 64
+ * are declined by every call with the reason, touching nothing; the same
+ * sequences at blocks of 128 are taken: a workspace size, then the forward
+ * against the reference (vg_check, the Hopper kernel forced). */
+SK_TEST(gpu_varlen_sm90_dispatch) {
     const int32_t lq[2] = {100, 20}, lk[2] = {100, 50};
     vc_case c = vc_base_case(SK_DTYPE_F16, 2, lq, lk);
     c.kernel_rules = 1;
     c.head_dim = 64;
+    const uint64_t seed = tu_base_seed();
     tu_rng rng;
-    tu_rng_seed(&rng, tu_base_seed());
+    tu_rng_seed(&rng, seed);
     vc_data x;
     vg_dev g;
     memset(&g, 0, sizeof g);
@@ -279,8 +283,8 @@ SK_TEST(gpu_varlen_sm90_declines) {
     size_t bytes = 777;
     sk_status st = sk_attention_varlen_workspace_size(&d, &x.layout, &bytes);
     CHECK(st == SK_STATUS_NOT_SUPPORTED && bytes == 777 &&
-              strstr(sk_last_error(), "not built yet") != NULL,
-          "workspace size: %s %s", sk_status_name(st), sk_last_error());
+              strstr(sk_last_error(), "128 x 128 only") != NULL,
+          "blocks 64, workspace size: %s %s", sk_status_name(st), sk_last_error());
     const sk_backend saved = gt_opt.backend;
     gt_opt.backend = SK_BACKEND_CUDA; /* device buffers of the case */
     const int made = vg_dev_make(&c, &x, NULL, &g);
@@ -288,7 +292,8 @@ SK_TEST(gpu_varlen_sm90_declines) {
     if (made == 0 && gt_upload(g.o, x.o, g.o_bytes) == 0) {
         st = sk_attention_varlen_forward(&d, &g.layout, g.cu_q, g.cu_k, g.q, g.k, g.v, g.o, g.lse,
                                          g.ws, g.ws_bytes, NULL);
-        CHECK(st == SK_STATUS_NOT_SUPPORTED, "forward: %s %s", sk_status_name(st), sk_last_error());
+        CHECK(st == SK_STATUS_NOT_SUPPORTED && strstr(sk_last_error(), "128 x 128 only") != NULL,
+              "blocks 64, forward: %s %s", sk_status_name(st), sk_last_error());
         void *o = malloc(g.o_bytes);
         if (o != NULL && gt_sync() == 0 && gt_download(o, g.o, g.o_bytes) == 0) {
             int64_t written = 0;
@@ -300,5 +305,29 @@ SK_TEST(gpu_varlen_sm90_declines) {
         CHECK(0, "setup: %s", sk_last_error());
     }
     vg_dev_free(&g);
+    vc_data_free(&x);
+
+    /* Blocks of 128: covered (run on a Hopper only). */
+    if (!vg_is_hopper()) return;
+    c.bq = c.bk = 128;
+    tu_rng_seed(&rng, seed ^ 0x3930ull);
+    if (!vc_make(&c, &rng, &x)) {
+        CHECK(0, "out of memory");
+        vc_data_free(&x);
+        return;
+    }
+    vg_varlen_desc(&c, &x, &d);
+    d.backend = SK_BACKEND_CUDA_SM90;
+    bytes = 0;
+    st = sk_attention_varlen_workspace_size(&d, &x.layout, &bytes);
+    CHECK(st == SK_STATUS_SUCCESS && bytes > 0, "blocks 128, workspace size: %s %s",
+          sk_status_name(st), sk_last_error());
+    char label[512];
+    vc_label(&c, seed ^ 0x3930ull, label, sizeof label);
+    gt_opt.backend = SK_BACKEND_CUDA_SM90;
+    const int before = vg_declined;
+    CHECK(vg_check(&c, &x, NULL, label) == 0 && vg_declined == before,
+          "blocks 128 on the forced Hopper backend");
+    gt_opt.backend = saved;
     vc_data_free(&x);
 }

@@ -40,8 +40,21 @@ extern int vg_cases, vg_failed, vg_declined;
  * failed / declined counts, under `what`. */
 void vg_report(const char *what, int before);
 
-/* Whether the backend under test is expected to decline (sm90). */
-int vg_declines(void);
+/* Whether the Hopper kernel covers case c (fp16 / bf16, D 64 / 128,
+ * blocks 128 x 128, strides of 16-byte multiples: varlen_sm90.h). */
+int vg_sm90_covers(const vc_case *c);
+
+/* Whether the backend under test must decline c: --backend sm90 and a case
+ * the Hopper kernel does not cover. */
+int vg_declines(const vc_case *c);
+
+/* Whether device 0 is a Hopper (compute capability 9.0); else prints that
+ * the caller skips. */
+int vg_is_hopper(void);
+
+/* The fixed-shape tests' blocks: 128 x 128 under --backend sm90 (the
+ * Hopper kernel's), else as the case has them (64). */
+void vg_blocks_for_backend(vc_case *c);
 
 /* The descriptors of a case, on the backend under test. */
 void vg_varlen_desc(const vc_case *c, const vc_data *x, sk_attention_varlen_desc *d);

@@ -60,12 +60,15 @@
  *     blocks 128 x D, O 128 x D, all in 128B-swizzled 64-column slabs (the
  *     TMA box layout), 1024-B aligned; at D = 128, 1 + 2 + 2 + 1 tiles of
  *     32 KB: 193 KB with the barriers and the alignment slack (227 KB
- *     allowed, static_assert below).
+ *     allowed, static_assert in fwd_sm90_common.cuh).
  *
  * Files: fwd_sm90_common.cuh holds the shapes, the shared layout, the
- * parameters and the helpers (the FP8 kernel, fwd_sm90_fp8.cu, shares
- * them); this one the kernel and the host side; fwd_sm90_producer.cuh and
- * fwd_sm90_consumer.cuh hold the warpgroups' code.
+ * parameters and the helpers (the FP8 kernel, fwd_sm90_fp8.cu, and the
+ * varlen / paged kernel, fwd_sm90_varlen.cu, share them);
+ * fwd_sm90_body.cuh the kernel body (shared with the varlen / paged
+ * kernel, a compile-time mode of the same code); fwd_sm90_producer.cuh and
+ * fwd_sm90_consumer.cuh the warpgroups' code; this one the fixed kernel
+ * and its host side.
  */
 #include <cuda.h>
 #include <cudaTypedefs.h>
@@ -82,52 +85,19 @@
 #include "cuda/common/tensor_map.h"
 
 #include "cuda/attention/fwd_sm90_common.cuh"
+#include "cuda/attention/fwd_sm90_body.cuh"
 
-/* The warpgroups' code: the producer (scheduler and TMA warps), then the
- * consumers (GEMMs, softmax, epilogue). */
-#include "cuda/attention/fwd_sm90_producer.cuh"
-#include "cuda/attention/fwd_sm90_consumer.cuh"
+/* The varlen mode's parameters, never read by the fixed kernel. */
+static __constant__ sk90_vparams sk90_no_vparams;
 
 template <sk_dtype DT, int HD>
 __global__ void __launch_bounds__(kThreads, 1) sk_attention_sm90_kernel(const __grid_constant__ sk90_params p) {
-    using L = sk90_smem<HD>;
-    extern __shared__ uint8_t sk90_smem_raw[];
-    const uint32_t raw = (uint32_t)__cvta_generic_to_shared(sk90_smem_raw);
-    const uint32_t base = (raw + kSwizzleAtom - 1) & ~(uint32_t)(kSwizzleAtom - 1);
-    int32_t *tile_ids = (int32_t *)(sk90_smem_raw + (base - raw) + L::kTileIds);
-    volatile int32_t *block_info = (volatile int32_t *)(sk90_smem_raw + (base - raw) + L::kBlockInfo);
-    volatile int32_t *sched = (volatile int32_t *)(sk90_smem_raw + (base - raw) + L::kSched);
-
-    if (threadIdx.x == 0) sk90_init_barriers<L>(base);
-    __syncthreads();
-
-    const int wg = threadIdx.x / 128;
-    if (wg == 0) {
-        sk_setmaxnreg_dec<kProducerRegs>();
-        const int warp = threadIdx.x / 32;
-        if (warp == 0) sk90_producer<L>(p, base, tile_ids, block_info, nullptr, sched);
-        if (warp == 1) sk90_scheduler<L>(p, base, sched);
-    } else {
-        sk_setmaxnreg_inc<kConsumerRegs>();
-        sk90_consumer<DT, HD>(p, base, tile_ids, block_info, wg - 1);
-    }
+    sk90_kernel_body<DT, HD, kSk90Fixed>(p, sk90_no_vparams);
 }
 
 /* ---------------------------------------------------------------------------
  * Host side
  * ------------------------------------------------------------------------- */
-
-/* Fill the four maps; pointers may be placeholders (supports() only asks
- * whether the driver accepts the geometry). */
-static CUresult sk90_encode_all(sk90_params *prm, const sk_attention_problem *p, const void *q,
-                                const void *k, const void *v, const void *o) {
-    const sk_dtype dt = p->dtype;
-    CUresult r = sk90_encode(&prm->tm_q, p, dt, kSlabCols, q, p->seq_q, p->heads_q, p->q_stride, kBlockM);
-    if (r == CUDA_SUCCESS) r = sk90_encode(&prm->tm_k, p, dt, kSlabCols, k, p->seq_k, p->heads_kv, p->k_stride, kBlockN);
-    if (r == CUDA_SUCCESS) r = sk90_encode(&prm->tm_v, p, dt, kSlabCols, v, p->seq_k, p->heads_kv, p->v_stride, kBlockN);
-    if (r == CUDA_SUCCESS) r = sk90_encode(&prm->tm_o, p, dt, kSlabCols, o, p->seq_q, p->heads_q, p->o_stride, kWgRows);
-    return r;
-}
 
 int sk_attention_sm90_supports(const sk_attention_problem *p) {
     if (p->dtype != SK_DTYPE_F16 && p->dtype != SK_DTYPE_BF16) return 0;

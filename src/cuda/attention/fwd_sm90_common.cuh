@@ -1,10 +1,16 @@
 /*
  * fwd_sm90_common.cuh - what the Hopper attention kernels (fwd_sm90.cu, the
- * fp16 / bf16 kernel, and fwd_sm90_fp8.cu, the e4m3 one) share, included by
- * their .cu files only: the tile shapes and the fp16 / bf16 shared-memory
- * layout, the kernel parameters, the tile decode and the block visibility
- * rule, the pipeline position. (Moved here unchanged from fwd_sm90.cu; the
- * algorithm is described in its header.)
+ * fp16 / bf16 kernel; fwd_sm90_fp8.cu, the e4m3 one; fwd_sm90_varlen.cu,
+ * the fp16 / bf16 kernel in varlen / paged mode) share, included by their
+ * .cu files only: the tile shapes and the fp16 / bf16 shared-memory layout,
+ * the kernel parameters, the tile decode and the block visibility rule,
+ * the pipeline position, the host-side helpers; and the varlen / paged
+ * mode's additions (its second parameter sk90_vparams, the compile-time
+ * MODE, the per-sequence tile view). The algorithm is described in
+ * fwd_sm90.cu's header, the varlen / paged mode in fwd_sm90_varlen.cu's.
+ * Every varlen addition in the shared code sits behind `if constexpr (MODE
+ * ...)`, so the fixed kernels' code is unchanged
+ * (tests/bitwise/sass_compare.sh).
  */
 #ifndef SK_CUDA_ATTENTION_FWD_SM90_COMMON_CUH
 #define SK_CUDA_ATTENTION_FWD_SM90_COMMON_CUH
@@ -56,6 +62,7 @@ enum {
     kBarTurn1 = 2,
     kBarEpilogue0 = 3,
     kBarEpilogue1 = 4,
+    kBarZeroV = 5,         /* varlen: both consumers zeroed a V stage's masked rows */
     kTileEnd = -1,         /* tile slot: no more tiles */
     kTileSkip = -2,        /* tile slot: a schedule entry out of range, skipped */
     kTileEmptyBase = -3,   /* tile slot kTileEmptyBase - t: tile t has no visible block */
@@ -105,6 +112,16 @@ struct sk90_smem {
     static constexpr uint32_t kUsed = kSched + 16 * kSchedSlots;
     /* + slack to align the dynamic base up to 1024 B. */
     static constexpr uint32_t kDynamicBytes = kUsed + kSwizzleAtom;
+    /* Varlen / paged mode only, past the fixed kernel's part: the scheduler
+     * slots widened to {tile, start, end, b, i, q0, len_q, k0, len_k} (16
+     * ints each), the sequence of each tile slot for the consumers {q0,
+     * len_q, len_k, i}, and per K stage the boxes of the block not loaded
+     * (paged: pages absent or past len_k; a bit per page_size rows). */
+    static constexpr uint32_t kVSched = kUsed;
+    static constexpr uint32_t kVTile = kVSched + 64 * kSchedSlots;
+    static constexpr uint32_t kVAbsent = kVTile + 16 * kTileSlots;
+    static constexpr uint32_t kVUsed = kVAbsent + 4 * kKStages;
+    static constexpr uint32_t kVDynamicBytes = kVUsed + kSwizzleAtom;
 
     static_assert(HD == 64 || HD == 128, "head dim 64 or 128");
     static_assert(kKStages >= 2 && kVStages >= 2 && (kQBufs == 1 || kQBufs == 2),
@@ -114,6 +131,7 @@ struct sk90_smem {
     static_assert(kBlockBytes % kSwizzleAtom == 0 && kOSlabBytes % kSwizzleAtom == 0,
                   "stages and slabs keep 1024-B alignment");
     static_assert(kDynamicBytes <= 227 * 1024, "shared memory budget of one sm_90 CTA");
+    static_assert(kVDynamicBytes <= 227 * 1024, "shared memory budget (varlen mode)");
 };
 
 /* The kernel's parameters: one struct, passed as __grid_constant__ so the
@@ -136,6 +154,23 @@ struct sk90_params {
     int32_t negate;   /* the scale is negative: scores are negated, |scale| used */
     float scale;      /* |softmax scale|, for the LSE */
     float scale_log2; /* |scale| * log2(e), folded into the exponent */
+};
+
+/* Varlen / paged mode only (fwd_sm90_varlen.cu), a second kernel parameter
+ * (sk90_params unchanged keeps the fixed kernels' resources unchanged; they
+ * pass sk90_no_vparams, never read). sk90_params' maps then cover the
+ * packed tensors as batch 1 ({D, H, total, 1}), or the caches ({D, Hkv,
+ * page_size, num_pages}, box page_size rows); num_tiles is the plan's Hq *
+ * R. The plan's parts: varlen_plan.h. */
+struct sk90_vparams {
+    const int4 *tile_info;     /* [num_tiles] {t, first, end, first column} */
+    const int2 *rows;          /* [row_blocks] {b, i} */
+    const int4 *seqs;          /* [batch] {q0, len_q, k0, len_k}, clamped */
+    const int32_t *page_table; /* paged: [batch, table_stride] */
+    void *o;                   /* packed O, for the per-row stores of tail tiles */
+    int64_t o_token_stride, o_head_stride; /* elements */
+    int64_t table_stride;
+    int32_t batch, total_q, num_pages, page_size, page_shift;
 };
 
 /* ---------------------------------------------------------------------------
@@ -236,7 +271,57 @@ struct sk90_pipe {
 };
 
 /* ---------------------------------------------------------------------------
- * Host side shared by the two kernels
+ * Varlen / paged mode (fwd_sm90_varlen.cu)
+ * ------------------------------------------------------------------------- */
+
+/* The kernels' modes, compile-time: the fixed kernels carry none of the
+ * varlen code. */
+enum { kSk90Fixed = 0, kSk90Varlen = 1, kSk90Paged = 2 };
+
+/* A generic pointer to a shared-memory address (the varlen parts of the
+ * layout, reached from `base`). */
+template <class T>
+__device__ __forceinline__ T *sk90_shared_ptr(uint32_t addr) {
+    return (T *)__cvta_shared_to_generic((size_t)addr);
+}
+
+/* Varlen / paged: a tile's sequence and its clamped lengths (the plan's
+ * seqs). Kept apart from sk90_tile: the fixed kernel's code depends on
+ * that one's layout (a field more changed its SASS). */
+struct sk90_seq {
+    int seq, q0, len_q, k0, len_k;
+};
+
+/* The visiting rule of the mode: the fixed one, or varlen_plan.h's. In
+ * varlen mode t.key_limit is the last key the tile may see: the sequence's
+ * bottom-right causal limit, or len_k - 1 (c * 128 <= len_k - 1 is c <
+ * ceil(len_k / 128)), so one comparison covers both. */
+template <int MODE>
+__device__ __forceinline__ bool sk90_visit(const sk90_params &p, const sk90_tile &t, int c) {
+    if constexpr (MODE == kSk90Fixed) {
+        return sk90_block_visible(p, t, c);
+    } else {
+        if ((unsigned)c >= (unsigned)p.col_blocks) return false;
+        return c * kBlockN <= t.key_limit;
+    }
+}
+
+/* A varlen tile's sequence from the plan's clamped {q0, len_q, k0, len_k},
+ * and its key limit (sk90_visit; t.i must be the sequence's query block). */
+__device__ __forceinline__ sk90_seq sk90_tile_seq(const sk90_params &p, sk90_tile &t, int seq,
+                                                  int q0, int len_q, int k0, int len_k) {
+    sk90_seq sq;
+    sq.seq = seq;
+    sq.q0 = q0;
+    sq.len_q = len_q;
+    sq.k0 = k0;
+    sq.len_k = len_k;
+    t.key_limit = p.causal ? min((t.i + 1) * kBlockM, len_q) - 1 + (len_k - len_q) : len_k - 1;
+    return sq;
+}
+
+/* ---------------------------------------------------------------------------
+ * Host side shared by the kernels
  * ------------------------------------------------------------------------- */
 
 /* Largest extent, coordinate and byte stride the kernel and TMA handle. */
@@ -293,21 +378,35 @@ static inline bool sk90_limits_ok(const sk_attention_problem *p, int64_t in_es, 
            sk90_stride_ok(p->v_stride[2], p->heads_kv, in_es);
 }
 
-/* Every parameter but the tensor maps, and the persistent grid (one CTA
- * per SM, at most one per tile; 0: nothing to run). */
-static inline sk_status sk90_fill_params(sk90_params *prm, const sk_attention_problem *p,
-                                  const sk_attention_schedule *s, int *grid) {
+/* The fp16 / bf16 kernel's four maps; pointers may be placeholders
+ * (supports() only asks whether the driver accepts the geometry). */
+static inline CUresult sk90_encode_all(sk90_params *prm, const sk_attention_problem *p, const void *q,
+                                const void *k, const void *v, const void *o) {
+    const sk_dtype dt = p->dtype;
+    CUresult r = sk90_encode(&prm->tm_q, p, dt, kSlabCols, q, p->seq_q, p->heads_q, p->q_stride, kBlockM);
+    if (r == CUDA_SUCCESS) r = sk90_encode(&prm->tm_k, p, dt, kSlabCols, k, p->seq_k, p->heads_kv, p->k_stride, kBlockN);
+    if (r == CUDA_SUCCESS) r = sk90_encode(&prm->tm_v, p, dt, kSlabCols, v, p->seq_k, p->heads_kv, p->v_stride, kBlockN);
+    if (r == CUDA_SUCCESS) r = sk90_encode(&prm->tm_o, p, dt, kSlabCols, o, p->seq_q, p->heads_q, p->o_stride, kWgRows);
+    return r;
+}
+
+/* The scalar and layout parameters from the checked problem, and the
+ * schedule's (tile order, counter, count, rows: the fixed schedule's or the
+ * varlen plan's); the maps are the caller's. */
+static inline void sk90_params_fill(sk90_params *prm, const sk_attention_problem *p,
+                                    const int32_t *tile_order, int32_t *tile_counter,
+                                    int32_t num_tiles, int32_t row_blocks) {
     prm->lse = p->lse;
     prm->row_offsets = p->row_offsets;
     prm->col_indices = p->col_indices;
-    prm->tile_order = s->tile_order;
-    prm->tile_counter = s->tile_counter;
-    prm->num_tiles = s->num_tiles;
+    prm->tile_order = tile_order;
+    prm->tile_counter = tile_counter;
+    prm->num_tiles = num_tiles;
     prm->seq_q = (int32_t)p->seq_q;
     prm->seq_k = (int32_t)p->seq_k;
     prm->heads_q = (int32_t)p->heads_q;
     prm->group = p->group;
-    prm->row_blocks = p->row_blocks;
+    prm->row_blocks = row_blocks;
     prm->col_blocks = p->col_blocks;
     prm->layout_batch = p->layout_batch;
     prm->layout_heads = p->layout_heads;
@@ -317,16 +416,25 @@ static inline sk_status sk90_fill_params(sk90_params *prm, const sk_attention_pr
     prm->negate = p->scale < 0.0f;
     prm->scale = fabsf(p->scale);
     prm->scale_log2 = prm->scale * 1.4426950408889634f; /* log2(e) */
+}
 
+/* The persistent grid: one CTA per SM, at most one per tile (0: none). */
+static inline sk_status sk90_grid(int32_t num_tiles, int *grid) {
     int device = 0, sms = 0;
     SK_CUDA_TRY(cudaGetDevice(&device), "cudaGetDevice");
     SK_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device),
                 "cudaDeviceGetAttribute");
-    *grid = s->num_tiles < sms ? s->num_tiles : sms;
+    *grid = num_tiles < sms ? num_tiles : sms;
     return SK_STATUS_SUCCESS;
-
 }
 
+/* Every parameter but the tensor maps, from the fixed schedule, and the
+ * persistent grid (0: nothing to run). */
+static inline sk_status sk90_fill_params(sk90_params *prm, const sk_attention_problem *p,
+                                         const sk_attention_schedule *s, int *grid) {
+    sk90_params_fill(prm, p, s->tile_order, s->tile_counter, s->num_tiles, p->row_blocks);
+    return sk90_grid(s->num_tiles, grid);
+}
 
 
 #endif /* SK_CUDA_ATTENTION_FWD_SM90_COMMON_CUH */

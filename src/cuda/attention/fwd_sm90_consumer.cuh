@@ -1,8 +1,11 @@
 /*
- * fwd_sm90_consumer.cuh - the Hopper attention kernel's consumer
- * warpgroups (part of fwd_sm90.cu, included there only): the wgmma GEMMs
- * S = Q K^T and O += P V, masking, the base-2 online softmax, the turn
- * taking between the two warpgroups, and the epilogue.
+ * fwd_sm90_consumer.cuh - the fp16 / bf16 Hopper attention kernel's
+ * consumer warpgroups (included by fwd_sm90_body.cuh, and by fwd_sm90_fp8.cu
+ * for its helpers): the wgmma GEMMs S = Q K^T and O += P V, masking, the
+ * base-2 online softmax, the turn taking between the two warpgroups, and
+ * the epilogue. MODE: the varlen / paged mode adds per-sequence masks, the
+ * zeroing of masked V rows, and per-row stores of tail tiles; the fixed
+ * mode's code is unchanged.
  */
 #ifndef SK_CUDA_ATTENTION_FWD_SM90_CONSUMER_CUH
 #define SK_CUDA_ATTENTION_FWD_SM90_CONSUMER_CUH
@@ -92,7 +95,9 @@ __device__ __forceinline__ void sk90_mask(float s[64], int lim0, int lim1, int t
 /* Prepare the scores of block c for the softmax: negated when the scale is
  * negative (the max trick needs a positive scale: s * scale = (-s) * |scale|),
  * then the masks block c needs for this warpgroup: the key tail (keys past
- * Sk) and, when causal, the diagonal. Blocks needing none are untouched. */
+ * Sk) and, when causal, the diagonal. Blocks needing none are untouched.
+ * (sk90_mask_block_seq is the same with a sequence's lengths; one shared
+ * helper changed this kernel's SASS, so the fixed one stays as it was.) */
 __device__ __forceinline__ void sk90_mask_block(float s[64], const sk90_params &p, int c,
                                                 int wg_first_row, int row0, int t4) {
     if (p.negate) {
@@ -187,11 +192,109 @@ __device__ __forceinline__ int sk90_read_info(const volatile int32_t *block_info
     return __shfl_sync(0xffffffffu, v, 0);
 }
 
+/* Varlen / paged: sk90_mask_block with the tile's sequence lengths
+ * (bottom-right causal per sequence), then the boxes of the block that were
+ * not loaded (paged; a bit per page_size keys). */
+__device__ __forceinline__ void sk90_mask_block_seq(float s[64], const sk90_params &p,
+                                                    const sk90_vparams &v,
+                                                    const sk90_seq &t, int c, uint32_t absent,
+                                                    int wg_first_row, int row0, int t4) {
+    if (p.negate) {
+#pragma unroll
+        for (int i = 0; i < 64; ++i) s[i] = -s[i];
+    }
+    const int kbase = c * kBlockN, diag = t.len_k - t.len_q;
+    const bool tail = kbase + kBlockN > t.len_k;
+    const bool cross = p.causal && kbase + kBlockN - 1 > wg_first_row + diag;
+    if (tail || cross) {
+        int lim0 = t.len_k - 1 - kbase, lim1 = lim0;
+        if (p.causal) {
+            lim0 = min(lim0, row0 + diag - kbase);
+            lim1 = min(lim1, row0 + 8 + diag - kbase);
+        }
+        sk90_mask(s, lim0, lim1, t4);
+    }
+    if (absent != 0) {
+#pragma unroll
+        for (int i = 0; i < 64; ++i) {
+            const int col = 8 * (i >> 2) + 2 * t4 + (i & 1);
+            if ((absent >> (col >> v.page_shift)) & 1u) s[i] = -INFINITY;
+        }
+    }
+}
+
+/* The masks of block c, by mode. */
+template <int MODE>
+__device__ __forceinline__ void sk90_mask_tile(float s[64], const sk90_params &p,
+                                               const sk90_vparams &v,
+                                               const sk90_seq &sq, int c, uint32_t absent,
+                                               int wg_first_row, int row0, int t4) {
+    if constexpr (MODE == kSk90Fixed)
+        sk90_mask_block(s, p, c, wg_first_row, row0, t4);
+    else
+        sk90_mask_block_seq(s, p, v, sq, c, MODE == kSk90Paged ? absent : 0u, wg_first_row, row0, t4);
+}
+
+/* Varlen / paged: before a P V GEMM reads V block c, zero its rows of keys
+ * that must not reach the product: keys at or past len_k (the packed
+ * tensors continue with the next sequence's tokens, a page's slots past
+ * len_k hold anything: P = 0 times NaN is NaN) and the boxes not loaded
+ * (stale data). Both consumer warpgroups share the rows, then meet at a
+ * named barrier; the condition is the same for both (same tile, same
+ * block), so both take it or neither does. Fixed mode: nothing. */
+template <int HD, int MODE>
+__device__ __forceinline__ void sk90_zero_v(const sk90_vparams &p, const sk90_seq &t,
+                                            uint32_t v_stage, int c, uint32_t absent) {
+    if constexpr (MODE != kSk90Fixed) {
+        using L = sk90_smem<HD>;
+        constexpr int kChunks = HD / 8; /* 16-byte chunks per row */
+        const int valid = t.len_k - c * kBlockN;
+        if (MODE == kSk90Varlen) absent = 0;
+        if (valid >= kBlockN && absent == 0) return;
+        for (int k = (int)threadIdx.x - 128; k < kBlockN * kChunks; k += 256) {
+            const int r = k / kChunks, ch = k % kChunks;
+            const bool zero = r >= valid || ((absent >> (r >> p.page_shift)) & 1u);
+            if (zero)
+                *sk90_shared_ptr<uint4>(v_stage + (ch / 8) * L::kSlab128 + sk_sw128_offset(r, ch % 8)) =
+                    make_uint4(0u, 0u, 0u, 0u);
+        }
+        sk_fence_proxy_async_smem(); /* generic writes before wgmma's reads */
+        sk_bar_sync(kBarZeroV, 256);
+    } else {
+        (void)p;
+        (void)t;
+        (void)v_stage;
+        (void)c;
+        (void)absent;
+    }
+}
+
+/* Varlen / paged epilogue of a warpgroup whose 64 rows pass the sequence's
+ * end: rows below len_q copied from the swizzled O tile to the packed O, 16
+ * bytes per thread and step (the next sequence's rows are never written; a
+ * TMA store cannot stop at a sequence end). */
+template <int HD>
+__device__ __forceinline__ void sk90_store_rows(const sk90_vparams &p, const sk90_tile &t,
+                                                const sk90_seq &sq, uint32_t o_base, int wg_first_row, int rows,
+                                                int wtid) {
+    using L = sk90_smem<HD>;
+    constexpr int kChunks = HD / 8;
+    char *o = (char *)p.o;
+    for (int k = wtid; k < rows * kChunks; k += 128) {
+        const int r = k / kChunks, ch = k % kChunks;
+        const uint4 val = *sk90_shared_ptr<uint4>(o_base + (ch / 8) * L::kOSlabBytes +
+                                                  r * kSlabRowBytes + (((ch % 8) ^ (r % 8)) << 4));
+        const int64_t elem = (int64_t)(sq.q0 + wg_first_row + r) * p.o_token_stride +
+                             (int64_t)t.h * p.o_head_stride + ch * 8;
+        *(uint4 *)(o + 2 * elem) = val;
+    }
+}
+
 /* A consumer warpgroup (wg 0 or 1: query rows 64 wg .. 64 wg + 63 of each
  * tile): per tile, the first S alone, the steady steps (S_j with
  * P_{j-1} V_{j-1}), the last P V alone, then the epilogue. */
-template <sk_dtype DT, int HD>
-__device__ void sk90_consumer(const sk90_params &p, uint32_t base, const int32_t *tile_ids,
+template <sk_dtype DT, int HD, int MODE>
+__device__ void sk90_consumer(const sk90_params &p, const sk90_vparams &v, uint32_t base, const int32_t *tile_ids,
                               const volatile int32_t *block_info, int wg) {
     using L = sk90_smem<HD>;
     constexpr int kOAcc = HD / 2; /* O accumulator registers per thread */
@@ -215,12 +318,19 @@ __device__ void sk90_consumer(const sk90_params &p, uint32_t base, const int32_t
         const uint32_t slot = n % kTileSlots, slot_phase = (n / kTileSlots) & 1;
         sk_mbar_wait(base + L::kBarTileFull + 8 * slot, slot_phase, "tile full");
         const int slot_value = *(volatile const int32_t *)(tile_ids + slot);
+        int vt[4] = {0, 0, 0, 0}; /* varlen: {q0, len_q, len_k, i} */
+        if constexpr (MODE != kSk90Fixed) {
+            const volatile int32_t *src = sk90_shared_ptr<int32_t>(base + L::kVTile) + 4 * slot;
+#pragma unroll
+            for (int k = 0; k < 4; ++k) vt[k] = src[k];
+        }
         sk_mbar_arrive(base + L::kBarTileEmpty + 8 * slot);
         if (slot_value == kTileEnd) break;
         if (slot_value == kTileSkip) continue;
         const bool has_blocks = slot_value >= 0;
-        const sk90_tile t =
-            sk90_tile_coords(p, has_blocks ? slot_value : kTileEmptyBase - slot_value);
+        sk90_tile t = sk90_tile_coords(p, has_blocks ? slot_value : kTileEmptyBase - slot_value);
+        sk90_seq sq = {0, vt[0], vt[1], 0, vt[2]}; /* varlen: seq and k0 unused here */
+        if constexpr (MODE != kSk90Fixed) t.i = vt[3];
         const int row0 = t.i * kBlockM + wg * kWgRows + 16 * warp + g; /* query of o[i], (i>>1)&1 == 0 */
         const int row1 = row0 + 8;
         const int wg_first_row = t.i * kBlockM + wg * kWgRows;
@@ -244,6 +354,9 @@ __device__ void sk90_consumer(const sk90_params &p, uint32_t base, const int32_t
              * index and whether another block follows come with the K stage. */
             sk_mbar_wait(base + L::kBarKFull + 8 * kp.stage, kp.phase, "K full");
             int info = sk90_read_info(block_info, kp.stage, lane);
+            int absent = 0; /* paged: the boxes of the block not loaded */
+            if constexpr (MODE == kSk90Paged)
+                absent = sk90_read_info(sk90_shared_ptr<int32_t>(base + L::kVAbsent), kp.stage, lane);
             sk_bar_sync(bar_mine, 256);
             sk_wgmma_fence();
             sk90_gemm_qk<DT, HD>(s, q_base, base + L::kK + kp.stage * L::kBlockBytes);
@@ -254,7 +367,7 @@ __device__ void sk90_consumer(const sk90_params &p, uint32_t base, const int32_t
             sk90_release_k(base + L::kBarKEmpty + 8 * kp.stage, lane);
             if (leader && !(info & kInfoMore)) sk_mbar_arrive(q_empty); /* last use of Q */
             kp.advance();
-            sk90_mask_block(s, p, info & ~kInfoMore, wg_first_row, row0, t4);
+            sk90_mask_tile<MODE>(s, p, v, sq, info & ~kInfoMore, absent, wg_first_row, row0, t4);
             sk90_softmax(s, m, l, corr, scale_log2); /* O = 0: nothing to rescale */
             sk90_pack_p<DT>(pf, s);
 
@@ -264,7 +377,12 @@ __device__ void sk90_consumer(const sk90_params &p, uint32_t base, const int32_t
                  * the issue keeps the two GEMMs in one fenced sequence. */
                 sk_mbar_wait(base + L::kBarKFull + 8 * kp.stage, kp.phase, "K full");
                 sk_mbar_wait(base + L::kBarVFull + 8 * vp.stage, vp.phase, "V full");
+                sk90_zero_v<HD, MODE>(v, sq, base + L::kV + vp.stage * L::kBlockBytes,
+                                      info & ~kInfoMore, absent);
                 info = sk90_read_info(block_info, kp.stage, lane);
+                if constexpr (MODE == kSk90Paged)
+                    absent = sk90_read_info(sk90_shared_ptr<int32_t>(base + L::kVAbsent), kp.stage,
+                                            lane);
                 sk_bar_sync(bar_mine, 256);
                 sk90_fence_operands<HD>(o, pf);
                 sk_wgmma_fence();
@@ -285,7 +403,7 @@ __device__ void sk90_consumer(const sk90_params &p, uint32_t base, const int32_t
                 sk90_release_k(base + L::kBarKEmpty + 8 * kp.stage, lane);
                 if (leader && !(info & kInfoMore)) sk_mbar_arrive(q_empty);
                 kp.advance();
-                sk90_mask_block(s, p, info & ~kInfoMore, wg_first_row, row0, t4);
+                sk90_mask_tile<MODE>(s, p, v, sq, info & ~kInfoMore, absent, wg_first_row, row0, t4);
                 sk90_softmax(s, m, l, corr, scale_log2);
                 sk_wgmma_wait<0>(); /* P_{j-1} V_{j-1} done */
                 sk90_fence_operands<HD>(o, pf);
@@ -300,6 +418,8 @@ __device__ void sk90_consumer(const sk90_params &p, uint32_t base, const int32_t
 
             /* Tail: the last P V. */
             sk_mbar_wait(base + L::kBarVFull + 8 * vp.stage, vp.phase, "V full");
+            sk90_zero_v<HD, MODE>(v, sq, base + L::kV + vp.stage * L::kBlockBytes, info & ~kInfoMore,
+                                  absent);
             sk_bar_sync(bar_mine, 256);
             if constexpr (L::kRescaleEarly) {
 #pragma unroll
@@ -323,7 +443,14 @@ __device__ void sk90_consumer(const sk90_params &p, uint32_t base, const int32_t
             l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
             inv[r] = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
         }
-        if (p.lse != NULL && t4 == 0) {
+        if constexpr (MODE != kSk90Fixed) {
+            /* LSE [Hq, total_q]; rows past the sequence are the next one's. */
+            const int64_t lse_row = (int64_t)t.h * v.total_q + sq.q0;
+            if (p.lse != NULL && t4 == 0 && row0 < sq.len_q)
+                p.lse[lse_row + row0] = l[0] > 0.0f ? m[0] * p.scale + logf(l[0]) : -INFINITY;
+            if (p.lse != NULL && t4 == 0 && row1 < sq.len_q)
+                p.lse[lse_row + row1] = l[1] > 0.0f ? m[1] * p.scale + logf(l[1]) : -INFINITY;
+        } else if (p.lse != NULL && t4 == 0) {
             const int64_t lse_row = ((int64_t)t.b * p.heads_q + t.h) * p.seq_q;
             if (row0 < p.seq_q)
                 p.lse[lse_row + row0] = l[0] > 0.0f ? m[0] * p.scale + logf(l[0]) : -INFINITY;
@@ -349,7 +476,22 @@ __device__ void sk90_consumer(const sk90_params &p, uint32_t base, const int32_t
         }
         sk_fence_proxy_async_smem();
         sk_bar_sync(bar_epi, 128);
-        if (leader) {
+        if constexpr (MODE != kSk90Fixed) {
+            /* Whole warpgroups inside the sequence: the TMA store; the one
+             * that passes its end: per-row stores of the rows below it. */
+            const int rows = sq.len_q - wg_first_row;
+            if (rows >= kWgRows) {
+                if (leader) {
+#pragma unroll
+                    for (int s = 0; s < L::kSlabs; ++s)
+                        sk_tma_store_4d(&p.tm_o, o_base + s * L::kOSlabBytes, s * kSlabCols, t.h,
+                                        sq.q0 + wg_first_row, 0);
+                    sk_bulk_commit();
+                }
+            } else if (rows > 0) {
+                sk90_store_rows<HD>(v, t, sq, o_base, wg_first_row, rows, wtid);
+            }
+        } else if (leader) {
 #pragma unroll
             for (int s = 0; s < L::kSlabs; ++s)
                 sk_tma_store_4d(&p.tm_o, o_base + s * L::kOSlabBytes, s * kSlabCols, t.h,

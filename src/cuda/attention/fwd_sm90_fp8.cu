@@ -134,6 +134,9 @@ struct sk98_params {
     const float *v_descale; /* [B, Hkv] or NULL */
 };
 
+/* The varlen mode's parameters the shared producer takes, never read here. */
+static __constant__ sk90_vparams sk98_no_vparams;
+
 #include "cuda/attention/fwd_sm90_fp8_transposer.cuh"
 #include "cuda/attention/fwd_sm90_fp8_consumer.cuh"
 
@@ -157,8 +160,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (wg == 0) {
         sk_setmaxnreg_dec<kF8ProducerRegs>();
         const int warp = threadIdx.x / 32;
-        if (warp == 0) sk90_producer<L>(p.base, base, tile_ids, block_info, v_info, sched);
-        if (warp == 1) sk90_scheduler<L>(p.base, base, sched);
+        if (warp == 0)
+            sk90_producer<L, kSk90Fixed>(p.base, sk98_no_vparams, base, tile_ids, block_info,
+                                         v_info, sched);
+        if (warp == 1) sk90_scheduler<L, kSk90Fixed>(p.base, sk98_no_vparams, base, sched);
         if (warp >= 2) sk98_transposer<HD>(base, v_info, warp - 2);
     } else {
         sk_setmaxnreg_inc<kF8ConsumerRegs>();

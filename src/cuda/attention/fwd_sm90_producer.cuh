@@ -1,9 +1,12 @@
 /*
- * fwd_sm90_producer.cuh - the Hopper attention kernel's producer warpgroup
- * (part of fwd_sm90.cu, included there only, after its shapes, shared
- * layout, parameters and pipeline types): the scheduler warp, which takes
- * and decodes tiles, and the TMA warp, which walks each row's selected
- * blocks and issues the Q, K and V loads.
+ * fwd_sm90_producer.cuh - the Hopper attention kernels' producer warpgroup
+ * (included by fwd_sm90.cu, fwd_sm90_fp8.cu and, through fwd_sm90_body.cuh,
+ * fwd_sm90_varlen.cu, after fwd_sm90_common.cuh): the scheduler warp, which
+ * takes and decodes tiles, and the TMA warp, which walks each row's
+ * selected blocks and issues the Q, K and V loads. MODE (kSk90Fixed,
+ * kSk90Varlen, kSk90Paged): the varlen / paged mode's tiles come from the
+ * varlen plan with their sequences, and its K / V blocks from packed
+ * tokens or pages; the fixed mode's code is unchanged.
  */
 #ifndef SK_CUDA_ATTENTION_FWD_SM90_PRODUCER_CUH
 #define SK_CUDA_ATTENTION_FWD_SM90_PRODUCER_CUH
@@ -25,18 +28,122 @@ __device__ __forceinline__ void sk90_load_kv(const CUtensorMap *tm, uint32_t dst
         sk_tma_load_4d(dst + s * L::kSlab128, tm, s * L::kBoxCols, hk, c * kBlockN, b, bar, policy);
 }
 
+/* Paged: block c of the tile's sequence, one box of page_size rows per
+ * page (128 / page_size boxes), each page looked up in the sequence's
+ * table row. A box is loaded only if its first key is below len_k and its
+ * page index in [0, num_pages): the others are never read (a garbage table
+ * cannot send a load out of the cache); their rows are masked and, in V,
+ * zeroed by the consumers (sk90_zero_v). Writes the mask of boxes not
+ * loaded to *absent_out (a K stage's; NULL for V) before the stage's
+ * arrival, which releases it. Lead thread only. */
+template <class L>
+__device__ __forceinline__ void sk90_load_pages(const sk90_vparams &p, const CUtensorMap *tm,
+                                                uint32_t dst, uint32_t bar, const sk90_seq &t,
+                                                int hk, int c, volatile int32_t *absent_out) {
+    const int ps = p.page_size, boxes = kBlockN >> p.page_shift;
+    const int32_t *row = p.page_table + (int64_t)t.seq * p.table_stride;
+    int page[8];
+    uint32_t absent = 0;
+    int present = 0;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+        const int key = c * kBlockN + j * ps;
+        page[j] = j < boxes && key < t.len_k ? __ldg(row + (key >> p.page_shift)) : -1;
+        if (j < boxes && (unsigned)page[j] >= (unsigned)p.num_pages) absent |= 1u << j;
+        present += j < boxes && (unsigned)page[j] < (unsigned)p.num_pages;
+    }
+    if (absent_out != NULL) *absent_out = (int32_t)absent;
+    const uint64_t policy = sk_policy_evict_last();
+    /* The bytes of the boxes issued (0 completes the phase at once). */
+    sk_mbar_arrive_expect_tx(bar, (uint32_t)(present * ps * L::kSlabs * kSlabRowBytes));
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+        if (j >= boxes || ((absent >> j) & 1u)) continue;
+#pragma unroll
+        for (int s = 0; s < L::kSlabs; ++s)
+            sk_tma_load_4d(dst + s * L::kSlab128 + j * ps * kSlabRowBytes, tm, s * L::kBoxCols,
+                           hk, 0, page[j], bar, policy);
+    }
+}
+
+/* Varlen / paged: block c of a tile's sequence, K or V: 128 packed rows
+ * from token k0 + 128 c (batch 0), or the sequence's pages. (The fixed
+ * mode calls sk90_load_kv directly: a common wrapper changed its SASS.) */
+template <class L, int MODE>
+__device__ __forceinline__ void sk90_load_seq_block(const sk90_vparams &p, const CUtensorMap *tm,
+                                                    uint32_t dst, uint32_t bar,
+                                                    const sk90_seq &sq, int hk, int c,
+                                                    volatile int32_t *absent_out) {
+    if constexpr (MODE == kSk90Varlen) {
+        (void)p;
+        (void)absent_out;
+        const uint64_t policy = sk_policy_evict_last();
+        sk_mbar_arrive_expect_tx(bar, L::kBlockBytes);
+#pragma unroll
+        for (int s = 0; s < L::kSlabs; ++s)
+            sk_tma_load_4d(dst + s * L::kSlab128, tm, s * L::kBoxCols, hk, sq.k0 + c * kBlockN,
+                           0, bar, policy);
+    } else {
+        sk90_load_pages<L>(p, tm, dst, bar, sq, hk, c, absent_out);
+    }
+}
+
+/* Varlen scheduler step (lane 0): the next slot of the plan's order, its
+ * row {b, i} and sequence {q0, len_q, k0, len_k}, written to the widened
+ * scheduler slot. The plan puts the absent entries (x = -1) last, so the
+ * first one ends this CTA's tiles. */
+template <class L>
+__device__ __forceinline__ int sk90_schedule_varlen(const sk90_params &p, const sk90_vparams &v,
+                                                    uint32_t base, uint32_t slot,
+                                                    uint32_t phase) {
+    int w[9] = {kTileEnd, 0, 0, 0, 0, 0, 0, 0, 0};
+    const int idx = atomicAdd(p.tile_counter, 1);
+    if (idx < p.num_tiles) {
+        const int4 info = __ldg(v.tile_info + idx);
+        w[0] = info.x < 0 ? kTileEnd : info.x >= p.num_tiles ? kTileSkip : info.x;
+        if (w[0] >= 0) {
+            const int2 rw = __ldg(v.rows + w[0] % p.row_blocks);
+            if ((unsigned)rw.x >= (unsigned)v.batch || rw.y < 0) {
+                w[0] = kTileSkip;
+            } else {
+                const int4 sq = __ldg(v.seqs + rw.x);
+                w[1] = min(max(info.y, 0), p.nnz);
+                w[2] = max(min(max(info.z, 0), p.nnz), w[1]);
+                w[3] = rw.x;
+                w[4] = rw.y;
+                w[5] = sq.x;
+                w[6] = sq.y;
+                w[7] = sq.z;
+                w[8] = sq.w;
+            }
+        }
+    }
+    volatile int32_t *vs = sk90_shared_ptr<int32_t>(base + L::kVSched) + 16 * slot;
+    sk_mbar_wait(base + L::kBarSchedEmpty + 8 * slot, phase ^ 1, "sched empty");
+#pragma unroll
+    for (int k = 0; k < 9; ++k) vs[k] = w[k];
+    sk_mbar_arrive(base + L::kBarSchedFull + 8 * slot); /* release */
+    return w[0];
+}
+
 /* The scheduler warp: takes tiles from the schedule and decodes them (tile
  * id, clamped block range) up to kSchedSlots ahead of the TMA warp, so that
  * the chain of dependent global reads (counter, tile order, row offsets)
  * never sits between two tiles' loads. Lane 0 works; the warp stays
- * converged. */
-template <class L> /* the shared layout: its kBarSched* barriers */
-__device__ void sk90_scheduler(const sk90_params &p, uint32_t base, volatile int32_t *sched) {
+ * converged. L: the shared layout (its kBarSched* barriers); v: the varlen
+ * mode's parameters (never read in the fixed mode). */
+template <class L, int MODE>
+__device__ void sk90_scheduler(const sk90_params &p, const sk90_vparams &v, uint32_t base,
+                               volatile int32_t *sched) {
     const int lane = threadIdx.x % 32;
     for (uint32_t n = 0;; ++n) {
         const uint32_t slot = n % kSchedSlots, phase = (n / kSchedSlots) & 1;
         int tile = kTileEnd, start = 0, end = 0;
-        if (lane == 0) {
+        if constexpr (MODE != kSk90Fixed) {
+            (void)start;
+            (void)end;
+            if (lane == 0) tile = sk90_schedule_varlen<L>(p, v, base, slot, phase);
+        } else if (lane == 0) {
             const int idx = atomicAdd(p.tile_counter, 1);
             if (idx < p.num_tiles) {
                 tile = __ldg(p.tile_order + idx);
@@ -67,6 +174,7 @@ struct sk90_cursor {
     int cval;
 };
 
+template <int MODE>
 __device__ __forceinline__ bool sk90_cursor_next(const sk90_params &p, const sk90_tile &t,
                                                  sk90_cursor &cur, int *c) {
     const int lane = threadIdx.x % 32;
@@ -74,7 +182,7 @@ __device__ __forceinline__ bool sk90_cursor_next(const sk90_params &p, const sk9
         if (cur.pos >= cur.end) return false;
         const int k = cur.pos + lane;
         cur.cval = k < cur.end ? __ldg(p.col_indices + k) : -1;
-        cur.mask = __ballot_sync(0xffffffffu, k < cur.end && sk90_block_visible(p, t, cur.cval));
+        cur.mask = __ballot_sync(0xffffffffu, k < cur.end && sk90_visit<MODE>(p, t, cur.cval));
         cur.pos += 32;
     }
     const int bit = __ffs(cur.mask) - 1;
@@ -88,9 +196,11 @@ __device__ __forceinline__ bool sk90_cursor_next(const sk90_params &p, const sk9
  * With L::kTransposeV (the FP8 kernel), each V stage also carries a word
  * for the transposer warps in v_info (0), and after the last tile one more
  * V stage, a plain arrival with no bytes, carries kVInfoEnd: the
- * transposer sees no tiles, so that is how it learns the end. */
-template <class L>
-__device__ void sk90_producer(const sk90_params &p, uint32_t base, int32_t *tile_ids,
+ * transposer sees no tiles, so that is how it learns the end. v: the
+ * varlen mode's parameters (never read in the fixed mode). */
+template <class L, int MODE>
+__device__ void sk90_producer(const sk90_params &p, const sk90_vparams &v, uint32_t base,
+                              int32_t *tile_ids,
                               volatile int32_t *block_info, volatile int32_t *v_info,
                               const volatile int32_t *sched) {
     const bool lead = sk_elect_one(); /* the one thread that issues TMA */
@@ -104,6 +214,9 @@ __device__ void sk90_producer(const sk90_params &p, uint32_t base, int32_t *tile
     sk90_pipe<L::kKStages> kp = {0, 0};
     sk90_pipe<L::kVStages> vp = {0, 0};
     sk90_pipe<L::kQBufs> qp = {0, 0};
+    /* Paged: per K stage, the boxes not loaded (read by the consumers). */
+    volatile int32_t *absent = nullptr;
+    if constexpr (MODE != kSk90Fixed) absent = sk90_shared_ptr<int32_t>(base + L::kVAbsent);
     for (uint32_t n = 0;; ++n) {
         const uint32_t sslot = n % kSchedSlots, sphase = (n / kSchedSlots) & 1;
         /* every lane: acquire */
@@ -113,21 +226,44 @@ __device__ void sk90_producer(const sk90_params &p, uint32_t base, int32_t *tile
          * own arrival (which racecheck can follow). */
         int v0 = 0, v1 = 0, v2 = 0;
         if (lead) {
-            v0 = sched[4 * sslot + 0];
-            v1 = sched[4 * sslot + 1];
-            v2 = sched[4 * sslot + 2];
+            if constexpr (MODE == kSk90Fixed) {
+                v0 = sched[4 * sslot + 0];
+                v1 = sched[4 * sslot + 1];
+                v2 = sched[4 * sslot + 2];
+            } else {
+                const volatile int32_t *vs =
+                    sk90_shared_ptr<int32_t>(base + L::kVSched) + 16 * sslot;
+                v0 = vs[0];
+                v1 = vs[1];
+                v2 = vs[2];
+            }
         }
         const int tile = __shfl_sync(0xffffffffu, v0, lead_lane);
         sk90_tile t = sk90_tile_coords(p, tile >= 0 ? tile : 0);
         t.start = __shfl_sync(0xffffffffu, v1, lead_lane);
         t.end = __shfl_sync(0xffffffffu, v2, lead_lane);
         t.key_limit = min((t.i + 1) * kBlockM, p.seq_q) - 1 + (p.seq_k - p.seq_q);
+        sk90_seq sq = {0, 0, 0, 0, 0}; /* varlen / paged only */
+        (void)sq;
+        if constexpr (MODE != kSk90Fixed) {
+            /* The sequence, read by the same lane before the same release. */
+            const volatile int32_t *vs = sk90_shared_ptr<int32_t>(base + L::kVSched) + 16 * sslot;
+            int w[6] = {0, 0, 0, 0, 0, 0};
+            if (lead) {
+#pragma unroll
+                for (int k = 0; k < 6; ++k) w[k] = vs[3 + k];
+            }
+#pragma unroll
+            for (int k = 0; k < 6; ++k) w[k] = __shfl_sync(0xffffffffu, w[k], lead_lane);
+            t.i = w[1];
+            sq = sk90_tile_seq(p, t, w[0], w[2], w[3], w[4], w[5]);
+        }
         __syncwarp();
         if (lead) sk_mbar_arrive(base + L::kBarSchedEmpty + 8 * sslot);
 
         sk90_cursor cur = {t.start, tile >= 0 ? t.end : t.start, 0u, 0};
         int c0 = 0, c1 = 0;
-        const bool has0 = sk90_cursor_next(p, t, cur, &c0);
+        const bool has0 = sk90_cursor_next<MODE>(p, t, cur, &c0);
         /* The consumers learn from the slot whether the tile has blocks, and
          * later each block's index from its K stage: they read no layout. */
         const int slot_value = tile >= 0 && !has0 ? kTileEmptyBase - tile : tile;
@@ -135,6 +271,14 @@ __device__ void sk90_producer(const sk90_params &p, uint32_t base, int32_t *tile
         if (lead) {
             sk_mbar_wait(base + L::kBarTileEmpty + 8 * slot, slot_phase ^ 1, "tile empty");
             *(volatile int32_t *)(tile_ids + slot) = slot_value;
+            if constexpr (MODE != kSk90Fixed) {
+                /* The consumers' view of the sequence: {q0, len_q, len_k, i}. */
+                volatile int32_t *vt = sk90_shared_ptr<int32_t>(base + L::kVTile) + 4 * slot;
+                vt[0] = sq.q0;
+                vt[1] = sq.len_q;
+                vt[2] = sq.len_k;
+                vt[3] = t.i;
+            }
             sk_mbar_arrive(base + L::kBarTileFull + 8 * slot); /* release */
         }
         __syncwarp();
@@ -162,7 +306,8 @@ __device__ void sk90_producer(const sk90_params &p, uint32_t base, int32_t *tile
 #pragma unroll
             for (int s = 0; s < L::kSlabs; ++s)
                 sk_tma_load_4d(base + L::kQ + qp.stage * L::kQBytes + s * L::kSlab128, &p.tm_q,
-                               s * L::kBoxCols, t.h, t.i * kBlockM, t.b,
+                               s * L::kBoxCols, t.h,
+                               MODE == kSk90Fixed ? t.i * kBlockM : sq.q0 + t.i * kBlockM, t.b,
                                base + L::kBarQFull + 8 * qp.stage, stream);
         }
         qp.advance();
@@ -171,32 +316,48 @@ __device__ void sk90_producer(const sk90_params &p, uint32_t base, int32_t *tile
          * for its S GEMM before V_j for its P V GEMM. Each K stage carries
          * its block index and whether another block follows (written before
          * the stage's arrival, which releases it). */
-        bool has1 = sk90_cursor_next(p, t, cur, &c1);
+        bool has1 = sk90_cursor_next<MODE>(p, t, cur, &c1);
         if (lead) {
             sk_mbar_wait(base + L::kBarKEmpty + 8 * kp.stage, kp.phase ^ 1, "K empty");
             block_info[kp.stage] = c0 | (has1 ? kInfoMore : 0);
-            sk90_load_kv<L>(&p.tm_k, base + L::kK + kp.stage * L::kBlockBytes,
-                             base + L::kBarKFull + 8 * kp.stage, hk, c0, t.b);
+            if constexpr (MODE == kSk90Fixed)
+                sk90_load_kv<L>(&p.tm_k, base + L::kK + kp.stage * L::kBlockBytes,
+                                base + L::kBarKFull + 8 * kp.stage, hk, c0, t.b);
+            else
+                sk90_load_seq_block<L, MODE>(v, &p.tm_k, base + L::kK + kp.stage * L::kBlockBytes,
+                                             base + L::kBarKFull + 8 * kp.stage, sq, hk, c0,
+                                             absent + kp.stage);
         }
         kp.advance();
         for (;;) {
             int c2 = 0;
             bool has2 = false;
             if (has1) {
-                has2 = sk90_cursor_next(p, t, cur, &c2);
+                has2 = sk90_cursor_next<MODE>(p, t, cur, &c2);
                 if (lead) {
                     sk_mbar_wait(base + L::kBarKEmpty + 8 * kp.stage, kp.phase ^ 1, "K empty");
                     block_info[kp.stage] = c1 | (has2 ? kInfoMore : 0);
-                    sk90_load_kv<L>(&p.tm_k, base + L::kK + kp.stage * L::kBlockBytes,
-                                     base + L::kBarKFull + 8 * kp.stage, hk, c1, t.b);
+                    if constexpr (MODE == kSk90Fixed)
+                        sk90_load_kv<L>(&p.tm_k, base + L::kK + kp.stage * L::kBlockBytes,
+                                        base + L::kBarKFull + 8 * kp.stage, hk, c1, t.b);
+                    else
+                        sk90_load_seq_block<L, MODE>(
+                            v, &p.tm_k, base + L::kK + kp.stage * L::kBlockBytes,
+                            base + L::kBarKFull + 8 * kp.stage, sq, hk, c1, absent + kp.stage);
                 }
                 kp.advance();
             }
             if (lead) {
                 sk_mbar_wait(base + L::kBarVEmpty + 8 * vp.stage, vp.phase ^ 1, "V empty");
                 if constexpr (L::kTransposeV) v_info[vp.stage] = 0;
-                sk90_load_kv<L>(&p.tm_v, base + L::kV + vp.stage * L::kBlockBytes,
-                                 base + L::kBarVFull + 8 * vp.stage, hk, c0, t.b);
+                if constexpr (MODE == kSk90Fixed)
+                    sk90_load_kv<L>(&p.tm_v, base + L::kV + vp.stage * L::kBlockBytes,
+                                    base + L::kBarVFull + 8 * vp.stage, hk, c0, t.b);
+                else
+                    sk90_load_seq_block<L, MODE>(v, &p.tm_v,
+                                                 base + L::kV + vp.stage * L::kBlockBytes,
+                                                 base + L::kBarVFull + 8 * vp.stage, sq, hk, c0,
+                                                 NULL);
             }
             vp.advance();
             __syncwarp();
