@@ -374,6 +374,7 @@ static vc_case vs_random_case(tu_rng *rng, int32_t max_len) {
     c.with_lse = tu_rng_range(rng, 0, 4) != 0;
     c.extra_rows = (int32_t)(tu_rng_range(rng, 0, 2) == 0 ? tu_rng_range(rng, 1, 3) : 0);
     c.scale = tu_rng_range(rng, 0, 3) == 0 ? -0.07f : 0.0f;
+    c.kernel_rules = 1; /* the GPU suite's rules (varlen_case.h) */
     return c;
 }
 
@@ -389,6 +390,7 @@ static vc_case vs_fixed_case(int v, int32_t batch, const int32_t *lq, const int3
     c.heads_q = heads_q;
     c.layout_heads = layout_heads;
     c.density = density;
+    c.kernel_rules = 1; /* the GPU suite's rules (varlen_case.h) */
     return c;
 }
 
