@@ -247,22 +247,12 @@ SK_TEST(fp8_cpu_reference_cases) {
  * LSE there must be the H200's (46.485325, reference 46.447176). */
 static void model_case(f8_case *c, int v, tu_rng *rng) {
     memset(c, 0, sizeof *c);
-    if (v == 0) {
-        c->seed = 0x4a4002ef5dccd057ull; /* gpu_fp8_random, main 333df50, H200 */
-        c->batch = 3;
-        c->seq_q = 22;
-        c->seq_k = 38;
-        c->heads_q = 16;
-        c->heads_kv = 2;
-        c->head_dim = 128;
-        c->block_q = c->block_k = 128;
-        c->causal = 1;
-        c->layout_batch = 3;
-        c->layout_heads = 1;
-        c->density = 0.7;
-        c->empty_rows = c->padded = c->with_lse = c->with_descale = 1;
-        c->out_dtype = SK_DTYPE_F16;
-        c->amp = 4.0f;
+    if (v == 0) { /* gpu_fp8_random, main 333df50, H200 */
+        *c = (f8_case){.seed = 0x4a4002ef5dccd057ull, .batch = 3, .seq_q = 22, .seq_k = 38,
+                       .heads_q = 16, .heads_kv = 2, .head_dim = 128, .block_q = 128,
+                       .block_k = 128, .causal = 1, .layout_batch = 3, .layout_heads = 1,
+                       .density = 0.7, .empty_rows = 1, .padded = 1, .with_lse = 1,
+                       .with_descale = 1, .out_dtype = SK_DTYPE_F16, .amp = 4.0f};
         return;
     }
     c->seed = tu_rng_next(rng);
