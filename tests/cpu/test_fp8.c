@@ -238,3 +238,79 @@ SK_TEST(fp8_cpu_reference_cases) {
     CHECK(yard > 0.0, "the FP8 yardstick is zero everywhere: the tolerance would be vacuous");
     printf("    %d cases, %d failed (seeded from the suite seed)\n", run, failed);
 }
+
+/* The tolerance rule against the naive FP8 kernel (f8_inst_model): it must
+ * accept the kernel whose scores go through the modelled FP8 wgmma sum,
+ * including the one case the H200 failed on with the rule before it had the
+ * accumulation yardstick, and reject three broken variants. The first case
+ * is that H200 case, rebuilt from its printed seed and fields; the model's
+ * LSE there must be the H200's (46.485325, reference 46.447176). */
+static void model_case(f8_case *c, int v, tu_rng *rng) {
+    memset(c, 0, sizeof *c);
+    if (v == 0) { /* gpu_fp8_random, main 333df50, H200 */
+        *c = (f8_case){.seed = 0x4a4002ef5dccd057ull, .batch = 3, .seq_q = 22, .seq_k = 38,
+                       .heads_q = 16, .heads_kv = 2, .head_dim = 128, .block_q = 128,
+                       .block_k = 128, .causal = 1, .layout_batch = 3, .layout_heads = 1,
+                       .density = 0.7, .empty_rows = 1, .padded = 1, .with_lse = 1,
+                       .with_descale = 1, .out_dtype = SK_DTYPE_F16, .amp = 4.0f};
+        return;
+    }
+    c->seed = tu_rng_next(rng);
+    c->batch = tu_rng_range(rng, 1, 2);
+    c->heads_kv = tu_rng_range(rng, 1, 2);
+    c->heads_q = c->heads_kv * (v % 2 ? 4 : 1);
+    c->head_dim = v % 3 == 1 ? 64 : 128;
+    c->block_q = c->block_k = 128;
+    c->seq_q = tu_rng_range(rng, 1, 160);
+    c->seq_k = tu_rng_range(rng, 1, 300);
+    c->causal = v % 2;
+    c->scale = v % 4 == 3 ? -0.08f : 0.0f;
+    c->layout_batch = 1;
+    c->layout_heads = 1;
+    c->density = 0.7;
+    c->with_lse = 1;
+    c->with_descale = v % 5 != 4;
+    c->out_dtype = v % 2 ? SK_DTYPE_F16 : SK_DTYPE_BF16;
+    c->amp = c->with_descale ? (v % 3 ? 4.0f : 1.0f) : 0.7f;
+}
+
+SK_TEST(fp8_tolerance_rule_has_teeth) {
+    tu_rng rng;
+    tu_rng_seed(&rng, tu_base_seed() ^ 0xF8A0);
+    static const char *const names[4] = {"naive FP8 kernel", "10-bit accumulation",
+                                         "logits x (1 + 2^-8)", "last key dropped"};
+    int64_t bad[4] = {0, 0, 0, 0};
+    for (int v = 0; v < 12; ++v) {
+        f8_case c;
+        model_case(&c, v, &rng);
+        f8_inst x;
+        REQUIRE(f8_inst_create(&x, &c) == 0, "out of memory");
+        const int64_t rows = c.batch * c.heads_q * c.seq_q;
+        void *o = malloc((size_t)x.o_alloc * 2);
+        float *lse = (float *)malloc((size_t)rows * sizeof(float));
+        REQUIRE(o != NULL && lse != NULL, "out of memory");
+        for (int w = 0; w < 4; ++w) {
+            REQUIRE(f8_inst_model(&x, (f8_model)w, o, lse) == 0, "out of memory");
+            const int64_t n = f8_inst_compare(&x, o, lse, names[w], 0, w == 0 ? 8 : 0);
+            bad[w] += n;
+            if (v == 0 && w == 0) {
+                const int64_t row = (0 * c.heads_q + 10) * c.seq_q + 18;
+                printf("    H200 case: LSE[0, 10, 18] model %.6f (H200 46.485325), reference "
+                       "%.6f, old tolerance %.4f, new %.4f\n",
+                       lse[row], x.ref_lse[row], x.lse_tol[row],
+                       x.lse_tol[row] + 2.0 * x.lse_yard[row]);
+                CHECK(fabs(lse[row] - 46.485325) < 1e-4 && fabs(x.ref_lse[row] - 46.447176) < 1e-5,
+                      "the accumulation model no longer reproduces the H200's LSE");
+                CHECK(fabs(lse[row] - x.ref_lse[row]) > x.lse_tol[row],
+                      "the old rule would have accepted the H200's LSE: the case is not the one "
+                      "it failed on");
+            }
+        }
+        free(o);
+        free(lse);
+        f8_inst_destroy(&x);
+    }
+    for (int w = 0; w < 4; ++w) printf("    %-22s %lld elements outside the tolerance\n", names[w], (long long)bad[w]);
+    CHECK(bad[0] == 0, "the rule rejects the naive FP8 kernel it is built on");
+    for (int w = 1; w < 4; ++w) CHECK(bad[w] > 0, "the rule accepts a broken kernel (%s)", names[w]);
+}

@@ -7,7 +7,7 @@
  * padding byte and in every K/V block no row of its KV head selects)
  * against the fp64 reference on the dequantized inputs, under the
  * tolerance rule with the naive FP8 yardstick (P rounded to e4m3 before
- * P V). Before each run O (0xFFFF, NaN in fp16 and bf16) and LSE (NaN) are
+ * P V; its scores summed as the FP8 wgmma sums them, fp8_case.h). Before each run O (0xFFFF, NaN in fp16 and bf16) and LSE (NaN) are
  * poisoned; O's stride padding must stay untouched; two runs must agree
  * bit for bit. Cases the backend does not cover (64-wide blocks,
  * SK_BACKEND_CUDA_SM80) must give SK_STATUS_NOT_SUPPORTED and

@@ -60,8 +60,9 @@
 enum {
     kF8Keys = 128, /* keys of a block: the Vt row in bytes */
     /* setmaxnreg: the transposer needs more than the fp16/bf16 producer's
-     * 40; the consumers hold 16 P registers, not 32. */
-    kF8ProducerRegs = 56,
+     * 40 (64: its 16 loads in flight per j, hoisted store addresses; 56
+     * spilled 8 bytes); the consumers hold 16 P registers, not 32. */
+    kF8ProducerRegs = 64,
     kF8ConsumerRegs = 216,
     /* p = 2^(s' - m' + 8) in [0, 256] before it is rounded to e4m3 (FA3's
      * Max_offset): weights down to 2^-14 of the row max stay normal e4m3

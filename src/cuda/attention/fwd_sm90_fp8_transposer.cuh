@@ -48,30 +48,59 @@ __device__ __forceinline__ uint32_t sk98_row_byte(int row, int col) {
  * (w, lane): t = lane & 3, h = (lane >> 2) & 1, bl = lane >> 3; blocks
  * (kk, bh) for kk < 4, bh in J w .. J w + J - 1: keys 32 kk + 16 h + {2t,
  * 2t + 1, 8 + 2t, 9 + 2t} (in sk98_key_of_pos order: Vt positions 32 kk +
- * 16 h + 4t .. + 3) x dims 4 (4 bh + bl) .. + 3. */
+ * 16 h + 4t .. + 3) x dims 4 (4 bh + bl) .. + 3.
+ *
+ * Addresses (docs/perf/fp8.md, "Speed, round 2"): the swizzle terms do not
+ * depend on kk (a V row's phase is key & 7 = 2t + (key & 1) at 128 B rows,
+ * (key >> 1) & 3 = t at 64 B; a Vt row's chunk is (2 kk) ^ (h ^ ((d + e) &
+ * 7))), so per j two load bases and per e one XOR term serve all four kk,
+ * which are unrolled: 16 loads in flight instead of a dependent chain of 4,
+ * and about 22 instructions per block instead of 55. j stays rolled (the
+ * producer warpgroup runs on kF8ProducerRegs registers). */
 template <int HD>
 __device__ __forceinline__ void sk98_transpose(uint32_t v, uint32_t vt, int w, int lane) {
     constexpr int J = HD / 32;
+    /* V row bytes between kk steps and between keys k and k + 8. */
+    constexpr uint32_t kStepKk = 32 * HD, kStep8 = 8 * HD;
     const int t = lane & 3, h = (lane >> 2) & 1, bl = lane >> 3;
-    /* Not unrolled: the producer warpgroup runs on kF8ProducerRegs registers
-     * (unrolling j spills at 56). */
+    /* Vt: row d + e of the block (d & 7 = 4 (bl & 1)) holds chunk
+     * (2 kk + h) ^ (4 (bl & 1) + e) = (2 kk) ^ xr[e] at byte 4t. */
+    uint32_t xs[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) xs[e] = (uint32_t)((h ^ (4 * (bl & 1) + e)) << 4);
 #pragma unroll 1
-    for (int kk = 0; kk < 4; ++kk) {
-        const int key0 = 32 * kk + 16 * h + 2 * t, pos = 32 * kk + 16 * h + 4 * t;
-#pragma unroll 1
-        for (int j = 0; j < J; ++j) {
-            const int d = 4 * (4 * (J * w + j) + bl); /* dim quad 4 bh + bl, bh = J w + j */
-            const uint32_t x0 = sk_ld_shared_u32(v + sk98_row_byte<HD>(key0, d));
-            const uint32_t x1 = sk_ld_shared_u32(v + sk98_row_byte<HD>(key0 + 1, d));
-            const uint32_t x2 = sk_ld_shared_u32(v + sk98_row_byte<HD>(key0 + 8, d));
-            const uint32_t x3 = sk_ld_shared_u32(v + sk98_row_byte<HD>(key0 + 9, d));
+    for (int j = 0; j < J; ++j) {
+        const int c16 = J * w + j, d = 16 * c16 + 4 * bl; /* V byte column d: chunk c16 */
+        const int key0 = 16 * h + 2 * t;                  /* at kk = 0 */
+        uint32_t a0, a1;                                  /* keys key0, key0 + 1 */
+        if constexpr (HD == 128) {
+            a0 = v + key0 * 128 + ((c16 ^ (2 * t)) << 4) + 4 * bl;
+            a1 = v + (key0 + 1) * 128 + ((c16 ^ (2 * t + 1)) << 4) + 4 * bl;
+        } else {
+            a0 = v + key0 * 64 + ((c16 ^ t) << 4) + 4 * bl;
+            a1 = a0 + 64;
+        }
+        uint32_t x[4][4];
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {
+            x[kk][0] = sk_ld_shared_u32(a0 + kk * kStepKk);
+            x[kk][1] = sk_ld_shared_u32(a1 + kk * kStepKk);
+            x[kk][2] = sk_ld_shared_u32(a0 + kk * kStepKk + kStep8);
+            x[kk][3] = sk_ld_shared_u32(a1 + kk * kStepKk + kStep8);
+        }
+        const uint32_t row = vt + (uint32_t)d * kF8Keys + 4 * t; /* Vt row d, byte 4t */
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {
             /* 4 x 4 byte transpose: out_e holds byte e of x0, x1, x2, x3. */
-            const uint32_t lo01 = __byte_perm(x0, x1, 0x5140), hi01 = __byte_perm(x0, x1, 0x7362);
-            const uint32_t lo23 = __byte_perm(x2, x3, 0x5140), hi23 = __byte_perm(x2, x3, 0x7362);
-            sk_st_shared_u32(vt + sk98_sw_byte(d + 0, pos), __byte_perm(lo01, lo23, 0x5410));
-            sk_st_shared_u32(vt + sk98_sw_byte(d + 1, pos), __byte_perm(lo01, lo23, 0x7632));
-            sk_st_shared_u32(vt + sk98_sw_byte(d + 2, pos), __byte_perm(hi01, hi23, 0x5410));
-            sk_st_shared_u32(vt + sk98_sw_byte(d + 3, pos), __byte_perm(hi01, hi23, 0x7632));
+            const uint32_t lo01 = __byte_perm(x[kk][0], x[kk][1], 0x5140);
+            const uint32_t hi01 = __byte_perm(x[kk][0], x[kk][1], 0x7362);
+            const uint32_t lo23 = __byte_perm(x[kk][2], x[kk][3], 0x5140);
+            const uint32_t hi23 = __byte_perm(x[kk][2], x[kk][3], 0x7362);
+            const uint32_t kx = (uint32_t)(32 * kk);
+            sk_st_shared_u32(row + 0 * kF8Keys + (xs[0] ^ kx), __byte_perm(lo01, lo23, 0x5410));
+            sk_st_shared_u32(row + 1 * kF8Keys + (xs[1] ^ kx), __byte_perm(lo01, lo23, 0x7632));
+            sk_st_shared_u32(row + 2 * kF8Keys + (xs[2] ^ kx), __byte_perm(hi01, hi23, 0x5410));
+            sk_st_shared_u32(row + 3 * kF8Keys + (xs[3] ^ kx), __byte_perm(hi01, hi23, 0x7632));
         }
     }
 }
