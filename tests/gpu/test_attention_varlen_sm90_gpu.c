@@ -254,6 +254,9 @@ static int vs_run_case(const vc_case *c, const vs_paged *pc, uint64_t seed) {
         snprintf(label + n, sizeof label - n, " paged ps=%d padded=%d shared=%d spare=%d holes=%d]",
                  (int)pc->page_size, pc->padded, pc->shared, pc->spare_pages, pc->holes);
     }
+    /* The guard vg_check has: a case compared without the kernels' rules
+     * fails on P rounding alone (the first H200 run of this file). */
+    CHECK(c->kernel_rules, "%s: a GPU case needs vc_case.kernel_rules (varlen_case.h)", label);
     tu_rng rng;
     tu_rng_seed(&rng, seed);
     vc_data x;
