@@ -30,6 +30,11 @@ static inline sk_status sk_cuda_current_cc(int *device, int *major, int *minor) 
                         err != cudaSuccess ? cudaGetErrorName(err) : "device count 0");
     }
     SK_CUDA_TRY(cudaGetDevice(device), "cudaGetDevice");
+    /* Bind the device's primary context to this thread: a thread that
+     * never called cudaSetDevice has none current, and the driver calls
+     * behind the kernels' choice (tensor-map encoding) then fail, which
+     * silently took SK_BACKEND_CUDA to the portable kernel in such threads. */
+    SK_CUDA_TRY(cudaSetDevice(*device), "cudaSetDevice");
     SK_CUDA_TRY(cudaDeviceGetAttribute(major, cudaDevAttrComputeCapabilityMajor, *device),
                 "cudaDeviceGetAttribute");
     SK_CUDA_TRY(cudaDeviceGetAttribute(minor, cudaDevAttrComputeCapabilityMinor, *device),
