@@ -165,6 +165,10 @@ $(BUILD)/decode_select_speed: $(BUILD)/obj/bench/decode_select_speed.o $(BUILD)/
 $(BUILD)/attention_fp8_speed: $(BUILD)/obj/bench/attention_fp8_speed.o $(BUILD)/libsparsek.a
 	$(CC) -o $@ $^ $(CUDA_LIBS) $(LDLIBS)
 
+# The context-parallel speed rows over NCCL (issue 33): make build/cp_speed.
+$(BUILD)/cp_speed: $(BUILD)/obj/bench/cp_speed.o $(BUILD)/libsparsek.a
+	$(CC) -o $@ $^ $(CUDA_LIBS) $(LDLIBS)
+
 # The fingerprint of every GPU output on fixed cases (tests/bitwise/): two
 # builds of a change that must not change results print the same lines.
 $(BUILD)/obj/tests/bitwise/fingerprint.o: CFLAGS += $(TOOLS_INC)

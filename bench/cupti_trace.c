@@ -12,7 +12,8 @@
  *   CUDA_INJECTION64_PATH=$PWD/build/libsk_cupti_trace.so SK_TRACE_OUT=trace.csv \
  *      build/topk_speed ...
  *
- * Rows: kind (api | kernel), name, start_ns, end_ns, correlation id. The
+ * Rows: kind (api | kernel), name, start_ns, end_ns, correlation id, and
+ * for kernels the device and stream ids (multi-GPU timelines). The
  * recording itself costs the host about a microsecond per runtime call.
  */
 #include <stdint.h>
@@ -42,7 +43,7 @@ static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *b
             const CUpti_ActivityAPI *a = (const CUpti_ActivityAPI *)rec;
             const char *name = "?";
             cuptiGetCallbackName(CUPTI_CB_DOMAIN_RUNTIME_API, a->cbid, &name);
-            fprintf(trace_out, "api,%s,%llu,%llu,%u\n", name, (unsigned long long)a->start,
+            fprintf(trace_out, "api,%s,%llu,%llu,%u,,\n", name, (unsigned long long)a->start,
                     (unsigned long long)a->end, a->correlationId);
         } else if (rec->kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) {
             const CUpti_ActivityKernel10 *k = (const CUpti_ActivityKernel10 *)rec;
@@ -50,8 +51,8 @@ static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *b
             snprintf(name, sizeof name, "%s", k->name);
             for (char *c = name; *c; ++c)
                 if (*c == ',') *c = ';';
-            fprintf(trace_out, "kernel,%s,%llu,%llu,%u\n", name, (unsigned long long)k->start,
-                    (unsigned long long)k->end, k->correlationId);
+            fprintf(trace_out, "kernel,%s,%llu,%llu,%u,%u,%u\n", name, (unsigned long long)k->start,
+                    (unsigned long long)k->end, k->correlationId, k->deviceId, k->streamId);
         }
     }
     free(buffer);
@@ -70,7 +71,7 @@ int InitializeInjection(void) {
     const char *path = getenv("SK_TRACE_OUT");
     trace_out = fopen(path != NULL ? path : "cupti_trace.csv", "w");
     if (trace_out == NULL) return 0;
-    fprintf(trace_out, "kind,name,start_ns,end_ns,correlation\n");
+    fprintf(trace_out, "kind,name,start_ns,end_ns,correlation,device,stream\n");
     if (cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed) != CUPTI_SUCCESS ||
         cuptiActivityEnable(CUPTI_ACTIVITY_KIND_RUNTIME) != CUPTI_SUCCESS ||
         cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) != CUPTI_SUCCESS) {

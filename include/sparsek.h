@@ -1465,11 +1465,22 @@ SK_API sk_status sk_device_get_info(int32_t device, sk_device_info *info);
  *
  * Communicators (sk_comm_t): a simulated in-process one (R handles sharing
  * memory; call each rank's sk_cp_forward from its own thread, since a run
- * waits for its peers), for the CPU backend and the tests; and NCCL
- * (sk_comm_create_nccl, taking the caller's ncclComm_t), only in builds
- * that found nccl.h, device memory only: SK_STATUS_NOT_SUPPORTED
- * elsewhere. Backends: CPU now; the CUDA run is the next step
- * (SK_STATUS_NOT_SUPPORTED after the checks).
+ * waits for its peers), for the CPU backend and the tests; its device twin
+ * (sk_comm_create_simulated_cuda: the CUDA run on one process's GPUs, for
+ * tests: it synchronises); and NCCL (sk_comm_create_nccl, taking the
+ * caller's ncclComm_t), only in builds that found nccl.h, device memory
+ * only: SK_STATUS_NOT_SUPPORTED elsewhere.
+ *
+ * The CUDA run (backends CUDA, CUDA_SM80, CUDA_SM90; F16 or BF16; D as the
+ * forward supports): sk_cp_prepare uploads the plan into the workspace and
+ * plans the attention passes, once per plan; sk_cp_forward then enqueues,
+ * on the communicator's side stream (forked from `stream`), the packing
+ * and the exchange, and on `stream` the local passes (overlapping them),
+ * then the unpacking, the remote passes and the merge. The partial
+ * results are rounded to the dtype before the merge (fp32 math), so O
+ * differs from the single-GPU forward by about two roundings where a row
+ * has remote blocks, and is bitwise equal where it has none (the same
+ * kernel over the same keys).
  */
 
 typedef enum sk_cp_sharding {
@@ -1523,10 +1534,21 @@ SK_API sk_status sk_cp_plan_bytes(const void *plan, size_t plan_bytes, int32_t s
                                   int64_t *bytes, int64_t *units);
 
 /* Workspace bytes of desc->rank's run with this plan (host memory on the
- * CPU backend: send and receive buffers, the received blocks, partial
- * results). */
+ * CPU backend, device memory on CUDA: send and receive buffers, the
+ * received blocks, partial results; on CUDA also the plan's device copy
+ * and the attention passes' plans). */
 SK_API sk_status sk_cp_workspace_size(const sk_cp_desc *desc, const void *plan,
                                       size_t plan_bytes, size_t *workspace_bytes);
+
+/* CUDA: enqueue on `stream` the upload of the plan (host) into the
+ * workspace and the planning of desc->rank's attention passes; every
+ * sk_cp_forward with this plan and workspace comes after it (re-run it
+ * when the plan or the workspace changes). The plan's host bytes may be
+ * freed on return. A no-op after the checks on the CPU backend. Not
+ * graph safe (a copy from pageable host memory); sk_cp_forward is. */
+SK_API sk_status sk_cp_prepare(const sk_cp_desc *desc, const void *plan, size_t plan_bytes,
+                               void *workspace, size_t workspace_size,
+                               struct CUstream_st *stream);
 
 /* A communicator: the transport of a run. Opaque. */
 typedef struct sk_comm_s *sk_comm_t;
@@ -1537,8 +1559,17 @@ typedef struct sk_comm_s *sk_comm_t;
  * on separate threads. Destroy every handle. */
 SK_API sk_status sk_comm_create_simulated(int32_t ranks, sk_comm_t *comms);
 
-/* Wrap the caller's ncclComm_t (passed as void *; it stays the caller's).
- * SK_STATUS_NOT_SUPPORTED when the library was built without NCCL. */
+/* `ranks` handles of one simulated communicator over device memory, for
+ * the CUDA run in one process (ranks on one GPU or several, each rank's
+ * run on its own thread, its current device the one the handle was made
+ * on). A group's end synchronises the rank's stream: for tests, not for
+ * graphs or speed. Each handle owns a side stream made on the current
+ * device (SK_STATUS_NOT_SUPPORTED_BACKEND without one). */
+SK_API sk_status sk_comm_create_simulated_cuda(int32_t ranks, sk_comm_t *comms);
+
+/* Wrap the caller's ncclComm_t (passed as void *; it stays the caller's),
+ * with the current device the comm's: the handle owns a side stream made
+ * there. SK_STATUS_NOT_SUPPORTED when the library was built without NCCL. */
 SK_API sk_status sk_comm_create_nccl(void *nccl_comm, sk_comm_t *out);
 
 /* Free a handle (NULL: no-op); the simulated state goes with the last one. */
@@ -1551,11 +1582,14 @@ SK_API sk_status sk_comm_info(sk_comm_t comm, int32_t *rank, int32_t *ranks,
 
 /* desc->rank's forward: exchange the planned blocks through `comm`
  * (whose rank and size must be desc's), then the attention of its shard
- * (tensors above, packed). The CPU backend is synchronous; the stream is
- * for the CUDA run (not yet supported). Aliasing: o and lse against each
- * other, the inputs and the workspace. Every check, the whole plan's
- * included (a corrupt one is SK_STATUS_BAD_PARAM_VALUE on every rank),
- * runs before the exchange; a rank whose call fails sends nothing, so its
+ * (tensors above, packed). The CPU backend is synchronous; the CUDA run
+ * is enqueued on `stream` after sk_cp_prepare (above) and is graph safe
+ * with an NCCL communicator as far as NCCL allows. Aliasing: o and lse
+ * against each other, the inputs and the workspace. Every check, the
+ * whole plan's included (a corrupt one is SK_STATUS_BAD_PARAM_VALUE on
+ * every rank; the CUDA run checks the plan's records and units, and reads
+ * the layouts from the copy sk_cp_prepare checked), runs before the
+ * exchange; a rank whose call fails sends nothing, so its
  * peers wait for it (simulated: SK_STATUS_EXECUTION_FAILED after 60 s;
  * NCCL: as NCCL does): make the same call on every rank. */
 SK_API sk_status sk_cp_forward(const sk_cp_desc *desc, const void *plan, size_t plan_bytes,

@@ -11,6 +11,12 @@
  * never returns while a receiver may still read its buffer. Nothing is
  * allocated per message. A wait gives up after SK_SIM_TIMEOUT_S seconds
  * (a peer that failed or was never run), withdrawing its own sends.
+ *
+ * The device flavour (sk_comm_create_simulated_cuda) moves device memory
+ * the same way: a group's first send waits for the rank's stream (its
+ * packed sends are complete) before it posts, a receiver copies on its
+ * stream and waits for the copy before marking the mail consumed. It synchronises, so it is for
+ * tests of the CUDA run on one GPU, not for graphs or speed.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -20,6 +26,7 @@
 
 #include "core/comm.h"
 #include "core/internal.h"
+#include "cuda/backend.h"
 
 #define SK_SIM_TIMEOUT_S 60
 #define SK_SIM_MAX_RANKS 4096
@@ -37,6 +44,7 @@ sk_comm_t sk_comm_alloc(const sk_comm_ops *ops, int32_t rank, int32_t ranks, voi
 void sk_comm_destroy(sk_comm_t comm) {
     if (comm == NULL) return;
     comm->ops->destroy(comm);
+    sk_cuda_cp_streams_destroy(comm->streams);
     free(comm);
 }
 
@@ -70,6 +78,7 @@ typedef struct sim_shared {
 /* One rank's handle: its posted receives of the current group. */
 typedef struct sim_rank {
     sim_shared *shared;
+    int stream_done; /* device: the stream was synchronised in this group */
     void **recv_buf;     /* [ranks] */
     size_t *recv_bytes;  /* [ranks] */
     uint8_t *recv_on;    /* [ranks] */
@@ -80,14 +89,20 @@ static sk_status sim_group_start(sk_comm_t c) {
     sim_rank *s = c->impl;
     memset(s->recv_on, 0, (size_t)c->ranks);
     memset(s->send_on, 0, (size_t)c->ranks);
+    s->stream_done = 0;
     return SK_STATUS_SUCCESS;
 }
 
 static sk_status sim_send(sk_comm_t c, const void *buf, size_t bytes, int32_t peer,
                           struct CUstream_st *stream) {
-    (void)stream;
     sim_rank *s = c->impl;
     sim_shared *sh = s->shared;
+    /* Device: what the stream wrote into the send buffers (the packing)
+     * is complete before a peer may read them. */
+    if (c->ops->device_memory && !s->stream_done) {
+        SK_TRY(sk_cuda_stream_sync(stream));
+        s->stream_done = 1;
+    }
     pthread_mutex_lock(&sh->lock);
     sim_mail *m = &sh->mail[(int64_t)c->rank * c->ranks + peer];
     const int busy = m->state != MAIL_EMPTY;
@@ -126,12 +141,12 @@ static int sim_wait(sim_shared *sh, const int *state, int want, const struct tim
 }
 
 static sk_status sim_group_end(sk_comm_t c, struct CUstream_st *stream) {
-    (void)stream;
     sim_rank *s = c->impl;
     sim_shared *sh = s->shared;
     struct timespec deadline;
     clock_gettime(CLOCK_REALTIME, &deadline);
     deadline.tv_sec += SK_SIM_TIMEOUT_S;
+    const int device = c->ops->device_memory;
     sk_status st = SK_STATUS_SUCCESS;
     pthread_mutex_lock(&sh->lock);
     for (int32_t p = 0; p < c->ranks && st == SK_STATUS_SUCCESS; ++p) {
@@ -148,8 +163,12 @@ static sk_status sim_group_end(sk_comm_t c, struct CUstream_st *stream) {
             st = sk_error(SK_STATUS_INTERNAL_ERROR,
                           "simulated communicator: rank %d sent %zu bytes, rank %d expects %zu",
                           (int)p, m->bytes, (int)c->rank, s->recv_bytes[p]);
-        else if (m->bytes > 0)
+        else if (m->bytes > 0 && !device)
             memcpy(s->recv_buf[p], m->buf, m->bytes);
+        else if (m->bytes > 0) {
+            st = sk_cuda_copy_async(s->recv_buf[p], m->buf, m->bytes, stream);
+            if (st == SK_STATUS_SUCCESS) st = sk_cuda_stream_sync(stream);
+        }
         m->state = MAIL_CONSUMED;
         pthread_cond_broadcast(&sh->changed);
     }
@@ -194,6 +213,8 @@ static void sim_destroy(sk_comm_t c) {
 
 static const sk_comm_ops sim_ops = {"simulated", 0,        sim_group_start, sim_send,
                                     sim_recv,    sim_group_end, sim_destroy};
+static const sk_comm_ops sim_device_ops = {"simulated device", 1,        sim_group_start, sim_send,
+                                           sim_recv,           sim_group_end, sim_destroy};
 
 static sim_rank *sim_rank_alloc(sim_shared *sh, int32_t ranks) {
     sim_rank *s = calloc(1, sizeof *s);
@@ -210,8 +231,8 @@ static sim_rank *sim_rank_alloc(sim_shared *sh, int32_t ranks) {
     return s;
 }
 
-sk_status sk_comm_create_simulated(int32_t ranks, sk_comm_t *comms) {
-    SK_ENTER("sk_comm_create_simulated");
+/* R handles of one simulated communicator with these ops. */
+static sk_status sim_create(int32_t ranks, sk_comm_t *comms, const sk_comm_ops *ops) {
     SK_CHECK_NOT_NULL(comms);
     if (ranks < 1 || ranks > SK_SIM_MAX_RANKS)
         return sk_error(SK_STATUS_BAD_PARAM_VALUE, "ranks = %d must be in [1, %d]", (int)ranks,
@@ -232,7 +253,7 @@ sk_status sk_comm_create_simulated(int32_t ranks, sk_comm_t *comms) {
     int32_t r = 0;
     for (; r < ranks; ++r) {
         sim_rank *s = sim_rank_alloc(sh, ranks);
-        made[r] = s != NULL ? sk_comm_alloc(&sim_ops, r, ranks, s) : NULL;
+        made[r] = s != NULL ? sk_comm_alloc(ops, r, ranks, s) : NULL;
         if (made[r] == NULL) {
             if (s != NULL) sim_rank_free(s);
             break;
@@ -249,4 +270,28 @@ sk_status sk_comm_create_simulated(int32_t ranks, sk_comm_t *comms) {
     memcpy(comms, made, (size_t)ranks * sizeof *made);
     free(made);
     return SK_STATUS_SUCCESS;
+}
+
+sk_status sk_comm_create_simulated(int32_t ranks, sk_comm_t *comms) {
+    SK_ENTER("sk_comm_create_simulated");
+    return sim_create(ranks, comms, &sim_ops);
+}
+
+sk_status sk_comm_create_simulated_cuda(int32_t ranks, sk_comm_t *comms) {
+    SK_ENTER("sk_comm_create_simulated_cuda");
+    SK_CHECK_NOT_NULL(comms);
+    /* Made aside, so that comms is written only on success. */
+    sk_comm_t *made = calloc(ranks > 0 ? (size_t)ranks : 1, sizeof *made);
+    if (made == NULL)
+        return sk_error(SK_STATUS_ALLOC_FAILED, "the simulated communicator of %d ranks",
+                        (int)ranks);
+    sk_status st = sim_create(ranks, made, &sim_device_ops);
+    for (int32_t r = 0; st == SK_STATUS_SUCCESS && r < ranks; ++r)
+        st = sk_cuda_cp_streams_create(&made[r]->streams);
+    if (st == SK_STATUS_SUCCESS)
+        memcpy(comms, made, (size_t)ranks * sizeof *made);
+    else if (made[0] != NULL) /* sim_create succeeded: undo it */
+        for (int32_t r = 0; r < ranks; ++r) sk_comm_destroy(made[r]);
+    free(made);
+    return st;
 }

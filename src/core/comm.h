@@ -34,6 +34,7 @@ struct sk_comm_s {
     int32_t rank, ranks;
     int64_t bytes_sent; /* every send's bytes, added when posted */
     void *impl;
+    void *streams; /* device communicators: sk_cuda_cp_streams_create's record */
 };
 
 /* A zeroed handle (NULL when out of memory). */

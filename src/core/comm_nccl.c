@@ -9,11 +9,13 @@
  * opened, sk_comm_create_nccl answers SK_STATUS_NOT_SUPPORTED.
  *
  * Sends and receives are bytes (ncclUint8) between ncclGroupStart and
- * ncclGroupEnd, enqueued on the run's stream: graph capture works as far
- * as NCCL allows it.
+ * ncclGroupEnd, enqueued on the stream the run gives (the handle's side
+ * stream, made here on the current device, which must be the comm's):
+ * graph capture works as far as NCCL allows it.
  */
 #include "core/comm.h"
 #include "core/internal.h"
+#include "cuda/backend.h"
 
 #ifndef SK_HAVE_NCCL
 
@@ -136,6 +138,12 @@ sk_status sk_comm_create_nccl(void *nccl_comm, sk_comm_t *out) {
         return st != SK_STATUS_SUCCESS
                    ? st
                    : sk_error(SK_STATUS_ALLOC_FAILED, "the NCCL communicator handle");
+    }
+    /* The side stream of the overlap, on the comm's device (current). */
+    st = sk_cuda_cp_streams_create(&c->streams);
+    if (st != SK_STATUS_SUCCESS) {
+        sk_comm_destroy(c);
+        return st;
     }
     *out = c;
     return SK_STATUS_SUCCESS;

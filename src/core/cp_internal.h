@@ -25,15 +25,48 @@ int64_t sk_cp_shard_of(const sk_cp_desc *d, int32_t block, int64_t nb, int32_t r
 
 /* An opened plan made for d's geometry, whole: every rank's shard against
  * the descriptor's sharding, its chunks' layout arrays inside the blob and
- * valid, every pair's units (a block of the sender; batch, head, slot in
- * range; bytes adding up). Every rank checks all of it, so ranks sharing a
- * plan agree on refusing it (none enters the exchange) or on using it.
- * BAD_PARAM_VALUE "plan is corrupt" otherwise. */
-sk_status sk_cp_plan_check(const sk_cp_plan_header *h, const sk_cp_desc *d);
+ * (with_layouts) valid, every pair's units (a block of the sender; batch,
+ * head, slot in range; bytes adding up). Every rank checks all of it, so
+ * ranks sharing a plan agree on refusing it (none enters the exchange) or
+ * on using it. BAD_PARAM_VALUE "plan is corrupt" otherwise. The CUDA run
+ * skips the layouts' content (with_layouts = 0): its passes read the
+ * device copy that sk_cp_prepare made after checking them, and checking
+ * millions of entries on the host in every run would idle the GPU. */
+sk_status sk_cp_plan_check(const sk_cp_plan_header *h, const sk_cp_desc *d, int with_layouts);
 
 /* The local (remote == 0) or remote layout of chunk cp as a view into the
  * plan: rows = its tokens, cols = keys (local_keys or remote_keys). */
 void sk_cp_chunk_layout(const sk_cp_plan_header *h, const sk_cp_chunk_plan *cp, int64_t keys,
                         int remote, sk_bsr *out);
+
+/* A rank's run: its descriptor, the opened plan, its rank record, and its
+ * workspace sections (byte offsets, 64-byte aligned on the CPU, 256 on
+ * CUDA; offsets[parts] is the total). The sections are the backend's:
+ * cp_run.c's for the CPU, cp_run_cuda.c's for CUDA. */
+#define SK_CP_WS_MAX 16
+typedef struct sk_cp_ctx {
+    const sk_cp_desc *d;
+    const sk_cp_plan_header *h;
+    const sk_cp_rank_plan *rp;
+    int64_t esize;
+    int parts;
+    int64_t offsets[SK_CP_WS_MAX + 1];
+    size_t att_bytes[4]; /* CUDA: the passes' attention workspaces (chunk x local/remote) */
+} sk_cp_ctx;
+
+/* Append a section of `bytes` (aligned to `align`) to c's workspace;
+ * BAD_PARAM_OVERFLOW naming the rank when the total passes int64. */
+sk_status sk_cp_ws_add(sk_cp_ctx *c, int64_t bytes, int64_t align);
+
+/* The CUDA run (cp_run_cuda.c): its workspace sections (after the plan is
+ * opened and checked), the checks only it needs (before any exchange),
+ * the prepare step and the run. */
+sk_status sk_cp_cuda_workspace(sk_cp_ctx *c);
+sk_status sk_cp_cuda_check(const sk_cp_ctx *c, sk_comm_t comm);
+sk_status sk_cp_cuda_prepare(const sk_cp_ctx *c, const void *plan, char *ws,
+                             struct CUstream_st *stream);
+sk_status sk_cp_cuda_forward(const sk_cp_ctx *c, sk_comm_t comm, const void *q, const void *k,
+                             const void *v, void *o, float *lse, char *ws,
+                             struct CUstream_st *stream);
 
 #endif /* SK_CORE_CP_INTERNAL_H */

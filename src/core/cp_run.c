@@ -18,10 +18,10 @@
  *      and lse.
  * The partial passes run in fp32 (the CPU backend takes F32), so the merge
  * adds only fp32 / fp64 rounding before O's single rounding to the dtype.
- * On a GPU (next step) steps 1-2 overlap the local pass (docs/perf/
- * context_parallel.md).
+ * The CUDA run (cp_run_cuda.c) shares the checks here and overlaps steps
+ * 1-2 with the local passes (docs/perf/context_parallel.md).
  *
- * Workspace sections (each 64-byte aligned): send bytes, receive bytes,
+ * CPU workspace sections (each 64-byte aligned): send bytes, receive bytes,
  * Q32, K32, V32 (the shard), K and V remote (fp32), O_a, O_b (fp32, chunk c
  * packed [B, S_c, Hq, D] from element B x q_start x Hq x D on), LSE_a, LSE_b
  * (fp32, chunk c's [B, Hq, S_c] from B x q_start x Hq on).
@@ -37,13 +37,7 @@
 
 enum { WS_SEND, WS_RECV, WS_Q, WS_K, WS_V, WS_KR, WS_VR, WS_OA, WS_OB, WS_LA, WS_LB, WS_PARTS };
 
-typedef struct cp_ctx {
-    const sk_cp_desc *d;
-    const sk_cp_plan_header *h;
-    const sk_cp_rank_plan *rp;
-    int64_t esize;
-    int64_t offsets[WS_PARTS + 1]; /* byte offsets; [WS_PARTS] the total */
-} cp_ctx;
+typedef sk_cp_ctx cp_ctx;
 
 /* The plan against the descriptor: one made for another problem would
  * exchange and index wrongly. */
@@ -68,15 +62,37 @@ static sk_status check_plan(const sk_cp_desc *d, const sk_cp_plan_header *h) {
     return SK_STATUS_SUCCESS;
 }
 
+sk_status sk_cp_ws_add(sk_cp_ctx *c, int64_t bytes, int64_t align) {
+    int64_t at = c->offsets[c->parts];
+    if (c->parts >= SK_CP_WS_MAX || bytes < 0 || !sk_add_i64(at, bytes, &at) ||
+        !sk_add_i64(at, align - 1, &at))
+        return sk_error(SK_STATUS_BAD_PARAM_OVERFLOW,
+                        "the workspace of rank %d does not fit int64", (int)c->d->rank);
+    c->offsets[++c->parts] = at / align * align;
+    return SK_STATUS_SUCCESS;
+}
+
 /* Descriptor, plan, and the workspace sections of desc->rank. */
-static sk_status open_ctx(const sk_cp_desc *d, const void *plan, size_t plan_bytes, cp_ctx *c) {
+/* check_layouts: whether to check the layouts' content (sk_cp_plan_check:
+ * the CUDA run reads them from sk_cp_prepare's checked device copy). */
+static sk_status open_ctx(const sk_cp_desc *d, const void *plan, size_t plan_bytes, cp_ctx *c,
+                          const char *api, int check_layouts) {
     SK_TRY(sk_cp_check_desc(d));
     SK_TRY(sk_cp_plan_open(plan, plan_bytes, &c->h));
     SK_TRY(check_plan(d, c->h));
-    SK_TRY(sk_cp_plan_check(c->h, d));
+    SK_TRY(sk_cp_plan_check(c->h, d, check_layouts));
     c->d = d;
     c->rp = &sk_cp_plan_ranks(c->h)[d->rank];
     c->esize = (int64_t)sk_dtype_size(d->dtype);
+    c->parts = 0;
+    c->offsets[0] = 0;
+    if (sk_backend_is_cuda(d->backend)) {
+        /* The passes' sizes come from sk_attention_workspace_size, which
+         * names itself in the error state: name the caller again. */
+        SK_TRY(sk_cp_cuda_workspace(c));
+        sk_enter(api);
+        return SK_STATUS_SUCCESS;
+    }
     const int64_t S = c->rp->tokens;
     const int64_t B = d->batch, Hq = d->heads_q, Hkv = d->heads_kv, D = d->head_dim;
     const int64_t f[WS_PARTS][5] = {
@@ -86,36 +102,43 @@ static sk_status open_ctx(const sk_cp_desc *d, const void *plan, size_t plan_byt
         {B, c->rp->remote_keys, Hkv, D, 4}, {B, S, Hq, D, 4},
         {B, S, Hq, D, 4},                {B, Hq, S, 1, 4},
         {B, Hq, S, 1, 4}};
-    int64_t at = 0;
     for (int p = 0; p < WS_PARTS; ++p) {
         int64_t bytes;
-        c->offsets[p] = at;
-        if (!sk_product_i64(f[p], 5, &bytes) || !sk_add_i64(at, bytes, &at) ||
-            !sk_add_i64(at, 63, &at))
+        if (!sk_product_i64(f[p], 5, &bytes))
             return sk_error(SK_STATUS_BAD_PARAM_OVERFLOW,
                             "the workspace of rank %d does not fit int64", (int)d->rank);
-        at = at / 64 * 64;
+        SK_TRY(sk_cp_ws_add(c, bytes, 64));
     }
-    c->offsets[WS_PARTS] = at;
     return SK_STATUS_SUCCESS;
-}
-
-static sk_status cuda_not_yet(const sk_cp_desc *d) {
-    return sk_error(SK_STATUS_NOT_SUPPORTED,
-                    "desc->backend = %s: the context-parallel run has the CPU backend only so "
-                    "far (the CUDA run is the next step, docs/perf/context_parallel.md)",
-                    sk_backend_name(d->backend));
 }
 
 sk_status sk_cp_workspace_size(const sk_cp_desc *desc, const void *plan, size_t plan_bytes,
                                size_t *workspace_bytes) {
     SK_ENTER("sk_cp_workspace_size");
     cp_ctx c;
-    SK_TRY(open_ctx(desc, plan, plan_bytes, &c));
+    SK_TRY(open_ctx(desc, plan, plan_bytes, &c, "sk_cp_workspace_size", 1));
     SK_CHECK_NOT_NULL(workspace_bytes);
-    if (sk_backend_is_cuda(desc->backend)) return cuda_not_yet(desc);
-    *workspace_bytes = (size_t)c.offsets[WS_PARTS];
+    *workspace_bytes = (size_t)c.offsets[c.parts];
     return SK_STATUS_SUCCESS;
+}
+
+sk_status sk_cp_prepare(const sk_cp_desc *desc, const void *plan, size_t plan_bytes,
+                       void *workspace, size_t workspace_size, struct CUstream_st *stream) {
+    SK_ENTER("sk_cp_prepare");
+    cp_ctx c;
+    SK_TRY(open_ctx(desc, plan, plan_bytes, &c, "sk_cp_prepare", 1));
+    const size_t need = (size_t)c.offsets[c.parts];
+    if (workspace == NULL || workspace_size < need)
+        return sk_error(SK_STATUS_BAD_PARAM_WORKSPACE,
+                        "workspace (%p, %zu bytes) must hold the %zu bytes sk_cp_workspace_size "
+                        "gives",
+                        workspace, workspace_size, need);
+    if (!sk_backend_is_cuda(desc->backend)) return SK_STATUS_SUCCESS;
+    SK_TRY(sk_check_alignment(workspace, NULL, 1, 256, 0, "workspace"));
+    const sk_buffer bufs[] = {{"workspace", workspace, (int64_t)need, 1},
+                              {"plan", plan, (int64_t)plan_bytes, 0}};
+    SK_TRY(sk_check_no_alias(bufs, 2));
+    return sk_cp_cuda_prepare(&c, plan, workspace, stream);
 }
 
 /* Pointers, sizes, alignment, the workspace, aliasing, the communicator. */
@@ -142,21 +165,22 @@ static sk_status check_call(const cp_ctx *c, sk_comm_t comm, const void *q, cons
         return sk_error(SK_STATUS_BAD_PARAM_OVERFLOW,
                         "the shard of rank %d (%lld tokens) has a byte size beyond int64",
                         (int)d->rank, (long long)S);
+    const int cuda = sk_backend_is_cuda(d->backend);
+    const size_t ta = cuda ? 16 : (size_t)c->esize; /* CUDA: 16-byte vectors */
     const struct {
         const void *p;
         const char *name;
         size_t align;
-    } al[] = {{q, "q", (size_t)c->esize}, {k, "k", (size_t)c->esize}, {v, "v", (size_t)c->esize},
-              {o, "o", (size_t)c->esize}, {lse, "lse", 4}};
+    } al[] = {{q, "q", ta}, {k, "k", ta}, {v, "v", ta}, {o, "o", ta}, {lse, "lse", 4}};
     for (size_t i = 0; i < sizeof al / sizeof al[0]; ++i)
         SK_TRY(sk_check_alignment(al[i].p, NULL, 1, al[i].align, 0, al[i].name));
-    const size_t need = (size_t)c->offsets[WS_PARTS];
+    const size_t need = (size_t)c->offsets[c->parts];
     if (workspace == NULL || workspace_size < need)
         return sk_error(SK_STATUS_BAD_PARAM_WORKSPACE,
                         "workspace (%p, %zu bytes) must hold the %zu bytes sk_cp_workspace_size "
                         "gives",
                         workspace, workspace_size, need);
-    SK_TRY(sk_check_alignment(workspace, NULL, 1, 64, 0, "workspace"));
+    SK_TRY(sk_check_alignment(workspace, NULL, 1, cuda ? 256 : 64, 0, "workspace"));
     const sk_buffer bufs[] = {{"o", o, qb, 1},
                               {"lse", lse, lse ? lb : 0, 1},
                               {"workspace", workspace, (int64_t)need, 1},
@@ -165,7 +189,7 @@ static sk_status check_call(const cp_ctx *c, sk_comm_t comm, const void *q, cons
                               {"v", v, kb, 0},
                               {"plan", plan, (int64_t)plan_bytes, 0}};
     SK_TRY(sk_check_no_alias(bufs, (int)(sizeof bufs / sizeof bufs[0])));
-    if (sk_backend_is_cuda(d->backend)) return cuda_not_yet(d);
+    if (cuda) return sk_cp_cuda_check(c, comm);
     if (comm->ops->device_memory)
         return sk_error(SK_STATUS_NOT_SUPPORTED,
                         "comm is a %s communicator (device memory); the CPU backend needs the "
@@ -258,9 +282,12 @@ sk_status sk_cp_forward(const sk_cp_desc *desc, const void *plan, size_t plan_by
                         struct CUstream_st *stream) {
     SK_ENTER("sk_cp_forward");
     cp_ctx c;
-    SK_TRY(open_ctx(desc, plan, plan_bytes, &c));
+    SK_TRY(open_ctx(desc, plan, plan_bytes, &c, "sk_cp_forward",
+                    !sk_backend_is_cuda(desc->backend)));
     SK_TRY(check_call(&c, comm, q, k, v, o, lse, plan, plan_bytes, workspace, workspace_size));
     char *ws = workspace;
+    if (sk_backend_is_cuda(desc->backend))
+        return sk_cp_cuda_forward(&c, comm, q, k, v, o, lse, ws, stream);
     SK_TRY(exchange(&c, comm, q, k, v, ws, stream));
     const float *q32 = (const float *)(void *)(ws + c.offsets[WS_Q]);
     const float *k32 = (const float *)(void *)(ws + c.offsets[WS_K]);

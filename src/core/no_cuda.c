@@ -189,6 +189,43 @@ sk_status sk_cuda_quantize_e4m3(const sk_quantize_problem *p, void *workspace,
     return sk_error(SK_STATUS_NOT_SUPPORTED_BACKEND, SK_NO_CUDA_TEXT);
 }
 
+sk_status sk_cuda_cp_streams_create(void **out) {
+    (void)out;
+    return sk_error(SK_STATUS_NOT_SUPPORTED_BACKEND, SK_NO_CUDA_TEXT);
+}
+
+void sk_cuda_cp_streams_destroy(void *streams) { (void)streams; }
+
+sk_status sk_cuda_cp_fork(void *streams, struct CUstream_st *stream, struct CUstream_st **side) {
+    (void)streams, (void)stream, (void)side;
+    return sk_error(SK_STATUS_NOT_SUPPORTED_BACKEND, SK_NO_CUDA_TEXT);
+}
+
+sk_status sk_cuda_cp_join(void *streams, struct CUstream_st *stream) {
+    (void)streams, (void)stream;
+    return sk_error(SK_STATUS_NOT_SUPPORTED_BACKEND, SK_NO_CUDA_TEXT);
+}
+
+sk_status sk_cuda_copy_async(void *dst, const void *src, size_t bytes, struct CUstream_st *stream) {
+    (void)dst, (void)src, (void)bytes, (void)stream;
+    return sk_error(SK_STATUS_NOT_SUPPORTED_BACKEND, SK_NO_CUDA_TEXT);
+}
+
+sk_status sk_cuda_stream_sync(struct CUstream_st *stream) {
+    (void)stream;
+    return sk_error(SK_STATUS_NOT_SUPPORTED_BACKEND, SK_NO_CUDA_TEXT);
+}
+
+sk_status sk_cuda_cp_copy_units(const sk_cp_copy_problem *p, struct CUstream_st *stream) {
+    (void)p, (void)stream;
+    return sk_error(SK_STATUS_NOT_SUPPORTED_BACKEND, SK_NO_CUDA_TEXT);
+}
+
+sk_status sk_cuda_cp_merge(const sk_cp_merge_problem *p, struct CUstream_st *stream) {
+    (void)p, (void)stream;
+    return sk_error(SK_STATUS_NOT_SUPPORTED_BACKEND, SK_NO_CUDA_TEXT);
+}
+
 #else
 /* Built with CUDA: src/cuda/ provides these. ISO C wants a declaration. */
 typedef int sk_no_cuda_unused;

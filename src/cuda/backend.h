@@ -3,7 +3,7 @@
  *
  * Implemented by the .cu files of src/cuda/ (common/device_info.cu,
  * attention/fwd.cu, attention/bwd.cu, attention/varlen.cu, gemm/gemm.cu,
- * topk/chain.cu) when the library is built with nvcc, and by
+ * topk/chain.cu, cp/cp.cu) when the library is built with nvcc, and by
  * src/core/no_cuda.c (every call: SK_STATUS_NOT_SUPPORTED_BACKEND) when it
  * is not. Problems arrive validated
  * (src/core/problem.h); these functions check only what needs the device:
@@ -120,6 +120,59 @@ sk_status sk_cuda_dsel_select(const sk_dsel_problem *p, void *workspace, size_t 
 sk_status sk_cuda_quantize_e4m3_workspace_size(const sk_quantize_problem *p, size_t *bytes);
 sk_status sk_cuda_quantize_e4m3(const sk_quantize_problem *p, void *workspace,
                                 size_t workspace_size, struct CUstream_st *stream);
+
+/* Context parallel (cp/cp.cu): what a rank's CUDA run (src/core/
+ * cp_run_cuda.c) enqueues besides the attention passes, and the side
+ * stream a device communicator owns. Problems arrive checked. */
+/* A non-blocking side stream and two events (fork, join) on the current
+ * device, for the overlap of the exchange with the local passes. */
+sk_status sk_cuda_cp_streams_create(void **out);
+void sk_cuda_cp_streams_destroy(void *streams);
+/* Fork: *side waits for what `stream` has enqueued so far. Join: `stream`
+ * waits for what the side stream has enqueued so far. Graph safe. */
+sk_status sk_cuda_cp_fork(void *streams, struct CUstream_st *stream, struct CUstream_st **side);
+sk_status sk_cuda_cp_join(void *streams, struct CUstream_st *stream);
+/* cudaMemcpyAsync of any direction (cudaMemcpyDefault) on the stream. */
+sk_status sk_cuda_copy_async(void *dst, const void *src, size_t bytes, struct CUstream_st *stream);
+/* cudaStreamSynchronize (the simulated device transport only). */
+sk_status sk_cuda_stream_sync(struct CUstream_st *stream);
+
+/* Gather (pack) or scatter (unpack) of exchange units (core/cp_plan.h):
+ * unit i is K rows then V rows of one (block, batch, head), `block`
+ * tokens each (the last units, from `full` on, are of the tail block:
+ * `tail` tokens), packed back to back in `packed`. The strided side is
+ * k, v [B, seq, Hkv, D]: a unit's first token there is, packing, its
+ * block's place in the rank's shard (chunks below), unpacking, slot x
+ * block of the remote buffer. */
+typedef struct sk_cp_copy_problem {
+    const void *units; /* device sk_cp_unit[count] */
+    int64_t count, full;
+    int32_t block, tail, row_bytes, unpack;
+    void *packed;
+    void *k, *v;
+    int64_t seq, heads_kv;
+    int32_t chunks;
+    int32_t chunk_block[2], chunk_blocks[2]; /* the shard's chunks: first global block, blocks */
+    int64_t chunk_token[2];                  /* and first shard token */
+} sk_cp_copy_problem;
+sk_status sk_cuda_cp_copy_units(const sk_cp_copy_problem *p, struct CUstream_st *stream);
+
+/* The LSE merge of two partial attentions into o (F16 or BF16), in place:
+ * o's rows o_start .. o_start + tokens - 1 of [B, o_seq, H, D] hold part a
+ * on entry (lse_a [B, H, tokens]); part b is o_b [B, tokens, H, D] and
+ * lse_b (NULL: part a alone, o unchanged). lse [B, H, o_seq] at the same
+ * rows, may be NULL. fp32 math: m = max, w = exp(lse - m); both -inf
+ * gives O = 0, LSE = -inf. */
+typedef struct sk_cp_merge_problem {
+    sk_dtype dtype;
+    int64_t batch, tokens, heads, dim, o_seq, o_start;
+    void *o;
+    const float *lse_a;
+    const void *o_b;
+    const float *lse_b;
+    float *lse;
+} sk_cp_merge_problem;
+sk_status sk_cuda_cp_merge(const sk_cp_merge_problem *p, struct CUstream_st *stream);
 
 #ifdef __cplusplus
 }

@@ -186,12 +186,7 @@ SK_TEST(cp_bad_input_descriptor) {
     /* The plan was made for causal. */
     BAD_DESC("plan/desc", F->desc.mask = SK_MASK_NONE, SK_STATUS_BAD_PARAM_VALUE,
              "plan was made for");
-    BAD_DESC("cuda", F->desc.backend = SK_BACKEND_CUDA, SK_STATUS_NOT_SUPPORTED,
-             "CPU backend only");
-    size_t ws = 777;
-    CHECK(sk_cp_workspace_size(&F->desc, F->plan, F->plan_bytes, &ws) == SK_STATUS_NOT_SUPPORTED &&
-              ws == 777,
-          "workspace size on CUDA: %s, %zu", sk_last_error(), ws);
+    /* CUDA: cp_bad_input_cuda_run. */
     F->desc = good;
     CHECK(sk_cp_desc_init(NULL, sizeof F->desc) == SK_STATUS_BAD_PARAM_NULL_POINTER, "init NULL");
     CHECK(sk_cp_desc_init(&F->desc, 4) == SK_STATUS_BAD_PARAM_STRUCT_SIZE, "init size");
@@ -432,5 +427,58 @@ SK_TEST(cp_bad_input_corrupt_plan_words) {
         free(jobs[r].ws);
     }
     free(plan);
+    fx_free(F);
+}
+
+/* The CUDA run's checks on any machine: a host communicator is refused by
+ * name before anything moves; sk_cp_prepare checks its workspace; the
+ * device communicator needs a device. */
+SK_TEST(cp_bad_input_cuda_run) {
+    FX_BEGIN
+    sk_cp_desc d = F->desc;
+    d.backend = SK_BACKEND_CUDA;
+    size_t need = 0;
+    CHECK(sk_cp_workspace_size(&d, F->plan, F->plan_bytes, &need) == SK_STATUS_SUCCESS && need > 0,
+          "CUDA workspace size: %s", sk_last_error());
+    void *ws = NULL;
+    if (posix_memalign(&ws, 256, need) != 0) ws = NULL;
+    REQUIRE(ws != NULL, "workspace");
+    memset(ws, 0x5a, need);
+    void *ws_before = malloc(need);
+    memcpy(ws_before, ws, need);
+    sk_status st = sk_cp_forward(&d, F->plan, F->plan_bytes, F->comm[0], F->q, F->k, F->v, F->o,
+                                 F->lse, ws, need, NULL);
+    const size_t n = (size_t)(FX_B * F->tokens * FX_H * FX_D);
+    CHECK(st == SK_STATUS_BAD_PARAM_VALUE && strstr(sk_last_error(), "sk_cp_forward: comm") &&
+              strstr(sk_last_error(), "sk_comm_create_simulated_cuda"),
+          "host comm on CUDA: %s (%s)", sk_status_name(st), sk_last_error());
+    CHECK(memcmp(F->o, F->o_before, n * 2) == 0, "o was written");
+    CHECK(memcmp(ws, ws_before, need) == 0, "workspace was written");
+    st = sk_cp_prepare(&d, F->plan, F->plan_bytes, NULL, need, NULL);
+    CHECK(st == SK_STATUS_BAD_PARAM_WORKSPACE && strstr(sk_last_error(), "sk_cp_prepare: workspace"),
+          "prepare without workspace: %s (%s)", sk_status_name(st), sk_last_error());
+    st = sk_cp_prepare(&d, F->plan, F->plan_bytes, ws, need - 1, NULL);
+    CHECK(st == SK_STATUS_BAD_PARAM_WORKSPACE, "prepare, short workspace: %s", sk_last_error());
+    st = sk_cp_prepare(&d, F->plan, F->plan_bytes, (char *)ws + 64, need, NULL);
+    CHECK(st == SK_STATUS_BAD_PARAM_ALIGNMENT && strstr(sk_last_error(), "256"),
+          "prepare, misaligned workspace: %s (%s)", sk_status_name(st), sk_last_error());
+    CHECK(memcmp(ws, ws_before, need) == 0, "prepare wrote on failure");
+    /* CPU backend: a no-op after the checks. */
+    CHECK(sk_cp_prepare(&F->desc, F->plan, F->plan_bytes, F->ws, F->ws_bytes, NULL) ==
+              SK_STATUS_SUCCESS,
+          "prepare on the CPU: %s", sk_last_error());
+    int32_t devices = 0;
+    sk_device_count(&devices);
+    if (devices == 0) {
+        sk_comm_t comms[2] = {(sk_comm_t)ws_before, (sk_comm_t)ws_before};
+        st = sk_comm_create_simulated_cuda(2, comms);
+        CHECK(st == SK_STATUS_NOT_SUPPORTED_BACKEND, "device comm without a device: %s (%s)",
+              sk_status_name(st), sk_last_error());
+        CHECK(comms[0] == (sk_comm_t)ws_before && comms[1] == (sk_comm_t)ws_before,
+              "comms written on failure");
+    }
+    CHECK(sk_comm_create_simulated_cuda(0, NULL) == SK_STATUS_BAD_PARAM_NULL_POINTER, "NULL comms");
+    free(ws);
+    free(ws_before);
     fx_free(F);
 }

@@ -1,0 +1,412 @@
+/*
+ * test_cp_gpu.c - the CUDA context-parallel run on one GPU: R ranks (R = 1
+ * .. 4, one thread and one stream each, the simulated device communicator)
+ * against the single-GPU sk_attention_forward over the global tensors with
+ * the global layout. Contiguous and zigzag sharding, causal and not,
+ * window, sinks + window and random layouts, broadcast / per-KV-head /
+ * per-query-head layouts, tails, F16 and BF16, D 64 and 128.
+ *
+ * Inputs: K and V units (batch, KV head, key block) that no row of any
+ * layout slice selects are NaN, so reading one poisons the output; every
+ * workspace starts as NaN bytes (an unreceived remote slot read is NaN);
+ * O and LSE start NaN. Each case runs twice: the second run must equal the
+ * first bit for bit.
+ *
+ * Tolerance against the single-GPU forward (docs/perf/context_parallel.md
+ * section 5): a row with remote blocks is two partial attentions, each
+ * rounded to the dtype, merged in fp32 and rounded again, and the P
+ * rounding of each partial happens against its own row maximum, so
+ * |got - ref| <= u (2 |ref| + 4 vmax_row) + 1e-5, with vmax_row the
+ * largest |V| over the key blocks the row's slice selects. LSE has no
+ * dtype rounding (fp32 row sums of unrounded P): |got - ref| <= 1e-4 (1 +
+ * |ref|), which a missing or extra block (a weight of at least ~1e-4 of
+ * the row) breaks. With R = 1 the run is the single-GPU forward over the
+ * same layout: bitwise equal.
+ */
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/harness.h"
+#include "common/test_util.h"
+#include "cuda_api.h"
+#include "gpu_util.h"
+#include "sparsek.h"
+
+enum { K_WINDOW, K_SINKS_WINDOW, K_RANDOM, K_KINDS };
+static const char *const kind_names[K_KINDS] = {"window", "sinks+window", "random"};
+
+typedef struct cg_case {
+    int32_t ranks;
+    sk_cp_sharding sharding;
+    int causal, kind;
+    sk_dtype dtype;
+    int64_t batch, seq, heads_q, heads_kv, head_dim;
+    int32_t block, layout_batch, layout_heads;
+    uint64_t seed;
+} cg_case;
+
+/* One rank: its device shard, outputs, workspace and stream. */
+typedef struct cg_rank {
+    const sk_cp_desc *base;
+    sk_cp_desc desc;
+    const void *plan;
+    size_t plan_bytes;
+    sk_comm_t comm;
+    void *q, *k, *v, *o, *ws;
+    float *lse;
+    size_t ws_bytes;
+    cudaStream_t stream;
+    int64_t tokens;
+    int32_t chunks;
+    int64_t starts[2], lengths[2];
+    sk_status status;
+    char error[512];
+} cg_rank;
+
+static void *cg_run_rank(void *arg) {
+    cg_rank *r = arg;
+    r->status = sk_cp_forward(&r->desc, r->plan, r->plan_bytes, r->comm, r->q, r->k, r->v, r->o,
+                              r->lse, r->ws, r->ws_bytes, (struct CUstream_st *)r->stream);
+    if (r->status == SK_STATUS_SUCCESS && cudaStreamSynchronize(r->stream) != cudaSuccess)
+        r->status = SK_STATUS_EXECUTION_FAILED;
+    strncpy(r->error, sk_last_error(), sizeof r->error - 1);
+    return NULL;
+}
+
+static sk_layout_t cg_layout(const cg_case *c, const sk_grid *g) {
+    sk_layout_t L = NULL;
+    sk_status st = SK_STATUS_INTERNAL_ERROR;
+    switch (c->kind) {
+    case K_WINDOW:
+        st = c->causal ? sk_layout_create_window(&L, g, 300, 0)
+                       : sk_layout_create_window(&L, g, 200, 260);
+        break;
+    case K_SINKS_WINDOW: st = sk_layout_create_sinks_window(&L, g, 64, 300); break;
+    default: st = sk_layout_create_random(&L, g, 3, c->seed, 0); break;
+    }
+    return st == SK_STATUS_SUCCESS ? L : NULL;
+}
+
+/* Slice s's KV head for query head h (layout heads 1, Hkv or Hq). */
+static int cg_slice_covers(const cg_case *c, const sk_bsr *L, int64_t s, int64_t b, int64_t hq) {
+    if (L->grid.batch != 1 && b != s / L->grid.heads) return 0;
+    const int64_t hs = s % L->grid.heads;
+    const int64_t group = c->heads_q / c->heads_kv;
+    const int64_t want = L->grid.heads == 1 ? 0 : L->grid.heads == c->heads_q ? hq : hq / group;
+    return want == hs;
+}
+
+/* used[(b * Hkv + h) * nb + j]: some row of a slice covering (b, KV head h)
+ * selects block j. vmax[(b * Hkv + h) * nb + j]: max |V| over the block. */
+static void cg_usage(const cg_case *c, const sk_bsr *L, const void *v, int64_t nb, uint8_t *used,
+                     double *vmax) {
+    const int64_t slices = (int64_t)L->grid.batch * L->grid.heads, group = c->heads_q / c->heads_kv;
+    for (int64_t s = 0; s < slices; ++s)
+        for (int64_t b = 0; b < c->batch; ++b)
+            for (int64_t hq = 0; hq < c->heads_q; ++hq) {
+                if (!cg_slice_covers(c, L, s, b, hq)) continue;
+                for (int64_t e = L->row_offsets[s * nb]; e < L->row_offsets[(s + 1) * nb]; ++e)
+                    used[(b * c->heads_kv + hq / group) * nb + L->col_indices[e]] = 1;
+            }
+    for (int64_t b = 0; b < c->batch; ++b)
+        for (int64_t h = 0; h < c->heads_kv; ++h)
+            for (int64_t j = 0; j < nb; ++j) {
+                double m = 0;
+                for (int64_t t = j * c->block; t < c->seq && t < (j + 1) * c->block; ++t)
+                    for (int64_t d = 0; d < c->head_dim; ++d)
+                        m = fmax(m, fabs(tu_load(
+                                        v, c->dtype,
+                                        ((b * c->seq + t) * c->heads_kv + h) * c->head_dim + d)));
+                vmax[(b * c->heads_kv + h) * nb + j] = m;
+            }
+}
+
+/* The single-GPU forward over the global tensors (host in, host out). */
+static int cg_reference(const cg_case *c, const sk_bsr *L, const void *q, const void *k,
+                        const void *v, void *o, float *lse) {
+    const int64_t es = 2, nq = c->batch * c->seq * c->heads_q * c->head_dim;
+    const int64_t nk = c->batch * c->seq * c->heads_kv * c->head_dim;
+    sk_attention_desc a;
+    sk_attention_desc_init(&a, sizeof a);
+    a.backend = gt_opt.backend;
+    a.dtype = c->dtype;
+    a.batch = c->batch;
+    a.seq_q = a.seq_k = c->seq;
+    a.heads_q = c->heads_q;
+    a.heads_kv = c->heads_kv;
+    a.head_dim = c->head_dim;
+    a.mask = c->causal ? SK_MASK_CAUSAL : SK_MASK_NONE;
+    sk_bsr dl;
+    size_t wsb = 0;
+    if (gt_bsr_to_device(L, &dl) != 0) return 1;
+    void *dq = gt_device_alloc((size_t)(nq * es)), *dk = gt_device_alloc((size_t)(nk * es));
+    void *dv = gt_device_alloc((size_t)(nk * es)), *dout = gt_device_alloc((size_t)(nq * es));
+    float *dlse = gt_device_alloc((size_t)(c->batch * c->heads_q * c->seq) * sizeof(float));
+    sk_status st = sk_attention_workspace_size(&a, &dl, &wsb);
+    void *ws = gt_device_alloc(wsb > 0 ? wsb : 256);
+    int bad = st != SK_STATUS_SUCCESS || gt_upload(dq, q, (size_t)(nq * es)) ||
+              gt_upload(dk, k, (size_t)(nk * es)) || gt_upload(dv, v, (size_t)(nk * es));
+    if (!bad) st = sk_attention_forward(&a, &dl, dq, dk, dv, dout, dlse, ws, wsb, NULL);
+    bad = bad || st != SK_STATUS_SUCCESS || gt_sync() ||
+          gt_download(o, dout, (size_t)(nq * es)) ||
+          gt_download(lse, dlse, (size_t)(c->batch * c->heads_q * c->seq) * sizeof(float));
+    CHECK(!bad, "single-GPU reference: %s", sk_last_error());
+    gt_device_free(dq), gt_device_free(dk), gt_device_free(dv), gt_device_free(dout);
+    gt_device_free(dlse), gt_device_free(ws);
+    gt_bsr_free_device(&dl);
+    return bad;
+}
+
+/* Rows [t0, t0 + n) of global [B, S, H, D] <-> rows [l0, ..) of a shard. */
+static void cg_rows(void *dst, const void *src, int64_t B, int64_t S, int64_t Sr, int64_t HD,
+                    int64_t t0, int64_t l0, int64_t n, int to_global) {
+    for (int64_t b = 0; b < B; ++b) {
+        const size_t g = (size_t)((b * S + t0) * HD * 2), l = (size_t)((b * Sr + l0) * HD * 2);
+        if (to_global)
+            memcpy((char *)dst + g, (const char *)src + l, (size_t)(n * HD * 2));
+        else
+            memcpy((char *)dst + l, (const char *)src + g, (size_t)(n * HD * 2));
+    }
+}
+
+/* Set up every rank (shards on the device, NaN outputs and workspace,
+ * sk_cp_prepare), run them on threads, fetch O and LSE into the global
+ * arrays. Returns 0 when every rank succeeded. */
+static int cg_run_ranks(const cg_case *c, cg_rank *rk, const void *q, const void *k,
+                        const void *v, void *o, float *lse, const char *name) {
+    const int64_t B = c->batch, S = c->seq, HQ = c->heads_q * c->head_dim;
+    const int64_t HK = c->heads_kv * c->head_dim;
+    pthread_t th[8];
+    for (int32_t r = 0; r < c->ranks; ++r) {
+        cg_rank *x = &rk[r];
+        const int64_t nq = B * x->tokens * HQ, nk = B * x->tokens * HK;
+        void *hq = malloc((size_t)nq * 2), *hk = malloc((size_t)nk * 2), *hv = malloc((size_t)nk * 2);
+        int64_t at = 0;
+        for (int32_t ch = 0; ch < x->chunks; at += x->lengths[ch], ++ch) {
+            cg_rows(hq, q, B, S, x->tokens, HQ, x->starts[ch], at, x->lengths[ch], 0);
+            cg_rows(hk, k, B, S, x->tokens, HK, x->starts[ch], at, x->lengths[ch], 0);
+            cg_rows(hv, v, B, S, x->tokens, HK, x->starts[ch], at, x->lengths[ch], 0);
+        }
+        /* The NaN fills on the rank's own stream: a non-blocking stream
+         * does not wait for the legacy default stream. */
+        const int bad =
+            gt_upload(x->q, hq, (size_t)nq * 2) || gt_upload(x->k, hk, (size_t)nk * 2) ||
+            gt_upload(x->v, hv, (size_t)nk * 2) ||
+            cudaMemsetAsync(x->o, 0xff, (size_t)nq * 2, x->stream) != cudaSuccess ||
+            cudaMemsetAsync(x->lse, 0xff, (size_t)(B * c->heads_q * x->tokens) * 4, x->stream) !=
+                cudaSuccess ||
+            cudaMemsetAsync(x->ws, 0xff, x->ws_bytes, x->stream) != cudaSuccess;
+        free(hq), free(hk), free(hv);
+        const sk_status st = bad ? SK_STATUS_EXECUTION_FAILED
+                                 : sk_cp_prepare(&x->desc, x->plan, x->plan_bytes, x->ws,
+                                                 x->ws_bytes, (struct CUstream_st *)x->stream);
+        CHECK(st == SK_STATUS_SUCCESS, "%s: rank %d upload / prepare: %s", name, (int)r,
+              sk_last_error());
+        if (st != SK_STATUS_SUCCESS) return 1;
+    }
+    for (int32_t r = 0; r < c->ranks; ++r) pthread_create(&th[r], NULL, cg_run_rank, &rk[r]);
+    for (int32_t r = 0; r < c->ranks; ++r) pthread_join(th[r], NULL);
+    int failed = 0;
+    for (int32_t r = 0; r < c->ranks; ++r) {
+        cg_rank *x = &rk[r];
+        CHECK(x->status == SK_STATUS_SUCCESS, "%s: rank %d: %s", name, (int)r, x->error);
+        if (x->status != SK_STATUS_SUCCESS) {
+            failed = 1;
+            continue;
+        }
+        const int64_t nq = B * x->tokens * HQ, nl = B * c->heads_q * x->tokens;
+        void *ho = malloc((size_t)nq * 2);
+        float *hl = malloc((size_t)nl * 4);
+        const int bad = gt_download(ho, x->o, (size_t)nq * 2) || gt_download(hl, x->lse, (size_t)nl * 4);
+        int64_t at = 0;
+        for (int32_t ch = 0; !bad && ch < x->chunks; at += x->lengths[ch], ++ch) {
+            cg_rows(o, ho, B, S, x->tokens, HQ, x->starts[ch], at, x->lengths[ch], 1);
+            for (int64_t bh = 0; bh < B * c->heads_q; ++bh)
+                memcpy(lse + bh * S + x->starts[ch], hl + bh * x->tokens + at,
+                       (size_t)x->lengths[ch] * 4);
+        }
+        free(ho), free(hl);
+        failed |= bad;
+    }
+    return failed;
+}
+
+static void cg_case_run(const cg_case *c) {
+    char name[256];
+    snprintf(name, sizeof name,
+             "R%d %s %s%s %s B%lld S%lld H%lld/%lld D%lld blk%d slices %dx%d seed %llu",
+             (int)c->ranks, c->sharding == SK_CP_SHARDING_ZIGZAG ? "zigzag" : "contiguous",
+             kind_names[c->kind], c->causal ? " causal" : "", c->dtype == SK_DTYPE_BF16 ? "bf16" : "f16",
+             (long long)c->batch, (long long)c->seq, (long long)c->heads_q,
+             (long long)c->heads_kv, (long long)c->head_dim, (int)c->block,
+             (int)c->layout_batch, (int)c->layout_heads, (unsigned long long)c->seed);
+    if (gt_opt.backend == SK_BACKEND_CUDA_SM90 && c->block != 128) return; /* sm90: 128 only */
+    const int64_t B = c->batch, S = c->seq, D = c->head_dim, nb = (S + c->block - 1) / c->block;
+    const int64_t nq = B * S * c->heads_q * D, nk = B * S * c->heads_kv * D;
+    const sk_grid g = tu_grid(S, S, c->block, c->block, c->layout_batch, c->layout_heads);
+    sk_layout_t owned = cg_layout(c, &g);
+    REQUIRE(owned != NULL, "%s: layout: %s", name, sk_last_error());
+    sk_bsr L;
+    sk_layout_view(owned, &L);
+
+    tu_rng rng;
+    tu_rng_seed(&rng, c->seed);
+    void *q = malloc((size_t)nq * 2), *k = malloc((size_t)nk * 2), *v = malloc((size_t)nk * 2);
+    void *o_ref = malloc((size_t)nq * 2), *o = malloc((size_t)nq * 2), *o2 = malloc((size_t)nq * 2);
+    const int64_t nl = B * c->heads_q * S;
+    float *lse_ref = malloc((size_t)nl * 4), *lse = malloc((size_t)nl * 4),
+          *lse2 = malloc((size_t)nl * 4);
+    tu_fill_normal(&rng, q, c->dtype, nq, 1.0f);
+    tu_fill_normal(&rng, k, c->dtype, nk, 1.0f);
+    tu_fill_normal(&rng, v, c->dtype, nk, 1.0f);
+    uint8_t *used = calloc((size_t)(B * c->heads_kv * nb), 1);
+    double *vmax = calloc((size_t)(B * c->heads_kv * nb), sizeof(double));
+    cg_usage(c, &L, v, nb, used, vmax);
+    /* Units nobody selects: NaN in K and V. */
+    for (int64_t b = 0; b < B; ++b)
+        for (int64_t h = 0; h < c->heads_kv; ++h)
+            for (int64_t j = 0; j < nb; ++j) {
+                if (used[(b * c->heads_kv + h) * nb + j]) continue;
+                for (int64_t t = j * c->block; t < S && t < (j + 1) * c->block; ++t) {
+                    const int64_t at = ((b * S + t) * c->heads_kv + h) * D;
+                    tu_fill_nan((uint16_t *)k + at, c->dtype, D);
+                    tu_fill_nan((uint16_t *)v + at, c->dtype, D);
+                }
+            }
+
+    cg_rank rk[8];
+    memset(rk, 0, sizeof rk);
+    sk_comm_t comms[8] = {0};
+    void *plan = NULL;
+    size_t plan_bytes = 0;
+    sk_cp_desc d;
+    sk_cp_desc_init(&d, sizeof d);
+    d.ranks = c->ranks;
+    d.sharding = c->sharding;
+    d.backend = gt_opt.backend;
+    d.dtype = c->dtype;
+    d.batch = B;
+    d.seq = S;
+    d.heads_q = c->heads_q;
+    d.heads_kv = c->heads_kv;
+    d.head_dim = D;
+    d.mask = c->causal ? SK_MASK_CAUSAL : SK_MASK_NONE;
+    int ok = cg_reference(c, &L, q, k, v, o_ref, lse_ref) == 0;
+    ok = ok && sk_cp_plan_size(&d, &L, &plan_bytes) == SK_STATUS_SUCCESS &&
+         (plan = malloc(plan_bytes)) != NULL &&
+         sk_cp_plan(&d, &L, plan, plan_bytes) == SK_STATUS_SUCCESS &&
+         sk_comm_create_simulated_cuda(c->ranks, comms) == SK_STATUS_SUCCESS;
+    CHECK(ok, "%s: setup: %s", name, sk_last_error());
+    for (int32_t r = 0; ok && r < c->ranks; ++r) {
+        cg_rank *x = &rk[r];
+        x->desc = d;
+        x->desc.rank = r;
+        x->plan = plan;
+        x->plan_bytes = plan_bytes;
+        x->comm = comms[r];
+        sk_cp_shard(&x->desc, r, c->block, &x->tokens, &x->chunks, x->starts, x->lengths);
+        ok = sk_cp_workspace_size(&x->desc, plan, plan_bytes, &x->ws_bytes) == SK_STATUS_SUCCESS;
+        CHECK(ok, "%s: rank %d workspace size: %s", name, (int)r, sk_last_error());
+        const int64_t sq = B * x->tokens * c->heads_q * D * 2, sk = B * x->tokens * c->heads_kv * D * 2;
+        x->q = gt_device_alloc((size_t)sq);
+        x->o = gt_device_alloc((size_t)sq);
+        x->k = gt_device_alloc((size_t)sk);
+        x->v = gt_device_alloc((size_t)sk);
+        x->lse = gt_device_alloc((size_t)(B * c->heads_q * x->tokens) * 4);
+        x->ws = gt_device_alloc(x->ws_bytes);
+        ok = ok && cudaStreamCreateWithFlags(&x->stream, cudaStreamNonBlocking) == cudaSuccess;
+    }
+    ok = ok && cg_run_ranks(c, rk, q, k, v, o, lse, name) == 0 &&
+         cg_run_ranks(c, rk, q, k, v, o2, lse2, name) == 0;
+    if (ok) {
+        CHECK(memcmp(o, o2, (size_t)nq * 2) == 0 && memcmp(lse, lse2, (size_t)nl * 4) == 0,
+              "%s: two runs differ", name);
+        const double u = tu_unit_roundoff(c->dtype);
+        int64_t bad_o = 0, bad_l = 0, bitwise = 0;
+        double worst = 0;
+        const int64_t slices = (int64_t)L.grid.batch * L.grid.heads;
+        for (int64_t b = 0; b < B; ++b)
+            for (int64_t h = 0; h < c->heads_q; ++h) {
+                int64_t s = 0;
+                while (s < slices && !cg_slice_covers(c, &L, s, b, h)) ++s;
+                const int64_t hk = h / (c->heads_q / c->heads_kv);
+                for (int64_t t = 0; t < S; ++t) {
+                    const int64_t row = s * nb + t / c->block;
+                    double vm = 0;
+                    for (int32_t e = L.row_offsets[row]; e < L.row_offsets[row + 1]; ++e)
+                        vm = fmax(vm, vmax[(b * c->heads_kv + hk) * nb + L.col_indices[e]]);
+                    const int64_t li = (b * c->heads_q + h) * S + t;
+                    const double lr = lse_ref[li], lg = lse[li];
+                    if (!(lr == lg || fabs(lg - lr) <= 1e-4 * (1 + fabs(lr)))) {
+                        if (bad_l++ < 3)
+                            CHECK(0, "%s: lse[b%lld h%lld t%lld] = %.7g, single GPU %.7g", name,
+                                  (long long)b, (long long)h, (long long)t, lg, lr);
+                    }
+                    int same = lr == lg || (isnan(lr) && isnan(lg));
+                    for (int64_t x = 0; x < D; ++x) {
+                        const int64_t oi = ((b * S + t) * c->heads_q + h) * D + x;
+                        const double rv = tu_load(o_ref, c->dtype, oi), gv = tu_load(o, c->dtype, oi);
+                        const double err = fabs(gv - rv);
+                        same = same && rv == gv;
+                        worst = fmax(worst, err / (u * (2 * fabs(rv) + 4 * vm) + 1e-5));
+                        if (!(err <= u * (2 * fabs(rv) + 4 * vm) + 1e-5) && bad_o++ < 3)
+                            CHECK(0, "%s: o[b%lld t%lld h%lld d%lld] = %.6g, single GPU %.6g", name,
+                                  (long long)b, (long long)t, (long long)h, (long long)x, gv, rv);
+                    }
+                    bitwise += same;
+                }
+            }
+        CHECK(bad_o == 0 && bad_l == 0, "%s: %lld O and %lld LSE elements out of tolerance", name,
+              (long long)bad_o, (long long)bad_l);
+        if (c->ranks == 1)
+            CHECK(bitwise == B * c->heads_q * S, "%s: R = 1 differs from the single-GPU forward",
+                  name);
+        if (gt_opt.verbose)
+            printf("    %s: worst error %.3f of tolerance, %lld of %lld rows bitwise\n", name,
+                   worst, (long long)bitwise, (long long)(B * c->heads_q * S));
+    }
+    for (int32_t r = 0; r < c->ranks; ++r) {
+        cg_rank *x = &rk[r];
+        gt_device_free(x->q), gt_device_free(x->k), gt_device_free(x->v), gt_device_free(x->o);
+        gt_device_free(x->lse), gt_device_free(x->ws);
+        if (x->stream) cudaStreamDestroy(x->stream);
+        sk_comm_destroy(comms[r]);
+    }
+    free(plan), free(q), free(k), free(v), free(o_ref), free(o), free(o2);
+    free(lse_ref), free(lse), free(lse2), free(used), free(vmax);
+    sk_layout_destroy(owned);
+}
+
+SK_TEST(gpu_cp_matches_single_gpu) {
+    tu_rng rng;
+    tu_rng_seed(&rng, tu_base_seed() ^ 0xc9c9);
+    static const int32_t rank_list[] = {1, 2, 3, 4};
+    int cases = 0;
+    for (int ri = 0; ri < 4; ++ri)
+        for (int zig = 0; zig < 2; ++zig)
+            for (int causal = 0; causal < 2; ++causal)
+                for (int kind = 0; kind < K_KINDS; ++kind) {
+                    if (gt_opt.quick && (kind != K_RANDOM || ri != 1)) continue;
+                    cg_case c;
+                    memset(&c, 0, sizeof c);
+                    c.ranks = rank_list[ri];
+                    c.sharding = zig ? SK_CP_SHARDING_ZIGZAG : SK_CP_SHARDING_CONTIGUOUS;
+                    c.causal = causal;
+                    c.kind = kind;
+                    c.dtype = (cases % 2) ? SK_DTYPE_F16 : SK_DTYPE_BF16;
+                    c.batch = 1 + cases % 2;
+                    c.heads_kv = 2;
+                    c.heads_q = (cases % 3) ? 4 : 2;
+                    c.head_dim = (cases % 5 == 3) ? 64 : 128;
+                    c.block = (cases % 7 == 5) ? 64 : 128;
+                    c.seq = (int64_t)c.block * (2 * c.ranks + 3) + (cases % 2 ? 37 : 0);
+                    c.layout_batch = (cases % 4 == 1) ? (int32_t)c.batch : 1;
+                    const int64_t heads[3] = {1, c.heads_kv, c.heads_q};
+                    c.layout_heads = (int32_t)heads[cases % 3];
+                    c.seed = tu_rng_next(&rng);
+                    cg_case_run(&c);
+                    ++cases;
+                }
+}
