@@ -145,6 +145,15 @@ static void check_plan_counts(const sk_bsr *layout, int32_t ranks, sk_cp_shardin
             all_units += want_units;
         }
     }
+    /* Each rank's run can be sized from the plan (its own checks of the
+     * plan pass at 16M); the run itself is not made here. */
+    for (int32_t r = 0; r < ranks && st == SK_STATUS_SUCCESS; ++r) {
+        size_t ws = 0;
+        d.rank = r;
+        const sk_status sw = sk_cp_workspace_size(&d, plan, bytes, &ws);
+        CHECK(sw == SK_STATUS_SUCCESS && ws > 0, "sk_cp_workspace_size rank %d: %s", (int)r,
+              sk_last_error());
+    }
     /* Not a vacuous comparison: every rank but the first needs the sinks. */
     CHECK(all_units >= (int64_t)(ranks - 1) * 2 * bh, "only %lld units exchanged",
           (long long)all_units);
@@ -282,47 +291,80 @@ SK_TEST(size_limits_topk_score_matrix_limit) {
 }
 
 #if defined(__linux__)
-/* A dense mask with more than INT32_MAX selected blocks: 2^31 + 2^21 bytes
- * of ones, made of one 2 MiB file mapped again and again (2 MiB of memory),
- * refused after the count, before any allocation. */
-SK_TEST(size_limits_mask_nnz_over_int32) {
-    const size_t piece = (size_t)2 << 20, pieces = ((size_t)1 << 31) / piece + 1;
-    FILE *f = tmpfile();
-    REQUIRE(f != NULL, "tmpfile failed");
-    const int fd = fileno(f);
+/* `bytes` (rounded up to 2 MiB) of read-only ones at one address, made of
+ * one 2 MiB file mapped again and again: 2 MiB of memory. */
+typedef struct ones_map {
+    FILE *file;
+    char *base;
+    size_t bytes;
+} ones_map;
+
+static void ones_unmap(ones_map *m) {
+    if (m->base != NULL) munmap(m->base, m->bytes);
+    if (m->file != NULL) fclose(m->file);
+    memset(m, 0, sizeof *m);
+}
+
+static int ones_map_make(size_t want, ones_map *m) {
+    const size_t piece = (size_t)2 << 20, pieces = (want + piece - 1) / piece;
+    memset(m, 0, sizeof *m);
+    m->file = tmpfile();
     char *ones = (char *)malloc(piece);
-    REQUIRE(ones != NULL, "no memory");
-    memset(ones, 1, piece);
-    const int wrote = write(fd, ones, piece) == (ssize_t)piece;
+    int ok = m->file != NULL && ones != NULL;
+    if (ok) {
+        memset(ones, 1, piece);
+        ok = write(fileno(m->file), ones, piece) == (ssize_t)piece;
+    }
     free(ones);
     /* The address range first (the file past its end, never touched),
      * then the pieces over it. */
-    char *base = wrote ? (char *)mmap(NULL, piece * pieces, PROT_NONE, MAP_PRIVATE, fd, 0)
-                       : (char *)MAP_FAILED;
-    if (base == (char *)MAP_FAILED) {
-        fclose(f);
-        REQUIRE(0, "could not reserve %zu bytes of address space", piece * pieces);
+    if (ok) {
+        char *base =
+            (char *)mmap(NULL, piece * pieces, PROT_NONE, MAP_PRIVATE, fileno(m->file), 0);
+        ok = base != (char *)MAP_FAILED;
+        if (ok) {
+            m->base = base;
+            m->bytes = piece * pieces;
+        }
     }
-    int mapped = 1;
-    for (size_t p = 0; p < pieces && mapped; ++p)
-        mapped = mmap(base + p * piece, piece, PROT_READ, MAP_SHARED | MAP_FIXED, fd, 0) !=
-                 MAP_FAILED;
-    /* 2 row blocks x 2^30 + 2^20 col blocks of 64: every byte selects. */
-    const int64_t cols = ((int64_t)piece * (int64_t)pieces) / 2;
-    const sk_grid grid = tu_grid(2 * 64, cols * 64, 64, 64, 1, 1);
+    for (size_t p = 0; p < pieces && ok; ++p)
+        ok = mmap(m->base + p * piece, piece, PROT_READ, MAP_SHARED | MAP_FIXED,
+                  fileno(m->file), 0) != MAP_FAILED;
+    if (!ok) ones_unmap(m);
+    return ok;
+}
+
+/* Dense masks with more than INT32_MAX selected blocks: refused after the
+ * count, before any allocation, *out untouched. */
+SK_TEST(size_limits_mask_nnz_over_int32) {
     static char sentinel_object;
     sk_layout_t const sentinel = (sk_layout_t)(void *)&sentinel_object;
+    /* 2 row blocks x 2^30 + 2^20 col blocks of 64: every byte selects. */
+    const int64_t cols = ((int64_t)1 << 30) + ((int64_t)1 << 20);
+    ones_map m;
+    REQUIRE(ones_map_make((size_t)(2 * cols), &m), "could not map %lld bytes of ones",
+            (long long)(2 * cols));
+    const sk_grid grid = tu_grid(2 * 64, cols * 64, 64, 64, 1, 1);
     sk_layout_t out = sentinel;
-    if (mapped) {
-        char want[64];
-        snprintf(want, sizeof want, "mask selects too many blocks: nnz = %lld",
-                 (long long)(piece * pieces));
-        EXPECT_REFUSED(sk_layout_create_from_mask(&out, &grid, (const uint8_t *)base),
-                       SK_STATUS_BAD_LAYOUT_OVERFLOW, want);
-        CHECK(out == sentinel, "sk_layout_create_from_mask wrote *out");
-    }
-    munmap(base, piece * pieces);
-    fclose(f);
-    CHECK(mapped, "could not map the mask's pieces");
+    char want[80];
+    snprintf(want, sizeof want, "mask selects too many blocks: nnz = %lld", (long long)(2 * cols));
+    EXPECT_REFUSED(sk_layout_create_from_mask(&out, &grid, (const uint8_t *)m.base),
+                   SK_STATUS_BAD_LAYOUT_OVERFLOW, want);
+    CHECK(out == sentinel, "sk_layout_create_from_mask wrote *out");
+    ones_unmap(&m);
+
+    /* Varlen: one sequence of 64 queries and 2^25 - 1 key blocks, 65 heads:
+     * 65 x (2^25 - 1) = 2181038015 mask bytes, all selecting. */
+    const int64_t nbk = ((int64_t)1 << 25) - 1, need = 65 * nbk;
+    REQUIRE(ones_map_make((size_t)need, &m), "could not map %lld bytes of ones", (long long)need);
+    const int32_t cu_q[2] = {0, 64}, cu_k[2] = {0, (int32_t)(nbk * 64)};
+    const sk_varlen_grid vg = {1, 64, 64, 65, cu_q, cu_k};
+    out = sentinel;
+    snprintf(want, sizeof want, "masks select too many blocks: nnz = %lld", (long long)need);
+    EXPECT_REFUSED(
+        sk_layout_create_varlen_from_masks(&out, &vg, (const uint8_t *)m.base, (size_t)need),
+        SK_STATUS_BAD_LAYOUT_OVERFLOW, want);
+    CHECK(out == sentinel, "sk_layout_create_varlen_from_masks wrote *out");
+    ones_unmap(&m);
 }
 #endif
