@@ -62,9 +62,10 @@ static void make_grid(const sk_topk_desc *d, sk_grid *g) {
 
 /* The rows' bounds, summed (per slice) and their largest, and the score
  * span (sk_topk_score_span). Each bound is at most col_blocks, so the sum is
- * at most the dense block count of a slice (int64). That is one rule per row (~4 us of host time at 1024 rows, before every
- * call's first kernel), so each thread keeps the last shape's result: both
- * depend only on the fields in the key. */
+ * at most the dense block count of a slice (int64). That is one rule per
+ * row (~4 us of host time at 1024 rows, before every call's first kernel),
+ * so each thread keeps the last shape's result: both depend only on the
+ * fields in the key. */
 typedef struct bounds_key {
     int64_t seq_q, seq_k;
     int32_t block_q, block_k, k, sink_blocks, local_blocks, causal;

@@ -27,10 +27,10 @@
 #endif
 
 enum { BLK = 128 };
-#define S16M ((int64_t)1 << 24)
-#define NB16M (S16M / BLK) /* 131072 blocks */
-#define SINK_TOKENS 256   /* 2 blocks */
-#define WINDOW_TOKENS 4096 /* reaches 32 blocks back: 33 a row */
+#define S16M          ((int64_t)1 << 24)
+#define NB16M         (S16M / BLK) /* 131072 blocks */
+#define SINK_TOKENS   256          /* 2 blocks */
+#define WINDOW_TOKENS 4096         /* reaches 32 blocks back: 33 a row */
 
 /* `call` fails with `want`, its message holds `needle`. */
 #define EXPECT_REFUSED(call, want, needle)                                                         \
@@ -38,7 +38,7 @@ enum { BLK = 128 };
         const sk_status st_ = (call);                                                              \
         CHECK(st_ == (want), "%s: got %s (%s), expected %s", #call, sk_status_name(st_),           \
               sk_last_error(), sk_status_name(want));                                              \
-        CHECK(strstr(sk_last_error(), (needle)) != NULL, "%s: message \"%s\" lacks \"%s\"", #call,  \
+        CHECK(strstr(sk_last_error(), (needle)) != NULL, "%s: message \"%s\" lacks \"%s\"", #call, \
               sk_last_error(), (needle));                                                          \
     } while (0)
 
@@ -102,7 +102,8 @@ static void check_plan_counts(const sk_bsr *layout, int32_t ranks, sk_cp_shardin
         CHECK(tokens == S16M / ranks && chunks == (zigzag ? 2 : 1),
               "rank %d: %lld tokens in %d chunks", (int)r, (long long)tokens, (int)chunks);
         CHECK(owner_of(starts[0] / BLK, ranks, zigzag) == r &&
-                  owner_of((starts[chunks - 1] + lengths[chunks - 1]) / BLK - 1, ranks, zigzag) == r,
+                  owner_of((starts[chunks - 1] + lengths[chunks - 1]) / BLK - 1, ranks, zigzag) ==
+                      r,
               "rank %d: chunks do not match the definition", (int)r);
     }
     size_t bytes = 0;
@@ -167,12 +168,11 @@ static void check_plan_counts(const sk_bsr *layout, int32_t ranks, sk_cp_shardin
 SK_TEST(size_limits_16m_sinks_window_layout_and_cp_plan) {
     const sk_grid grid = tu_grid(S16M, S16M, BLK, BLK, 1, 1);
     int32_t rb = 0, cb = 0, ns = 0;
-    CHECK(sk_grid_blocks(&grid, &rb, &cb, &ns) == SK_STATUS_SUCCESS && rb == NB16M &&
-              cb == NB16M && ns == 1,
+    CHECK(sk_grid_blocks(&grid, &rb, &cb, &ns) == SK_STATUS_SUCCESS && rb == NB16M && cb == NB16M &&
+              ns == 1,
           "sk_grid_blocks: %s, %d x %d x %d", sk_last_error(), (int)ns, (int)rb, (int)cb);
     sk_layout_t layout = NULL;
-    const sk_status st =
-        sk_layout_create_sinks_window(&layout, &grid, SINK_TOKENS, WINDOW_TOKENS);
+    const sk_status st = sk_layout_create_sinks_window(&layout, &grid, SINK_TOKENS, WINDOW_TOKENS);
     REQUIRE(st == SK_STATUS_SUCCESS, "sk_layout_create_sinks_window over 16M tokens: %s",
             sk_last_error());
     sk_bsr v;
@@ -248,7 +248,8 @@ SK_TEST(size_limits_flex_counts_over_int32) {
     sk_layout_t const sentinel = (sk_layout_t)(void *)&sentinel_object;
     sk_layout_t out = sentinel;
     EXPECT_REFUSED(sk_layout_create_from_flex(&out, &grid, counts, indices, (int32_t)cols),
-                   SK_STATUS_BAD_LAYOUT_OVERFLOW, "counts sum to too many blocks: nnz = 2147483648");
+                   SK_STATUS_BAD_LAYOUT_OVERFLOW,
+                   "counts sum to too many blocks: nnz = 2147483648");
     CHECK(out == sentinel, "sk_layout_create_from_flex wrote *out");
     free(counts);
 }
@@ -319,8 +320,7 @@ static int ones_map_make(size_t want, ones_map *m) {
     /* The address range first (the file past its end, never touched),
      * then the pieces over it. */
     if (ok) {
-        char *base =
-            (char *)mmap(NULL, piece * pieces, PROT_NONE, MAP_PRIVATE, fileno(m->file), 0);
+        char *base = (char *)mmap(NULL, piece * pieces, PROT_NONE, MAP_PRIVATE, fileno(m->file), 0);
         ok = base != (char *)MAP_FAILED;
         if (ok) {
             m->base = base;
@@ -328,8 +328,8 @@ static int ones_map_make(size_t want, ones_map *m) {
         }
     }
     for (size_t p = 0; p < pieces && ok; ++p)
-        ok = mmap(m->base + p * piece, piece, PROT_READ, MAP_SHARED | MAP_FIXED,
-                  fileno(m->file), 0) != MAP_FAILED;
+        ok = mmap(m->base + p * piece, piece, PROT_READ, MAP_SHARED | MAP_FIXED, fileno(m->file),
+                  0) != MAP_FAILED;
     if (!ok) ones_unmap(m);
     return ok;
 }
