@@ -289,6 +289,15 @@ SK_TEST(size_limits_topk_score_matrix_limit) {
     EXPECT_REFUSED(sk_topk_workspace_size(&d, &ws), SK_STATUS_BAD_LAYOUT_OVERFLOW,
                    "batch x heads_kv = 2 slices");
     CHECK(ws == 12345, "workspace size written on failure");
+    /* The CUDA backends, which hold the matrix in their workspace, refuse
+     * it the same way, before any device query (also in CPU-only builds). */
+    d.backend = SK_BACKEND_CUDA;
+    d.head_dim = 128;
+    EXPECT_REFUSED(sk_topk_workspace_size(&d, &ws), SK_STATUS_BAD_LAYOUT_OVERFLOW,
+                   "has 34359738368 entries");
+    EXPECT_REFUSED(sk_pool_select_topk_workspace_size(&d, &ws), SK_STATUS_BAD_LAYOUT_OVERFLOW,
+                   "has 34359738368 entries");
+    CHECK(ws == 12345, "workspace size written on failure");
 }
 
 #if defined(__linux__)
