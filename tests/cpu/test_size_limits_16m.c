@@ -376,4 +376,33 @@ SK_TEST(size_limits_mask_nnz_over_int32) {
     CHECK(out == sentinel, "sk_layout_create_varlen_from_masks wrote *out");
     ones_unmap(&m);
 }
+
+/* The top-k builder keeping more than INT32_MAX blocks: every candidate
+ * forced (sink_blocks covers the row), so its count needs no score; the
+ * [1, 2, 2^30 + 1] scores are /dev/zero, mapped and never touched. */
+SK_TEST(size_limits_topk_builder_nnz_over_int32) {
+    const int64_t cb = ((int64_t)1 << 30) + 1;
+    const size_t bytes = (size_t)(2 * cb) * sizeof(float);
+    FILE *zero = fopen("/dev/zero", "rb");
+    REQUIRE(zero != NULL, "cannot open /dev/zero");
+    void *scores = mmap(NULL, bytes, PROT_READ, MAP_PRIVATE, fileno(zero), 0);
+    if (scores == MAP_FAILED) {
+        fclose(zero);
+        REQUIRE(0, "could not map %zu bytes of /dev/zero", bytes);
+    }
+    const sk_grid grid = tu_grid(2 * 64, cb * 64, 64, 64, 1, 1);
+    sk_topk_options opt;
+    memset(&opt, 0, sizeof opt);
+    opt.k = 1;
+    opt.sink_blocks = INT32_MAX;
+    static char sentinel_object;
+    sk_layout_t const sentinel = (sk_layout_t)(void *)&sentinel_object;
+    sk_layout_t out = sentinel;
+    EXPECT_REFUSED(sk_layout_create_topk(&out, &grid, (const float *)scores, &opt),
+                   SK_STATUS_BAD_LAYOUT_OVERFLOW,
+                   "scores: the selection keeps too many blocks: nnz = 2147483650");
+    CHECK(out == sentinel, "sk_layout_create_topk wrote *out");
+    munmap(scores, bytes);
+    fclose(zero);
+}
 #endif
