@@ -280,8 +280,12 @@ typedef struct sk_bsr {
 } sk_bsr;
 
 /* Derived sizes of a grid, with checks: 64 or 128 blocks, positive sizes,
- * and every count (slices * row_blocks + 1, dense block count) fitting
- * int32. Any output pointer may be NULL. */
+ * and the counts of the int32 arrays fitting int32 (slices * row_blocks +
+ * 1 and col_blocks). The dense block count slices * row_blocks *
+ * col_blocks may exceed int32 (a 16M-token grid at blocks of 128 has 2^34):
+ * what must fit int32 is checked where it is made (a layout's nnz by every
+ * builder and conversion; the top-k score matrix). Any output pointer may
+ * be NULL. */
 SK_API sk_status sk_grid_blocks(const sk_grid *grid, int32_t *row_blocks, int32_t *col_blocks,
                                 int32_t *slices);
 
@@ -360,7 +364,9 @@ SK_API sk_status sk_layout_create_topk(sk_layout_t *out, const sk_grid *grid, co
                                        const sk_topk_options *options);
 
 /* From a dense 0/1 block mask, uint8 [batch * heads, row_blocks, col_blocks]
- * contiguous; any non-zero byte selects the block. */
+ * contiguous; any non-zero byte selects the block. More than INT32_MAX
+ * selected blocks: SK_STATUS_BAD_LAYOUT_OVERFLOW (as for every builder whose
+ * layout would have nnz > INT32_MAX). */
 SK_API sk_status sk_layout_create_from_mask(sk_layout_t *out, const sk_grid *grid,
                                             const uint8_t *mask);
 
@@ -1098,7 +1104,12 @@ SK_API sk_status sk_attention_backward(const sk_attention_desc *desc,
  * buffers and workspace; the CPU path may return SK_STATUS_ALLOC_FAILED for
  * its scratch. In sk_attention_topk, topk->mask decides which blocks may be
  * selected and attn->mask the token-level mask inside them: they are
- * independent (set both for causal attention). */
+ * independent (set both for causal attention).
+ * Size limit: every selection scores the whole grid into a dense fp32
+ * matrix [slices, row_blocks, col_blocks] (the CUDA workspace, the CPU
+ * scratch, sk_layout_from_scores' input), so its entry count must not
+ * exceed INT32_MAX (8 GiB): past that every sk_topk_* call on the
+ * descriptor returns SK_STATUS_BAD_LAYOUT_OVERFLOW naming the matrix. */
 
 typedef struct sk_topk_desc {
     size_t struct_size;   /* sizeof(sk_topk_desc); set by sk_topk_desc_init */

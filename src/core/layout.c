@@ -34,6 +34,15 @@ struct sk_layout_s *sk_layout_alloc(const sk_grid *grid, int32_t total_rows, int
     return layout;
 }
 
+sk_status sk_layout_check_nnz(int64_t nnz, const char *what) {
+    if (nnz < 0 || nnz > INT32_MAX)
+        return sk_error(SK_STATUS_BAD_LAYOUT_OVERFLOW,
+                        "%s: nnz = %lld blocks, more than INT32_MAX = %d (a layout's nnz, "
+                        "row_offsets and col_indices are int32)",
+                        what, (long long)nnz, INT32_MAX);
+    return SK_STATUS_SUCCESS;
+}
+
 void sk_layout_free(struct sk_layout_s *layout) {
     if (layout == NULL) return;
     free(layout->bsr.row_offsets);
@@ -54,8 +63,8 @@ sk_status sk_layout_finish(struct sk_layout_s *layout, sk_layout_t *out) {
     return SK_STATUS_SUCCESS;
 }
 
-/* Sizes of a checked grid as int64 (slices * row_blocks and the dense block
- * count fit int32 after sk_grid_check). */
+/* Sizes of a checked grid: slices * row_blocks fits int32 after
+ * sk_grid_check; the dense block count need not (< 2^62: int64). */
 typedef struct grid_sizes {
     int32_t row_blocks, col_blocks, slices;
     int32_t total_rows; /* slices * row_blocks */
@@ -124,6 +133,7 @@ sk_status sk_layout_create_from_mask(sk_layout_t *out, const sk_grid *grid, cons
 
     int64_t nnz = 0;
     for (int64_t e = 0; e < gs.dense; ++e) nnz += mask[e] != 0;
+    SK_TRY(sk_layout_check_nnz(nnz, "mask selects too many blocks"));
 
     struct sk_layout_s *layout = sk_layout_alloc(grid, gs.total_rows, nnz);
     if (layout == NULL)
@@ -188,7 +198,8 @@ sk_status sk_layout_create_from_flex(sk_layout_t *out, const sk_grid *grid, cons
     if (row_width < 1)
         return sk_error(SK_STATUS_BAD_PARAM_SHAPE, "row_width = %d must be >= 1", (int)row_width);
 
-    /* Counts first: they fix nnz (at most the dense count, so it fits int32). */
+    /* Counts first: they fix nnz, which must fit int32 (the dense count
+     * need not), checked before any index is read. */
     int64_t nnz = 0;
     for (int32_t g = 0; g < gs.total_rows; ++g) {
         if (counts[g] < 0 || counts[g] > gs.col_blocks || counts[g] > row_width)
@@ -201,6 +212,7 @@ sk_status sk_layout_create_from_flex(sk_layout_t *out, const sk_grid *grid, cons
                             (int)gs.col_blocks, (int)row_width);
         nnz += counts[g];
     }
+    SK_TRY(sk_layout_check_nnz(nnz, "counts sum to too many blocks"));
 
     struct sk_layout_s *layout = sk_layout_alloc(grid, gs.total_rows, nnz);
     if (layout == NULL)
@@ -264,7 +276,7 @@ sk_status sk_layout_to_flex(const sk_bsr *layout, int32_t *counts, size_t counts
                         (unsigned long long)indices_len, (long long)gs.dense, (int)gs.total_rows,
                         (int)gs.col_blocks);
     /* The aliasing rule: counts and indices are written, the layout read.
-     * Both outputs fit: at most 4 x INT32_MAX bytes. */
+     * Both spans fit int64: dense < 2^62 blocks (sk_grid_check), x 4 bytes. */
     sk_buffer buffers[4] = {{"counts", counts, (int64_t)gs.total_rows * 4, 1},
                             {"indices", indices, gs.dense * 4, 1}};
     sk_layout_array_buffers(buffers + 2, "layout->row_offsets", "layout->col_indices",

@@ -32,6 +32,13 @@ struct sk_layout_s {
  * uninitialised. NULL when an allocation fails (nothing is recorded). */
 struct sk_layout_s *sk_layout_alloc(const sk_grid *grid, int32_t total_rows, int64_t nnz);
 
+/* The block count `nnz` a builder or conversion is about to allocate
+ * (`what` names where it comes from, e.g. "the mask's non-zero bytes"):
+ * SK_STATUS_BAD_LAYOUT_OVERFLOW unless 0 <= nnz <= INT32_MAX, as
+ * sk_bsr.nnz, row_offsets and col_indices are int32. The grid check no
+ * longer bounds the dense block count, so every maker checks its own. */
+sk_status sk_layout_check_nnz(int64_t nnz, const char *what);
+
 /* Free an owned layout (NULL is a no-op); no SK_ENTER, unlike sk_layout_destroy. */
 void sk_layout_free(struct sk_layout_s *layout);
 

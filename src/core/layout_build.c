@@ -85,14 +85,16 @@ int32_t sk_layout_diagonal_block(const sk_grid *grid, int32_t row) {
     return p1 < 0 ? 0 : (int32_t)(p1 / grid->block_cols);
 }
 
-/* nnz = per_slice x slices. per_slice <= row_blocks x col_blocks, so this
- * is at most the dense count, which sk_grid_check bounded by INT32_MAX:
- * a failure is a bug in a builder's count. */
+/* nnz = per_slice x slices, which must fit int32. per_slice <= row_blocks
+ * x col_blocks < 2^62 and slices < 2^31: the product is checked, and a grid
+ * whose pattern selects more than INT32_MAX blocks is refused here, before
+ * any allocation (sk_grid_check no longer bounds the dense count). */
 static sk_status all_slices(int64_t per_slice, int32_t slices, int64_t *nnz) {
     if (!sk_mul_i64(per_slice, slices, nnz) || *nnz > INT32_MAX)
-        return sk_error(SK_STATUS_INTERNAL_ERROR,
-                        "%lld blocks per slice x %d slices exceed the dense block count",
-                        (long long)per_slice, (int)slices);
+        return sk_error(SK_STATUS_BAD_LAYOUT_OVERFLOW,
+                        "grid: the pattern selects %lld blocks per slice x %d slices, more than "
+                        "INT32_MAX = %d (a layout's nnz, row_offsets and col_indices are int32)",
+                        (long long)per_slice, (int)slices, INT32_MAX);
     return SK_STATUS_SUCCESS;
 }
 
@@ -605,7 +607,7 @@ sk_status sk_layout_create_topk(sk_layout_t *out, const sk_grid *grid, const flo
     int32_t *counts = (int32_t *)malloc((size_t)total_rows * sizeof(int32_t));
     if (counts == NULL)
         return sk_error(SK_STATUS_ALLOC_FAILED, "no memory for %d row counts", (int)total_rows);
-    const int big = (int64_t)total_rows * col_blocks > 65536;
+    const int big = (int64_t)total_rows * col_blocks > 65536; /* dense count: int64 */
 #pragma omp parallel for schedule(static) if (big)
     for (int32_t g = 0; g < total_rows; ++g) {
         const forced_blocks f = topk_forced(grid, col_blocks, g % row_blocks, &opt);
@@ -620,7 +622,12 @@ sk_status sk_layout_create_topk(sk_layout_t *out, const sk_grid *grid, const flo
         counts[g] = forced + (opt.k < eligible ? opt.k : eligible); /* <= col_blocks */
     }
     int64_t nnz = 0;
-    for (int32_t g = 0; g < total_rows; ++g) nnz += counts[g]; /* <= the dense count */
+    for (int32_t g = 0; g < total_rows; ++g) nnz += counts[g]; /* <= the dense count: int64 */
+    const sk_status fits = sk_layout_check_nnz(nnz, "scores: the selection keeps too many blocks");
+    if (fits != SK_STATUS_SUCCESS) {
+        free(counts);
+        return fits;
+    }
 
     struct sk_layout_s *layout = sk_layout_alloc(grid, total_rows, nnz);
     int32_t *taken = (int32_t *)calloc((size_t)threads * (size_t)col_blocks, sizeof(int32_t));

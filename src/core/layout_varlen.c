@@ -282,9 +282,11 @@ static int32_t source_row(const row_source *src, const sk_varlen_grid *vg, int32
 }
 
 /* The layout over lg (nnz indices) whose rows are src's, in the varlen
- * order (sparsek.h); the rows past the sequences are empty. */
+ * order (sparsek.h); the rows past the sequences are empty. nnz (`what`
+ * names its source) must fit int32: the grid check does not bound it. */
 static sk_status build_from(sk_layout_t *out, const sk_varlen_grid *vg, const sk_grid *lg,
-                            int64_t nnz, const row_source *src) {
+                            int64_t nnz, const char *what, const row_source *src) {
+    SK_TRY(sk_layout_check_nnz(nnz, what));
     const int64_t R = sk_ceil_div_i64(lg->rows, lg->block_rows);
     const int32_t total_rows = (int32_t)(R * lg->heads); /* fits: sk_grid_check */
     struct sk_layout_s *layout = sk_layout_alloc(lg, total_rows, nnz);
@@ -313,7 +315,7 @@ sk_status sk_layout_create_varlen_from_masks(sk_layout_t *out, const sk_varlen_g
     sk_grid lg;
     SK_TRY(varlen_grid(grid, &lg, NULL));
     SK_CHECK_NOT_NULL(masks);
-    /* At most the dense block count of lg: fits int32. */
+    /* At most the dense block count of lg (< 2^62): int64. */
     int64_t need = 0;
     for (int32_t b = 0; b < grid->batch; ++b)
         need += grid->heads * seq_rows(grid, b) * seq_cols(grid, b);
@@ -332,7 +334,7 @@ sk_status sk_layout_create_varlen_from_masks(sk_layout_t *out, const sk_varlen_g
     }
     for (int64_t e = 0; e < need; ++e) nnz += masks[e] != 0;
     const row_source src = {masks, at, NULL};
-    const sk_status st = build_from(out, grid, &lg, nnz, &src);
+    const sk_status st = build_from(out, grid, &lg, nnz, "masks select too many blocks", &src);
     free(at);
     return st;
 }
@@ -373,7 +375,7 @@ sk_status sk_layout_create_varlen_from_layouts(sk_layout_t *out, const sk_varlen
     sk_grid lg;
     SK_TRY(varlen_grid(grid, &lg, NULL));
     SK_CHECK_NOT_NULL(layouts);
-    int64_t nnz = 0; /* each at most its sequence's dense count: the sum fits int32 */
+    int64_t nnz = 0; /* each fits int32, the sum int64 (build_from checks it) */
     for (int32_t b = 0; b < grid->batch; ++b) {
         if (layouts[b] == NULL) continue;
         SK_TRY(check_sequence_layout(grid, b, layouts[b]));
@@ -381,5 +383,5 @@ sk_status sk_layout_create_varlen_from_layouts(sk_layout_t *out, const sk_varlen
     }
 
     const row_source src = {NULL, NULL, layouts};
-    return build_from(out, grid, &lg, nnz, &src);
+    return build_from(out, grid, &lg, nnz, "layouts: their nnz sum to too many blocks", &src);
 }

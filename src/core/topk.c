@@ -62,10 +62,10 @@ static void make_grid(const sk_topk_desc *d, sk_grid *g) {
 
 /* The rows' bounds, summed (per slice) and their largest, and the score
  * span (sk_topk_score_span). Each bound is at most col_blocks, so the sum is
- * at most the dense block count, which sk_grid_check bounded by INT32_MAX.
- * That is one rule per row (~4 us of host time at 1024 rows, before every
- * call's first kernel), so each thread keeps the last shape's result: both
- * depend only on the fields in the key. */
+ * at most the dense block count of a slice (int64). That is one rule per
+ * row (~4 us of host time at 1024 rows, before every call's first kernel),
+ * so each thread keeps the last shape's result: both depend only on the
+ * fields in the key. */
 typedef struct bounds_key {
     int64_t seq_q, seq_k;
     int32_t block_q, block_k, k, sink_blocks, local_blocks, causal;
@@ -142,6 +142,20 @@ sk_status sk_topk_build_problem(const sk_topk_desc *d, sk_topk_problem *p) {
     make_grid(d, &grid);
     int32_t rb, cb, slices;
     SK_TRY(sk_grid_check(&grid, &rb, &cb, &slices));
+    /* Every selection scores the whole grid into one dense fp32 matrix
+     * [slices, row_blocks, col_blocks] (the CUDA workspace, the CPU
+     * backend's scratch, sk_layout_from_scores' input), indexed by int32
+     * rows and tile counts in src/cuda/topk/: its entry count keeps the
+     * INT32_MAX limit (8 GiB of fp32) that sk_grid_check no longer has. */
+    const int64_t score_count = (int64_t)slices * rb * cb; /* < 2^62 */
+    if (score_count > INT32_MAX)
+        return sk_error(SK_STATUS_BAD_LAYOUT_OVERFLOW,
+                        "desc: the top-k score matrix [batch x %s = %d slices, %d row blocks, "
+                        "%d col blocks] has %lld entries, more than the selection's limit of "
+                        "INT32_MAX = %d (it is materialised densely in fp32); select per shard "
+                        "or over fewer heads",
+                        d->per_kv_head ? "heads_kv" : "heads_q", (int)slices, (int)rb, (int)cb,
+                        (long long)score_count, INT32_MAX);
 
     /* Tensor and pooled sizes in bytes must fit int64. */
     const int64_t es = (int64_t)sk_dtype_size(d->dtype);
@@ -189,10 +203,11 @@ sk_status sk_topk_build_problem(const sk_topk_desc *d, sk_topk_problem *p) {
     int64_t per_slice, capacity;
     summarize_rows(p, &per_slice);
     /* Each row bound is at most col_blocks: the capacity is at most the
-     * dense block count, which sk_grid_check bounded by INT32_MAX. */
+     * score matrix's entry count, bounded by INT32_MAX above; a failure
+     * here is a bug in the row rules. */
     if (!sk_mul_i64(per_slice, slices, &capacity) || capacity > INT32_MAX)
         return sk_error(SK_STATUS_INTERNAL_ERROR,
-                        "the layout capacity %lld x %d slices exceeds the dense block count",
+                        "the layout capacity %lld x %d slices exceeds the score matrix",
                         (long long)per_slice, (int)slices);
     p->capacity = (int32_t)capacity;
     return SK_STATUS_SUCCESS;
@@ -430,7 +445,8 @@ sk_status sk_layout_from_scores(const sk_topk_desc *desc, const float *scores, s
     SK_CHECK_NOT_NULL(scores);
     SK_TRY(sk_check_alignment(scores, NULL, 4, 4, 0, "scores"));
     SK_TRY(sk_topk_check_layout_out(&p, layout));
-    /* [slices, row_blocks, col_blocks] fp32: at most 4 x INT32_MAX bytes. */
+    /* [slices, row_blocks, col_blocks] fp32: at most 4 x INT32_MAX bytes
+     * (the score matrix limit of sk_topk_build_problem). */
     const sk_buffer input = {"scores", scores, (int64_t)p.total_rows * p.col_blocks * 4, 0};
     sk_buffer buffers[4];
     const int n = selection_buffers(&p, layout, &input, 1, buffers);

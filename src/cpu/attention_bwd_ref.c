@@ -294,8 +294,11 @@ sk_status sk_cpu_attention_backward_run(const sk_attention_backward_problem *p) 
                         (long long)f->head_dim);
     const size_t slab = scratch_layout(NULL, NULL, (size_t)f->head_dim, (size_t)f->block_q,
                                        (size_t)f->block_k);
-    /* slices * col_blocks fits int32 (sk_grid_check: the dense block
-     * count does), nnz too: the transpose's bytes fit size_t. */
+    /* slices * col_blocks is not bounded by int32 (sk_grid_check bounds
+     * slices * row_blocks and col_blocks, not the dense count): the CSC is
+     * indexed in int64 (csc_build, dkv_unit) and its values are entry
+     * counts <= nnz <= INT32_MAX. The attention's own sizes keep it small:
+     * col_blocks <= seq_k / 64, slices <= batch x heads_q. */
     const size_t cols = (size_t)f->layout_batch * (size_t)f->layout_heads * (size_t)f->col_blocks;
     bwd_csc t;
     t.col_offsets = (int32_t *)malloc((cols + 1) * sizeof(int32_t));

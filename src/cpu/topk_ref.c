@@ -116,7 +116,8 @@ int32_t sk_cpu_topk_select_row(const sk_topk_problem *p, const sk_topk_row *rule
 
 sk_status sk_cpu_topk_select(const sk_topk_problem *p) {
     const int64_t cb = p->col_blocks;
-    const int64_t dense = (int64_t)p->total_rows * cb; /* fits int32 (sk_grid_check) */
+    /* <= INT32_MAX: the score matrix limit of sk_topk_build_problem */
+    const int64_t dense = (int64_t)p->total_rows * cb;
     float *own = NULL;
     sk_topk_pair *pairs = (sk_topk_pair *)malloc((size_t)cb * sizeof *pairs);
     if (pairs == NULL)

@@ -80,8 +80,10 @@ SK_TEST(size_limits_grid_rows_total_exactly_int64_max) {
     expect_grid_refused(&g1, "row-offset");
 }
 
-/* The int32 limits: slices x row_blocks + 1 <= INT32_MAX, dense count
- * <= INT32_MAX (a prime: only 1 x INT32_MAX lands on it exactly). */
+/* The int32 limits: slices x row_blocks + 1 <= INT32_MAX and col_blocks
+ * <= INT32_MAX. The dense block count, their product, is no longer bounded
+ * (docs/perf/context_parallel.md section 7): grids past INT32_MAX dense
+ * blocks are accepted, each count exactly at its edge too. */
 SK_TEST(size_limits_grid_int32_edges) {
     const sk_grid rows_ok = tu_grid(64 * (int64_t)(INT32_MAX - 1), 64, 64, 64, 1, 1);
     expect_grid_accepted(&rows_ok, INT32_MAX - 1, 1);
@@ -89,17 +91,23 @@ SK_TEST(size_limits_grid_int32_edges) {
     expect_grid_refused(&rows_over, "row-offset");
     const sk_grid rows_over_tail = tu_grid(64 * (int64_t)(INT32_MAX - 1) + 1, 64, 64, 64, 1, 1);
     expect_grid_refused(&rows_over_tail, "row-offset");
-
-    const sk_grid dense_ok = tu_grid(1, 128 * (int64_t)INT32_MAX, 128, 128, 1, 1);
-    expect_grid_accepted(&dense_ok, 1, INT32_MAX);
-    const sk_grid dense_over = tu_grid(1, 128 * (int64_t)INT32_MAX + 1, 128, 128, 1, 1);
-    expect_grid_refused(&dense_over, "block count");
-
-    /* 2^6 x 2^4 slices x 2^6 row blocks x 2^15 col blocks = 2^31: one past. */
-    const sk_grid prod_over = tu_grid(64 * 64, 64 * ((int64_t)1 << 15), 64, 64, 64, 16);
-    expect_grid_refused(&prod_over, "block count");
-    const sk_grid prod_ok = tu_grid(64 * 64, 64 * (((int64_t)1 << 15) - 1), 64, 64, 64, 16);
-    expect_grid_accepted(&prod_ok, 64, ((int64_t)1 << 15) - 1);
+    /* col_blocks exactly INT32_MAX (a tail block), and one past. */
+    const sk_grid cols_ok = tu_grid(1, 128 * (int64_t)INT32_MAX, 128, 128, 1, 1);
+    expect_grid_accepted(&cols_ok, 1, INT32_MAX);
+    const sk_grid cols_ok_tail = tu_grid(1, 128 * (int64_t)(INT32_MAX - 1) + 1, 128, 128, 1, 1);
+    expect_grid_accepted(&cols_ok_tail, 1, INT32_MAX);
+    const sk_grid cols_over = tu_grid(1, 128 * (int64_t)INT32_MAX + 1, 128, 128, 1, 1);
+    expect_grid_refused(&cols_over, "column block count");
+    /* Dense counts past INT32_MAX: 2^31 exactly (once refused), and both
+     * counts at their edges at once (~2^62 dense blocks). */
+    const sk_grid prod_2_31 = tu_grid(64 * 64, 64 * ((int64_t)1 << 15), 64, 64, 64, 16);
+    expect_grid_accepted(&prod_2_31, 64, (int64_t)1 << 15);
+    const sk_grid both_edges =
+        tu_grid(64 * (int64_t)(INT32_MAX - 1), 64 * (int64_t)INT32_MAX, 64, 64, 1, 1);
+    expect_grid_accepted(&both_edges, INT32_MAX - 1, INT32_MAX);
+    /* The 16M-token grid of issue 33: 131072 x 131072 blocks of 128. */
+    const sk_grid s16m = tu_grid((int64_t)1 << 24, (int64_t)1 << 24, 128, 128, 1, 1);
+    expect_grid_accepted(&s16m, 131072, 131072);
 }
 
 /* Every builder refuses the hostile grids with *out untouched; before the

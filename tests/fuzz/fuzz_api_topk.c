@@ -79,6 +79,11 @@ void api_topk_init(const api_case *c, api_topk *p, fz_expect *e) {
         fz_expect_fail(e, "the output grid is refused by sk_grid_blocks' rules");
         return;
     }
+    if (p->g.dense > INT32_MAX) { /* sparsek.h: the top-k score matrix limit */
+        fz_expect_fail(e, "the dense score matrix has more than INT32_MAX entries");
+        p->g.ok = 0;
+        return;
+    }
     fz_tensor_init(&p->q, d->batch, d->seq_q, d->heads_q, d->head_dim, d->q_strides, d->dtype);
     fz_tensor_init(&p->k, d->batch, d->seq_k, d->heads_kv, d->head_dim, d->k_strides, d->dtype);
     /* Pooled [B, H, blocks, D] fp32 must fit int64 bytes. */

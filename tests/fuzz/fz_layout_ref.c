@@ -25,9 +25,11 @@ void fz_grid_ref_eval(const sk_grid *g, fz_grid_ref *r) {
     const int64_t rb = (g->rows - 1) / g->block_rows + 1;
     const int64_t cb = (g->cols - 1) / g->block_cols + 1;
     const int64_t slices = (int64_t)g->batch * g->heads;
-    int64_t total, dense;
-    if (__builtin_mul_overflow(slices, rb, &total) || total >= INT32_MAX || /* total + 1 */
-        __builtin_mul_overflow(total, cb, &dense) || dense > INT32_MAX) {
+    int64_t total, dense = 0;
+    /* total + 1 offsets and the column indices are int32; the dense count
+     * total x cb is not bounded (issue 33), only computed (< 2^62). */
+    if (__builtin_mul_overflow(slices, rb, &total) || total >= INT32_MAX || cb > INT32_MAX ||
+        __builtin_mul_overflow(total, cb, &dense)) {
         fz_statuses_add(&r->fail, SK_STATUS_BAD_LAYOUT_OVERFLOW);
         fz_statuses_add(&r->fail, SK_STATUS_BAD_PARAM_OVERFLOW);
         return;

@@ -6,8 +6,9 @@
  *
  * Grid (sk_grid / sk_grid_blocks): rows, cols, batch, heads >= 1; blocks 64
  * or 128; row_blocks = ceil(rows / block_rows), col_blocks likewise; and
- * every count fits int32: slices * row_blocks + 1 and the dense count
- * slices * row_blocks * col_blocks. Computed here in exact arithmetic.
+ * the counts of the int32 arrays fit int32: slices * row_blocks + 1 and
+ * col_blocks. The dense count slices * row_blocks * col_blocks need not
+ * (issue 33). Computed here in exact arithmetic.
  * Layout (sk_bsr / sk_layout_validate), in the header's order: the grid,
  * the arrays (row_offsets non-NULL, col_indices non-NULL when nnz > 0,
  * nnz >= 0), the offsets (first 0, non-decreasing, last == nnz), then each

@@ -136,10 +136,13 @@ static void layout_seeds(void) {
     lc_add_edit(&k, 2, 4, 1);
     lc_emit("corpus", "seed-flex-edits", &k, "\x3c");
     /* Grids at the edges of the rules. */
-    k = lc(64, 64 * (int64_t)INT32_MAX, 64, 64, 1, 1); /* dense count exactly INT32_MAX */
+    k = lc(64, 64 * (int64_t)INT32_MAX, 64, 64, 1, 1); /* col_blocks exactly INT32_MAX */
     lc_emit("corpus", "seed-grid-dense-int32-max", &k, "\x01");
-    k = lc(64, 64 * (int64_t)INT32_MAX + 1, 64, 64, 1, 1);
+    k = lc(64, 64 * (int64_t)INT32_MAX + 1, 64, 64, 1, 1); /* col_blocks one past */
     lc_emit("corpus", "seed-grid-dense-over", &k, "\x01");
+    /* 2^16 x 2^16 blocks: a dense count past INT32_MAX, accepted since issue 33. */
+    k = lc(64 * ((int64_t)1 << 16), 64 * ((int64_t)1 << 16), 64, 64, 1, 1);
+    lc_emit("corpus", "seed-grid-dense-2-32", &k, "\x01");
     k = lc(64 * 2, 64, 64, 64, INT32_MAX / 4, 2); /* row offsets at the int32 edge */
     lc_emit("corpus", "seed-grid-rows-edge", &k, "\x01");
     k = lc(100, 100, 63, 64, 1, 1);
