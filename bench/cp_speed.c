@@ -6,7 +6,7 @@
  * Build (after `make -j2 all`):  make build/cp_speed
  * Run (libnccl.so.2 on the loader path, e.g. the nvidia-nccl wheel's lib):
  *   build/cp_speed [--seq 1048576] [--ranks 2] [--sharding contiguous|zigzag]
- *                  [--single] [--check] [--reps 10] [--seed 33]
+ *                  [--single] [--check] [--graph] [--reps 10] [--seed 33]
  * The problem: B = 1, H 32/8, D 128, bf16, blocks of 128, causal; a layout
  * per KV head: the sink block, the causal window of 4096 tokens (32
  * blocks), and 16 more blocks per row drawn at random (seeded) from the
@@ -18,7 +18,9 @@
  * the comm handed to sk_comm_create_nccl must come from the same NCCL).
  * Each rank: sk_cp_prepare once, 2 warm-up runs, then `reps` runs each
  * between CUDA events on its stream after a host barrier; a run's time is
- * the slowest rank's. --single also times sk_attention_forward of the
+ * the slowest rank's. --graph captures each rank's sk_cp_forward (NCCL
+ * inside) in a CUDA graph once and times the graph's launches instead.
+ * --single also times sk_attention_forward of the
  * whole problem on GPU 0 (when it fits). --check compares the sharded O
  * and LSE with the single-GPU ones (the test's tolerance,
  * tests/gpu/test_cp_gpu.c, with vmax the largest |V|): small --seq only.
@@ -72,7 +74,7 @@ static void nccl_open(void) {
 
 typedef struct opts {
     int64_t seq;
-    int ranks, reps, single, check;
+    int ranks, reps, single, check, graph;
     sk_cp_sharding sharding;
     uint64_t seed;
 } opts;
@@ -212,17 +214,33 @@ static void *rank_main(void *arg) {
     CUDA_OK(cudaEventCreate(&e0));
     CUDA_OK(cudaEventCreate(&e1));
     SK_OK(sk_cp_prepare(&d, x->plan, x->plan_bytes, ws, wsb, (struct CUstream_st *)st));
+    cudaGraphExec_t exec = NULL;
+    if (o->graph) { /* every rank captures its run once (NCCL allows it) */
+        cudaGraph_t g;
+        CUDA_OK(cudaStreamSynchronize(st));
+        pthread_barrier_wait(x->barrier);
+        CUDA_OK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+        SK_OK(sk_cp_forward(&d, x->plan, x->plan_bytes, comm, q, k, v, out, lse, ws, wsb,
+                            (struct CUstream_st *)st));
+        CUDA_OK(cudaStreamEndCapture(st, &g));
+        CUDA_OK(cudaGraphInstantiate(&exec, g, 0));
+        CUDA_OK(cudaGraphDestroy(g));
+    }
     for (int r = 0; r < WARMUP + o->reps; ++r) {
         CUDA_OK(cudaStreamSynchronize(st));
         pthread_barrier_wait(x->barrier);
         CUDA_OK(cudaEventRecord(e0, st));
-        SK_OK(sk_cp_forward(&d, x->plan, x->plan_bytes, comm, q, k, v, out, lse, ws, wsb,
-                            (struct CUstream_st *)st));
+        if (exec != NULL)
+            CUDA_OK(cudaGraphLaunch(exec, st));
+        else
+            SK_OK(sk_cp_forward(&d, x->plan, x->plan_bytes, comm, q, k, v, out, lse, ws, wsb,
+                                (struct CUstream_st *)st));
         CUDA_OK(cudaEventRecord(e1, st));
         CUDA_OK(cudaEventSynchronize(e1));
         if (r >= WARMUP) CUDA_OK(cudaEventElapsedTime(&x->ms[r - WARMUP], e0, e1));
     }
     SK_OK(sk_comm_info(comm, NULL, NULL, &x->bytes_sent));
+    if (exec != NULL) CUDA_OK(cudaGraphExecDestroy(exec));
     if (o->check) {
         x->o_host = malloc((size_t)nq * 2);
         x->lse_host = malloc((size_t)(HQ * x->tokens) * 4);
@@ -339,12 +357,12 @@ static int check_shards(const opts *o, const sk_cp_desc *d, rank_ctx *ctx, const
 
 static void usage(void) {
     fprintf(stderr, "usage: cp_speed [--seq N] [--ranks R] [--sharding contiguous|zigzag] "
-                    "[--single] [--check] [--reps N] [--seed N]\n");
+                    "[--single] [--check] [--graph] [--reps N] [--seed N]\n");
     exit(BENCH_ERROR_EXIT);
 }
 
 int main(int argc, char **argv) {
-    opts o = {1 << 20, 2, 10, 0, 0, SK_CP_SHARDING_CONTIGUOUS, 33};
+    opts o = {1 << 20, 2, 10, 0, 0, 0, SK_CP_SHARDING_CONTIGUOUS, 33};
     for (int i = 1; i < argc; ++i) {
         const char *a = argv[i];
         if (!strcmp(a, "--seq") && i + 1 < argc) o.seq = atoll(argv[++i]);
@@ -355,6 +373,7 @@ int main(int argc, char **argv) {
             o.sharding = !strcmp(argv[++i], "zigzag") ? SK_CP_SHARDING_ZIGZAG
                                                       : SK_CP_SHARDING_CONTIGUOUS;
         else if (!strcmp(a, "--single")) o.single = 1;
+        else if (!strcmp(a, "--graph")) o.graph = 1;
         else if (!strcmp(a, "--check")) o.check = o.single = 1;
         else usage();
     }
@@ -435,10 +454,10 @@ int main(int argc, char **argv) {
     }
     qsort(run_ms, (size_t)o.reps, sizeof run_ms[0], bench_cmp_float);
     const double flops = 4.0 * DIM * BLOCK * BLOCK * (double)L.nnz * (HQ / HKV);
-    printf("{\"seq\": %lld, \"ranks\": %d, \"sharding\": \"%s\", \"layout\": \"causal sink + "
+    printf("{\"seq\": %lld, \"ranks\": %d, \"graph\": %d, \"sharding\": \"%s\", \"layout\": \"causal sink + "
            "window 4096 + 16 random past blocks per row, per KV head\", \"heads\": \"%d/%d\", "
            "\"dim\": %d, \"nnz\": %d, \"tflop\": %.3f,\n",
-           (long long)o.seq, o.ranks, o.sharding == SK_CP_SHARDING_ZIGZAG ? "zigzag" : "contiguous",
+           (long long)o.seq, o.ranks, o.graph, o.sharding == SK_CP_SHARDING_ZIGZAG ? "zigzag" : "contiguous",
            HQ, HKV, DIM, (int)L.nnz, flops * 1e-12);
     printf(" \"sharded_ms\": %.3f, \"sharded_ms_min\": %.3f, \"sharded_tflops\": %.1f",
            run_ms[o.reps / 2], run_ms[0], flops / (run_ms[o.reps / 2] * 1e-3) * 1e-12);
