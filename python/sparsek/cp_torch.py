@@ -359,7 +359,10 @@ def cp_attention(q, k, v, plan, group=None, *, out=None, lse=None, exchange="all
             partial.append((oa, la))
         for w in works:
             w.wait()
+        del send  # the process group keeps it until its stream is done
         kr, vr = _unpack(rv, recv, B, Hkv, D, blk)
+        recv_bytes = recv.numel() * recv.element_size()
+        del recv
         krc, vrc = kr.to(cdt), vr.to(cdt)
         for ch, (oa, la) in zip(rv.chunks, partial):
             q0, n = ch["q_start"], ch["tokens"]
@@ -369,7 +372,7 @@ def cp_attention(q, k, v, plan, group=None, *, out=None, lse=None, exchange="all
                                    scale=scale, return_lse=True)
             _merge_into(out[:, q0:q0 + n], lse[:, :, q0:q0 + n], oa, la, ob, lb)
     if stats is not None:
-        stats.update(sent_bytes=sent, recv_bytes=recv.numel() * recv.element_size(),
+        stats.update(sent_bytes=sent, recv_bytes=recv_bytes,
                      plan_send_bytes=rv.send_bytes, plan_recv_bytes=rv.recv_bytes,
                      exchange=exchange)
     return out, lse

@@ -247,3 +247,28 @@ def test_cp_attention_over_gloo_matches_the_single_process_forward(ranks, tmp_pa
         rows = _rows(plan, r)
         assert torch.allclose(got["o"], ref[:, rows], rtol=1e-5, atol=1e-5)
         assert torch.allclose(got["lse"], ref_lse[:, :, rows], rtol=1e-5, atol=1e-5)
+
+
+def test_bench_layout_is_the_issues():
+    # bench/cp_torch.py's layout, row by row against its definition: the
+    # sink blocks, the window's blocks up to the diagonal, and min(topk,
+    # candidates) distinct blocks between them, different per head.
+    from conftest import import_bench
+
+    bench = import_bench("cp_torch")
+    seq, block, sinks, window, topk, heads = 60 * 128 - 5, 128, 200, 1024, 5, 3
+    layout = bench.issue_layout(seq, block, sinks, window, topk, heads, seed=1)
+    ro, ci = layout.row_offsets.reshape(-1), layout.col_indices
+    sb, wb, nb = 2, 8, 60
+    rows = []
+    for h in range(heads):
+        for i in range(nb):
+            cols = ci[ro[h * nb + i]:ro[h * nb + i + 1]]
+            lo = max(0, i - wb)
+            want_fixed = set(range(min(sb, lo))) | set(range(lo, i + 1))
+            rand = [int(j) for j in cols if j not in want_fixed]
+            assert want_fixed <= set(int(j) for j in cols)
+            assert len(rand) == min(topk, max(0, lo - sb)) and all(sb <= j < lo for j in rand)
+            assert list(cols) == sorted(set(int(j) for j in cols))
+            rows.append(tuple(rand))
+    assert len(set(rows[-nb:] + rows[:nb])) > nb  # heads draw their own picks
