@@ -201,54 +201,48 @@ def _blocks_view(x: torch.Tensor, n: int, blk: int) -> torch.Tensor:
     return x[:, :n * blk].reshape(B, n, blk, H, D)
 
 
+def _runs(packs: dict, buf: torch.Tensor, blk: int, tail_tokens: int, D: int):
+    """The runs of a send or receive buffer in its order (peers in rank
+    order; per peer its full-block units, then its tail-block units):
+    (view [n, 2, tokens, D] of buf, index of the units in the K / V view
+    they come from or go to, tail?). Full units index a [B, blocks, blk,
+    Hkv, D] view by (batch, block, :, head); tail units a [B, tail, Hkv, D]
+    view by (batch, :, head)."""
+    at = 0
+    for p in sorted(packs):
+        pk = packs[p]
+        for n, t, idx, tail in ((pk.n_full, blk, (pk.b, pk.j, slice(None), pk.h), False),
+                                (pk.n_tail, tail_tokens, (pk.tail_b, slice(None), pk.tail_h), True)):
+            if n:
+                yield buf[at:at + n * 2 * t * D].view(n, 2, t, D), idx, tail
+                at += n * 2 * t * D
+
+
 def _pack(rv: _RankView, k, v, blk: int) -> torch.Tensor:
     """The send buffer: every peer's units in peer order, each unit its K
     rows then its V rows."""
-    D = k.shape[3]
     buf = torch.empty(rv.send_bytes // k.element_size(), dtype=k.dtype, device=k.device)
-    if not rv.send:
-        return buf
     n_blocks = rv.tokens // blk
-    kb, vb = _blocks_view(k, n_blocks, blk), _blocks_view(v, n_blocks, blk)
-    at = 0
-    for p in sorted(rv.send):
-        pk = rv.send[p]
-        n = pk.n_full * 2 * blk * D
-        if pk.n_full:
-            out = buf[at:at + n].view(pk.n_full, 2, blk, D)
-            torch.stack((kb[pk.b, pk.j, :, pk.h], vb[pk.b, pk.j, :, pk.h]), dim=1, out=out)
-        at += n
-        if pk.n_tail:
-            t = rv.tail_tokens
-            n = pk.n_tail * 2 * t * D
-            kt, vt = k[:, n_blocks * blk:], v[:, n_blocks * blk:]
-            out = buf[at:at + n].view(pk.n_tail, 2, t, D)
-            torch.stack((kt[pk.tail_b, :, pk.tail_h], vt[pk.tail_b, :, pk.tail_h]), dim=1, out=out)
-            at += n
+    full = (_blocks_view(k, n_blocks, blk), _blocks_view(v, n_blocks, blk))
+    tail = (k[:, n_blocks * blk:], v[:, n_blocks * blk:])
+    for out, idx, is_tail in _runs(rv.send, buf, blk, rv.tail_tokens, k.shape[3]):
+        ks, vs = tail if is_tail else full
+        torch.stack((ks[idx], vs[idx]), dim=1, out=out)
     return buf
 
 
 def _unpack(rv: _RankView, recv: torch.Tensor, B, Hkv, D, blk: int) -> tuple:
+    """The remote K / V [B, remote_keys, Hkv, D]: received units at their
+    slots (full slots first, the tail slot last), zeros elsewhere."""
     kr = torch.zeros((B, rv.remote_keys, Hkv, D), dtype=recv.dtype, device=recv.device)
     vr = torch.zeros_like(kr)
-    krb, vrb = _blocks_view(kr, rv.remote_full, blk), _blocks_view(vr, rv.remote_full, blk)
-    at = 0
-    for p in sorted(rv.recv):
-        pk = rv.recv[p]
-        n = pk.n_full * 2 * blk * D
-        if pk.n_full:
-            x = recv[at:at + n].view(pk.n_full, 2, blk, D)
-            krb[pk.b, pk.j, :, pk.h] = x[:, 0]
-            vrb[pk.b, pk.j, :, pk.h] = x[:, 1]
-        at += n
-        if pk.n_tail:
-            t = rv.tail_tokens
-            n = pk.n_tail * 2 * t * D
-            x = recv[at:at + n].view(pk.n_tail, 2, t, D)
-            s0 = rv.remote_full * blk
-            kr[:, s0:][pk.tail_b, :, pk.tail_h] = x[:, 0]
-            vr[:, s0:][pk.tail_b, :, pk.tail_h] = x[:, 1]
-            at += n
+    full = (_blocks_view(kr, rv.remote_full, blk), _blocks_view(vr, rv.remote_full, blk))
+    s0 = rv.remote_full * blk
+    tail = (kr[:, s0:], vr[:, s0:])
+    for x, idx, is_tail in _runs(rv.recv, recv, blk, rv.tail_tokens, D):
+        kd, vd = tail if is_tail else full
+        kd[idx] = x[:, 0]
+        vd[idx] = x[:, 1]
     return kr, vr
 
 

@@ -1,10 +1,10 @@
 """sparsek.cp_attention over torch.distributed (gloo, CPU tensors): R = 2, 3
-and 4 processes, each running its shard; the gathered O / LSE against the
+and 4 ranks (groups of one spawn of 4 processes), each running its shard; the gathered O / LSE against the
 single-process sparsek.attention on the global tensors, the bytes each rank
 handed to torch.distributed against the plan and against the units the
 layout needs (counted here from the layout on its own), NaN-poisoned
 outputs, inputs that must not be read (NaN beside strided views), and bad
-inputs refused before any communication. One spawn per R keeps it short.
+inputs refused before any communication. One spawn keeps it short.
 
 Tolerance (as tests/cpu/test_cp.c and test_context_parallel.py): the
 passes run in fp32 (the CPU backend's own type) with the reference's
@@ -109,12 +109,14 @@ def _expect(exc, fragment, fn):
     raise AssertionError(f"no {exc.__name__} ({fragment})")
 
 
-def _bad_inputs(rank, ranks, log):
+def _bad_inputs(rank, ranks, log, group):
     """Each bad call raises naming the argument, and nothing is sent."""
     log.forbid = True
+    sent = log.sent
     plan = _plan(_layout("window"), ranks, False, "contiguous", "float32")
     q, k, v = (x[:, _rows(plan, rank)] for x in _global_qkv(0, "float32"))
-    cp = sparsek.cp_attention
+    def cp(*args, **kwargs):
+        return sparsek.cp_attention(*args, group=group, **kwargs)
     _expect(ValueError, "q has shape", lambda: cp(q[:, 1:], k, v, plan))
     _expect(ValueError, "k has shape", lambda: cp(q, k[:, :, :1], v, plan))
     _expect(TypeError, "q.dtype", lambda: cp(q.half(), k.half(), v.half(), plan))
@@ -134,44 +136,58 @@ def _bad_inputs(rank, ranks, log):
     units_at = int(blob.header["units"]) // 4
     bad._buf.view(np.int32)[units_at] = 1 << 30
     _expect(sparsek.SparseKError, "plan is corrupt", lambda: cp(q, k, v, bad))
-    assert log.sent == 0
+    assert log.sent == sent
     log.forbid = False
 
 
-def _worker(rank, ranks, init_file, out_dir):
+# One spawn of 4 processes serves R = 4 (the default group), R = 2 (group
+# [0, 1]) and R = 3 (group [1, 2, 3]: group ranks differ from global ones).
+WORLD = 4
+GROUPS = {4: list(range(WORLD)), 2: [0, 1], 3: [1, 2, 3]}
+
+
+def _worker(rank, world, init_file, out_dir):
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=ranks,
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world,
                             timeout=datetime.timedelta(seconds=60))
+    groups = {R: None if R == world else dist.new_group(members) for R, members in GROUPS.items()}
     log = _CommLog()
     try:
-        if ranks == 2:
-            _bad_inputs(rank, ranks, log)
-        for ci, (name, causal, sharding, dtype, exchange, strided) in enumerate(_cases(ranks)):
-            plan = _plan(_layout(name), ranks, causal, sharding, dtype)
-            rows = _rows(plan, rank)
-            q, k, v = (x[:, rows] for x in _global_qkv(ci, dtype))
-            if strided:  # views beside NaN: what must not be read
-                def beside_nan(x):
-                    big = torch.full(x.shape[:2] + (2 * x.shape[2], x.shape[3]), float("nan"), dtype=x.dtype)
-                    big[:, :, 1::2] = x
-                    return big[:, :, 1::2]
-                q, k, v = beside_nan(q), beside_nan(k), beside_nan(v)
-            o = torch.full((B, len(rows), HQ, D), float("nan"), dtype=q.dtype)
-            lse = torch.full((B, HQ, len(rows)), float("nan"))
-            stats = {}
-            before = log.sent
-            got_o, got_lse = sparsek.cp_attention(q, k, v, plan, out=o, lse=lse, exchange=exchange,
-                                                  stats=stats)
-            assert got_o is o and got_lse is lse
-            stats["counted"] = log.sent - before
-            torch.save({"o": o, "lse": lse, "stats": stats}, os.path.join(out_dir, f"{ci}_{rank}.pt"))
-        # Without out= / lse=: allocated.
-        plan = _plan(_layout("causal"), ranks, True, "zigzag", "float32")
-        q, k, v = (x[:, _rows(plan, rank)] for x in _global_qkv(99, "float32"))
-        o, lse = sparsek.cp_attention(q, k, v, plan)
-        torch.save({"o": o, "lse": lse}, os.path.join(out_dir, f"alloc_{rank}.pt"))
+        for ranks in (4, 2, 3):
+            if rank in GROUPS[ranks]:
+                _run_group(dist.get_rank(groups[ranks]) if groups[ranks] else rank, ranks, groups[ranks],
+                           log, out_dir)
     finally:
         dist.destroy_process_group()
+
+
+def _run_group(rank, ranks, group, log, out_dir):
+    if ranks == 2:
+        _bad_inputs(rank, ranks, log, group)
+    for ci, (name, causal, sharding, dtype, exchange, strided) in enumerate(_cases(ranks)):
+        plan = _plan(_layout(name), ranks, causal, sharding, dtype)
+        rows = _rows(plan, rank)
+        q, k, v = (x[:, rows] for x in _global_qkv(ci, dtype))
+        if strided:  # views beside NaN: what must not be read
+            def beside_nan(x):
+                big = torch.full(x.shape[:2] + (2 * x.shape[2], x.shape[3]), float("nan"), dtype=x.dtype)
+                big[:, :, 1::2] = x
+                return big[:, :, 1::2]
+            q, k, v = beside_nan(q), beside_nan(k), beside_nan(v)
+        o = torch.full((B, len(rows), HQ, D), float("nan"), dtype=q.dtype)
+        lse = torch.full((B, HQ, len(rows)), float("nan"))
+        stats = {}
+        before = log.sent
+        got_o, got_lse = sparsek.cp_attention(q, k, v, plan, group, out=o, lse=lse, exchange=exchange,
+                                              stats=stats)
+        assert got_o is o and got_lse is lse
+        stats["counted"] = log.sent - before
+        torch.save({"o": o, "lse": lse, "stats": stats}, os.path.join(out_dir, f"{ranks}_{ci}_{rank}.pt"))
+    # Without out= / lse=: allocated.
+    plan = _plan(_layout("causal"), ranks, True, "zigzag", "float32")
+    q, k, v = (x[:, _rows(plan, rank)] for x in _global_qkv(99, "float32"))
+    o, lse = sparsek.cp_attention(q, k, v, plan, group)
+    torch.save({"o": o, "lse": lse}, os.path.join(out_dir, f"{ranks}_alloc_{rank}.pt"))
 
 
 def _needed_bytes(layout, plan, ranks, causal, esize):
@@ -207,7 +223,7 @@ def _check_case(ci, case, ranks, out_dir):
     lse = torch.full((B, HQ, S), float("nan"))
     needed = _needed_bytes(layout, plan, ranks, causal, q.element_size())
     for r in range(ranks):
-        got = torch.load(os.path.join(out_dir, f"{ci}_{r}.pt"))
+        got = torch.load(os.path.join(out_dir, f"{ranks}_{ci}_{r}.pt"))
         rows = _rows(plan, r)
         o[:, rows] = got["o"].double()
         lse[:, :, rows] = got["lse"]
@@ -228,14 +244,28 @@ def _check_case(ci, case, ranks, out_dir):
     assert torch.allclose(lse[finite], ref_lse[finite], rtol=2.0**-20, atol=2.0**-20), case
 
 
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    """Every group's results, from one spawn of WORLD processes."""
+    out = tmp_path_factory.mktemp("cp")
+    # One OpenMP thread per rank process: WORLD processes on few cores.
+    saved = os.environ.get("OMP_NUM_THREADS")
+    os.environ["OMP_NUM_THREADS"] = "1"
+    try:
+        mp.spawn(_worker, args=(WORLD, str(out / "pg"), str(out)), nprocs=WORLD)
+    finally:
+        if saved is None:
+            del os.environ["OMP_NUM_THREADS"]
+        else:
+            os.environ["OMP_NUM_THREADS"] = saved
+    return str(out)
+
+
 @pytest.mark.parametrize("ranks", [2, 3, 4])
-def test_cp_attention_over_gloo_matches_the_single_process_forward(ranks, tmp_path, monkeypatch):
-    # One OpenMP thread per rank process: R processes on few cores.
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    mp.spawn(_worker, args=(ranks, str(tmp_path / "pg"), str(tmp_path)), nprocs=ranks)
+def test_cp_attention_over_gloo_matches_the_single_process_forward(ranks, results):
     cases = _cases(ranks)
     for ci, case in enumerate(cases):
-        _check_case(ci, case, ranks, str(tmp_path))
+        _check_case(ci, case, ranks, results)
     assert {c[2] for c in cases} == {"contiguous", "zigzag"} and {c[4] for c in cases} == {"all_to_all", "p2p"}
     # The allocated outputs (no out=): the causal zigzag case.
     layout = _layout("causal")
@@ -243,7 +273,7 @@ def test_cp_attention_over_gloo_matches_the_single_process_forward(ranks, tmp_pa
     q, k, v = _global_qkv(99, "float32")
     ref, ref_lse = sparsek.attention(q, k, v, layout, causal=True, return_lse=True)
     for r in range(ranks):
-        got = torch.load(os.path.join(str(tmp_path), f"alloc_{r}.pt"))
+        got = torch.load(os.path.join(results, f"{ranks}_alloc_{r}.pt"))
         rows = _rows(plan, r)
         assert torch.allclose(got["o"], ref[:, rows], rtol=1e-5, atol=1e-5)
         assert torch.allclose(got["lse"], ref_lse[:, :, rows], rtol=1e-5, atol=1e-5)
