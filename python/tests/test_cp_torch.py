@@ -302,3 +302,91 @@ def test_bench_layout_is_the_issues():
             assert list(cols) == sorted(set(int(j) for j in cols))
             rows.append(tuple(rand))
     assert len(set(rows[-nb:] + rows[:nb])) > nb  # heads draw their own picks
+
+
+# ---------------------------------------------------------------------------
+# 2 GPUs, NCCL (the GPU machine: nvidia-h100-x2)
+# ---------------------------------------------------------------------------
+
+GPU_S, GPU_BLOCK, GPU_D = 128 * 9 + 40, 128, 64
+GPU_CASES = [  # (layout, causal, sharding, dtype, exchange)
+    ("sinks_window", True, "zigzag", "bfloat16", "all_to_all"),
+    ("random", False, "contiguous", "float16", "p2p"),
+    ("causal", True, "zigzag", "bfloat16", "p2p"),
+]
+
+
+def _gpu_layout(name):
+    if name == "sinks_window":
+        return sparsek.Layout.sinks_window(GPU_S, sink_tokens=128, window_tokens=300, block=GPU_BLOCK, heads=HKV)
+    if name == "random":
+        return sparsek.Layout.random(GPU_S, k=3, seed=11, block=GPU_BLOCK, batch=B, heads=HKV)
+    return sparsek.Layout.causal(GPU_S, block=GPU_BLOCK)
+
+
+def _gpu_qkv(ci, dtype, device):
+    g = torch.Generator().manual_seed(SEED + 50 + ci)
+    dt = getattr(torch, dtype)
+    return tuple(torch.randn(B, GPU_S, h, GPU_D, generator=g).to(dt).to(device) for h in (HQ, HKV, HKV))
+
+
+def _gpu_plan(ci, ranks):
+    name, causal, sharding, dtype, _ = GPU_CASES[ci]
+    return sparsek.CpPlan(_gpu_layout(name), ranks, batch=B, heads_q=HQ, heads_kv=HKV, head_dim=GPU_D,
+                          dtype=getattr(torch, dtype), causal=causal, sharding=sharding)
+
+
+def _gpu_worker(rank, world, init_file, out_dir):
+    device = torch.device("cuda", rank)
+    torch.cuda.set_device(device)
+    dist.init_process_group("nccl", init_method=f"file://{init_file}", rank=rank, world_size=world,
+                            device_id=device, timeout=datetime.timedelta(seconds=120))
+    try:
+        dist.barrier()
+        for ci, (_, _, _, dtype, exchange) in enumerate(GPU_CASES):
+            plan = _gpu_plan(ci, world)
+            rows = _rows(plan, rank).to(device)
+            q, k, v = (x[:, rows] for x in _gpu_qkv(ci, dtype, device))
+            o = torch.full(q.shape, float("nan"), dtype=q.dtype, device=device)
+            lse = torch.full((B, HQ, len(rows)), float("nan"), device=device)
+            stats = {}
+            sparsek.cp_attention(q, k, v, plan, out=o, lse=lse, exchange=exchange, stats=stats)
+            torch.save({"o": o.cpu(), "lse": lse.cpu(), "stats": stats}, os.path.join(out_dir, f"gpu_{ci}_{rank}.pt"))
+    finally:
+        dist.destroy_process_group()
+
+
+def _two_gpus() -> bool:
+    from conftest import HAVE_CUDA
+
+    return HAVE_CUDA and torch.cuda.device_count() >= 2
+
+
+@pytest.mark.skipif(not HAVE_TORCH or not _two_gpus(), reason="needs 2 CUDA devices and a CUDA build")
+def test_cp_attention_over_nccl_matches_one_gpu(tmp_path):
+    # Bound (docs/perf/context_parallel.md): both sides round P before P V
+    # (u vmax each), the sharded side rounds its two partials (u vmax) and
+    # O once more: |O - O_ref| <= 2u|O_ref| + 4u vmax.
+    ranks = 2
+    mp.spawn(_gpu_worker, args=(ranks, str(tmp_path / "pg"), str(tmp_path)), nprocs=ranks)
+    for ci, (name, causal, sharding, dtype, exchange) in enumerate(GPU_CASES):
+        plan = _gpu_plan(ci, ranks)
+        q, k, v = _gpu_qkv(ci, dtype, "cuda:0")
+        ref, ref_lse = sparsek.attention(q, k, v, _gpu_layout(name), causal=causal, return_lse=True)
+        ref, ref_lse = ref.double().cpu(), ref_lse.cpu()
+        o = torch.full(ref.shape, float("nan"), dtype=torch.float64)
+        lse = torch.full(ref_lse.shape, float("nan"))
+        for r in range(ranks):
+            got = torch.load(os.path.join(tmp_path, f"gpu_{ci}_{r}.pt"))
+            rows = _rows(plan, r)
+            o[:, rows] = got["o"].double()
+            lse[:, :, rows] = got["lse"]
+            assert got["stats"]["sent_bytes"] == plan.send_bytes(r)
+            assert got["stats"]["recv_bytes"] == plan.recv_bytes(r)
+        u = {"float16": 2.0**-11, "bfloat16": 2.0**-8}[dtype]
+        tol = 2 * u * ref.abs() + 4 * u * v.double().abs().max().cpu()
+        err = (o - ref).abs()
+        assert (err <= tol).all(), f"{GPU_CASES[ci]}: max excess {(err - tol).max().item():.3g}"
+        fin = torch.isfinite(ref_lse)
+        assert torch.equal(torch.isneginf(lse), torch.isneginf(ref_lse))
+        assert ((lse - ref_lse).abs()[fin] <= 2.0**-12 + 2.0**-16 * ref_lse.abs()[fin]).all()
