@@ -50,17 +50,14 @@ class _Pack:
     block's units (the global last block, if short) as (batch, head)."""
 
     def __init__(self, units: np.ndarray, block_of, tail_block: int, device):
-        full = units[:, 0] != tail_block
-        # Units are sorted by block: the tail block's come last.
-        n_full = int(full.sum())
+        # The plan sorts units by block, so the tail block's come last and
+        # this is the plan's order; sender and receiver split alike anyway.
+        tail = units[:, 0] == tail_block
+        full, last = units[~tail], units[tail]
         as_t = lambda a: torch.as_tensor(np.ascontiguousarray(a, dtype=np.int64), device=device)  # noqa: E731
-        self.b = as_t(units[:n_full, 1])
-        self.j = as_t(block_of(units[:n_full]))
-        self.h = as_t(units[:n_full, 2])
-        self.tail_b = as_t(units[n_full:, 1])
-        self.tail_h = as_t(units[n_full:, 2])
-        self.n_full = n_full
-        self.n_tail = len(units) - n_full
+        self.b, self.j, self.h = as_t(full[:, 1]), as_t(block_of(full)), as_t(full[:, 2])
+        self.tail_b, self.tail_h = as_t(last[:, 1]), as_t(last[:, 2])
+        self.n_full, self.n_tail = len(full), len(last)
 
 
 class _RankView:
@@ -179,7 +176,9 @@ def _check_device(q, group) -> None:
         raise TypeError("q.dtype = torch.float32: CUDA runs float16 or bfloat16")
 
 
-def _check_out(t, name, shape, dtype, device):
+def _check_out(t, name, shape, dtype, device, others):
+    """An output: its shape, dtype, device, and no storage shared with the
+    inputs or the other output (rows are written while q is still read)."""
     if t is None:
         return
     if not isinstance(t, torch.Tensor):
@@ -187,6 +186,9 @@ def _check_out(t, name, shape, dtype, device):
     if tuple(t.shape) != shape or t.dtype != dtype or t.device != device:
         raise ValueError(f"{name} is {tuple(t.shape)} {t.dtype} on {t.device}; it must be "
                          f"{list(shape)} {dtype} on {device}")
+    for other, other_name in others:
+        if other is not None and t.untyped_storage().data_ptr() == other.untyped_storage().data_ptr():
+            raise ValueError(f"{name} shares its storage with {other_name}: pass separate tensors")
 
 
 # ---------------------------------------------------------------------------
@@ -321,8 +323,9 @@ def cp_attention(q, k, v, plan, group=None, *, out=None, lse=None, exchange="all
     _check_tensors(q, k, v, plan, rank, shard_tokens)
     _check_device(q, group)
     B, Hq, Hkv, D = plan.dims[:4]
-    _check_out(out, "out", (B, shard_tokens, Hq, D), q.dtype, q.device)
-    _check_out(lse, "lse", (B, Hq, shard_tokens), torch.float32, q.device)
+    inputs = [(q, "q"), (k, "k"), (v, "v")]
+    _check_out(out, "out", (B, shard_tokens, Hq, D), q.dtype, q.device, inputs)
+    _check_out(lse, "lse", (B, Hq, shard_tokens), torch.float32, q.device, inputs + [(out, "out")])
     rv = _rank_view(plan, rank, q.device)
     blk, causal, scale = plan.block, plan.causal, plan.dims[5]
     # CPU: fp32 passes (the CPU backend's exact type); CUDA: the dtype.

@@ -130,6 +130,11 @@ def _bad_inputs(rank, ranks, log, group):
     _expect(ValueError, "out", lambda: cp(q, k, v, plan, out=torch.empty(1)))
     _expect(ValueError, "lse", lambda: cp(q, k, v, plan, lse=torch.empty(B, HQ, 1)))
     _expect(ValueError, "exchange", lambda: cp(q, k, v, plan, exchange="ring"))
+    qq = q.clone()
+    _expect(ValueError, "out shares its storage with q", lambda: cp(qq, k, v, plan, out=qq))
+    kk = k.clone()
+    lse_in_k = kk.view(-1)[:B * HQ * q.shape[1]].view(B, HQ, -1)
+    _expect(ValueError, "lse shares its storage with k", lambda: cp(q, kk, v, plan, lse=lse_in_k))
     # A corrupt plan (a unit's block out of range): the library's check.
     bad = _plan(_layout("window"), ranks, False, "contiguous", "float32")
     blob = bad.blob()
