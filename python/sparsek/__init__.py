@@ -159,3 +159,9 @@ __all__ = [
 from .context_parallel import CpPlan, cp_attention_simulated, cp_shard  # noqa: E402
 
 __all__ += ["CpPlan", "cp_attention_simulated", "cp_shard"]
+
+# Context parallelism over torch.distributed (cp_torch.py, torch imported on
+# the first call).
+from .context_parallel import cp_attention  # noqa: E402
+
+__all__ += ["cp_attention"]

@@ -9,9 +9,10 @@ One self-attention (Sq = Sk = seq) with the token axis split over R ranks
   exchanges;
 - ``cp_attention_simulated``: the whole R-rank run on the CPU backend, one
   thread per rank through the simulated communicator, gathered back into
-  global O and LSE (for checking the C path from Python).
-
-The torch.distributed (NCCL) function is the next step: it needs GPUs.
+  global O and LSE (for checking the C path from Python);
+- ``cp_attention``: one rank's run over a torch.distributed process group
+  (gloo for CPU tensors, NCCL for CUDA tensors), in cp_torch.py (imported
+  on the first call: numpy users do not need torch).
 """
 
 from __future__ import annotations
@@ -21,8 +22,9 @@ from ctypes import byref, c_int32, c_int64, c_size_t, c_void_p, sizeof
 
 import numpy as np
 
-from ._arrays import _numpy_dtype
-from ._lib import Backend, CpSharding, F, Mask, SkCpDesc, SparseKError, check, status_name
+from ._arrays import _numpy_dtype, _torch_dtype
+from ._lib import Backend, CpSharding, DType, F, Mask, SkCpDesc, SparseKError, check, status_name
+from .cp_blob import PlanBlob
 from .layout import Layout
 
 _SHARDINGS = {"contiguous": CpSharding.CONTIGUOUS, "zigzag": CpSharding.ZIGZAG}
@@ -32,6 +34,23 @@ def _sharding(name) -> CpSharding:
     if name not in _SHARDINGS:
         raise ValueError(f"sharding = {name!r} must be 'contiguous' or 'zigzag'")
     return _SHARDINGS[name]
+
+
+def _plan_dtype(dtype) -> DType:
+    """A numpy dtype (float16, float32, ml_dtypes' bfloat16), a torch dtype
+    (float16, bfloat16, float32) or the name of one, as an sk dtype."""
+    if type(dtype).__module__ == "torch":
+        sk = _torch_dtype(dtype)
+    elif dtype in ("bfloat16", "bf16"):
+        sk = DType.BF16
+    else:
+        try:
+            sk = _numpy_dtype(np.dtype(dtype))
+        except TypeError:
+            sk = None
+    if sk is None:
+        raise TypeError(f"dtype {dtype} is not float16, bfloat16 or float32")
+    return sk
 
 
 def _desc(ranks, rank, sharding, batch, seq, heads_q, heads_kv, head_dim, dtype, causal, scale):
@@ -65,15 +84,16 @@ def cp_shard(seq, ranks, rank, block=128, sharding="contiguous") -> list:
 class CpPlan:
     """sk_cp_plan over a global host Layout (seq x seq tokens, square
     blocks), for `ranks` ranks and the problem's sizes. dtype: a numpy dtype
-    (float16, float32, or ml_dtypes' bfloat16), which sets the bytes."""
+    (float16, float32, or ml_dtypes' bfloat16), a torch dtype or "bfloat16",
+    which sets the bytes (and, for cp_attention, the tensors' dtype)."""
 
     def __init__(self, layout: Layout, ranks, *, batch, heads_q, heads_kv, head_dim,
                  dtype=np.float16, causal=False, sharding="contiguous", scale=None):
         if not isinstance(layout, Layout):
             raise TypeError(f"layout must be a sparsek.Layout, got {type(layout).__name__}")
-        sk_dtype = _numpy_dtype(np.dtype(dtype))
-        if sk_dtype is None:
-            raise TypeError(f"dtype {np.dtype(dtype)} is not float16, bfloat16 or float32")
+        sk_dtype = _plan_dtype(dtype)
+        self.dtype = sk_dtype
+        self._blob = None
         self.layout = layout
         self.ranks = ranks
         self.block = layout.grid.block_rows
@@ -114,6 +134,19 @@ class CpPlan:
 
     def shard(self, rank) -> list:
         return cp_shard(self.seq, self.ranks, rank, self.block, self.sharding)
+
+    def blob(self) -> PlanBlob:
+        """The plan's contents (cp_blob.PlanBlob: units, chunks, layouts)."""
+        if self._blob is None:
+            self._blob = PlanBlob(self._buf, self.nbytes)
+        return self._blob
+
+    def check(self, rank) -> None:
+        """The library's whole-plan check (sk_cp_plan_check: sections,
+        shards, layouts, units) against rank's descriptor, through
+        sk_cp_workspace_size on the CPU backend (its size is not used)."""
+        ws = c_size_t()
+        check(F.sk_cp_workspace_size(byref(self.desc(rank)), self.address, self.nbytes, byref(ws)))
 
 
 def cp_attention_simulated(q, k, v, layout: Layout, ranks, *, causal=False,
@@ -176,3 +209,50 @@ def cp_attention_simulated(q, k, v, layout: Layout, ranks, *, causal=False,
         for r in range(ranks):
             F.sk_comm_destroy(comms[r])
     return o, lse, plan
+
+
+def cp_attention(q, k, v, plan: CpPlan, group=None, *, out=None, lse=None, exchange="all_to_all",
+                 stats=None):
+    """This rank's share of one context-parallel attention forward, over a
+    torch.distributed process group. Call it on every rank of `group`.
+
+    q [B, S_r, Hq, D], k and v [B, S_r, Hkv, D]: this rank's shard (its
+    chunks' tokens in global order, packed along S: plan.shard(rank) gives
+    them as (start, length) global token ranges; sk_cp_shard). Torch
+    tensors of the plan's dtype: CPU tensors (any of float16, bfloat16,
+    float32; CPU backend, passes in fp32) with a gloo group, or CUDA tensors
+    (float16 / bfloat16) with an NCCL group on the current device
+    (torch.cuda.set_device(local_rank) first). The last dimension must be
+    contiguous.
+
+    plan: the CpPlan of the GLOBAL layout (seq x seq, square blocks),
+    identical on every rank (build it on each from the same layout and
+    arguments); ranks = the group's size. It fixes the mask (causal) and the
+    scale. group: None for the default group.
+
+    Returns (o [B, S_r, Hq, D] in the dtype, lse float32 [B, Hq, S_r],
+    natural log, -inf where a row has no admissible key and then o = 0),
+    equal to the rows of sparsek.attention on the global tensors up to
+    one rounding of the dtype (CPU) or that plus the rounding of the two
+    partial outputs (CUDA: the kernels write O in the dtype before the
+    fp32 merge). out, lse: optional outputs of those shapes and dtypes.
+
+    The exchange moves exactly the plan's bytes (plan.send_bytes(rank) out,
+    plan.recv_bytes(rank) in): exchange="all_to_all" (one
+    all_to_all_single with the pairs' byte counts, the default) or "p2p"
+    (batch_isend_irecv, one send and one receive per non-empty pair; with
+    NCCL make one collective on the group before its first use, torch's
+    rule for a first batch_isend_irecv). It runs asynchronously while the
+    local passes compute. stats: an optional dict, filled with sent_bytes,
+    recv_bytes (what was handed to torch.distributed), plan_send_bytes,
+    plan_recv_bytes, exchange.
+
+    Every argument is checked before any communication (TypeError /
+    ValueError naming it: plan, group, q/k/v shape, dtype and device, out,
+    lse); the plan itself is checked whole by the library on its first use
+    for a rank (sk_cp_plan_check), so ranks sharing a corrupt plan refuse
+    together. Forward only: no autograd (runs under torch.no_grad).
+    """
+    from .cp_torch import cp_attention as run
+
+    return run(q, k, v, plan, group, out=out, lse=lse, exchange=exchange, stats=stats)

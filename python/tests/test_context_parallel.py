@@ -57,3 +57,48 @@ def test_simulated_run_matches_the_single_process_forward(ranks, sharding, causa
         plan.send_bytes(r) for r in range(ranks))
     assert all(plan.pair(r, r) == (0, 0) for r in range(ranks))
     assert sum(plan.recv_bytes(r) for r in range(ranks)) > 0
+
+
+@pytest.mark.parametrize("ranks,sharding,causal", [(3, "zigzag", True), (4, "contiguous", False)])
+def test_plan_blob_reader_agrees_with_the_library(ranks, sharding, causal):
+    # The Python mirror of src/core/cp_plan.h (cp_blob.py, read by
+    # cp_attention) against sk_cp_plan_bytes and the shards: every pair's
+    # units add up to the library's bytes and count, units lie in the
+    # sender's shard, slots in the receiver's buffer; the chunks' layouts
+    # are valid Layouts over the chunk's rows.
+    B, S, Hq, Hkv, D, block = 2, 64 * 11 + 17, 4, 2, 16, 64
+    layout = sparsek.Layout.random(S, k=3, seed=5, causal=False, block=block, batch=B, heads=Hkv)
+    plan = sparsek.CpPlan(layout, ranks, batch=B, heads_q=Hq, heads_kv=Hkv, head_dim=D,
+                          causal=causal, sharding=sharding)
+    blob = plan.blob()
+    total_units = 0
+    for src in range(ranks):
+        own = np.zeros(-(-S // block), dtype=bool)
+        for s, n in plan.shard(src):
+            own[s // block:-(-(s + n) // block)] = True
+        for dst in range(ranks):
+            u = blob.pair_units(src, dst)
+            nbytes, nunits = plan.pair(src, dst)
+            assert len(u) == nunits and blob.pair_bytes(src, dst) == nbytes
+            assert int(2 * blob.unit_tokens(u[:, 0]).sum() * D * 2) == nbytes
+            assert own[u[:, 0]].all() and (u[:, 1] < B).all() and (u[:, 2] < Hkv).all()
+            assert (u[:, 3] < int(blob.rank(dst)["slots"])).all()
+            keys = [tuple(x) for x in u[:, :3]]
+            assert keys == sorted(keys) and len(set(keys)) == len(keys)
+            total_units += nunits
+        rp = blob.rank(src)
+        assert int(rp["tokens"]) == sum(n for _, n in plan.shard(src))
+        for c in range(int(rp["chunks"])):
+            ch = rp["chunk"][c]
+            for remote, keys in ((False, int(ch["local_keys"])), (True, int(rp["remote_keys"]))):
+                offsets, indices = blob.chunk_arrays(src, c, remote)
+                if len(indices):
+                    sparsek.Layout.from_bsr(offsets, indices, int(ch["tokens"]), keys, block=block,
+                                            batch=B, heads=Hkv).validate()
+    assert total_units == int(blob.header["unit_count"]) > 0
+    plan.check(0)
+    # A blob whose sections do not sit where the mirror puts them is refused.
+    bad = plan._buf.copy()
+    bad.view(np.int64)[blob.header.dtype.fields["units"][1] // 8] += 8
+    with pytest.raises(ValueError, match="section units"):
+        sparsek.cp_blob.PlanBlob(bad, plan.nbytes)
