@@ -19,7 +19,8 @@
  * Each rank: sk_cp_prepare once, 2 warm-up runs, then `reps` runs each
  * between CUDA events on its stream after a host barrier; a run's time is
  * the slowest rank's. --graph captures each rank's sk_cp_forward (NCCL
- * inside) in a CUDA graph once and times the graph's launches instead.
+ * inside) in a CUDA graph once, after one eager run, and times the
+ * graph's launches instead.
  * --single also times sk_attention_forward of the
  * whole problem on GPU 0 (when it fits). --check compares the sharded O
  * and LSE with the single-GPU ones (the test's tolerance,
@@ -215,8 +216,15 @@ static void *rank_main(void *arg) {
     CUDA_OK(cudaEventCreate(&e1));
     SK_OK(sk_cp_prepare(&d, x->plan, x->plan_bytes, ws, wsb, (struct CUstream_st *)st));
     cudaGraphExec_t exec = NULL;
-    if (o->graph) { /* every rank captures its run once (NCCL allows it) */
+    if (o->graph) {
+        /* Every rank captures its run once, after one eager run: NCCL
+         * connects a pair of peers on their first exchange, which cannot
+         * happen inside a capture (ncclGroupEnd fails with an internal
+         * error when the first exchange is captured). */
         cudaGraph_t g;
+        pthread_barrier_wait(x->barrier);
+        SK_OK(sk_cp_forward(&d, x->plan, x->plan_bytes, comm, q, k, v, out, lse, ws, wsb,
+                            (struct CUstream_st *)st));
         CUDA_OK(cudaStreamSynchronize(st));
         pthread_barrier_wait(x->barrier);
         CUDA_OK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
