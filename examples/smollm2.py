@@ -85,12 +85,13 @@ class Tokenizer:
         self.to_char = _byte_alphabet()
         self.to_byte = {c: b for b, c in self.to_char.items()}
         self.special = {t for t, kind in zip(self.tokens, token_types) if int(kind) == 3}
-        self.special_re = re.compile("(" + "|".join(re.escape(t) for t in sorted(self.special, key=len,
-                                                                                 reverse=True)) + ")")
+        longest_first = sorted(self.special, key=len, reverse=True)
+        self.special_re = re.compile("(" + "|".join(re.escape(t) for t in longest_first) + ")")
         try:
             import regex
 
-            self.words = regex.compile(r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+""")
+            self.words = regex.compile(
+                r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+""")
         except ImportError:
             self.words = re.compile(r"""'s|'t|'re|'ve|'m|'ll|'d| ?[^\W\d_]+| ?\d+| ?(?:[^\s\w]|_)+|\s+(?!\S)|\s+""")
         self.memo = {}

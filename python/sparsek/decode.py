@@ -37,6 +37,7 @@ from ._arrays import adapt, check_family, outer_strides
 from ._cvalues import as_int, int32, int64
 from ._lib import Backend, F, Mask, SkBsr, SkDecodeDesc, check
 from .attention import _empty_like, _empty_lse, _options, needs_grad
+from .paged import page_fields
 from .plan_cache import cached_unowned
 from .varlen import _device_int32, _host_int32, out_and_lse
 
@@ -124,15 +125,10 @@ class DecodePlan:
         desc.scale = 0.0 if sc is None else sc
         desc.mask = int(Mask.CAUSAL if causal else Mask.NONE)
         desc.max_seqlen_k = int64(max_seqlen_k, "max_seqlen_k")
-        desc.num_pages = int64(ak.shape[0], "num_pages")
-        desc.page_size = int32(ak.shape[1], "page_size")
-        desc.max_pages = int32(table.shape[1], "max_pages")
-        desc.page_table_stride = row_stride if batch > 1 else 0
         desc.num_splits = int32(num_splits, "num_splits")
+        page_fields(desc, ak, av, table, row_stride, batch)
         desc.q_strides = outer_strides(aq, "q")
         desc.o_strides = outer_strides(ao, "out")
-        desc.k_strides = outer_strides(ak, "k_cache")
-        desc.v_strides = outer_strides(av, "v_cache")
         size = c_size_t()
         check(F.sk_decode_workspace_size(byref(desc), lay, byref(size)))
         self.desc, self.workspace_size = desc, size.value

