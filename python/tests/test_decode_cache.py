@@ -206,3 +206,42 @@ def test_cuda_one_workspace_per_stream(counted):
     side.synchronize()
     assert ws.calls == 2, "two streams shared one workspace"
     assert torch.equal(other, cold)
+
+
+@requires_cuda
+def test_cuda_graph_replays_follow_lengths_and_layout(counted):
+    """A captured decode (its cached plan pinned) replays over lengths and
+    layout indices written in place, as an eager call on them computes."""
+    import torch
+
+    _, q, k, v, kc, vc, table, lens, (off, idx), _ = inputs(3155)
+    d = lambda x, dt=torch.float16: torch.from_numpy(np.ascontiguousarray(x)).to("cuda", dt)  # noqa: E731
+    qd, kd, vd = d(np.repeat(q, 2, axis=-1)), d(np.repeat(kc, 2, axis=-1)), d(np.repeat(vc, 2, axis=-1))
+    td, ld, od, idd = d(table, torch.int32), d(lens, torch.int32), d(off, torch.int32), d(idx, torch.int32)
+    kw = {"block_k": 16, "max_seqlen_k": 205, "num_splits": 4}
+    out = torch.empty_like(qd)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up off the default stream, as torch.cuda.graph wants
+        sparsek.decode(qd, kd, vd, td, ld, (od, idd), out=out, **kw)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        sparsek.decode(qd, kd, vd, td, ld, (od, idd), out=out, **kw)
+    # Each row's blocks mirrored inside its sequence (j -> nb(b) - 1 - j):
+    # other blocks, still sorted and unique, the same offsets.
+    mirrored = idx.copy()
+    for r in range(len(off) - 1):
+        nb = -(-LENS[r // HKV] // 16)
+        mirrored[off[r]:off[r + 1]] = np.sort(nb - 1 - idx[off[r]:off[r + 1]])
+    assert not np.array_equal(mirrored, idx)
+    # Then shorter sequences: blocks past a sequence's end are skipped.
+    for new_lens, new_idx in ((lens, mirrored), (np.maximum(lens - 40, 1), idx)):
+        ld.copy_(d(new_lens, torch.int32))
+        idd.copy_(d(new_idx, torch.int32))
+        graph.replay()
+        torch.cuda.synchronize()
+        want = sparsek.decode(qd, kd, vd, td, ld, (od, idd), **kw)
+        torch.cuda.synchronize()
+        assert torch.equal(out, want), f"replay with lengths {new_lens.tolist()}"
+    assert any(e.pinned for b in sparsek.plan_cache.CACHE._buckets.values() for e in b.plans.values())
