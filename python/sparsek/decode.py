@@ -16,6 +16,15 @@ per (sequence, KV head).
 numpy arrays and torch CPU tensors run on the CPU backend (the
 reference); torch CUDA tensors on the CUDA backend (split-KV kernel, on
 torch's current stream, graph capturable when max_seqlen_k is given).
+
+The descriptor, the workspace size and the workspace (CUDA) are made once
+per problem and stream and then reused (DecodePlan, from the plan cache:
+plan_cache.cached_unowned): the key holds every shape, stride, dtype,
+option, max_seqlen_k and the layout's geometry (rows per sequence,
+block_k, nnz), so a decode loop that passes a fixed max_seqlen_k (a
+capacity) plans once. The layout's content and the lengths may change
+freely between calls: each call runs sk_decode, whose plan step follows
+them.
 """
 
 from __future__ import annotations
@@ -28,6 +37,8 @@ from ._arrays import adapt, check_family, outer_strides
 from ._cvalues import as_int, int32, int64
 from ._lib import Backend, F, Mask, SkBsr, SkDecodeDesc, check
 from .attention import _empty_like, _empty_lse, _options, needs_grad
+from .paged import page_fields
+from .plan_cache import cached_unowned
 from .varlen import _device_int32, _host_int32, out_and_lse
 
 
@@ -95,6 +106,43 @@ def _layout_view(be, aq, layout, block_k, batch, heads_kv, q_len, max_seqlen_k):
     return view, (offsets, indices)
 
 
+class DecodePlan:
+    """What every decode call of one problem shares, made on a cache miss
+    (plan_cache.cached_unowned): the descriptor, the workspace size and,
+    on CUDA, the workspace (torch, on the current stream's device). A run
+    is sk_decode, its plan included: the lengths and the layout's content
+    may change between calls, and the plan step follows them."""
+
+    __slots__ = ("desc", "workspace", "workspace_size", "workspace_ptr")
+
+    def __init__(self, be, aq, ak, av, ao, table, row_stride, sc, causal, max_seqlen_k, num_splits, lay):
+        batch, q_len, heads_q, dim = aq.shape
+        desc = SkDecodeDesc()
+        check(F.sk_decode_desc_init(byref(desc), sizeof(desc)))
+        desc.backend, desc.dtype = int(be), int(aq.dtype)
+        desc.batch, desc.q_len = batch, q_len
+        desc.heads_q, desc.heads_kv, desc.head_dim = heads_q, ak.shape[2], dim
+        desc.scale = 0.0 if sc is None else sc
+        desc.mask = int(Mask.CAUSAL if causal else Mask.NONE)
+        desc.max_seqlen_k = int64(max_seqlen_k, "max_seqlen_k")
+        desc.num_splits = int32(num_splits, "num_splits")
+        page_fields(desc, ak, av, table, row_stride, batch)
+        desc.q_strides = outer_strides(aq, "q")
+        desc.o_strides = outer_strides(ao, "out")
+        size = c_size_t()
+        check(F.sk_decode_workspace_size(byref(desc), lay, byref(size)))
+        self.desc, self.workspace_size = desc, size.value
+        self.workspace, self.workspace_ptr = None, None
+        if be != Backend.CPU and size.value > 0:
+            import torch
+
+            self.workspace = torch.empty(size.value, dtype=torch.uint8, device=aq.obj.device)
+            self.workspace_ptr = self.workspace.data_ptr()
+
+    def run(self, lay, args, stream) -> None:
+        check(F.sk_decode(byref(self.desc), lay, *args, self.workspace_ptr, self.workspace_size, stream))
+
+
 def decode(
     q, k_cache, v_cache, page_table, seq_lens, layout=None, *, block_k=None, causal=True,
     scale=None, max_seqlen_k=None, return_lse=False, out=None, backend=None, num_splits=0,
@@ -123,48 +171,40 @@ def decode(
         if be != Backend.CPU:
             raise ValueError("max_seqlen_k is required with CUDA tensors (no host sync)")
         max_seqlen_k = max(int(np.max(lens, initial=1)), 1)
-    desc = SkDecodeDesc()
-    check(F.sk_decode_desc_init(byref(desc), sizeof(desc)))
-    desc.backend, desc.dtype = int(be), int(aq.dtype)
-    desc.batch, desc.q_len = batch, q_len
-    desc.heads_q, desc.heads_kv, desc.head_dim = heads_q, ak.shape[2], dim
-    desc.scale = 0.0 if sc is None else sc
-    desc.mask = int(Mask.CAUSAL if causal else Mask.NONE)
-    desc.max_seqlen_k = int64(max_seqlen_k, "max_seqlen_k")
-    desc.num_pages = int64(ak.shape[0], "num_pages")
-    desc.page_size = int32(ak.shape[1], "page_size")
-    desc.max_pages = int32(table.shape[1], "max_pages")
-    row_stride = table.strides[0] // table.itemsize if be == Backend.CPU else table.stride(0)
-    desc.page_table_stride = row_stride if batch > 1 else 0
-    desc.num_splits = int32(num_splits, "num_splits")
+    # As the key holds them (a hit skips the descriptor's own checks).
+    max_seqlen_k, num_splits = int64(max_seqlen_k, "max_seqlen_k"), int32(num_splits, "num_splits")
     if out is None:
         out = _empty_like(q, aq)
     out, ao, _, _ = out_and_lse(q, aq, out, False)
     lse = _empty_lse(q, aq, (batch, heads_q, q_len)) if return_lse else None
     lse_ptr = None if lse is None else (lse.ctypes.data if aq.kind == "numpy" else lse.data_ptr())
-    desc.q_strides = outer_strides(aq, "q")
-    desc.o_strides = outer_strides(ao, "out")
-    desc.k_strides = outer_strides(ak, "k_cache")
-    desc.v_strides = outer_strides(av, "v_cache")
     keep = None
     view = None
     if layout is not None:
         view, keep = _layout_view(be, aq, layout, block_k, batch, ak.shape[2], q_len, max_seqlen_k)
     lay = byref(view) if view is not None else None
+    row_stride = table.strides[0] // table.itemsize if be == Backend.CPU else table.stride(0)
+    # Everything the descriptor and the workspace size are made of (the
+    # layout's geometry: its rows, block_k and nnz, which the split count
+    # reads), so that a hit may skip both.
+    geometry = None if view is None else (view.grid.heads, view.grid.block_cols, view.nnz)
+    key = ("decode", aq.kind, int(be), int(aq.dtype), aq.shape, ak.shape, aq.strides, ak.strides, av.strides,
+           ao.strides, table.shape, row_stride, sc, bool(causal), max_seqlen_k, num_splits, geometry)
     args = (lens_ptr, table_ptr, aq.ptr, ak.ptr, av.ptr, ao.ptr, lse_ptr)
+
+    def make():
+        return DecodePlan(be, aq, ak, av, ao, table, row_stride, sc, causal, max_seqlen_k, num_splits, lay)
+
     if be == Backend.CPU:
-        check(F.sk_decode(byref(desc), lay, *args, None, 0, None))
+        cached_unowned(key, "cpu", make).run(lay, args, None)
     else:
         import torch
 
         with torch.cuda.device(q.device):
-            size = c_size_t()
-            check(F.sk_decode_workspace_size(byref(desc), lay, byref(size)))
-            ws = torch.empty(max(size.value, 16), dtype=torch.uint8, device=q.device)
-            stream = torch.cuda.current_stream(q.device).cuda_stream
-            check(F.sk_decode(byref(desc), lay, *args, ws.data_ptr(), size.value, stream))
+            plan = cached_unowned(key, aq.device, make)
+            plan.run(lay, args, torch.cuda.current_stream(q.device).cuda_stream)
     del keep
     return (out, lse) if return_lse else out
 
 
-__all__ = ["decode"]
+__all__ = ["DecodePlan", "decode"]

@@ -25,6 +25,10 @@ tensors on the CUDA backend, on torch's current stream of their device,
 allocating the summary, the layout buffers and the workspace with torch,
 never waiting for the host (the lengths and the page table stay on the
 device): usable inside a CUDA graph when the caller passes `out` buffers.
+decode_select's descriptor, grid, capacity and workspace come from the
+plan cache (SelectPlan, plan_cache.cached_unowned; keyed by q's shape,
+strides and dtype, the summary's geometry, the options and the stream);
+each call still allocates the layout arrays it returns.
 """
 
 from __future__ import annotations
@@ -39,10 +43,11 @@ from ._cvalues import int32, int64
 from ._lib import Backend, DType, F, SkBsr, SkDecodeSelectDesc, SkGrid, check
 from .attention import _parse_backend
 from .layout import Grid
+from .plan_cache import cached_unowned
 from .topk import _scale
 from .varlen import _device_int32, _host_int32
 
-__all__ = ["DecodeSelection", "kv_summary_build", "kv_summary_append", "decode_select"]
+__all__ = ["DecodeSelection", "SelectPlan", "kv_summary_build", "kv_summary_append", "decode_select"]
 
 
 def _block_k(value) -> int:
@@ -197,6 +202,41 @@ class DecodeSelection:
         return bsr
 
 
+class SelectPlan:
+    """What every decode_select call of one problem shares, made on a cache
+    miss (plan_cache.cached_unowned): the descriptor, the layout's grid and
+    capacity, the workspace size and, on CUDA, the workspace (torch, on
+    the current stream's device; a run writes it, and the key holds the
+    stream)."""
+
+    __slots__ = ("desc", "grid", "capacity", "workspace", "workspace_size", "workspace_ptr")
+
+    def __init__(self, be, aq, hkv, msk, bk, options):
+        batch, q_len, hq, dim = aq.shape
+        d = _desc(be, aq, batch, hkv, dim, msk, bk)
+        d.heads_q, d.q_len = hq, q_len
+        d.q_strides = outer_strides(aq, "q")
+        d.k, d.sink_blocks, d.recent_blocks, d.scale = options
+        # The page fields are not read here; any geometry that holds max_seqlen_k.
+        d.num_pages, d.page_size, d.max_pages = 1, 128, int32(-(-int(msk) // 128), "max_pages")
+        g, cap = SkGrid(), c_int32()
+        check(F.sk_decode_select_capacity(byref(d), byref(g), byref(cap)))
+        size = c_size_t()
+        check(F.sk_decode_select_workspace_size(byref(d), byref(size)))
+        self.desc, self.capacity, self.workspace_size = d, cap.value, size.value
+        self.grid = Grid(g.rows, g.cols, g.block_rows, g.block_cols, g.batch, g.heads)
+        self.workspace, self.workspace_ptr = None, None
+        if be != Backend.CPU and size.value > 0:
+            self.workspace = _empty(aq, (size.value,), _torch_uint8())
+            self.workspace_ptr = self.workspace.data_ptr()
+
+
+def _torch_uint8():
+    import torch
+
+    return torch.uint8
+
+
 def decode_select(q, summary, seq_lens_k, k=64, *, block_k=64, sink_blocks=1, recent_blocks=2, scale=None,
                   max_seqlen_k=None, backend=None):
     """Quest selection for decode (sk_decode_select): per (sequence, KV
@@ -217,35 +257,23 @@ def decode_select(q, summary, seq_lens_k, k=64, *, block_k=64, sink_blocks=1, re
     (lens,), (lens_ptr,) = _ints(be, aq, [(seq_lens_k, "seq_lens_k", 1)])
     if len(lens) != batch:
         raise ValueError(f"seq_lens_k has {len(lens)} entries for {batch} sequences")
-    msk = max_blocks * bk if max_seqlen_k is None else max_seqlen_k
-    d = _desc(be, aq, batch, hkv, dim, msk, bk)
-    d.heads_q, d.q_len = hq, q_len
-    d.q_strides = outer_strides(aq, "q")
-    d.k, d.sink_blocks, d.recent_blocks = int32(k, "k"), int32(sink_blocks, "sink_blocks"), int32(
-        recent_blocks, "recent_blocks")
-    d.scale = _scale(scale)
-    # The page fields are not read here; any geometry that holds max_seqlen_k.
-    d.num_pages, d.page_size, d.max_pages = 1, 128, int32(-(-int(msk) // 128), "max_pages")
-    g, cap = SkGrid(), c_int32()
-    check(F.sk_decode_select_capacity(byref(d), byref(g), byref(cap)))
-    grid = Grid(g.rows, g.cols, g.block_rows, g.block_cols, g.batch, g.heads)
+    msk = int64(max_blocks * bk if max_seqlen_k is None else max_seqlen_k, "max_seqlen_k")
+    options = (int32(k, "k"), int32(sink_blocks, "sink_blocks"), int32(recent_blocks, "recent_blocks"), _scale(scale))
+    # Everything the descriptor, the grid, the capacity and the workspace
+    # size are made of: a hit skips them all.
+    key = ("decode_select", aq.kind, int(be), int(aq.dtype), aq.shape, aq.strides, hkv, msk, bk) + options
+    plan = cached_unowned(key, aq.device, lambda: SelectPlan(be, aq, hkv, msk, bk, options))
+    grid, cap = plan.grid, plan.capacity
     rows = batch * hkv
     if be == Backend.CPU:
-        ro, ci = np.empty(rows + 1, np.int32), np.empty(max(cap.value, 1), np.int32)
-        ws, ws_size = None, 0
+        ro, ci = np.empty(rows + 1, np.int32), np.empty(max(cap, 1), np.int32)
     else:
         import torch
 
         ro = torch.empty(rows + 1, dtype=torch.int32, device=aq.obj.device)
-        ci = torch.empty(max(cap.value, 1), dtype=torch.int32, device=aq.obj.device)
-        size = c_size_t()
-        check(F.sk_decode_select_workspace_size(byref(d), byref(size)))
-        ws_t = torch.empty(max(size.value, 1), dtype=torch.uint8, device=aq.obj.device)
-        ws, ws_size = ws_t.data_ptr(), size.value
-    sel = DecodeSelection(grid, cap.value, ro, ci)
+        ci = torch.empty(max(cap, 1), dtype=torch.int32, device=aq.obj.device)
+    sel = DecodeSelection(grid, cap, ro, ci)
     bsr = sel.to_c()
-    check(F.sk_decode_select(byref(d), aq.ptr, asum.ptr, ctypes.cast(lens_ptr, POINTER(c_int32)), byref(bsr), ws,
-                             ws_size, _stream(be, aq)))
-    if be != Backend.CPU:
-        sel.workspace = ws_t  # kept alive until the selection is done with it
+    check(F.sk_decode_select(byref(plan.desc), aq.ptr, asum.ptr, ctypes.cast(lens_ptr, POINTER(c_int32)), byref(bsr),
+                             plan.workspace_ptr, plan.workspace_size, _stream(be, aq)))
     return sel

@@ -39,6 +39,18 @@ from .varlen import (
 )
 
 
+def page_fields(desc, ak, av, table, row_stride: int, batch: int) -> None:
+    """The cache and page-table fields that the paged forward's and the
+    decode's descriptors share (ak, av: the caches' Arr; table: the page
+    table as the backend reads it, row_stride its row stride)."""
+    desc.num_pages = int64(ak.shape[0], "num_pages")
+    desc.page_size = int32(ak.shape[1], "page_size")
+    desc.max_pages = int32(table.shape[1], "max_pages")
+    desc.page_table_stride = row_stride if batch > 1 else 0
+    desc.k_strides = outer_strides(ak, "k_cache")
+    desc.v_strides = outer_strides(av, "v_cache")
+
+
 def attention_paged(
     q, k_cache, v_cache, cu_seqlens_q, seq_lens_k, page_table, layout, max_seqlen_q=None,
     max_seqlen_k=None, causal=False, scale=None, return_lse=False, out=None, backend=None,
@@ -80,14 +92,9 @@ def attention_paged(
     desc = SkAttentionPagedDesc()
     check(F.sk_attention_paged_desc_init(byref(desc), sizeof(desc)))
     fill_common(desc, be, aq, ak.shape[2], batch, max_seqlen_q, max_seqlen_k, sc, causal)
-    desc.num_pages = int64(ak.shape[0], "num_pages")
-    desc.page_size = int32(ak.shape[1], "page_size")
-    desc.max_pages = int32(table.shape[1], "max_pages")
-    desc.page_table_stride = row_stride if batch > 1 else 0
+    page_fields(desc, ak, av, table, row_stride, batch)
     desc.q_strides = _token_strides(aq, "q")
     desc.o_strides = _token_strides(ao, "out")
-    desc.k_strides = outer_strides(ak, "k_cache")
-    desc.v_strides = outer_strides(av, "v_cache")
     pointers = (ptrs[0], ptrs[1], ptrs[2], aq.ptr, ak.ptr, av.ptr, ao.ptr, lse_ptr)
     launch(q, be, layout, desc, F.sk_attention_paged_workspace_size, F.sk_attention_paged_forward, pointers)
     return (out, lse) if return_lse else out

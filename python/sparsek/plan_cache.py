@@ -1,6 +1,7 @@
 """The plans of sparsek.attention, attention_backward, bsr_gemm and the torch
 op, kept per layout, so that a loop that calls them on one layout plans once
-and never uploads the layout again.
+and never uploads the layout again; and those of decode and decode_select,
+kept per problem (see the end of this text).
 
 What a plan depends on: the layout's arrays (their identity and content),
 the problem (shapes, dtype, strides, scale, mask, backend, determinism),
@@ -26,6 +27,11 @@ first), except plans that a CUDA graph capture used: a captured graph
 refers to their workspace, so they stay until their layout is collected.
 Cached plans never hold their owners (they borrow the layout arrays, see
 BorrowedLayout), so caching keeps nothing alive that the caller dropped.
+
+Plans without layout arrays of their own (sparsek.decode's and
+decode_select's: a descriptor, a workspace size and a workspace, whose
+key holds every field they are made of; cached_unowned) share one bucket
+without owners: nothing to invalidate but by key, LRU as above.
 
 This module imports neither torch (only cached_plan does, for a CUDA
 device) nor the library.
@@ -165,6 +171,22 @@ def cached_plan(arrays, key: tuple, device: str, make):
     return plan
 
 
+def cached_unowned(key: tuple, device: str, make):
+    """A plan that reads no layout arrays of its own (the decode's and the
+    decode selection's: descriptor, workspace size, workspace), whose key
+    holds everything it depends on; made by make() on a miss. Kept in one
+    bucket without owners (LRU over PER_LAYOUT plans; pinned while a CUDA
+    graph captures with it). CUDA plans are per stream, as in cached_plan:
+    their runs write the workspace, so two streams never share one."""
+    stream, capturing = None, False
+    if device != "cpu":
+        import torch
+
+        stream = torch.cuda.current_stream(device).cuda_stream
+        capturing = torch.cuda.is_current_stream_capturing()
+    return CACHE.get((), (), key + (device, stream), make, pin=capturing)
+
+
 def plan_cache_info() -> dict:
     """The plan cache's counters: hits, misses, invalidations (buckets
     emptied because their layout tensors were written in place), and the
@@ -179,4 +201,4 @@ def clear_plan_cache() -> None:
     CACHE.clear()
 
 
-__all__ = ["CACHE", "PlanCache", "cached_plan", "clear_plan_cache", "plan_cache_info"]
+__all__ = ["CACHE", "PlanCache", "cached_plan", "cached_unowned", "clear_plan_cache", "plan_cache_info"]

@@ -330,15 +330,22 @@ def _device_int32(x, name: str, aq: Arr, ndim: int):
     return x
 
 
+def _host_arg(x, name: str, ndim: int) -> np.ndarray:
+    """A host int32 argument: 2-D [B, max_pages], 1-D [B] (per-sequence
+    lengths, named seq_lens_*: B may be 1) or cumulative [B + 1]."""
+    if ndim == 2:
+        return _host_int32(x, name, 2, 1, "2-D [B, max_pages]")
+    if name.startswith("seq_lens"):
+        return _host_int32(x, name, 1, 1, "1-D [B]")
+    return _host_lengths(x, name)
+
+
 def int32_args(be, aq: Arr, args):
     """The int32 array arguments [(value, name, ndim)] as the backend reads
     them: packed host arrays (numpy) on the CPU, tensors on q's device on
     CUDA. Returns (arrays, their addresses)."""
     if be == Backend.CPU:
-        arrays = [
-            _host_lengths(x, name) if ndim == 1 else _host_int32(x, name, 2, 1, "2-D [B, max_pages]")
-            for x, name, ndim in args
-        ]
+        arrays = [_host_arg(x, name, ndim) for x, name, ndim in args]
         return arrays, [a.ctypes.data for a in arrays]
     arrays = [_device_int32(x, name, aq, ndim) for x, name, ndim in args]
     return arrays, [a.data_ptr() for a in arrays]

@@ -45,6 +45,19 @@ def test_equals_varlen_bitwise(page_size, dtype):
     assert np.array_equal(lse, want_lse)
 
 
+def test_one_sequence_equals_varlen_bitwise():
+    """B = 1 (one length in seq_lens_k, two in cu_seqlens_q): the CPU
+    binding once wanted B + 1 >= 2 lengths in seq_lens_k too."""
+    rng = seeded_rng(34)
+    q, k, v, cu_q, cu_k = case(rng, np.float32, lens_q=[90], lens_k=[90])
+    vl = VarlenLayout.causal(cu_q, cu_k, block=64)
+    want = sparsek.attention_varlen(q, k, v, cu_q, cu_k, vl, causal=True)
+    kc, vc, table, lens = sparsek.paged_kv_from_dense(k, v, cu_k, 16, extra_pages=1, seed=2, fill=np.nan)
+    assert lens.shape == (1,)
+    got = sparsek.attention_paged(q, kc, vc, cu_q, lens, table, vl, causal=True)
+    assert np.array_equal(got.view(np.uint8), want.view(np.uint8))
+
+
 def test_chunked_prefill_against_the_reference():
     """New queries (the last len_q of each sequence's keys) over a cached
     context, causal: each sequence against the dense fp64 reference."""
