@@ -194,7 +194,8 @@ def test_cuda_one_workspace_per_stream(counted):
     kc64, vc64 = np.repeat(kc, 2, axis=-1), np.repeat(vc, 2, axis=-1)
     args = (d(q64), d(kc64), d(vc64), d(table, torch.int32), d(lens, torch.int32),
             (d(off, torch.int32), d(idx, torch.int32)))
-    kw = {"block_k": 16, "max_seqlen_k": 256, "num_splits": 4}
+    # max_seqlen_k within the table's max_pages x page_size (208 keys)
+    kw = {"block_k": 16, "max_seqlen_k": 208, "num_splits": 4}
     ws = counted["sk_decode_workspace_size"]
     cold = sparsek.decode(*args, **kw)
     warm = [sparsek.decode(*args, **kw) for _ in range(3)]
