@@ -14,6 +14,19 @@
 #include "core/check.h"
 #include "core/problem.h"
 
+/* Context parallel's remote pass (cp_run_cuda.c): whether the run would
+ * take a carried-in partial result (the CUDA Hopper fixed kernel; needs
+ * the device), and sk_attention_run with one: o holds on entry the
+ * partial O over other keys, lse_carry [B, Hq, Sq] its LSE (not o's, not
+ * lse's memory); O is updated in place and lse (may be NULL) gets the
+ * merged LSE. NOT_SUPPORTED where the portable kernel would run. */
+sk_status sk_attention_carry_supported(const sk_attention_desc *desc, const sk_bsr *layout,
+                                      int *supported);
+sk_status sk_attention_run_carry(const sk_attention_desc *desc, const sk_bsr *layout,
+                                 const void *q, const void *k, const void *v, void *o, float *lse,
+                                 const float *lse_carry, void *workspace, size_t workspace_size,
+                                 struct CUstream_st *stream);
+
 /* desc->struct_size (desc not NULL): sizeof(sk_attention_desc), or the
  * size before the FP8 fields (out_dtype and on), which older callers pass;
  * messages name the descriptor `what` ("desc", "attn"). */

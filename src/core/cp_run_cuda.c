@@ -16,7 +16,10 @@
  *   stream:  wait for the side stream; unpack the received units into the
  *            remote K/V buffers; the remote pass of each chunk that has
  *            remote blocks (mask NONE: with causal every planned remote
- *            block lies below the diagonal); the LSE merge into o and lse.
+ *            block lies below the diagonal), merged with the local result
+ *            by LSE: on the Hopper kernel inside the pass (it starts each
+ *            tile from the local O and LSE, "carry-in", and writes the
+ *            merged O in place), elsewhere by the merge kernel over O_b.
  *
  * The local passes overlap the exchange. Everything that can fail on the
  * host (the checks, the passes' geometry, the plan's unit order) is
@@ -32,6 +35,7 @@
  */
 #include <string.h>
 
+#include "core/attention_internal.h"
 #include "core/check.h"
 #include "core/comm.h"
 #include "core/cp_internal.h"
@@ -241,9 +245,11 @@ static sk_status exchange(const sk_cp_ctx *c, sk_comm_t comm, const void *k, con
     return comm->ops->group_end(comm, side);
 }
 
-/* One pass of chunk i (remote: over the received blocks into O_b). */
-static sk_status pass(const sk_cp_ctx *c, int32_t i, int remote, const void *q, const void *k,
-                      const void *v, void *o, char *ws, struct CUstream_st *stream) {
+/* One pass of chunk i (remote: over the received blocks, into O_b, or with
+ * carry into o in place, its LSE into lse_out). */
+static sk_status pass(const sk_cp_ctx *c, int32_t i, int remote, int carry, const void *q,
+                      const void *k, const void *v, void *o, float *lse_out, char *ws,
+                      struct CUstream_st *stream) {
     const sk_cp_desc *d = c->d;
     const sk_cp_chunk_plan *cp = &c->rp->chunk[i];
     sk_attention_desc a;
@@ -252,13 +258,21 @@ static sk_status pass(const sk_cp_ctx *c, int32_t i, int remote, const void *q, 
     pass_layout(c, cp, remote, ws + c->offsets[CW_PLAN], &L);
     const int64_t row = d->heads_q * d->head_dim * c->esize; /* bytes of one token of Q / O */
     const char *qc = (const char *)q + cp->q_start * row;
-    char *oc = remote ? ws + c->offsets[CW_OB] + d->batch * cp->q_start * row
-                      : (char *)o + cp->q_start * row;
-    float *lc = (float *)(void *)(ws + c->offsets[remote ? CW_LB : CW_LA]) +
-                d->batch * cp->q_start * d->heads_q;
+    const int64_t lo = d->batch * cp->q_start * d->heads_q; /* the chunk's LSE part */
+    float *la = (float *)(void *)(ws + c->offsets[CW_LA]) + lo;
     const void *kc = remote ? ws + c->offsets[CW_KR] : k;
     const void *vc = remote ? ws + c->offsets[CW_VR] : v;
     const int slot = CW_ATT + 2 * i + remote;
+    if (remote && carry) {
+        a.o_strides[0] = d->heads_q * d->head_dim * c->rp->tokens; /* o's, as the local pass */
+        a.o_strides[1] = d->heads_q * d->head_dim;
+        return sk_attention_run_carry(&a, &L, qc, kc, vc, (char *)o + cp->q_start * row, lse_out,
+                                      la, ws + c->offsets[slot], c->att_bytes[2 * i + remote],
+                                      stream);
+    }
+    char *oc = remote ? ws + c->offsets[CW_OB] + d->batch * cp->q_start * row
+                      : (char *)o + cp->q_start * row;
+    float *lc = remote ? (float *)(void *)(ws + c->offsets[CW_LB]) + lo : la;
     return sk_attention_run(&a, &L, qc, kc, vc, oc, lc, ws + c->offsets[slot],
                             c->att_bytes[2 * i + remote], stream);
 }
@@ -269,12 +283,26 @@ sk_status sk_cp_cuda_forward(const sk_cp_ctx *c, sk_comm_t comm, const void *q, 
     const sk_cp_desc *d = c->d;
     const sk_cp_rank_plan *rp = c->rp;
     const int32_t R = d->ranks, r = d->rank;
+    /* Whether the remote passes merge in the kernel (asked before anything
+     * is enqueued: the answer needs the device). */
+    int carry = 1;
+    for (int32_t i = 0; i < rp->chunks; ++i) {
+        if (rp->chunk[i].remote_nnz == 0) continue;
+        sk_attention_desc a;
+        sk_bsr L;
+        int yes = 0;
+        SK_TRY(pass_desc(c, &rp->chunk[i], 1, &a));
+        pass_layout(c, &rp->chunk[i], 1, NULL, &L);
+        SK_TRY(sk_attention_carry_supported(&a, &L, &yes));
+        carry = carry && yes;
+    }
     struct CUstream_st *side = stream;
     if (rp->send_bytes > 0 || rp->recv_bytes > 0) {
         SK_TRY(sk_cuda_cp_fork(comm->streams, stream, &side));
         SK_TRY(exchange(c, comm, k, v, ws, side, stream));
     }
-    for (int32_t i = 0; i < rp->chunks; ++i) SK_TRY(pass(c, i, 0, q, k, v, o, ws, stream));
+    for (int32_t i = 0; i < rp->chunks; ++i)
+        SK_TRY(pass(c, i, 0, 0, q, k, v, o, NULL, ws, stream));
     if (rp->recv_bytes > 0 || rp->send_bytes > 0) SK_TRY(sk_cuda_cp_join(comm->streams, stream));
     const sk_cp_pair *pairs = sk_cp_plan_pairs(c->h);
     int64_t ro = 0;
@@ -289,8 +317,22 @@ sk_status sk_cp_cuda_forward(const sk_cp_ctx *c, sk_comm_t comm, const void *q, 
     for (int32_t i = 0; i < rp->chunks; ++i) {
         const sk_cp_chunk_plan *cp = &rp->chunk[i];
         const int remote = cp->remote_nnz > 0;
-        if (remote) SK_TRY(pass(c, i, 1, q, k, v, o, ws, stream));
         const int64_t lo = d->batch * cp->q_start * d->heads_q;
+        if (remote && carry) {
+            /* Merged in the pass: its LSE straight into lse when the chunk
+             * is the whole shard, else into LSE_b and copied to its rows. */
+            float *lb = (float *)(void *)(ws + c->offsets[CW_LB]) + lo;
+            const int direct = rp->chunks == 1;
+            SK_TRY(pass(c, i, 1, 1, q, k, v, o, direct ? lse : (lse != NULL ? lb : NULL), ws,
+                        stream));
+            if (direct || lse == NULL) continue;
+            const sk_cp_merge_problem copy = {d->dtype,     d->batch,    cp->tokens, d->heads_q,
+                                              d->head_dim,  rp->tokens,  cp->q_start, o,
+                                              lb,           NULL,        NULL,        lse};
+            SK_TRY(sk_cuda_cp_merge(&copy, stream));
+            continue;
+        }
+        if (remote) SK_TRY(pass(c, i, 1, 0, q, k, v, o, NULL, ws, stream));
         const sk_cp_merge_problem m = {
             d->dtype,
             d->batch,

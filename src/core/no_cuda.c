@@ -41,6 +41,11 @@ sk_status sk_cuda_attention_run(const sk_attention_problem *p, void *workspace,
     return sk_error(SK_STATUS_NOT_SUPPORTED_BACKEND, SK_NO_CUDA_TEXT);
 }
 
+sk_status sk_cuda_attention_carry_supported(const sk_attention_problem *p, int *supported) {
+    (void)p, (void)supported;
+    return sk_error(SK_STATUS_NOT_SUPPORTED_BACKEND, SK_NO_CUDA_TEXT);
+}
+
 sk_status sk_cuda_attention_backward_workspace_size(const sk_attention_backward_problem *p,
                                                     size_t *bytes) {
     (void)p, (void)bytes;

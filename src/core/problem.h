@@ -51,6 +51,11 @@ typedef struct sk_attention_problem {
     const void *q, *k, *v; /* may be NULL in workspace-size / plan calls */
     void *o;
     float *lse; /* may be NULL */
+    /* Carry-in (context parallel's remote pass, cp_run_cuda.c; NULL in every
+     * other problem): o holds on entry a partial result over other keys
+     * and lse_carry [B, Hq, Sq] its LSE; the run continues from it (O in
+     * place, lse the merged one). The Hopper fixed kernel only. */
+    const float *lse_carry;
 
     /* FP8 inputs (the fixed-batch forward only; sparsek.h, sk_attention_desc):
      * O's dtype (equal to dtype unless dtype is E4M3, then F16 or BF16) and

@@ -34,6 +34,9 @@ sk_status sk_cuda_attention_plan(const sk_attention_problem *p, void *workspace,
                                  size_t workspace_size, struct CUstream_st *stream);
 sk_status sk_cuda_attention_run(const sk_attention_problem *p, void *workspace,
                                 size_t workspace_size, struct CUstream_st *stream);
+/* Whether the kernel the run would choose takes a carried-in partial
+ * result (p->lse_carry: the Hopper fixed kernel); needs the device. */
+sk_status sk_cuda_attention_carry_supported(const sk_attention_problem *p, int *supported);
 
 /* The attention backward (attention/bwd.cu). The problem arrives with
  * every argument checked, aliasing and workspace placement included; the

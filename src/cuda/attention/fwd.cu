@@ -146,6 +146,14 @@ extern "C" sk_status sk_cuda_attention_plan(const sk_attention_problem *p, void 
     return sk_schedule_enqueue(&g, &w, base, stream);
 }
 
+extern "C" sk_status sk_cuda_attention_carry_supported(const sk_attention_problem *p,
+                                                       int *supported) {
+    sk_kernel_choice choice;
+    SK_TRY(sk_choose_kernel(p, &choice));
+    *supported = choice == SK_KERNEL_SM90;
+    return SK_STATUS_SUCCESS;
+}
+
 extern "C" sk_status sk_cuda_attention_run(const sk_attention_problem *p, void *workspace,
                                            size_t workspace_size, cudaStream_t stream) {
     sk_plan_layout w;
@@ -159,6 +167,10 @@ extern "C" sk_status sk_cuda_attention_run(const sk_attention_problem *p, void *
     s.tile_info = (const int4 *)(base + w.info);
     SK_CUDA_TRY(cudaMemsetAsync(s.tile_counter, 0, sizeof(int32_t), stream),
                 "cudaMemsetAsync (tile counter)");
+    if (p->lse_carry != NULL && choice != SK_KERNEL_SM90)
+        return sk_error(SK_STATUS_NOT_SUPPORTED,
+                        "a carried-in partial result needs the Hopper kernel (this problem: "
+                        "the portable one)");
     if (choice == SK_KERNEL_SM90_FP8) return sk_attention_sm90_fp8_launch(p, &s, stream);
     if (choice == SK_KERNEL_SM90) return sk_attention_sm90_launch(p, &s, stream);
     return sk_attention_sm80_launch(p, &s, stream);

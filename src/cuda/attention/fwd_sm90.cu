@@ -95,6 +95,15 @@ __global__ void __launch_bounds__(kThreads, 1) sk_attention_sm90_kernel(const __
     sk90_kernel_body<DT, HD, kSk90Fixed>(p, sk90_no_vparams);
 }
 
+/* The carry-in variant (p->lse_carry): a separate instantiation, so the
+ * fixed kernel's code is unchanged. */
+template <sk_dtype DT, int HD>
+__global__ void __launch_bounds__(kThreads, 1)
+    sk_attention_sm90_carry_kernel(const __grid_constant__ sk90_params p,
+                                   const __grid_constant__ sk90_vparams v) {
+    sk90_kernel_body<DT, HD, kSk90Fixed, true>(p, v);
+}
+
 /* ---------------------------------------------------------------------------
  * Host side
  * ------------------------------------------------------------------------- */
@@ -121,6 +130,35 @@ static sk_status sk90_launch(const sk90_params &prm, int grid, cudaStream_t stre
     return sk_cuda_status(cudaGetLastError(), "sm90 attention kernel launch");
 }
 
+template <sk_dtype DT, int HD>
+static sk_status sk90_launch_carry(const sk90_params &prm, const sk90_vparams &v, int grid,
+                                   cudaStream_t stream) {
+    using L = sk90_smem<HD>;
+    SK_CUDA_TRY(cudaFuncSetAttribute(sk_attention_sm90_carry_kernel<DT, HD>,
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     (int)L::kDynamicBytes),
+                "cudaFuncSetAttribute");
+    sk_attention_sm90_carry_kernel<DT, HD><<<grid, kThreads, L::kDynamicBytes, stream>>>(prm, v);
+    return sk_cuda_status(cudaGetLastError(), "sm90 attention kernel launch (carry-in)");
+}
+
+static sk_status sk90_dispatch_carry(const sk_attention_problem *p, const sk90_params &prm,
+                                     int grid, cudaStream_t stream) {
+    sk90_vparams v;
+    memset(&v, 0, sizeof v);
+    v.o = p->o;
+    v.o_batch_stride = p->o_stride[0];
+    v.o_token_stride = p->o_stride[1];
+    v.o_head_stride = p->o_stride[2];
+    v.lse_carry = p->lse_carry;
+    const bool bf16 = p->dtype == SK_DTYPE_BF16;
+    if (p->head_dim == 128)
+        return bf16 ? sk90_launch_carry<SK_DTYPE_BF16, 128>(prm, v, grid, stream)
+                    : sk90_launch_carry<SK_DTYPE_F16, 128>(prm, v, grid, stream);
+    return bf16 ? sk90_launch_carry<SK_DTYPE_BF16, 64>(prm, v, grid, stream)
+                : sk90_launch_carry<SK_DTYPE_F16, 64>(prm, v, grid, stream);
+}
+
 sk_status sk_attention_sm90_launch(const sk_attention_problem *p, const sk_attention_schedule *s,
                                    cudaStream_t stream) {
     if (!sk_attention_sm90_supports(p))
@@ -137,6 +175,7 @@ sk_status sk_attention_sm90_launch(const sk_attention_problem *p, const sk_atten
     int grid = 0;
     SK_TRY(sk90_fill_params(&prm, p, s, &grid));
     if (grid <= 0) return SK_STATUS_SUCCESS;
+    if (p->lse_carry != NULL) return sk90_dispatch_carry(p, prm, grid, stream);
 
     const bool bf16 = p->dtype == SK_DTYPE_BF16;
     if (p->head_dim == 128)

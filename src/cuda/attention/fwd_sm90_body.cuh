@@ -15,7 +15,7 @@
 #include "cuda/attention/fwd_sm90_consumer.cuh"
 
 /* v: the varlen mode's parameters (the fixed kernel passes one never read). */
-template <sk_dtype DT, int HD, int MODE>
+template <sk_dtype DT, int HD, int MODE, bool CARRY = false>
 __device__ __forceinline__ void sk90_kernel_body(const sk90_params &p, const sk90_vparams &v) {
     using L = sk90_smem<HD>;
     extern __shared__ uint8_t sk90_smem_raw[];
@@ -36,7 +36,7 @@ __device__ __forceinline__ void sk90_kernel_body(const sk90_params &p, const sk9
         if (warp == 1) sk90_scheduler<L, MODE>(p, v, base, sched);
     } else {
         sk_setmaxnreg_inc<kConsumerRegs>();
-        sk90_consumer<DT, HD, MODE>(p, v, base, tile_ids, block_info, wg - 1);
+        sk90_consumer<DT, HD, MODE, CARRY>(p, v, base, tile_ids, block_info, wg - 1);
     }
 }
 

@@ -171,6 +171,13 @@ struct sk90_vparams {
     int64_t o_token_stride, o_head_stride; /* elements */
     int64_t table_stride;
     int32_t batch, total_q, num_pages, page_size, page_shift;
+    /* The fixed kernel's carry-in variant only (sk_attention_sm90_launch
+     * with p->lse_carry): each tile starts from the partial result of an
+     * earlier pass over other keys, O in o (the output, updated in place;
+     * element strides o_batch_stride, o_token_stride, o_head_stride) and
+     * its LSE [B, Hq, Sq]. */
+    const float *lse_carry;
+    int64_t o_batch_stride;
 };
 
 /* ---------------------------------------------------------------------------

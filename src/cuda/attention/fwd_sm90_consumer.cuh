@@ -10,6 +10,8 @@
 #ifndef SK_CUDA_ATTENTION_FWD_SM90_CONSUMER_CUH
 #define SK_CUDA_ATTENTION_FWD_SM90_CONSUMER_CUH
 
+#include <cuda_fp16.h> /* sk90_unpack: fp16 to fp32 */
+
 /* ---------------------------------------------------------------------------
  * Consumers: two warpgroups of 64 rows
  * ------------------------------------------------------------------------- */
@@ -20,6 +22,18 @@ __device__ __forceinline__ uint32_t sk90_pack(float lo, float hi) {
         return sk_cvt_bf16x2(hi, lo);
     else
         return sk_cvt_f16x2(hi, lo);
+}
+
+/* The inverse of sk90_pack: two elements (low half first) to fp32. */
+template <sk_dtype DT>
+__device__ __forceinline__ void sk90_unpack(uint32_t w, float &lo, float &hi) {
+    if constexpr (DT == SK_DTYPE_BF16) {
+        lo = __uint_as_float(w << 16);
+        hi = __uint_as_float(w & 0xffff0000u);
+    } else {
+        lo = __half2float(__ushort_as_half((unsigned short)(w & 0xffffu)));
+        hi = __half2float(__ushort_as_half((unsigned short)(w >> 16)));
+    }
 }
 
 /* S (64 x 128, fp32) = Q (64 x D) K^T: D/16 wgmma, one commit group. The
@@ -290,10 +304,64 @@ __device__ __forceinline__ void sk90_store_rows(const sk90_vparams &p, const sk9
     }
 }
 
+/* Carry-in (context parallel's remote pass, sk90_vparams): the tile
+ * continues a partial result over other keys, O (in the output, rounded to
+ * the dtype) and its LSE. At the start only the row state: m = LSE /
+ * |scale| (so that m |scale| + log l gives LSE back) and l = 1 on the
+ * quad's first thread (the epilogue sums the quad); the online softmax
+ * then rescales l like any earlier block's. The carried O joins at the
+ * end, scaled by the same total factor 2^((m_start - m_end) scale log2 e)
+ * (sk90_carry_end): loading it at the start would keep 64 more registers
+ * live through the first S and spill. A row with LSE -inf (no key before)
+ * starts and ends as a plain tile's. */
+__device__ __forceinline__ float sk90_carry_lse(const sk90_params &p, const sk90_vparams &v,
+                                                const sk90_tile &t, int row) {
+    return row < p.seq_q ? v.lse_carry[((int64_t)t.b * p.heads_q + t.h) * p.seq_q + row]
+                         : -INFINITY;
+}
+
+__device__ __forceinline__ void sk90_carry_start(float m[2], float l[2], const sk90_params &p,
+                                                 const sk90_vparams &v, const sk90_tile &t,
+                                                 int row0, int t4) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const float lse = sk90_carry_lse(p, v, t, row0 + 8 * r);
+        if (lse == -INFINITY) continue;
+        m[r] = lse / p.scale;
+        l[r] = t4 == 0 ? 1.0f : 0.0f;
+    }
+}
+
+/* o[4 nb + 2 r + e] is row r's column 8 nb + 2 t4 + e. */
+template <sk_dtype DT, int HD>
+__device__ __forceinline__ void sk90_carry_end(float o[HD / 2], const float m[2],
+                                               const sk90_params &p, const sk90_vparams &v,
+                                               const sk90_tile &t, int row0, int t4) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const int row = row0 + 8 * r;
+        const float lse = sk90_carry_lse(p, v, t, row);
+        if (lse == -INFINITY) continue;
+        const float f = sk_ex2((lse / p.scale) * p.scale_log2 - m[r] * p.scale_log2);
+        /* Two elements per 4-byte load (even columns, 16-byte rows). */
+        const uint32_t *src = (const uint32_t *)((const uint16_t *)v.o + t.b * v.o_batch_stride +
+                                                 row * v.o_token_stride + t.h * v.o_head_stride +
+                                                 2 * t4);
+#pragma unroll
+        for (int nb = 0; nb < HD / 8; ++nb) {
+            float lo, hi;
+            sk90_unpack<DT>(src[4 * nb], lo, hi);
+            o[4 * nb + 2 * r] = fmaf(lo, f, o[4 * nb + 2 * r]);
+            o[4 * nb + 2 * r + 1] = fmaf(hi, f, o[4 * nb + 2 * r + 1]);
+        }
+    }
+}
+
 /* A consumer warpgroup (wg 0 or 1: query rows 64 wg .. 64 wg + 63 of each
  * tile): per tile, the first S alone, the steady steps (S_j with
- * P_{j-1} V_{j-1}), the last P V alone, then the epilogue. */
-template <sk_dtype DT, int HD, int MODE>
+ * P_{j-1} V_{j-1}), the last P V alone, then the epilogue. CARRY: each
+ * tile continues a carried partial result (sk90_carry_start / _end). */
+template <sk_dtype DT, int HD, int MODE, bool CARRY = false>
 __device__ void sk90_consumer(const sk90_params &p, const sk90_vparams &v, uint32_t base, const int32_t *tile_ids,
                               const volatile int32_t *block_info, int wg) {
     using L = sk90_smem<HD>;
@@ -339,6 +407,7 @@ __device__ void sk90_consumer(const sk90_params &p, const sk90_vparams &v, uint3
 #pragma unroll
         for (int i = 0; i < kOAcc; ++i) o[i] = 0.0f;
         float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+        if constexpr (CARRY) sk90_carry_start(m, l, p, v, t, row0, t4);
 
         if (has_blocks) {
             const uint32_t q_base = q_wg + qp.stage * L::kQBytes;
@@ -436,6 +505,7 @@ __device__ void sk90_consumer(const sk90_params &p, const sk90_vparams &v, uint3
         }
 
         /* Epilogue. Row sums: reduce over the quad holding each row. */
+        if constexpr (CARRY) sk90_carry_end<DT, HD>(o, m, p, v, t, row0, t4);
         float inv[2];
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
