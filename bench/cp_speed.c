@@ -257,7 +257,8 @@ static void *rank_main(void *arg) {
     }
     sk_comm_destroy(comm);
     nccl_comm_destroy(nc);
-    cudaFree(q), cudaFree(k), cudaFree(v), cudaFree(out), cudaFree(lse), cudaFree(ws), cudaFree(pat);
+    cudaFree(q), cudaFree(k), cudaFree(v), cudaFree(out), cudaFree(lse), cudaFree(ws),
+        cudaFree(pat);
     cudaStreamDestroy(st);
     return NULL;
 }
@@ -321,7 +322,8 @@ static float single_gpu(const opts *o, const sk_bsr *host_layout, const void *pa
         CUDA_OK(cudaMemcpy(o_host, out, (size_t)nq * 2, cudaMemcpyDeviceToHost));
         CUDA_OK(cudaMemcpy(lse_host, lse, (size_t)(HQ * o->seq) * 4, cudaMemcpyDeviceToHost));
     }
-    cudaFree(q), cudaFree(k), cudaFree(v), cudaFree(out), cudaFree(lse), cudaFree(ws), cudaFree(pat);
+    cudaFree(q), cudaFree(k), cudaFree(v), cudaFree(out), cudaFree(lse), cudaFree(ws),
+        cudaFree(pat);
     cudaFree(L.row_offsets), cudaFree(L.col_indices);
     qsort(ms, (size_t)o->reps, sizeof ms[0], bench_cmp_float);
     return ms[o->reps / 2];
@@ -373,17 +375,25 @@ int main(int argc, char **argv) {
     opts o = {1 << 20, 2, 10, 0, 0, 0, SK_CP_SHARDING_CONTIGUOUS, 33};
     for (int i = 1; i < argc; ++i) {
         const char *a = argv[i];
-        if (!strcmp(a, "--seq") && i + 1 < argc) o.seq = atoll(argv[++i]);
-        else if (!strcmp(a, "--ranks") && i + 1 < argc) o.ranks = atoi(argv[++i]);
-        else if (!strcmp(a, "--reps") && i + 1 < argc) o.reps = atoi(argv[++i]);
-        else if (!strcmp(a, "--seed") && i + 1 < argc) o.seed = (uint64_t)atoll(argv[++i]);
+        if (!strcmp(a, "--seq") && i + 1 < argc)
+            o.seq = atoll(argv[++i]);
+        else if (!strcmp(a, "--ranks") && i + 1 < argc)
+            o.ranks = atoi(argv[++i]);
+        else if (!strcmp(a, "--reps") && i + 1 < argc)
+            o.reps = atoi(argv[++i]);
+        else if (!strcmp(a, "--seed") && i + 1 < argc)
+            o.seed = (uint64_t)atoll(argv[++i]);
         else if (!strcmp(a, "--sharding") && i + 1 < argc)
-            o.sharding = !strcmp(argv[++i], "zigzag") ? SK_CP_SHARDING_ZIGZAG
-                                                      : SK_CP_SHARDING_CONTIGUOUS;
-        else if (!strcmp(a, "--single")) o.single = 1;
-        else if (!strcmp(a, "--graph")) o.graph = 1;
-        else if (!strcmp(a, "--check")) o.check = o.single = 1;
-        else usage();
+            o.sharding =
+                !strcmp(argv[++i], "zigzag") ? SK_CP_SHARDING_ZIGZAG : SK_CP_SHARDING_CONTIGUOUS;
+        else if (!strcmp(a, "--single"))
+            o.single = 1;
+        else if (!strcmp(a, "--graph"))
+            o.graph = 1;
+        else if (!strcmp(a, "--check"))
+            o.check = o.single = 1;
+        else
+            usage();
     }
     if (o.ranks < 1 || o.ranks > MAX_RANKS || o.reps < 1 || o.reps > BENCH_MAX_REPS ||
         o.seq < BLOCK * 2 * o.ranks)
@@ -426,15 +436,16 @@ int main(int argc, char **argv) {
         const int64_t n[3] = {o.seq * HQ * DIM, o.seq * HKV * DIM, o.seq * HKV * DIM};
         for (int t = 0; t < 3; ++t) {
             qkv[t] = malloc((size_t)n[t] * 2);
-            for (int64_t i = 0; i < n[t]; ++i) ((uint16_t *)qkv[t])[i] = pattern[(i * 7 + t) % PATTERN];
+            for (int64_t i = 0; i < n[t]; ++i)
+                ((uint16_t *)qkv[t])[i] = pattern[(i * 7 + t) % PATTERN];
         }
         o_ref = malloc((size_t)n[0] * 2);
         lse_ref = malloc((size_t)(HQ * o.seq) * 4);
     }
     float single_ms = -1;
     if (o.single)
-        single_ms = single_gpu(&o, &L, pattern, o.check ? (const void *const *)qkv : NULL, o_ref,
-                               lse_ref);
+        single_ms =
+            single_gpu(&o, &L, pattern, o.check ? (const void *const *)qkv : NULL, o_ref, lse_ref);
 
     nccl_id id;
     if (nccl_get_unique_id(&id) != 0) {
@@ -447,8 +458,14 @@ int main(int argc, char **argv) {
     pthread_t th[MAX_RANKS];
     memset(ctx, 0, sizeof ctx);
     for (int r = 0; r < o.ranks; ++r) {
-        ctx[r] = (rank_ctx){.o = &o, .base = &d, .plan = plan, .plan_bytes = plan_bytes, .id = &id,
-                            .barrier = &barrier, .pattern_host = pattern, .rank = r};
+        ctx[r] = (rank_ctx){.o = &o,
+                            .base = &d,
+                            .plan = plan,
+                            .plan_bytes = plan_bytes,
+                            .id = &id,
+                            .barrier = &barrier,
+                            .pattern_host = pattern,
+                            .rank = r};
         for (int t = 0; t < 3; ++t) ctx[r].qkv_host[t] = qkv[t];
         pthread_create(&th[r], NULL, rank_main, &ctx[r]);
     }
@@ -462,11 +479,13 @@ int main(int argc, char **argv) {
     }
     qsort(run_ms, (size_t)o.reps, sizeof run_ms[0], bench_cmp_float);
     const double flops = 4.0 * DIM * BLOCK * BLOCK * (double)L.nnz * (HQ / HKV);
-    printf("{\"seq\": %lld, \"ranks\": %d, \"graph\": %d, \"sharding\": \"%s\", \"layout\": \"causal sink + "
+    printf("{\"seq\": %lld, \"ranks\": %d, \"graph\": %d, \"sharding\": \"%s\", \"layout\": "
+           "\"causal sink + "
            "window 4096 + 16 random past blocks per row, per KV head\", \"heads\": \"%d/%d\", "
            "\"dim\": %d, \"nnz\": %d, \"tflop\": %.3f,\n",
-           (long long)o.seq, o.ranks, o.graph, o.sharding == SK_CP_SHARDING_ZIGZAG ? "zigzag" : "contiguous",
-           HQ, HKV, DIM, (int)L.nnz, flops * 1e-12);
+           (long long)o.seq, o.ranks, o.graph,
+           o.sharding == SK_CP_SHARDING_ZIGZAG ? "zigzag" : "contiguous", HQ, HKV, DIM, (int)L.nnz,
+           flops * 1e-12);
     printf(" \"sharded_ms\": %.3f, \"sharded_ms_min\": %.3f, \"sharded_tflops\": %.1f",
            run_ms[o.reps / 2], run_ms[0], flops / (run_ms[o.reps / 2] * 1e-3) * 1e-12);
     if (single_ms > 0)

@@ -436,17 +436,25 @@ static sk_status run_checked(const sk_attention_problem *p, void *workspace,
     return sk_cuda_attention_run(p, workspace, workspace_size, stream);
 }
 
-sk_status sk_attention_run(const sk_attention_desc *desc, const sk_bsr *layout, const void *q,
-                           const void *k, const void *v, void *o, float *lse, void *workspace,
-                           size_t workspace_size, struct CUstream_st *stream) {
-    SK_ENTER("sk_attention_run");
+/* sk_attention_run's checks and run, with a carried-in LSE or none. */
+static sk_status run_call(const sk_attention_desc *desc, const sk_bsr *layout, const void *q,
+                          const void *k, const void *v, void *o, float *lse, const float *lse_carry,
+                          void *workspace, size_t workspace_size, struct CUstream_st *stream) {
     sk_attention_problem p;
     SK_TRY(sk_attention_check_geometry(desc, layout, &p));
     sk_buffer buffers[SK_ATTN_BUFFERS];
     SK_TRY(sk_attention_check_tensors(&p, q, k, v, o, lse, buffers));
     SK_TRY(check_aliasing(&p, buffers, workspace, workspace_size));
     SK_TRY(sk_attention_check_layout_content(&p, layout));
+    p.lse_carry = lse_carry;
     return run_checked(&p, workspace, workspace_size, stream);
+}
+
+sk_status sk_attention_run(const sk_attention_desc *desc, const sk_bsr *layout, const void *q,
+                           const void *k, const void *v, void *o, float *lse, void *workspace,
+                           size_t workspace_size, struct CUstream_st *stream) {
+    SK_ENTER("sk_attention_run");
+    return run_call(desc, layout, q, k, v, o, lse, NULL, workspace, workspace_size, stream);
 }
 
 sk_status sk_attention_carry_supported(const sk_attention_desc *desc, const sk_bsr *layout,
@@ -462,14 +470,7 @@ sk_status sk_attention_run_carry(const sk_attention_desc *desc, const sk_bsr *la
                                  const void *q, const void *k, const void *v, void *o, float *lse,
                                  const float *lse_carry, void *workspace, size_t workspace_size,
                                  struct CUstream_st *stream) {
-    sk_attention_problem p;
-    SK_TRY(sk_attention_check_geometry(desc, layout, &p));
-    sk_buffer buffers[SK_ATTN_BUFFERS];
-    SK_TRY(sk_attention_check_tensors(&p, q, k, v, o, lse, buffers));
-    SK_TRY(check_aliasing(&p, buffers, workspace, workspace_size));
-    SK_TRY(sk_attention_check_layout_content(&p, layout));
-    p.lse_carry = lse_carry;
-    return run_checked(&p, workspace, workspace_size, stream);
+    return run_call(desc, layout, q, k, v, o, lse, lse_carry, workspace, workspace_size, stream);
 }
 
 sk_status sk_attention_forward(const sk_attention_desc *desc, const sk_bsr *layout, const void *q,

@@ -71,18 +71,18 @@ typedef struct sim_shared {
     pthread_mutex_t lock;
     pthread_cond_t changed;
     int32_t ranks;
-    int32_t refs;    /* handles alive */
-    sim_mail *mail;  /* [src * ranks + dst] */
+    int32_t refs;   /* handles alive */
+    sim_mail *mail; /* [src * ranks + dst] */
 } sim_shared;
 
 /* One rank's handle: its posted receives of the current group. */
 typedef struct sim_rank {
     sim_shared *shared;
-    int stream_done; /* device: the stream was synchronised in this group */
-    void **recv_buf;     /* [ranks] */
-    size_t *recv_bytes;  /* [ranks] */
-    uint8_t *recv_on;    /* [ranks] */
-    uint8_t *send_on;    /* [ranks] */
+    int stream_done;    /* device: the stream was synchronised in this group */
+    void **recv_buf;    /* [ranks] */
+    size_t *recv_bytes; /* [ranks] */
+    uint8_t *recv_on;   /* [ranks] */
+    uint8_t *send_on;   /* [ranks] */
 } sim_rank;
 
 static sk_status sim_group_start(sk_comm_t c) {
@@ -211,10 +211,10 @@ static void sim_destroy(sk_comm_t c) {
     sim_rank_free(s);
 }
 
-static const sk_comm_ops sim_ops = {"simulated", 0,        sim_group_start, sim_send,
-                                    sim_recv,    sim_group_end, sim_destroy};
-static const sk_comm_ops sim_device_ops = {"simulated device", 1,        sim_group_start, sim_send,
-                                           sim_recv,           sim_group_end, sim_destroy};
+static const sk_comm_ops sim_ops = {"simulated",   0,          sim_group_start, sim_send, sim_recv,
+                                    sim_group_end, sim_destroy};
+static const sk_comm_ops sim_device_ops = {
+    "simulated device", 1, sim_group_start, sim_send, sim_recv, sim_group_end, sim_destroy};
 
 static sim_rank *sim_rank_alloc(sim_shared *sh, int32_t ranks) {
     sim_rank *s = calloc(1, sizeof *s);

@@ -42,7 +42,18 @@
 #include "core/internal.h"
 #include "cuda/backend.h"
 
-enum { CW_PLAN, CW_SEND, CW_RECV, CW_KR, CW_VR, CW_OB, CW_LA, CW_LB, CW_ATT, CW_PARTS = CW_ATT + 4 };
+enum {
+    CW_PLAN,
+    CW_SEND,
+    CW_RECV,
+    CW_KR,
+    CW_VR,
+    CW_OB,
+    CW_LA,
+    CW_LB,
+    CW_ATT,
+    CW_PARTS = CW_ATT + 4
+};
 
 /* The attention descriptor of chunk cp's local or remote pass. */
 static sk_status pass_desc(const sk_cp_ctx *c, const sk_cp_chunk_plan *cp, int remote,
@@ -76,8 +87,8 @@ static sk_status pass_desc(const sk_cp_ctx *c, const sk_cp_chunk_plan *cp, int r
 
 /* The pass's layout: a view into the plan's copy at dev (or the host plan
  * when dev is NULL: geometry only). */
-static void pass_layout(const sk_cp_ctx *c, const sk_cp_chunk_plan *cp, int remote,
-                        const char *dev, sk_bsr *L) {
+static void pass_layout(const sk_cp_ctx *c, const sk_cp_chunk_plan *cp, int remote, const char *dev,
+                        sk_bsr *L) {
     sk_cp_chunk_layout(c->h, cp, remote ? c->rp->remote_keys : cp->local_keys, remote, L);
     if (dev == NULL) return;
     const char *host = (const char *)c->h;
@@ -301,8 +312,7 @@ sk_status sk_cp_cuda_forward(const sk_cp_ctx *c, sk_comm_t comm, const void *q, 
         SK_TRY(sk_cuda_cp_fork(comm->streams, stream, &side));
         SK_TRY(exchange(c, comm, k, v, ws, side, stream));
     }
-    for (int32_t i = 0; i < rp->chunks; ++i)
-        SK_TRY(pass(c, i, 0, 0, q, k, v, o, NULL, ws, stream));
+    for (int32_t i = 0; i < rp->chunks; ++i) SK_TRY(pass(c, i, 0, 0, q, k, v, o, NULL, ws, stream));
     if (rp->recv_bytes > 0 || rp->send_bytes > 0) SK_TRY(sk_cuda_cp_join(comm->streams, stream));
     const sk_cp_pair *pairs = sk_cp_plan_pairs(c->h);
     int64_t ro = 0;
@@ -323,12 +333,12 @@ sk_status sk_cp_cuda_forward(const sk_cp_ctx *c, sk_comm_t comm, const void *q, 
              * is the whole shard, else into LSE_b and copied to its rows. */
             float *lb = (float *)(void *)(ws + c->offsets[CW_LB]) + lo;
             const int direct = rp->chunks == 1;
-            SK_TRY(pass(c, i, 1, 1, q, k, v, o, direct ? lse : (lse != NULL ? lb : NULL), ws,
-                        stream));
+            SK_TRY(
+                pass(c, i, 1, 1, q, k, v, o, direct ? lse : (lse != NULL ? lb : NULL), ws, stream));
             if (direct || lse == NULL) continue;
-            const sk_cp_merge_problem copy = {d->dtype,     d->batch,    cp->tokens, d->heads_q,
-                                              d->head_dim,  rp->tokens,  cp->q_start, o,
-                                              lb,           NULL,        NULL,        lse};
+            const sk_cp_merge_problem copy = {d->dtype,    d->batch,   cp->tokens,  d->heads_q,
+                                              d->head_dim, rp->tokens, cp->q_start, o,
+                                              lb,          NULL,       NULL,        lse};
             SK_TRY(sk_cuda_cp_merge(&copy, stream));
             continue;
         }

@@ -22,22 +22,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/cp_case.h"
 #include "common/harness.h"
 #include "common/test_util.h"
 #include "sparsek.h"
 
-enum { L_WINDOW, L_SINKS_WINDOW, L_RANDOM, L_TOPK, L_KINDS };
-static const char *const kind_names[L_KINDS] = {"window", "sinks+window", "random", "topk"};
-
-typedef struct cp_case {
-    int32_t ranks;
-    sk_cp_sharding sharding;
-    int causal, kind;
-    sk_dtype dtype;
-    int64_t batch, seq, heads_q, heads_kv, head_dim;
-    int32_t block, layout_batch, layout_heads;
-    uint64_t seed;
-} cp_case;
+/* The shared kinds (common/cp_case.h), then top-k. */
+enum { L_TOPK = CPC_KINDS, L_KINDS };
 
 typedef struct rank_job {
     const sk_cp_desc *desc;
@@ -62,19 +53,10 @@ static void *run_rank(void *arg) {
 }
 
 static sk_layout_t make_layout(const cp_case *c, const sk_grid *g) {
+    if (c->kind != L_TOPK) return cpc_layout(c->kind, c->causal, g, c->seed);
     sk_layout_t L = NULL;
     sk_status st = SK_STATUS_INTERNAL_ERROR;
-    switch (c->kind) {
-    case L_WINDOW:
-        st = c->causal ? sk_layout_create_window(&L, g, 150, 0)
-                       : sk_layout_create_window(&L, g, 100, 130);
-        break;
-    case L_SINKS_WINDOW: st = sk_layout_create_sinks_window(&L, g, 40, 200); break;
-    case L_RANDOM: /* drawn over every block: with causal, blocks above the diagonal
-                    * (masked, so never exchanged) and rows left empty */
-        st = sk_layout_create_random(&L, g, 3, c->seed, 0);
-        break;
-    default: {
+    {
         int32_t rb, cb, sl;
         sk_grid_blocks(g, &rb, &cb, &sl);
         const int64_t n = (int64_t)sl * rb * cb;
@@ -85,7 +67,6 @@ static sk_layout_t make_layout(const cp_case *c, const sk_grid *g) {
         sk_topk_options opt = {2, 1, 1, c->causal};
         st = sk_layout_create_topk(&L, g, scores, &opt);
         free(scores);
-    }
     }
     return st == SK_STATUS_SUCCESS ? L : NULL;
 }
@@ -119,12 +100,8 @@ static int64_t needed_bytes(const cp_case *c, const sk_bsr *L, const int32_t *ow
                 for (int64_t b = 0; b < c->batch; ++b) {
                     if (L->grid.batch != 1 && b != s / L->grid.heads) continue;
                     for (int64_t h = 0; h < c->heads_q; ++h) { /* query heads of the slice */
-                        const int64_t hs = s % L->grid.heads;
-                        const int64_t slice_h = L->grid.heads == 1 ? 0
-                                                : L->grid.heads == c->heads_q
-                                                    ? h
-                                                    : h / (c->heads_q / c->heads_kv);
-                        if (slice_h != hs) continue;
+                        if (cpc_slice_head(L, c->heads_q, c->heads_kv, h) != s % L->grid.heads)
+                            continue;
                         need[j * bh + b * c->heads_kv + h / (c->heads_q / c->heads_kv)] = 1;
                     }
                 }
@@ -139,20 +116,6 @@ static int64_t needed_bytes(const cp_case *c, const sk_bsr *L, const int32_t *ow
     }
     free(need);
     return bytes;
-}
-
-/* Copy token rows [t0, t0 + n) of a global [B, S, H, D] tensor to rows
- * [l0, l0 + n) of a shard [B, Sr, H, D]. */
-static void copy_rows(void *dst, const void *src, int64_t esize, int64_t B, int64_t S, int64_t Sr,
-                      int64_t HD, int64_t t0, int64_t l0, int64_t n, int to_global) {
-    for (int64_t b = 0; b < B; ++b) {
-        char *g = (char *)(to_global ? dst : (void *)(intptr_t)src) + ((b * S + t0) * HD) * esize;
-        char *l = (char *)(to_global ? (void *)(intptr_t)src : dst) + ((b * Sr + l0) * HD) * esize;
-        if (to_global)
-            memcpy(g, l, (size_t)(n * HD * esize));
-        else
-            memcpy(l, g, (size_t)(n * HD * esize));
-    }
 }
 
 static void run_case(const cp_case *c, const char *name) {
@@ -238,13 +201,12 @@ static void run_case(const cp_case *c, const char *name) {
         tu_fill_nan(j->o, c->dtype, B * Sr * Hq * D);
         tu_fill_nan(j->lse, SK_DTYPE_F32, B * Hq * Sr);
         for (int32_t ch = 0; ch < nch; ++ch) {
-            copy_rows((void *)(intptr_t)j->q, q, esize, B, S, Sr, Hq * D, s0[ch], l0, len[ch], 0);
-            copy_rows((void *)(intptr_t)j->k, k, esize, B, S, Sr, Hkv * D, s0[ch], l0, len[ch], 0);
-            copy_rows((void *)(intptr_t)j->v, v, esize, B, S, Sr, Hkv * D, s0[ch], l0, len[ch], 0);
+            cpc_rows((void *)(intptr_t)j->q, q, esize, B, S, Sr, Hq * D, s0[ch], l0, len[ch], 0);
+            cpc_rows((void *)(intptr_t)j->k, k, esize, B, S, Sr, Hkv * D, s0[ch], l0, len[ch], 0);
+            cpc_rows((void *)(intptr_t)j->v, v, esize, B, S, Sr, Hkv * D, s0[ch], l0, len[ch], 0);
             l0 += len[ch];
         }
-        CHECK(sk_cp_workspace_size(&descs[r], plan, plan_bytes, &j->ws_bytes) ==
-                  SK_STATUS_SUCCESS,
+        CHECK(sk_cp_workspace_size(&descs[r], plan, plan_bytes, &j->ws_bytes) == SK_STATUS_SUCCESS,
               "%s: workspace size: %s", name, sk_last_error());
         if (posix_memalign(&j->ws, 64, j->ws_bytes > 0 ? j->ws_bytes : 64) != 0) j->ws = NULL;
     }
@@ -271,19 +233,23 @@ static void run_case(const cp_case *c, const char *name) {
                         const int64_t gt = s0[ch] + t, lt = l0 + t;
                         const double lr = lse_ref[(b * Hq + h) * S + gt];
                         const double lg = j->lse[(b * Hq + h) * Sr + lt];
-                        const int lse_ok = isinf(lr) ? lg == lr
-                                                     : fabs(lg - lr) <= e32 * (4 * fabs(lr) + 4);
+                        const int lse_ok =
+                            isinf(lr) ? lg == lr : fabs(lg - lr) <= e32 * (4 * fabs(lr) + 4);
                         if (!lse_ok && bad++ < 3)
                             CHECK(0, "%s: rank %d b %lld token %lld head %lld: LSE %.9g, ref %.9g",
                                   name, (int)r, (long long)b, (long long)gt, (long long)h, lg, lr);
                         const double lmag = isinf(lr) ? 0 : fabs(lr);
                         for (int64_t e = 0; e < D; ++e) {
-                            const double ref = tu_load(o_ref, c->dtype, ((b * S + gt) * Hq + h) * D + e);
-                            const double got = tu_load(j->o, c->dtype, ((b * Sr + lt) * Hq + h) * D + e);
+                            const double ref =
+                                tu_load(o_ref, c->dtype, ((b * S + gt) * Hq + h) * D + e);
+                            const double got =
+                                tu_load(j->o, c->dtype, ((b * Sr + lt) * Hq + h) * D + e);
                             const double tol = 2 * u * fabs(ref) +
                                                e32 * (4 * fabs(ref) + 8 * vmax * (2 + lmag)) + e32;
                             if (!(fabs(got - ref) <= tol) && bad++ < 3)
-                                CHECK(0, "%s: rank %d b %lld token %lld head %lld d %lld: O %.9g, ref %.9g (tol %.3g)",
+                                CHECK(0,
+                                      "%s: rank %d b %lld token %lld head %lld d %lld: O %.9g, ref "
+                                      "%.9g (tol %.3g)",
                                       name, (int)r, (long long)b, (long long)gt, (long long)h,
                                       (long long)e, got, ref, tol);
                         }
@@ -303,8 +269,8 @@ static void run_case(const cp_case *c, const char *name) {
         CHECK(recv == need, "%s: rank %d receives %lld bytes, its rows need %lld", name, (int)r,
               (long long)recv, (long long)need);
         sk_comm_info(comms[r], NULL, NULL, &sent);
-        CHECK(sent == planned_send, "%s: rank %d sent %lld bytes, the plan says %lld", name,
-              (int)r, (long long)sent, (long long)planned_send);
+        CHECK(sent == planned_send, "%s: rank %d sent %lld bytes, the plan says %lld", name, (int)r,
+              (long long)sent, (long long)planned_send);
     }
     CHECK(bad == 0, "%s: %lld mismatches", name, (long long)bad);
 
@@ -363,8 +329,11 @@ SK_TEST(cp_forward_matches_single_process) {
                     snprintf(name, sizeof name,
                              "R=%d %s %s %s %s S=%lld block %d slices %dx%d seed %llu",
                              (int)c.ranks, sh ? "zigzag" : "contiguous",
-                             causal ? "causal" : "non-causal", kind_names[kind],
-                             c.dtype == SK_DTYPE_F16 ? "f16" : c.dtype == SK_DTYPE_BF16 ? "bf16" : "f32",
+                             causal ? "causal" : "non-causal",
+                             kind == L_TOPK ? "topk" : cpc_kind_names[kind],
+                             c.dtype == SK_DTYPE_F16    ? "f16"
+                             : c.dtype == SK_DTYPE_BF16 ? "bf16"
+                                                        : "f32",
                              (long long)c.seq, (int)c.block, (int)c.layout_batch,
                              (int)c.layout_heads, (unsigned long long)c.seed);
                     run_case(&c, name);
@@ -414,7 +383,7 @@ SK_TEST(cp_shard_formula) {
                           (long long)sum);
                     covered += tok;
                 }
-                CHECK(covered == d.seq, "S %lld R %d: shards cover %lld tokens",
-                      (long long)d.seq, (int)R, (long long)covered);
+                CHECK(covered == d.seq, "S %lld R %d: shards cover %lld tokens", (long long)d.seq,
+                      (int)R, (long long)covered);
             }
 }

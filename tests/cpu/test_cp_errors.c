@@ -55,7 +55,8 @@ static int fx_init(fx *f) {
     sk_layout_view(f->owned, &f->layout);
     if (sk_cp_plan_size(&f->desc, &f->layout, &f->plan_bytes) != SK_STATUS_SUCCESS) return 0;
     f->plan = malloc(f->plan_bytes + 64);
-    if (f->plan == NULL || sk_cp_plan(&f->desc, &f->layout, f->plan, f->plan_bytes) != SK_STATUS_SUCCESS)
+    if (f->plan == NULL ||
+        sk_cp_plan(&f->desc, &f->layout, f->plan, f->plan_bytes) != SK_STATUS_SUCCESS)
         return 0;
     if (sk_comm_create_simulated(2, f->comm) != SK_STATUS_SUCCESS) return 0;
     if (sk_cp_shard(&f->desc, 0, 64, &f->tokens, NULL, NULL, NULL) != SK_STATUS_SUCCESS) return 0;
@@ -71,8 +72,8 @@ static int fx_init(fx *f) {
         return 0;
     if (posix_memalign(&f->ws, 64, f->ws_bytes) != 0) f->ws = NULL;
     f->ws_before = malloc(f->ws_bytes);
-    if (!f->q || !f->k || !f->v || !f->o || !f->lse || !f->ws || !f->o_before ||
-        !f->lse_before || !f->ws_before)
+    if (!f->q || !f->k || !f->v || !f->o || !f->lse || !f->ws || !f->o_before || !f->lse_before ||
+        !f->ws_before)
         return 0;
     tu_fill_nan(f->o, SK_DTYPE_F16, (int64_t)n);
     tu_fill_nan(f->lse, SK_DTYPE_F32, FX_B * FX_H * f->tokens);
@@ -197,16 +198,16 @@ SK_TEST(cp_bad_input_descriptor) {
 SK_TEST(cp_bad_input_run_arguments) {
     FX_BEGIN
     expect(F, "plan NULL",
-           sk_cp_forward(&F->desc, NULL, F->plan_bytes, F->comm[0], F->q, F->k, F->v, F->o,
-                         F->lse, F->ws, F->ws_bytes, NULL),
+           sk_cp_forward(&F->desc, NULL, F->plan_bytes, F->comm[0], F->q, F->k, F->v, F->o, F->lse,
+                         F->ws, F->ws_bytes, NULL),
            SK_STATUS_BAD_PARAM_NULL_POINTER, "plan");
     expect(F, "plan truncated",
-           sk_cp_forward(&F->desc, F->plan, F->plan_bytes - 8, F->comm[0], F->q, F->k, F->v,
-                         F->o, F->lse, F->ws, F->ws_bytes, NULL),
+           sk_cp_forward(&F->desc, F->plan, F->plan_bytes - 8, F->comm[0], F->q, F->k, F->v, F->o,
+                         F->lse, F->ws, F->ws_bytes, NULL),
            SK_STATUS_BAD_PARAM_VALUE, "truncated");
     expect(F, "not a plan",
-           sk_cp_forward(&F->desc, F->ws_before, F->plan_bytes, F->comm[0], F->q, F->k, F->v,
-                         F->o, F->lse, F->ws, F->ws_bytes, NULL),
+           sk_cp_forward(&F->desc, F->ws_before, F->plan_bytes, F->comm[0], F->q, F->k, F->v, F->o,
+                         F->lse, F->ws, F->ws_bytes, NULL),
            SK_STATUS_BAD_PARAM_VALUE, "not a context-parallel plan");
     expect(F, "comm NULL",
            sk_cp_forward(&F->desc, F->plan, F->plan_bytes, NULL, F->q, F->k, F->v, F->o, F->lse,
@@ -229,8 +230,8 @@ SK_TEST(cp_bad_input_run_arguments) {
                          F->lse, F->ws, F->ws_bytes - 1, NULL),
            SK_STATUS_BAD_PARAM_WORKSPACE, "workspace");
     expect(F, "o over q",
-           sk_cp_forward(&F->desc, F->plan, F->plan_bytes, F->comm[0], F->q, F->k, F->v,
-                         F->q + 8, F->lse, F->ws, F->ws_bytes, NULL),
+           sk_cp_forward(&F->desc, F->plan, F->plan_bytes, F->comm[0], F->q, F->k, F->v, F->q + 8,
+                         F->lse, F->ws, F->ws_bytes, NULL),
            SK_STATUS_BAD_PARAM_STRIDE, "o overlaps q");
     expect(F, "lse in workspace",
            sk_cp_forward(&F->desc, F->plan, F->plan_bytes, F->comm[0], F->q, F->k, F->v, F->o,
@@ -401,7 +402,8 @@ SK_TEST(cp_bad_input_corrupt_plan_words) {
         pthread_t t[2];
         for (int r = 0; r < 2; ++r) pthread_create(&t[r], NULL, corrupt_run, &jobs[r]);
         for (int r = 0; r < 2; ++r) pthread_join(t[r], NULL);
-        const int fail0 = jobs[0].status != SK_STATUS_SUCCESS, fail1 = jobs[1].status != SK_STATUS_SUCCESS;
+        const int fail0 = jobs[0].status != SK_STATUS_SUCCESS,
+                  fail1 = jobs[1].status != SK_STATUS_SUCCESS;
         CHECK(fail0 == fail1, "word %zu: rank 0 %s (%s), rank 1 %s (%s)", w,
               sk_status_name(jobs[0].status), jobs[0].error, sk_status_name(jobs[1].status),
               jobs[1].error);
@@ -475,7 +477,8 @@ SK_TEST(cp_bad_input_cuda_run) {
     CHECK(memcmp(F->o, F->o_before, n * 2) == 0, "o was written");
     CHECK(memcmp(ws, ws_before, need) == 0, "workspace was written");
     st = sk_cp_prepare(&d, F->plan, F->plan_bytes, NULL, need, NULL);
-    CHECK(st == SK_STATUS_BAD_PARAM_WORKSPACE && strstr(sk_last_error(), "sk_cp_prepare: workspace"),
+    CHECK(st == SK_STATUS_BAD_PARAM_WORKSPACE &&
+              strstr(sk_last_error(), "sk_cp_prepare: workspace"),
           "prepare without workspace: %s (%s)", sk_status_name(st), sk_last_error());
     st = sk_cp_prepare(&d, F->plan, F->plan_bytes, ws, need - 1, NULL);
     CHECK(st == SK_STATUS_BAD_PARAM_WORKSPACE, "prepare, short workspace: %s", sk_last_error());

@@ -28,24 +28,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/cp_case.h"
 #include "common/harness.h"
 #include "common/test_util.h"
 #include "cuda_api.h"
 #include "gpu_util.h"
 #include "sparsek.h"
-
-enum { K_WINDOW, K_SINKS_WINDOW, K_RANDOM, K_KINDS };
-static const char *const kind_names[K_KINDS] = {"window", "sinks+window", "random"};
-
-typedef struct cg_case {
-    int32_t ranks;
-    sk_cp_sharding sharding;
-    int causal, kind;
-    sk_dtype dtype;
-    int64_t batch, seq, heads_q, heads_kv, head_dim;
-    int32_t block, layout_batch, layout_heads;
-    uint64_t seed;
-} cg_case;
 
 /* One rank: its device shard, outputs, workspace and stream. */
 typedef struct cg_rank {
@@ -75,32 +63,15 @@ static void *cg_run_rank(void *arg) {
     return NULL;
 }
 
-static sk_layout_t cg_layout(const cg_case *c, const sk_grid *g) {
-    sk_layout_t L = NULL;
-    sk_status st = SK_STATUS_INTERNAL_ERROR;
-    switch (c->kind) {
-    case K_WINDOW:
-        st = c->causal ? sk_layout_create_window(&L, g, 300, 0)
-                       : sk_layout_create_window(&L, g, 200, 260);
-        break;
-    case K_SINKS_WINDOW: st = sk_layout_create_sinks_window(&L, g, 64, 300); break;
-    default: st = sk_layout_create_random(&L, g, 3, c->seed, 0); break;
-    }
-    return st == SK_STATUS_SUCCESS ? L : NULL;
-}
-
-/* Slice s's KV head for query head h (layout heads 1, Hkv or Hq). */
-static int cg_slice_covers(const cg_case *c, const sk_bsr *L, int64_t s, int64_t b, int64_t hq) {
+/* Whether slice s holds the rows of (batch b, query head hq). */
+static int cg_slice_covers(const cp_case *c, const sk_bsr *L, int64_t s, int64_t b, int64_t hq) {
     if (L->grid.batch != 1 && b != s / L->grid.heads) return 0;
-    const int64_t hs = s % L->grid.heads;
-    const int64_t group = c->heads_q / c->heads_kv;
-    const int64_t want = L->grid.heads == 1 ? 0 : L->grid.heads == c->heads_q ? hq : hq / group;
-    return want == hs;
+    return cpc_slice_head(L, c->heads_q, c->heads_kv, hq) == s % L->grid.heads;
 }
 
 /* used[(b * Hkv + h) * nb + j]: some row of a slice covering (b, KV head h)
  * selects block j. vmax[(b * Hkv + h) * nb + j]: max |V| over the block. */
-static void cg_usage(const cg_case *c, const sk_bsr *L, const void *v, int64_t nb, uint8_t *used,
+static void cg_usage(const cp_case *c, const sk_bsr *L, const void *v, int64_t nb, uint8_t *used,
                      double *vmax) {
     const int64_t slices = (int64_t)L->grid.batch * L->grid.heads, group = c->heads_q / c->heads_kv;
     for (int64_t s = 0; s < slices; ++s)
@@ -124,7 +95,7 @@ static void cg_usage(const cg_case *c, const sk_bsr *L, const void *v, int64_t n
 }
 
 /* The single-GPU forward over the global tensors (host in, host out). */
-static int cg_reference(const cg_case *c, const sk_bsr *L, const void *q, const void *k,
+static int cg_reference(const cp_case *c, const sk_bsr *L, const void *q, const void *k,
                         const void *v, void *o, float *lse) {
     const int64_t es = 2, nq = c->batch * c->seq * c->heads_q * c->head_dim;
     const int64_t nk = c->batch * c->seq * c->heads_kv * c->head_dim;
@@ -149,8 +120,7 @@ static int cg_reference(const cg_case *c, const sk_bsr *L, const void *q, const 
     int bad = st != SK_STATUS_SUCCESS || gt_upload(dq, q, (size_t)(nq * es)) ||
               gt_upload(dk, k, (size_t)(nk * es)) || gt_upload(dv, v, (size_t)(nk * es));
     if (!bad) st = sk_attention_forward(&a, &dl, dq, dk, dv, dout, dlse, ws, wsb, NULL);
-    bad = bad || st != SK_STATUS_SUCCESS || gt_sync() ||
-          gt_download(o, dout, (size_t)(nq * es)) ||
+    bad = bad || st != SK_STATUS_SUCCESS || gt_sync() || gt_download(o, dout, (size_t)(nq * es)) ||
           gt_download(lse, dlse, (size_t)(c->batch * c->heads_q * c->seq) * sizeof(float));
     CHECK(!bad, "single-GPU reference: %s", sk_last_error());
     gt_device_free(dq), gt_device_free(dk), gt_device_free(dv), gt_device_free(dout);
@@ -159,45 +129,34 @@ static int cg_reference(const cg_case *c, const sk_bsr *L, const void *q, const 
     return bad;
 }
 
-/* Rows [t0, t0 + n) of global [B, S, H, D] <-> rows [l0, ..) of a shard. */
-static void cg_rows(void *dst, const void *src, int64_t B, int64_t S, int64_t Sr, int64_t HD,
-                    int64_t t0, int64_t l0, int64_t n, int to_global) {
-    for (int64_t b = 0; b < B; ++b) {
-        const size_t g = (size_t)((b * S + t0) * HD * 2), l = (size_t)((b * Sr + l0) * HD * 2);
-        if (to_global)
-            memcpy((char *)dst + g, (const char *)src + l, (size_t)(n * HD * 2));
-        else
-            memcpy((char *)dst + l, (const char *)src + g, (size_t)(n * HD * 2));
-    }
-}
-
 /* Set up every rank (shards on the device, NaN outputs and workspace,
  * sk_cp_prepare), run them on threads, fetch O and LSE into the global
  * arrays. Returns 0 when every rank succeeded. */
-static int cg_run_ranks(const cg_case *c, cg_rank *rk, const void *q, const void *k,
-                        const void *v, void *o, float *lse, const char *name) {
+static int cg_run_ranks(const cp_case *c, cg_rank *rk, const void *q, const void *k, const void *v,
+                        void *o, float *lse, const char *name) {
     const int64_t B = c->batch, S = c->seq, HQ = c->heads_q * c->head_dim;
     const int64_t HK = c->heads_kv * c->head_dim;
     pthread_t th[8];
     for (int32_t r = 0; r < c->ranks; ++r) {
         cg_rank *x = &rk[r];
         const int64_t nq = B * x->tokens * HQ, nk = B * x->tokens * HK;
-        void *hq = malloc((size_t)nq * 2), *hk = malloc((size_t)nk * 2), *hv = malloc((size_t)nk * 2);
+        void *hq = malloc((size_t)nq * 2), *hk = malloc((size_t)nk * 2),
+             *hv = malloc((size_t)nk * 2);
         int64_t at = 0;
         for (int32_t ch = 0; ch < x->chunks; at += x->lengths[ch], ++ch) {
-            cg_rows(hq, q, B, S, x->tokens, HQ, x->starts[ch], at, x->lengths[ch], 0);
-            cg_rows(hk, k, B, S, x->tokens, HK, x->starts[ch], at, x->lengths[ch], 0);
-            cg_rows(hv, v, B, S, x->tokens, HK, x->starts[ch], at, x->lengths[ch], 0);
+            cpc_rows(hq, q, 2, B, S, x->tokens, HQ, x->starts[ch], at, x->lengths[ch], 0);
+            cpc_rows(hk, k, 2, B, S, x->tokens, HK, x->starts[ch], at, x->lengths[ch], 0);
+            cpc_rows(hv, v, 2, B, S, x->tokens, HK, x->starts[ch], at, x->lengths[ch], 0);
         }
         /* The NaN fills on the rank's own stream: a non-blocking stream
          * does not wait for the legacy default stream. */
-        const int bad =
-            gt_upload(x->q, hq, (size_t)nq * 2) || gt_upload(x->k, hk, (size_t)nk * 2) ||
-            gt_upload(x->v, hv, (size_t)nk * 2) ||
-            cudaMemsetAsync(x->o, 0xff, (size_t)nq * 2, x->stream) != cudaSuccess ||
-            cudaMemsetAsync(x->lse, 0xff, (size_t)(B * c->heads_q * x->tokens) * 4, x->stream) !=
-                cudaSuccess ||
-            cudaMemsetAsync(x->ws, 0xff, x->ws_bytes, x->stream) != cudaSuccess;
+        const int bad = gt_upload(x->q, hq, (size_t)nq * 2) ||
+                        gt_upload(x->k, hk, (size_t)nk * 2) ||
+                        gt_upload(x->v, hv, (size_t)nk * 2) ||
+                        cudaMemsetAsync(x->o, 0xff, (size_t)nq * 2, x->stream) != cudaSuccess ||
+                        cudaMemsetAsync(x->lse, 0xff, (size_t)(B * c->heads_q * x->tokens) * 4,
+                                        x->stream) != cudaSuccess ||
+                        cudaMemsetAsync(x->ws, 0xff, x->ws_bytes, x->stream) != cudaSuccess;
         free(hq), free(hk), free(hv);
         const sk_status st = bad ? SK_STATUS_EXECUTION_FAILED
                                  : sk_cp_prepare(&x->desc, x->plan, x->plan_bytes, x->ws,
@@ -219,10 +178,11 @@ static int cg_run_ranks(const cg_case *c, cg_rank *rk, const void *q, const void
         const int64_t nq = B * x->tokens * HQ, nl = B * c->heads_q * x->tokens;
         void *ho = malloc((size_t)nq * 2);
         float *hl = malloc((size_t)nl * 4);
-        const int bad = gt_download(ho, x->o, (size_t)nq * 2) || gt_download(hl, x->lse, (size_t)nl * 4);
+        const int bad =
+            gt_download(ho, x->o, (size_t)nq * 2) || gt_download(hl, x->lse, (size_t)nl * 4);
         int64_t at = 0;
         for (int32_t ch = 0; !bad && ch < x->chunks; at += x->lengths[ch], ++ch) {
-            cg_rows(o, ho, B, S, x->tokens, HQ, x->starts[ch], at, x->lengths[ch], 1);
+            cpc_rows(o, ho, 2, B, S, x->tokens, HQ, x->starts[ch], at, x->lengths[ch], 1);
             for (int64_t bh = 0; bh < B * c->heads_q; ++bh)
                 memcpy(lse + bh * S + x->starts[ch], hl + bh * x->tokens + at,
                        (size_t)x->lengths[ch] * 4);
@@ -233,20 +193,20 @@ static int cg_run_ranks(const cg_case *c, cg_rank *rk, const void *q, const void
     return failed;
 }
 
-static void cg_case_run(const cg_case *c) {
+static void cg_case_run(const cp_case *c) {
     char name[256];
     snprintf(name, sizeof name,
              "R%d %s %s%s %s B%lld S%lld H%lld/%lld D%lld blk%d slices %dx%d seed %llu",
              (int)c->ranks, c->sharding == SK_CP_SHARDING_ZIGZAG ? "zigzag" : "contiguous",
-             kind_names[c->kind], c->causal ? " causal" : "", c->dtype == SK_DTYPE_BF16 ? "bf16" : "f16",
-             (long long)c->batch, (long long)c->seq, (long long)c->heads_q,
-             (long long)c->heads_kv, (long long)c->head_dim, (int)c->block,
+             cpc_kind_names[c->kind], c->causal ? " causal" : "",
+             c->dtype == SK_DTYPE_BF16 ? "bf16" : "f16", (long long)c->batch, (long long)c->seq,
+             (long long)c->heads_q, (long long)c->heads_kv, (long long)c->head_dim, (int)c->block,
              (int)c->layout_batch, (int)c->layout_heads, (unsigned long long)c->seed);
     if (gt_opt.backend == SK_BACKEND_CUDA_SM90 && c->block != 128) return; /* sm90: 128 only */
     const int64_t B = c->batch, S = c->seq, D = c->head_dim, nb = (S + c->block - 1) / c->block;
     const int64_t nq = B * S * c->heads_q * D, nk = B * S * c->heads_kv * D;
     const sk_grid g = tu_grid(S, S, c->block, c->block, c->layout_batch, c->layout_heads);
-    sk_layout_t owned = cg_layout(c, &g);
+    sk_layout_t owned = cpc_layout(c->kind, c->causal, &g, c->seed);
     REQUIRE(owned != NULL, "%s: layout: %s", name, sk_last_error());
     sk_bsr L;
     sk_layout_view(owned, &L);
@@ -309,7 +269,8 @@ static void cg_case_run(const cg_case *c) {
         sk_cp_shard(&x->desc, r, c->block, &x->tokens, &x->chunks, x->starts, x->lengths);
         ok = sk_cp_workspace_size(&x->desc, plan, plan_bytes, &x->ws_bytes) == SK_STATUS_SUCCESS;
         CHECK(ok, "%s: rank %d workspace size: %s", name, (int)r, sk_last_error());
-        const int64_t sq = B * x->tokens * c->heads_q * D * 2, sk = B * x->tokens * c->heads_kv * D * 2;
+        const int64_t sq = B * x->tokens * c->heads_q * D * 2,
+                      sk = B * x->tokens * c->heads_kv * D * 2;
         x->q = gt_device_alloc((size_t)sq);
         x->o = gt_device_alloc((size_t)sq);
         x->k = gt_device_alloc((size_t)sk);
@@ -347,7 +308,8 @@ static void cg_case_run(const cg_case *c) {
                     int same = lr == lg || (isnan(lr) && isnan(lg));
                     for (int64_t x = 0; x < D; ++x) {
                         const int64_t oi = ((b * S + t) * c->heads_q + h) * D + x;
-                        const double rv = tu_load(o_ref, c->dtype, oi), gv = tu_load(o, c->dtype, oi);
+                        const double rv = tu_load(o_ref, c->dtype, oi),
+                                     gv = tu_load(o, c->dtype, oi);
                         const double err = fabs(gv - rv);
                         same = same && rv == gv;
                         worst = fmax(worst, err / (u * (2 * fabs(rv) + 4 * vm) + 1e-5));
@@ -387,9 +349,9 @@ SK_TEST(gpu_cp_matches_single_gpu) {
     for (int ri = 0; ri < 4; ++ri)
         for (int zig = 0; zig < 2; ++zig)
             for (int causal = 0; causal < 2; ++causal)
-                for (int kind = 0; kind < K_KINDS; ++kind) {
-                    if (gt_opt.quick && (kind != K_RANDOM || ri != 1)) continue;
-                    cg_case c;
+                for (int kind = 0; kind < CPC_KINDS; ++kind) {
+                    if (gt_opt.quick && (kind != CPC_RANDOM || ri != 1)) continue;
+                    cp_case c;
                     memset(&c, 0, sizeof c);
                     c.ranks = rank_list[ri];
                     c.sharding = zig ? SK_CP_SHARDING_ZIGZAG : SK_CP_SHARDING_CONTIGUOUS;

@@ -179,8 +179,8 @@ __global__ void __launch_bounds__(kMergeThreads) sk_cp_merge_kernel(sk_cp_merge_
             const T *eb = (const T *)&rb;
 #pragma unroll
             for (int e = 0; e < 8; ++e)
-                ea[e] = sk_cp_from_f32<T>((wa * sk_cp_to_f32<T>(ea[e]) +
-                                           wb * sk_cp_to_f32<T>(eb[e])) / sum);
+                ea[e] = sk_cp_from_f32<T>(
+                    (wa * sk_cp_to_f32<T>(ea[e]) + wb * sk_cp_to_f32<T>(eb[e])) / sum);
             *(uint4 *)o = ra;
             lse = m + logf(sum);
         }

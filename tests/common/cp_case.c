@@ -1,0 +1,46 @@
+/*
+ * cp_case.c - the context-parallel tests' shared pieces (cp_case.h).
+ */
+#include "common/cp_case.h"
+
+#include <string.h>
+
+const char *const cpc_kind_names[CPC_KINDS] = {"window", "sinks+window", "random"};
+
+sk_layout_t cpc_layout(int kind, int causal, const sk_grid *g, uint64_t seed) {
+    sk_layout_t L = NULL;
+    sk_status st = SK_STATUS_INTERNAL_ERROR;
+    switch (kind) {
+    case CPC_WINDOW:
+        st = causal ? sk_layout_create_window(&L, g, 150, 0)
+                    : sk_layout_create_window(&L, g, 100, 130);
+        break;
+    case CPC_SINKS_WINDOW:
+        st = sk_layout_create_sinks_window(&L, g, 40, 200);
+        break;
+    case CPC_RANDOM:
+        st = sk_layout_create_random(&L, g, 3, seed, 0);
+        break;
+    default:
+        break;
+    }
+    return st == SK_STATUS_SUCCESS ? L : NULL;
+}
+
+void cpc_rows(void *dst, const void *src, int64_t esize, int64_t B, int64_t S, int64_t Sr,
+              int64_t row_elems, int64_t t0, int64_t l0, int64_t n, int to_global) {
+    const size_t bytes = (size_t)(n * row_elems * esize);
+    for (int64_t b = 0; b < B; ++b) {
+        const size_t g = (size_t)((b * S + t0) * row_elems * esize);
+        const size_t l = (size_t)((b * Sr + l0) * row_elems * esize);
+        if (to_global)
+            memcpy((char *)dst + g, (const char *)src + l, bytes);
+        else
+            memcpy((char *)dst + l, (const char *)src + g, bytes);
+    }
+}
+
+int64_t cpc_slice_head(const sk_bsr *L, int64_t heads_q, int64_t heads_kv, int64_t hq) {
+    if (L->grid.heads == 1) return 0;
+    return L->grid.heads == heads_q ? hq : hq / (heads_q / heads_kv);
+}

@@ -1,0 +1,46 @@
+/*
+ * cp_case.h - what the context-parallel tests share (tests/cpu/test_cp.c,
+ * the simulated CPU run; tests/gpu/test_cp_gpu.c, the CUDA run): the
+ * layouts they shard, the copy of token rows between global tensors and a
+ * rank's shard, and the slice a query head reads.
+ */
+#ifndef SK_TESTS_CP_CASE_H
+#define SK_TESTS_CP_CASE_H
+
+#include <stdint.h>
+
+#include "sparsek.h"
+
+/* One sharded problem: R ranks, the sharding, the mask, the layout kind
+ * (below; test_cp.c adds top-k), the shapes, blocks, layout slices, seed. */
+typedef struct cp_case {
+    int32_t ranks;
+    sk_cp_sharding sharding;
+    int causal, kind;
+    sk_dtype dtype;
+    int64_t batch, seq, heads_q, heads_kv, head_dim;
+    int32_t block, layout_batch, layout_heads;
+    uint64_t seed;
+} cp_case;
+
+/* The layout kinds both tests draw (test_cp.c adds top-k of its own). */
+enum { CPC_WINDOW, CPC_SINKS_WINDOW, CPC_RANDOM, CPC_KINDS };
+extern const char *const cpc_kind_names[CPC_KINDS];
+
+/* A layout of kind over grid g (window: left 150 causal, else 100 left and
+ * 130 right; sinks 40 + window 200; random: 3 blocks a row over every
+ * block, so with causal some lie above the diagonal and some rows are
+ * empty). NULL when the builder fails (sk_last_error says why). */
+sk_layout_t cpc_layout(int kind, int causal, const sk_grid *g, uint64_t seed);
+
+/* Token rows [t0, t0 + n) of a global [B, S, H, D] tensor (row_elems = H
+ * x D elements of esize bytes) to rows [l0, l0 + n) of a shard [B, Sr, H,
+ * D], or back when to_global. */
+void cpc_rows(void *dst, const void *src, int64_t esize, int64_t B, int64_t S, int64_t Sr,
+              int64_t row_elems, int64_t t0, int64_t l0, int64_t n, int to_global);
+
+/* The layout slice head that query head hq reads (slices per batch:
+ * layout heads 1, heads_kv or heads_q). */
+int64_t cpc_slice_head(const sk_bsr *L, int64_t heads_q, int64_t heads_kv, int64_t hq);
+
+#endif /* SK_TESTS_CP_CASE_H */
