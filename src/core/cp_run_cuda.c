@@ -28,7 +28,7 @@
  * Workspace sections (256-byte aligned): the plan copy, send bytes,
  * receive bytes, K and V remote [B, remote_keys, Hkv, D] in the dtype, O_b
  * [B, S_r, Hq, D] in the dtype (chunk c packed [B, S_c, ...] from element
- * B x q_start x Hq x D), LSE_a and LSE_b [B, Hq, S_r] fp32 (chunk c's
+ * B x q_start x Hq x D; empty when every remote pass merges in the kernel), LSE_a and LSE_b [B, Hq, S_r] fp32 (chunk c's
  * [B, Hq, S_c] from B x q_start x Hq), then the attention workspaces of
  * the passes (chunk 0 local, chunk 0 remote, chunk 1 local, chunk 1
  * remote).
@@ -102,16 +102,34 @@ static int has_pass(const sk_cp_ctx *c, int i) {
     return chunk < c->rp->chunks && (i % 2 == 0 || c->rp->chunk[chunk].remote_nnz > 0);
 }
 
+/* Whether every remote pass merges in the kernel (carry-in): then O_b is
+ * not needed. Asks the device; without one (or for a problem the passes
+ * refuse, which the workspace sizes below report) the answer is no. */
+static int carry_everywhere(const sk_cp_ctx *c) {
+    int carry = 1;
+    for (int32_t i = 0; carry && i < c->rp->chunks; ++i) {
+        if (c->rp->chunk[i].remote_nnz == 0) continue;
+        sk_attention_desc a;
+        sk_bsr L;
+        int yes = 0;
+        pass_layout(c, &c->rp->chunk[i], 1, NULL, &L);
+        carry = pass_desc(c, &c->rp->chunk[i], 1, &a) == SK_STATUS_SUCCESS &&
+                sk_attention_carry_supported(&a, &L, &yes) == SK_STATUS_SUCCESS && yes;
+    }
+    return carry;
+}
+
 sk_status sk_cp_cuda_workspace(sk_cp_ctx *c) {
     const sk_cp_desc *d = c->d;
     const sk_cp_rank_plan *rp = c->rp;
     const int64_t B = d->batch, Hq = d->heads_q, Hkv = d->heads_kv, D = d->head_dim;
+    c->carry = carry_everywhere(c);
     const int64_t f[CW_ATT][5] = {{c->h->total_bytes, 1, 1, 1, 1},
                                   {rp->send_bytes, 1, 1, 1, 1},
                                   {rp->recv_bytes, 1, 1, 1, 1},
                                   {B, rp->remote_keys, Hkv, D, c->esize},
                                   {B, rp->remote_keys, Hkv, D, c->esize},
-                                  {B, rp->tokens, Hq, D, c->esize},
+                                  {B, rp->tokens, Hq, D, c->carry ? 0 : c->esize},
                                   {B, Hq, rp->tokens, 1, 4},
                                   {B, Hq, rp->tokens, 1, 4}};
     for (int p = 0; p < CW_ATT; ++p) {
@@ -294,19 +312,7 @@ sk_status sk_cp_cuda_forward(const sk_cp_ctx *c, sk_comm_t comm, const void *q, 
     const sk_cp_desc *d = c->d;
     const sk_cp_rank_plan *rp = c->rp;
     const int32_t R = d->ranks, r = d->rank;
-    /* Whether the remote passes merge in the kernel (asked before anything
-     * is enqueued: the answer needs the device). */
-    int carry = 1;
-    for (int32_t i = 0; i < rp->chunks; ++i) {
-        if (rp->chunk[i].remote_nnz == 0) continue;
-        sk_attention_desc a;
-        sk_bsr L;
-        int yes = 0;
-        SK_TRY(pass_desc(c, &rp->chunk[i], 1, &a));
-        pass_layout(c, &rp->chunk[i], 1, NULL, &L);
-        SK_TRY(sk_attention_carry_supported(&a, &L, &yes));
-        carry = carry && yes;
-    }
+    const int carry = c->carry; /* the remote passes merge in the kernel */
     struct CUstream_st *side = stream;
     if (rp->send_bytes > 0 || rp->recv_bytes > 0) {
         SK_TRY(sk_cuda_cp_fork(comm->streams, stream, &side));
