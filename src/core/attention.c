@@ -35,8 +35,8 @@ sk_status sk_attention_desc_init(sk_attention_desc *desc, size_t struct_size) {
     SK_ENTER("sk_attention_desc_init");
     SK_CHECK_NOT_NULL(desc);
     if (struct_size != SK_ATTENTION_DESC_V1_SIZE)
-        SK_TRY(sk_check_init_struct_size(struct_size, sizeof(sk_attention_desc),
-                                         "sk_attention_desc"));
+        SK_TRY(
+            sk_check_init_struct_size(struct_size, sizeof(sk_attention_desc), "sk_attention_desc"));
     memset(desc, 0, struct_size);
     desc->struct_size = struct_size;
     desc->backend = SK_BACKEND_CUDA;
@@ -158,7 +158,8 @@ sk_status sk_attention_layout_slices(const sk_bsr *layout, int32_t row_blocks, i
                         "layout grid heads = %d must be 1, heads_kv = %lld or heads_q = %lld",
                         (int)g->heads, (long long)p->heads_kv, (long long)p->heads_q);
     if (layout->nnz < 0)
-        return sk_error(SK_STATUS_BAD_LAYOUT_COUNT, "layout nnz = %d is negative", (int)layout->nnz);
+        return sk_error(SK_STATUS_BAD_LAYOUT_COUNT, "layout nnz = %d is negative",
+                        (int)layout->nnz);
     if (layout->row_offsets == NULL)
         return sk_error(SK_STATUS_BAD_PARAM_NULL_POINTER, "layout->row_offsets must not be NULL");
     if (layout->col_indices == NULL && layout->nnz > 0)
@@ -237,10 +238,9 @@ sk_status sk_attention_check_sizes(const sk_attention_problem *p, const char *q_
 /* Everything that needs no tensor pointer: descriptor, shapes, strides,
  * layout geometry. Fills *p except the tensor pointers. */
 sk_status sk_attention_check_geometry(const sk_attention_desc *d, const sk_bsr *layout,
-                                     sk_attention_problem *p) {
+                                      sk_attention_problem *p) {
     if (d == NULL) return sk_error(SK_STATUS_BAD_PARAM_NULL_POINTER, "desc must not be NULL");
-    const int64_t sizes[6] = {d->batch,   d->seq_q,    d->seq_k,
-                              d->heads_q, d->heads_kv, d->head_dim};
+    const int64_t sizes[6] = {d->batch, d->seq_q, d->seq_k, d->heads_q, d->heads_kv, d->head_dim};
     sk_dtype out_dtype;
     SK_TRY(check_desc(d, sizes, &out_dtype));
     sk_attention_problem_init(p, d->backend, d->dtype, sizes, d->scale, d->mask);
@@ -360,8 +360,7 @@ sk_status sk_attention_check_workspace_apart(const sk_attention_problem *p, cons
 static sk_status check_descales(const sk_attention_problem *p, sk_buffer out[3]) {
     const float *const ptr[3] = {p->q_descale, p->k_descale, p->v_descale};
     const int64_t heads[3] = {p->heads_q, p->heads_kv, p->heads_kv};
-    static const char *const names[3] = {"desc->q_descale", "desc->k_descale",
-                                          "desc->v_descale"};
+    static const char *const names[3] = {"desc->q_descale", "desc->k_descale", "desc->v_descale"};
     for (int i = 0; i < 3; ++i) {
         if (ptr[i] != NULL) SK_TRY(sk_check_alignment(ptr[i], NULL, 4, 4, 0, names[i]));
         /* batch and heads fit int32 (sk_check_attention_shape): no overflow. */
@@ -387,14 +386,13 @@ static sk_status check_aliasing(const sk_attention_problem *p, const sk_buffer *
 }
 
 /* Host layouts are checked in full; device ones cannot be read here. */
-sk_status sk_attention_check_layout_content(const sk_attention_problem *p,
-                                           const sk_bsr *layout) {
+sk_status sk_attention_check_layout_content(const sk_attention_problem *p, const sk_bsr *layout) {
     if (p->backend == SK_BACKEND_CPU) return sk_layout_check(layout);
     return SK_STATUS_SUCCESS;
 }
 
 sk_status sk_attention_problem_workspace_size(const sk_attention_problem *p,
-                                               size_t *workspace_bytes) {
+                                              size_t *workspace_bytes) {
     if (p->backend == SK_BACKEND_CPU) {
         *workspace_bytes = 0;
         return SK_STATUS_SUCCESS;
@@ -411,8 +409,8 @@ sk_status sk_attention_workspace_size(const sk_attention_desc *desc, const sk_bs
     return sk_attention_problem_workspace_size(&p, workspace_bytes);
 }
 
-static sk_status plan_checked(const sk_attention_problem *p, void *workspace,
-                              size_t workspace_size, struct CUstream_st *stream) {
+static sk_status plan_checked(const sk_attention_problem *p, void *workspace, size_t workspace_size,
+                              struct CUstream_st *stream) {
     if (p->backend == SK_BACKEND_CPU) return SK_STATUS_SUCCESS;
     return sk_cuda_attention_plan(p, workspace, workspace_size, stream);
 }
@@ -430,16 +428,18 @@ sk_status sk_attention_plan(const sk_attention_desc *desc, const sk_bsr *layout,
     return plan_checked(&p, workspace, workspace_size, stream);
 }
 
-static sk_status run_checked(const sk_attention_problem *p, void *workspace,
-                             size_t workspace_size, struct CUstream_st *stream) {
+static sk_status run_checked(const sk_attention_problem *p, void *workspace, size_t workspace_size,
+                             struct CUstream_st *stream) {
     if (p->backend == SK_BACKEND_CPU) return sk_cpu_attention_run(p);
     return sk_cuda_attention_run(p, workspace, workspace_size, stream);
 }
 
-/* sk_attention_run's checks and run, with a carried-in LSE or none. */
+/* sk_attention_run's checks and run, with a carried-in LSE or none, all
+ * tiles or a part (part NULL: all, no reserve). */
 static sk_status run_call(const sk_attention_desc *desc, const sk_bsr *layout, const void *q,
                           const void *k, const void *v, void *o, float *lse, const float *lse_carry,
-                          void *workspace, size_t workspace_size, struct CUstream_st *stream) {
+                          const sk_attention_part *part, void *workspace, size_t workspace_size,
+                          struct CUstream_st *stream) {
     sk_attention_problem p;
     SK_TRY(sk_attention_check_geometry(desc, layout, &p));
     sk_buffer buffers[SK_ATTN_BUFFERS];
@@ -447,6 +447,11 @@ static sk_status run_call(const sk_attention_desc *desc, const sk_bsr *layout, c
     SK_TRY(check_aliasing(&p, buffers, workspace, workspace_size));
     SK_TRY(sk_attention_check_layout_content(&p, layout));
     p.lse_carry = lse_carry;
+    if (part != NULL) {
+        p.tile_first = part->tile_first;
+        p.tile_count = part->tile_count;
+        p.reserve_sms = part->reserve_sms;
+    }
     return run_checked(&p, workspace, workspace_size, stream);
 }
 
@@ -454,11 +459,11 @@ sk_status sk_attention_run(const sk_attention_desc *desc, const sk_bsr *layout, 
                            const void *k, const void *v, void *o, float *lse, void *workspace,
                            size_t workspace_size, struct CUstream_st *stream) {
     SK_ENTER("sk_attention_run");
-    return run_call(desc, layout, q, k, v, o, lse, NULL, workspace, workspace_size, stream);
+    return run_call(desc, layout, q, k, v, o, lse, NULL, NULL, workspace, workspace_size, stream);
 }
 
 sk_status sk_attention_carry_supported(const sk_attention_desc *desc, const sk_bsr *layout,
-                                      int *supported) {
+                                       int *supported) {
     sk_attention_problem p;
     *supported = 0;
     SK_TRY(sk_attention_check_geometry(desc, layout, &p));
@@ -466,17 +471,24 @@ sk_status sk_attention_carry_supported(const sk_attention_desc *desc, const sk_b
     return sk_cuda_attention_carry_supported(&p, supported);
 }
 
-sk_status sk_attention_run_carry(const sk_attention_desc *desc, const sk_bsr *layout,
-                                 const void *q, const void *k, const void *v, void *o, float *lse,
+sk_status sk_attention_run_carry(const sk_attention_desc *desc, const sk_bsr *layout, const void *q,
+                                 const void *k, const void *v, void *o, float *lse,
                                  const float *lse_carry, void *workspace, size_t workspace_size,
                                  struct CUstream_st *stream) {
-    return run_call(desc, layout, q, k, v, o, lse, lse_carry, workspace, workspace_size, stream);
+    return run_call(desc, layout, q, k, v, o, lse, lse_carry, NULL, workspace, workspace_size,
+                    stream);
+}
+
+sk_status sk_attention_run_part(const sk_attention_desc *desc, const sk_bsr *layout, const void *q,
+                                const void *k, const void *v, void *o, float *lse,
+                                const sk_attention_part *part, void *workspace,
+                                size_t workspace_size, struct CUstream_st *stream) {
+    return run_call(desc, layout, q, k, v, o, lse, NULL, part, workspace, workspace_size, stream);
 }
 
 sk_status sk_attention_forward(const sk_attention_desc *desc, const sk_bsr *layout, const void *q,
-                               const void *k, const void *v, void *o, float *lse,
-                               void *workspace, size_t workspace_size,
-                               struct CUstream_st *stream) {
+                               const void *k, const void *v, void *o, float *lse, void *workspace,
+                               size_t workspace_size, struct CUstream_st *stream) {
     SK_ENTER("sk_attention_forward");
     sk_attention_problem p;
     SK_TRY(sk_attention_check_geometry(desc, layout, &p));

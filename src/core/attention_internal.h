@@ -27,6 +27,19 @@ sk_status sk_attention_run_carry(const sk_attention_desc *desc, const sk_bsr *la
                                  const float *lse_carry, void *workspace, size_t workspace_size,
                                  struct CUstream_st *stream);
 
+/* A part of a run on the Hopper kernel (context parallel's first local
+ * pass): the tiles of the plan's order tile_first .. + tile_count - 1 (the
+ * plan's order has batch x heads_q x row_blocks tiles), on a persistent
+ * grid leaving reserve_sms SMs free. Its parts together are the run. */
+typedef struct sk_attention_part {
+    int64_t tile_first, tile_count;
+    int32_t reserve_sms;
+} sk_attention_part;
+sk_status sk_attention_run_part(const sk_attention_desc *desc, const sk_bsr *layout,
+                                const void *q, const void *k, const void *v, void *o, float *lse,
+                                const sk_attention_part *part, void *workspace,
+                                size_t workspace_size, struct CUstream_st *stream);
+
 /* desc->struct_size (desc not NULL): sizeof(sk_attention_desc), or the
  * size before the FP8 fields (out_dtype and on), which older callers pass;
  * messages name the descriptor `what` ("desc", "attn"). */

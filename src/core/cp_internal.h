@@ -53,6 +53,7 @@ typedef struct sk_cp_ctx {
     int64_t offsets[SK_CP_WS_MAX + 1];
     size_t att_bytes[4]; /* CUDA: the passes' attention workspaces (chunk x local/remote) */
     int carry;           /* CUDA: every remote pass merges in the kernel (no O_b) */
+    int split;           /* CUDA: the first local pass runs on the Hopper kernel, in parts */
 } sk_cp_ctx;
 
 /* Append a section of `bytes` (aligned to `align`) to c's workspace;

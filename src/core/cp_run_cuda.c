@@ -28,10 +28,9 @@
  * Workspace sections (256-byte aligned): the plan copy, send bytes,
  * receive bytes, K and V remote [B, remote_keys, Hkv, D] in the dtype, O_b
  * [B, S_r, Hq, D] in the dtype (chunk c packed [B, S_c, ...] from element
- * B x q_start x Hq x D; empty when every remote pass merges in the kernel), LSE_a and LSE_b [B, Hq, S_r] fp32 (chunk c's
- * [B, Hq, S_c] from B x q_start x Hq), then the attention workspaces of
- * the passes (chunk 0 local, chunk 0 remote, chunk 1 local, chunk 1
- * remote).
+ * B x q_start x Hq x D; empty when every remote pass merges in the kernel), LSE_a and LSE_b [B, Hq,
+ * S_r] fp32 (chunk c's [B, Hq, S_c] from B x q_start x Hq), then the attention workspaces of the
+ * passes (chunk 0 local, chunk 0 remote, chunk 1 local, chunk 1 remote).
  */
 #include <string.h>
 
@@ -119,11 +118,23 @@ static int carry_everywhere(const sk_cp_ctx *c) {
     return carry;
 }
 
+/* Whether chunk 0's local pass runs on the Hopper fixed kernel (which
+ * alone runs a part of its tiles, first_local_pass). */
+static int first_pass_on_hopper(const sk_cp_ctx *c) {
+    sk_attention_desc a;
+    sk_bsr L;
+    int yes = 0;
+    pass_layout(c, &c->rp->chunk[0], 0, NULL, &L);
+    return pass_desc(c, &c->rp->chunk[0], 0, &a) == SK_STATUS_SUCCESS &&
+           sk_attention_carry_supported(&a, &L, &yes) == SK_STATUS_SUCCESS && yes;
+}
+
 sk_status sk_cp_cuda_workspace(sk_cp_ctx *c) {
     const sk_cp_desc *d = c->d;
     const sk_cp_rank_plan *rp = c->rp;
     const int64_t B = d->batch, Hq = d->heads_q, Hkv = d->heads_kv, D = d->head_dim;
     c->carry = carry_everywhere(c);
+    c->split = first_pass_on_hopper(c);
     const int64_t f[CW_ATT][5] = {{c->h->total_bytes, 1, 1, 1, 1},
                                   {rp->send_bytes, 1, 1, 1, 1},
                                   {rp->recv_bytes, 1, 1, 1, 1},
@@ -275,10 +286,11 @@ static sk_status exchange(const sk_cp_ctx *c, sk_comm_t comm, const void *k, con
 }
 
 /* One pass of chunk i (remote: over the received blocks, into O_b, or with
- * carry into o in place, its LSE into lse_out). */
+ * carry into o in place, its LSE into lse_out; a local one may be a part
+ * of its tiles). */
 static sk_status pass(const sk_cp_ctx *c, int32_t i, int remote, int carry, const void *q,
-                      const void *k, const void *v, void *o, float *lse_out, char *ws,
-                      struct CUstream_st *stream) {
+                      const void *k, const void *v, void *o, float *lse_out,
+                      const sk_attention_part *part, char *ws, struct CUstream_st *stream) {
     const sk_cp_desc *d = c->d;
     const sk_cp_chunk_plan *cp = &c->rp->chunk[i];
     sk_attention_desc a;
@@ -302,8 +314,31 @@ static sk_status pass(const sk_cp_ctx *c, int32_t i, int remote, int carry, cons
     char *oc = remote ? ws + c->offsets[CW_OB] + d->batch * cp->q_start * row
                       : (char *)o + cp->q_start * row;
     float *lc = remote ? (float *)(void *)(ws + c->offsets[CW_LB]) + lo : la;
+    if (part != NULL)
+        return sk_attention_run_part(&a, &L, qc, kc, vc, oc, lc, part, ws + c->offsets[slot],
+                                     c->att_bytes[2 * i + remote], stream);
     return sk_attention_run(&a, &L, qc, kc, vc, oc, lc, ws + c->offsets[slot],
                             c->att_bytes[2 * i + remote], stream);
+}
+
+/* SMs the first local pass leaves to NCCL, and the share of its tiles it
+ * runs so (measured: whichever of NCCL's kernel and the persistent
+ * attention kernel is dispatched first takes the SMs; when the attention
+ * wins, the exchange waits for the whole pass, docs/perf/
+ * context_parallel.md section 9). */
+enum { kNcclSms = 16, kFirstPartShare = 8 };
+
+/* The local pass of chunk 0 while the exchange is in flight, on the
+ * Hopper kernel: its first tiles on a grid that leaves NCCL kNcclSms SMs,
+ * then the rest on the whole GPU. */
+static sk_status first_local_pass(const sk_cp_ctx *c, const void *q, const void *k, const void *v,
+                                  void *o, char *ws, struct CUstream_st *stream) {
+    const int64_t tiles = c->d->batch * c->d->heads_q * c->rp->chunk[0].blocks;
+    const int64_t first = tiles / kFirstPartShare;
+    if (first < 1) return pass(c, 0, 0, 0, q, k, v, o, NULL, NULL, ws, stream);
+    const sk_attention_part a = {0, first, kNcclSms}, b = {first, tiles - first, 0};
+    SK_TRY(pass(c, 0, 0, 0, q, k, v, o, NULL, &a, ws, stream));
+    return pass(c, 0, 0, 0, q, k, v, o, NULL, &b, ws, stream);
 }
 
 sk_status sk_cp_cuda_forward(const sk_cp_ctx *c, sk_comm_t comm, const void *q, const void *k,
@@ -318,7 +353,11 @@ sk_status sk_cp_cuda_forward(const sk_cp_ctx *c, sk_comm_t comm, const void *q, 
         SK_TRY(sk_cuda_cp_fork(comm->streams, stream, &side));
         SK_TRY(exchange(c, comm, k, v, ws, side, stream));
     }
-    for (int32_t i = 0; i < rp->chunks; ++i) SK_TRY(pass(c, i, 0, 0, q, k, v, o, NULL, ws, stream));
+    /* Parts only while an exchange is in flight, on the Hopper kernel. */
+    const int split = c->split && (rp->send_bytes > 0 || rp->recv_bytes > 0);
+    for (int32_t i = 0; i < rp->chunks; ++i)
+        SK_TRY(i == 0 && split ? first_local_pass(c, q, k, v, o, ws, stream)
+                               : pass(c, i, 0, 0, q, k, v, o, NULL, NULL, ws, stream));
     if (rp->recv_bytes > 0 || rp->send_bytes > 0) SK_TRY(sk_cuda_cp_join(comm->streams, stream));
     const sk_cp_pair *pairs = sk_cp_plan_pairs(c->h);
     int64_t ro = 0;
@@ -339,8 +378,8 @@ sk_status sk_cp_cuda_forward(const sk_cp_ctx *c, sk_comm_t comm, const void *q, 
              * is the whole shard, else into LSE_b and copied to its rows. */
             float *lb = (float *)(void *)(ws + c->offsets[CW_LB]) + lo;
             const int direct = rp->chunks == 1;
-            SK_TRY(
-                pass(c, i, 1, 1, q, k, v, o, direct ? lse : (lse != NULL ? lb : NULL), ws, stream));
+            SK_TRY(pass(c, i, 1, 1, q, k, v, o, direct ? lse : (lse != NULL ? lb : NULL), NULL, ws,
+                        stream));
             if (direct || lse == NULL) continue;
             const sk_cp_merge_problem copy = {d->dtype,    d->batch,   cp->tokens,  d->heads_q,
                                               d->head_dim, rp->tokens, cp->q_start, o,
@@ -348,7 +387,7 @@ sk_status sk_cp_cuda_forward(const sk_cp_ctx *c, sk_comm_t comm, const void *q, 
             SK_TRY(sk_cuda_cp_merge(&copy, stream));
             continue;
         }
-        if (remote) SK_TRY(pass(c, i, 1, 0, q, k, v, o, NULL, ws, stream));
+        if (remote) SK_TRY(pass(c, i, 1, 0, q, k, v, o, NULL, NULL, ws, stream));
         const sk_cp_merge_problem m = {
             d->dtype,
             d->batch,

@@ -56,6 +56,13 @@ typedef struct sk_attention_problem {
      * and lse_carry [B, Hq, Sq] its LSE; the run continues from it (O in
      * place, lse the merged one). The Hopper fixed kernel only. */
     const float *lse_carry;
+    /* A part of the run (context parallel's first local pass, cp_run_cuda.c;
+     * 0 in every other problem): the tiles of the plan's order from
+     * tile_first on, tile_count of them (0: all), on a persistent grid
+     * that leaves reserve_sms SMs free (for NCCL's kernel). The Hopper
+     * fixed kernel only. */
+    int64_t tile_first, tile_count;
+    int32_t reserve_sms;
 
     /* FP8 inputs (the fixed-batch forward only; sparsek.h, sk_attention_desc):
      * O's dtype (equal to dtype unless dtype is E4M3, then F16 or BF16) and

@@ -165,12 +165,21 @@ extern "C" sk_status sk_cuda_attention_run(const sk_attention_problem *p, void *
     s.tile_counter = (int32_t *)(base + w.counter);
     s.num_tiles = w.tiles;
     s.tile_info = (const int4 *)(base + w.info);
+    s.part_count = 0;
+    if ((p->lse_carry != NULL || p->tile_count > 0 || p->reserve_sms > 0) &&
+        choice != SK_KERNEL_SM90)
+        return sk_error(SK_STATUS_NOT_SUPPORTED,
+                        "a carried-in partial result or a part of the tiles needs the Hopper "
+                        "kernel (this problem: the portable one)");
+    if (p->tile_count > 0) { /* a part of the plan's order (problem.h) */
+        if (p->tile_first < 0 || p->tile_first + p->tile_count > s.num_tiles)
+            return sk_error(SK_STATUS_INTERNAL_ERROR, "tiles %lld + %lld of %d",
+                            (long long)p->tile_first, (long long)p->tile_count, (int)s.num_tiles);
+        s.tile_order += p->tile_first;
+        s.part_count = (int32_t)p->tile_count;
+    }
     SK_CUDA_TRY(cudaMemsetAsync(s.tile_counter, 0, sizeof(int32_t), stream),
                 "cudaMemsetAsync (tile counter)");
-    if (p->lse_carry != NULL && choice != SK_KERNEL_SM90)
-        return sk_error(SK_STATUS_NOT_SUPPORTED,
-                        "a carried-in partial result needs the Hopper kernel (this problem: "
-                        "the portable one)");
     if (choice == SK_KERNEL_SM90_FP8) return sk_attention_sm90_fp8_launch(p, &s, stream);
     if (choice == SK_KERNEL_SM90) return sk_attention_sm90_launch(p, &s, stream);
     return sk_attention_sm80_launch(p, &s, stream);

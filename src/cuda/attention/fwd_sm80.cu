@@ -401,6 +401,7 @@ sk_status sk_attention_sm80_varlen_launch(const sk_attention_varlen_problem *vp,
     s.tile_counter = plan->tile_counter;
     s.num_tiles = plan->num_tiles;
     s.tile_info = plan->tile_info;
+    s.part_count = 0;
     sk_sm80_params k;
     sk_sm80_fill_params(p, &s, k);
     /* A tile's cursor b is its sequence's first token (sk_sm80_tile_of):

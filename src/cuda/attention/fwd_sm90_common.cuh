@@ -146,7 +146,8 @@ struct sk90_params {
     const int32_t *col_indices;
     const int32_t *tile_order;
     int32_t *tile_counter;
-    int32_t num_tiles;
+    int32_t num_tiles;   /* tile ids are below it */
+    int32_t order_count; /* positions of tile_order this launch takes (fixed modes) */
     int32_t seq_q, seq_k, heads_q, group;
     int32_t row_blocks, col_blocks;
     int32_t layout_batch, layout_heads, head_div, nnz;
@@ -409,6 +410,7 @@ static inline void sk90_params_fill(sk90_params *prm, const sk_attention_problem
     prm->tile_order = tile_order;
     prm->tile_counter = tile_counter;
     prm->num_tiles = num_tiles;
+    prm->order_count = num_tiles;
     prm->seq_q = (int32_t)p->seq_q;
     prm->seq_k = (int32_t)p->seq_k;
     prm->heads_q = (int32_t)p->heads_q;
@@ -440,7 +442,12 @@ static inline sk_status sk90_grid(int32_t num_tiles, int *grid) {
 static inline sk_status sk90_fill_params(sk90_params *prm, const sk_attention_problem *p,
                                          const sk_attention_schedule *s, int *grid) {
     sk90_params_fill(prm, p, s->tile_order, s->tile_counter, s->num_tiles, p->row_blocks);
-    return sk90_grid(s->num_tiles, grid);
+    if (s->part_count > 0) prm->order_count = s->part_count; /* a part of the run */
+    SK_TRY(sk90_grid(prm->order_count, grid));
+    /* A part of the run (p->reserve_sms): that many SMs stay free. */
+    if (p->reserve_sms > 0 && *grid > 1)
+        *grid = *grid - p->reserve_sms > 1 ? *grid - p->reserve_sms : 1;
+    return SK_STATUS_SUCCESS;
 }
 
 

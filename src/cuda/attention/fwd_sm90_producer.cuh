@@ -145,7 +145,7 @@ __device__ void sk90_scheduler(const sk90_params &p, const sk90_vparams &v, uint
             if (lane == 0) tile = sk90_schedule_varlen<L>(p, v, base, slot, phase);
         } else if (lane == 0) {
             const int idx = atomicAdd(p.tile_counter, 1);
-            if (idx < p.num_tiles) {
+            if (idx < p.order_count) {
                 tile = __ldg(p.tile_order + idx);
                 if (tile < 0 || tile >= p.num_tiles) tile = kTileSkip;
             }

@@ -32,6 +32,8 @@ typedef struct sk_attention_schedule {
     int32_t num_tiles;         /* batch * heads_q * row_blocks */
     const int4 *tile_info;     /* [num_tiles] device; per slot {tile, first position, end,
                                   first column}, written by the plan (sm80 kernel) */
+    int32_t part_count;        /* 0: the whole order; else the Hopper fixed kernel takes
+                                  this many tiles from tile_order on (a part of the run) */
 } sk_attention_schedule;
 
 /* The schedule's view of an attention problem (fwd.cu): one tile per
