@@ -7,8 +7,9 @@ kernel) of build/cp_speed.
         build/cp_speed --seq 1048576 --reps 3
     python3 bench/cp_timeline.py t.csv
 
-The last run on a device is its last kernels back to an idle gap of more than
-2 ms (the bench's host barrier between runs). Prints one JSON object: per device, each
+The last run on a device starts at the packing before its last NCCL kernel (or
+at that NCCL kernel, on a rank that sends nothing) and runs to the device's
+last kernel. Prints one JSON object: per device, each
 kernel of that run (short name, stream, start and duration in microseconds
 from the run's first kernel) and the run's span.
 """
@@ -16,12 +17,11 @@ import csv
 import json
 import sys
 
-GAP_NS = 2_000_000
 
 
 def short(name):
     for plain in ("sk_cp_copy_kernel", "sk_cp_merge_kernel", "sk_cp_lse_copy_kernel",
-                  "sk_attention_sm90_kernel", "sk_attention_sm80", "nccl", "sk_schedule"):
+                  "sk_attention_sm90_carry_kernel", "sk_attention_sm90_kernel", "sk_attention_sm80", "nccl", "sk_schedule"):
         if plain.lower() in name.lower():
             return plain
     return name[:48]
@@ -38,14 +38,16 @@ def main(path):
     out = {}
     for dev, ks in sorted(kernels.items()):
         ks.sort()
-        # The last run: walk back from the last kernel while the device was
-        # busy (runs are separated by the bench's host barrier, > 2 ms idle).
-        i = len(ks) - 1
-        busy_until = max(k[1] for k in ks[:i]) if i else 0
-        while i > 0 and ks[i][0] - busy_until < GAP_NS:
-            i -= 1
-            busy_until = max(k[1] for k in ks[:i]) if i else 0
-        run = ks[i:]
+        # The last run starts at the packing before its NCCL kernel (on the
+        # side stream, after the previous run's NCCL), or at the NCCL
+        # kernel itself on a rank that sends nothing.
+        nccl = [i for i, k in enumerate(ks) if k[2] == "nccl"]
+        start = nccl[-1] if nccl else 0
+        prev = nccl[-2] if len(nccl) > 1 else -1
+        for i in range(start - 1, prev, -1):
+            if ks[i][2] == "sk_cp_copy_kernel" and ks[i][3] == ks[start][3]:
+                start = i
+        run = ks[start:]
         t0 = run[0][0]
         out[dev] = {
             "span_us": round((max(k[1] for k in run) - t0) / 1e3, 1),

@@ -37,8 +37,6 @@
 
 enum { WS_SEND, WS_RECV, WS_Q, WS_K, WS_V, WS_KR, WS_VR, WS_OA, WS_OB, WS_LA, WS_LB, WS_PARTS };
 
-typedef sk_cp_ctx cp_ctx;
-
 /* The plan against the descriptor: one made for another problem would
  * exchange and index wrongly. */
 static sk_status check_plan(const sk_cp_desc *d, const sk_cp_plan_header *h) {
@@ -66,8 +64,8 @@ sk_status sk_cp_ws_add(sk_cp_ctx *c, int64_t bytes, int64_t align) {
     int64_t at = c->offsets[c->parts];
     if (c->parts >= SK_CP_WS_MAX || bytes < 0 || !sk_add_i64(at, bytes, &at) ||
         !sk_add_i64(at, align - 1, &at))
-        return sk_error(SK_STATUS_BAD_PARAM_OVERFLOW,
-                        "the workspace of rank %d does not fit int64", (int)c->d->rank);
+        return sk_error(SK_STATUS_BAD_PARAM_OVERFLOW, "the workspace of rank %d does not fit int64",
+                        (int)c->d->rank);
     c->offsets[++c->parts] = at / align * align;
     return SK_STATUS_SUCCESS;
 }
@@ -75,7 +73,7 @@ sk_status sk_cp_ws_add(sk_cp_ctx *c, int64_t bytes, int64_t align) {
 /* Descriptor, plan, and the workspace sections of desc->rank. */
 /* check_layouts: whether to check the layouts' content (sk_cp_plan_check:
  * the CUDA run reads them from sk_cp_prepare's checked device copy). */
-static sk_status open_ctx(const sk_cp_desc *d, const void *plan, size_t plan_bytes, cp_ctx *c,
+static sk_status open_ctx(const sk_cp_desc *d, const void *plan, size_t plan_bytes, sk_cp_ctx *c,
                           const char *api, int check_layouts) {
     SK_TRY(sk_cp_check_desc(d));
     SK_TRY(sk_cp_plan_open(plan, plan_bytes, &c->h));
@@ -95,13 +93,17 @@ static sk_status open_ctx(const sk_cp_desc *d, const void *plan, size_t plan_byt
     }
     const int64_t S = c->rp->tokens;
     const int64_t B = d->batch, Hq = d->heads_q, Hkv = d->heads_kv, D = d->head_dim;
-    const int64_t f[WS_PARTS][5] = {
-        {c->rp->send_bytes, 1, 1, 1, 1}, {c->rp->recv_bytes, 1, 1, 1, 1},
-        {B, S, Hq, D, 4},                {B, S, Hkv, D, 4},
-        {B, S, Hkv, D, 4},               {B, c->rp->remote_keys, Hkv, D, 4},
-        {B, c->rp->remote_keys, Hkv, D, 4}, {B, S, Hq, D, 4},
-        {B, S, Hq, D, 4},                {B, Hq, S, 1, 4},
-        {B, Hq, S, 1, 4}};
+    const int64_t f[WS_PARTS][5] = {{c->rp->send_bytes, 1, 1, 1, 1},
+                                    {c->rp->recv_bytes, 1, 1, 1, 1},
+                                    {B, S, Hq, D, 4},
+                                    {B, S, Hkv, D, 4},
+                                    {B, S, Hkv, D, 4},
+                                    {B, c->rp->remote_keys, Hkv, D, 4},
+                                    {B, c->rp->remote_keys, Hkv, D, 4},
+                                    {B, S, Hq, D, 4},
+                                    {B, S, Hq, D, 4},
+                                    {B, Hq, S, 1, 4},
+                                    {B, Hq, S, 1, 4}};
     for (int p = 0; p < WS_PARTS; ++p) {
         int64_t bytes;
         if (!sk_product_i64(f[p], 5, &bytes))
@@ -115,7 +117,7 @@ static sk_status open_ctx(const sk_cp_desc *d, const void *plan, size_t plan_byt
 sk_status sk_cp_workspace_size(const sk_cp_desc *desc, const void *plan, size_t plan_bytes,
                                size_t *workspace_bytes) {
     SK_ENTER("sk_cp_workspace_size");
-    cp_ctx c;
+    sk_cp_ctx c;
     SK_TRY(open_ctx(desc, plan, plan_bytes, &c, "sk_cp_workspace_size", 1));
     SK_CHECK_NOT_NULL(workspace_bytes);
     *workspace_bytes = (size_t)c.offsets[c.parts];
@@ -123,9 +125,9 @@ sk_status sk_cp_workspace_size(const sk_cp_desc *desc, const void *plan, size_t 
 }
 
 sk_status sk_cp_prepare(const sk_cp_desc *desc, const void *plan, size_t plan_bytes,
-                       void *workspace, size_t workspace_size, struct CUstream_st *stream) {
+                        void *workspace, size_t workspace_size, struct CUstream_st *stream) {
     SK_ENTER("sk_cp_prepare");
-    cp_ctx c;
+    sk_cp_ctx c;
     SK_TRY(open_ctx(desc, plan, plan_bytes, &c, "sk_cp_prepare", 1));
     const size_t need = (size_t)c.offsets[c.parts];
     if (workspace == NULL || workspace_size < need)
@@ -142,15 +144,14 @@ sk_status sk_cp_prepare(const sk_cp_desc *desc, const void *plan, size_t plan_by
 }
 
 /* Pointers, sizes, alignment, the workspace, aliasing, the communicator. */
-static sk_status check_call(const cp_ctx *c, sk_comm_t comm, const void *q, const void *k,
-                            const void *v, void *o, float *lse, const void *plan,
-                            size_t plan_bytes, void *workspace, size_t workspace_size) {
+static sk_status check_call(const sk_cp_ctx *c, sk_comm_t comm, const void *q, const void *k,
+                            const void *v, void *o, float *lse, const void *plan, size_t plan_bytes,
+                            void *workspace, size_t workspace_size) {
     const sk_cp_desc *d = c->d;
     SK_CHECK_NOT_NULL(comm);
     if (comm->ranks != d->ranks || comm->rank != d->rank)
-        return sk_error(SK_STATUS_BAD_PARAM_VALUE,
-                        "comm is rank %d of %d, desc says rank %d of %d", (int)comm->rank,
-                        (int)comm->ranks, (int)d->rank, (int)d->ranks);
+        return sk_error(SK_STATUS_BAD_PARAM_VALUE, "comm is rank %d of %d, desc says rank %d of %d",
+                        (int)comm->rank, (int)comm->ranks, (int)d->rank, (int)d->ranks);
     SK_CHECK_NOT_NULL(q);
     SK_CHECK_NOT_NULL(k);
     SK_CHECK_NOT_NULL(v);
@@ -160,8 +161,7 @@ static sk_status check_call(const cp_ctx *c, sk_comm_t comm, const void *q, cons
     const int64_t kf[5] = {d->batch, S, d->heads_kv, d->head_dim, c->esize};
     const int64_t lf[4] = {d->batch, d->heads_q, S, 4};
     int64_t qb, kb, lb;
-    if (!sk_product_i64(qf, 5, &qb) || !sk_product_i64(kf, 5, &kb) ||
-        !sk_product_i64(lf, 4, &lb))
+    if (!sk_product_i64(qf, 5, &qb) || !sk_product_i64(kf, 5, &kb) || !sk_product_i64(lf, 4, &lb))
         return sk_error(SK_STATUS_BAD_PARAM_OVERFLOW,
                         "the shard of rank %d (%lld tokens) has a byte size beyond int64",
                         (int)d->rank, (long long)S);
@@ -199,7 +199,7 @@ static sk_status check_call(const cp_ctx *c, sk_comm_t comm, const void *q, cons
 }
 
 /* Steps 1-3: pack, exchange, widen, unpack. */
-static sk_status exchange(const cp_ctx *c, sk_comm_t comm, const void *q, const void *k,
+static sk_status exchange(const sk_cp_ctx *c, sk_comm_t comm, const void *q, const void *k,
                           const void *v, char *ws, struct CUstream_st *stream) {
     const sk_cp_desc *d = c->d;
     const sk_cp_plan_header *h = c->h;
@@ -248,7 +248,7 @@ static sk_status exchange(const cp_ctx *c, sk_comm_t comm, const void *q, const 
 /* One partial pass of chunk cp: queries from the shard's fp32 Q, keys k/v
  * (keys tokens, seq stride key_seq), the chunk's local or remote layout
  * (remote: no mask, see the header comment). */
-static sk_status pass(const cp_ctx *c, const sk_cp_chunk_plan *cp, const float *q32,
+static sk_status pass(const sk_cp_ctx *c, const sk_cp_chunk_plan *cp, const float *q32,
                       const float *k, const float *v, int64_t keys, int64_t key_seq, int remote,
                       float *o, float *lse) {
     const sk_cp_desc *d = c->d;
@@ -276,14 +276,13 @@ static sk_status pass(const cp_ctx *c, const sk_cp_chunk_plan *cp, const float *
     return sk_attention_forward(&a, &L, q32 + cp->q_start * qs[1], k, v, o, lse, NULL, 0, NULL);
 }
 
-sk_status sk_cp_forward(const sk_cp_desc *desc, const void *plan, size_t plan_bytes,
-                        sk_comm_t comm, const void *q, const void *k, const void *v, void *o,
-                        float *lse, void *workspace, size_t workspace_size,
-                        struct CUstream_st *stream) {
+sk_status sk_cp_forward(const sk_cp_desc *desc, const void *plan, size_t plan_bytes, sk_comm_t comm,
+                        const void *q, const void *k, const void *v, void *o, float *lse,
+                        void *workspace, size_t workspace_size, struct CUstream_st *stream) {
     SK_ENTER("sk_cp_forward");
-    cp_ctx c;
-    SK_TRY(open_ctx(desc, plan, plan_bytes, &c, "sk_cp_forward",
-                    !sk_backend_is_cuda(desc->backend)));
+    sk_cp_ctx c;
+    SK_TRY(
+        open_ctx(desc, plan, plan_bytes, &c, "sk_cp_forward", !sk_backend_is_cuda(desc->backend)));
     SK_TRY(check_call(&c, comm, q, k, v, o, lse, plan, plan_bytes, workspace, workspace_size));
     char *ws = workspace;
     if (sk_backend_is_cuda(desc->backend))
@@ -308,8 +307,8 @@ sk_status sk_cp_forward(const sk_cp_desc *desc, const void *plan, size_t plan_by
         SK_TRY(pass(&c, cp, q32, k32, v32, cp->local_keys, c.rp->tokens, 0, oa + po * HD,
                     la + po * desc->heads_q));
         if (cp->remote_nnz > 0)
-            SK_TRY(pass(&c, cp, q32, kr, vr, c.rp->remote_keys, c.rp->remote_keys, 1,
-                        ob + po * HD, lb + po * desc->heads_q));
+            SK_TRY(pass(&c, cp, q32, kr, vr, c.rp->remote_keys, c.rp->remote_keys, 1, ob + po * HD,
+                        lb + po * desc->heads_q));
     }
     for (int32_t i = 0; i < c.rp->chunks; ++i) {
         const sk_cp_chunk_plan *cp = &c.rp->chunk[i];

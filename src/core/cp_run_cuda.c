@@ -101,32 +101,25 @@ static int has_pass(const sk_cp_ctx *c, int i) {
     return chunk < c->rp->chunks && (i % 2 == 0 || c->rp->chunk[chunk].remote_nnz > 0);
 }
 
-/* Whether every remote pass merges in the kernel (carry-in): then O_b is
- * not needed. Asks the device; without one (or for a problem the passes
- * refuse, which the workspace sizes below report) the answer is no. */
-static int carry_everywhere(const sk_cp_ctx *c) {
-    int carry = 1;
-    for (int32_t i = 0; carry && i < c->rp->chunks; ++i) {
-        if (c->rp->chunk[i].remote_nnz == 0) continue;
-        sk_attention_desc a;
-        sk_bsr L;
-        int yes = 0;
-        pass_layout(c, &c->rp->chunk[i], 1, NULL, &L);
-        carry = pass_desc(c, &c->rp->chunk[i], 1, &a) == SK_STATUS_SUCCESS &&
-                sk_attention_carry_supported(&a, &L, &yes) == SK_STATUS_SUCCESS && yes;
-    }
-    return carry;
-}
-
-/* Whether chunk 0's local pass runs on the Hopper fixed kernel (which
- * alone runs a part of its tiles, first_local_pass). */
-static int first_pass_on_hopper(const sk_cp_ctx *c) {
+/* Whether chunk i's local or remote pass runs on the Hopper fixed kernel,
+ * the one that merges by carry-in and runs a part of its tiles. Asks the
+ * device; without one (or for a problem the passes refuse, which the
+ * workspace sizes below report) the answer is no. */
+static int pass_on_hopper(const sk_cp_ctx *c, int32_t i, int remote) {
     sk_attention_desc a;
     sk_bsr L;
     int yes = 0;
-    pass_layout(c, &c->rp->chunk[0], 0, NULL, &L);
-    return pass_desc(c, &c->rp->chunk[0], 0, &a) == SK_STATUS_SUCCESS &&
+    pass_layout(c, &c->rp->chunk[i], remote, NULL, &L);
+    return pass_desc(c, &c->rp->chunk[i], remote, &a) == SK_STATUS_SUCCESS &&
            sk_attention_carry_supported(&a, &L, &yes) == SK_STATUS_SUCCESS && yes;
+}
+
+/* Whether every remote pass merges in the kernel (carry-in): then O_b is
+ * not needed. */
+static int carry_everywhere(const sk_cp_ctx *c) {
+    for (int32_t i = 0; i < c->rp->chunks; ++i)
+        if (c->rp->chunk[i].remote_nnz > 0 && !pass_on_hopper(c, i, 1)) return 0;
+    return 1;
 }
 
 sk_status sk_cp_cuda_workspace(sk_cp_ctx *c) {
@@ -134,7 +127,7 @@ sk_status sk_cp_cuda_workspace(sk_cp_ctx *c) {
     const sk_cp_rank_plan *rp = c->rp;
     const int64_t B = d->batch, Hq = d->heads_q, Hkv = d->heads_kv, D = d->head_dim;
     c->carry = carry_everywhere(c);
-    c->split = first_pass_on_hopper(c);
+    c->split = pass_on_hopper(c, 0, 0); /* first_local_pass's parts */
     const int64_t f[CW_ATT][5] = {{c->h->total_bytes, 1, 1, 1, 1},
                                   {rp->send_bytes, 1, 1, 1, 1},
                                   {rp->recv_bytes, 1, 1, 1, 1},
@@ -324,8 +317,10 @@ static sk_status pass(const sk_cp_ctx *c, int32_t i, int remote, int carry, cons
 /* SMs the first local pass leaves to NCCL, and the share of its tiles it
  * runs so (measured: whichever of NCCL's kernel and the persistent
  * attention kernel is dispatched first takes the SMs; when the attention
- * wins, the exchange waits for the whole pass, docs/perf/
- * context_parallel.md section 9). */
+ * wins, the exchange waits for the whole pass). The traces show NCCL's
+ * kernel starting at the boundary between the two parts, not on the free
+ * SMs: the boundary is what works; whether the reserve earns its cost is
+ * not measured yet (docs/perf/context_parallel.md section 9). */
 enum { kNcclSms = 16, kFirstPartShare = 8 };
 
 /* The local pass of chunk 0 while the exchange is in flight, on the
