@@ -18,9 +18,11 @@
  *                 written by the run's pre-pass
  *
  * Plan (on the stream; no host sync, graph safe): T (bwd_transpose.cu),
- * then the two schedules. Run: checks, then the portable kernels
- * (bwd_sm80.cu): pre-pass, dK/dV, dQ. Every backend runs the portable
- * kernels (sm_80+); SK_BACKEND_CUDA_SM90 still requires compute capability
+ * then the two schedules. Run: checks, then pre-pass, dK/dV, dQ
+ * (bwd_sm80.cu). On a Hopper device (SK_BACKEND_CUDA and _SM90) the dK/dV
+ * and dQ passes run the Hopper kernels where they cover the problem
+ * (bwd_kernels.h), else the portable ones; SK_BACKEND_CUDA_SM80 always runs
+ * the portable kernels. SK_BACKEND_CUDA_SM90 requires compute capability
  * 9.0, so that one descriptor serves a Hopper forward and its backward.
  */
 #include <stdint.h>
@@ -129,10 +131,9 @@ static sk_status sk_bwd_prepare(const sk_attention_backward_problem *bp, sk_bwd_
  * and the aligned base. */
 static sk_status sk_bwd_prepare_enqueue(const sk_attention_backward_problem *bp, void *workspace,
                                         size_t workspace_size, sk_bwd_shape *s,
-                                        sk_bwd_workspace *w, char **base) {
+                                        sk_bwd_workspace *w, char **base, int *hopper) {
     SK_TRY(sk_bwd_prepare(bp, s, w));
-    int hopper = 0;
-    SK_TRY(sk_cuda_check_arch(bp->fwd.backend, &hopper));
+    SK_TRY(sk_cuda_check_arch(bp->fwd.backend, hopper));
     sk_plan_layout whole = {};
     whole.total = w->total;
     SK_TRY(sk_schedule_check_workspace(&whole, workspace, workspace_size,
@@ -156,7 +157,8 @@ extern "C" sk_status sk_cuda_attention_backward_plan(const sk_attention_backward
     sk_bwd_shape s;
     sk_bwd_workspace w;
     char *base;
-    SK_TRY(sk_bwd_prepare_enqueue(bp, workspace, workspace_size, &s, &w, &base));
+    int hopper = 0;
+    SK_TRY(sk_bwd_prepare_enqueue(bp, workspace, workspace_size, &s, &w, &base, &hopper));
     const sk_attention_problem *p = &bp->fwd;
     int32_t *t_offsets = (int32_t *)(base + w.t_offsets);
     int32_t *t_entries = (int32_t *)(base + w.t_entries);
@@ -173,12 +175,14 @@ extern "C" sk_status sk_cuda_attention_backward_run(const sk_attention_backward_
     sk_bwd_shape s;
     sk_bwd_workspace w;
     char *base;
-    SK_TRY(sk_bwd_prepare_enqueue(bp, workspace, workspace_size, &s, &w, &base));
+    int hopper = 0;
+    SK_TRY(sk_bwd_prepare_enqueue(bp, workspace, workspace_size, &s, &w, &base, &hopper));
     sk_bwd_plan_view v;
     v.dq_info = (const int4 *)(base + w.dq_at + w.dq.info);
     v.dkv_info = (const int4 *)(base + w.dkv_at + w.dkv.info);
     v.t_entries = (const int32_t *)(base + w.t_entries);
     v.lse2 = (float *)(base + w.lse2);
     v.dl = (float *)(base + w.dl);
+    v.hopper = hopper && bp->fwd.backend != SK_BACKEND_CUDA_SM80;
     return sk_attention_bwd_sm80_launch(bp, &s, &v, stream);
 }

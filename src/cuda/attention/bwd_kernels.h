@@ -60,6 +60,7 @@ typedef struct sk_bwd_plan_view {
     const int32_t *t_entries; /* [nnz] T entries */
     float *lse2;              /* [B * Hq, sq_pad] LSE * log2(e), written by the pre-pass */
     float *dl;                /* [B * Hq, sq_pad] Dl = rowsum(dO * O), the same */
+    int hopper;               /* the run may use the Hopper kernels (bwd.cu) */
 } sk_bwd_plan_view;
 
 /* The portable backward (mma.sync, ldmatrix, cp.async), compute capability
@@ -70,5 +71,20 @@ sk_status sk_attention_bwd_sm80_check(const sk_attention_backward_problem *p);
 sk_status sk_attention_bwd_sm80_launch(const sk_attention_backward_problem *p,
                                        const sk_bwd_shape *s, const sk_bwd_plan_view *v,
                                        cudaStream_t stream);
+
+/* The Hopper backward kernels (sm_90a; bwd_sm90_dkv.cu, bwd_sm90_dq.cu),
+ * each one pass of the portable sequence, run after the pre-pass when the
+ * device is Hopper and the backend is not SK_BACKEND_CUDA_SM80. A kernel
+ * that does not cover a problem sets *launched = 0 and returns success
+ * without enqueuing anything (no error message): the portable kernel then
+ * runs that pass. Same semantics, masks, NaN rules and determinism as the
+ * portable pass (bwd_sm80.cu's header comment). */
+struct sk_bwd_params;
+sk_status sk_attention_bwd_sm90_dkv_launch(const sk_attention_backward_problem *bp,
+                                           const sk_bwd_shape *s, const struct sk_bwd_params *k,
+                                           cudaStream_t stream, int *launched);
+sk_status sk_attention_bwd_sm90_dq_launch(const sk_attention_backward_problem *bp,
+                                          const sk_bwd_shape *s, const struct sk_bwd_params *k,
+                                          cudaStream_t stream, int *launched);
 
 #endif /* SK_CUDA_ATTENTION_BWD_KERNELS_H */

@@ -59,6 +59,7 @@
 #include <cuda_fp16.h>
 
 #include "cuda/attention/bwd_kernels.h"
+#include "cuda/attention/bwd_params.h"
 #include "cuda/attention/sm80_common.cuh"
 #include "cuda/common/cuda_check.cuh"
 #include "cuda/common/ptx.cuh"
@@ -73,26 +74,6 @@ enum {
     SK_BWD_MAX_SEQ = 0x7fffffff - 2 * 128
 };
 
-static const float SK_BWD_LOG2E = 1.4426950408889634f;
-
-/* Kernel parameters: byte strides; seq strides fit 32 bits (checked). */
-typedef struct sk_bwd_params {
-    const char *q, *k, *v, *o, *dout;
-    char *dq, *dk, *dv;
-    const float *lse; /* [B, Hq, Sq] */
-    float *lse2, *dl; /* [B * Hq, sq_pad] workspace */
-    int64_t q_sb, q_sh, k_sb, k_sh, v_sb, v_sh, o_sb, o_sh, do_sb, do_sh;
-    int64_t dq_sb, dq_sh, dk_sb, dk_sh, dv_sb, dv_sh;
-    int32_t q_ss, k_ss, v_ss, o_ss, do_ss, dq_ss, dk_ss, dv_ss;
-    int32_t seq_q, seq_k, diag, sq_pad, q_tiles; /* diag = Sk - Sq; q_tiles = sq_pad / 64 */
-    int32_t heads_q, heads_kv, group;
-    int32_t block_q, block_k, row_blocks, col_blocks, nnz, causal;
-    const int32_t *col_indices;
-    const int4 *dq_info, *dkv_info; /* the plan's schedules */
-    const int32_t *t_entries;       /* the transposed layout's entries */
-    int32_t dq_tiles, dkv_tiles, t_group, t_reps; /* t_reps = group / t_group */
-    float scale, scale_log2;                      /* s and s log2(e), signed */
-} sk_bwd_params;
 
 /* This warp's 16 accumulator rows (m16n8 fragments over D: acc[dt] holds
  * rows g, g + 8 and columns 8 dt + 2 t4, + 1) times `mul`, rounded to the
@@ -319,29 +300,42 @@ sk_status sk_attention_bwd_sm80_check(const sk_attention_backward_problem *bp) {
     return SK_STATUS_SUCCESS;
 }
 
-/* The pre-pass, then the dK/dV and dQ kernels, on the stream. */
+/* The pre-pass, then the dK/dV and dQ passes on the stream: each pass on
+ * the Hopper kernel when `hopper` and it covers the problem, else on the
+ * portable kernel. */
 template <int kDtype, int kD>
-static sk_status sk_bwd_launch_typed(const sk_bwd_params &k, const sk_bwd_shape *s,
+static sk_status sk_bwd_launch_typed(const sk_attention_backward_problem *bp,
+                                     const sk_bwd_params &k, const sk_bwd_shape *s, int hopper,
                                      cudaStream_t stream) {
     const int prepass = (s->dq_tiles / k.row_blocks) * k.q_tiles; /* B * Hq * q_tiles */
     sk_bwd_prepass_kernel<kDtype, kD><<<prepass, SK_BWD_THREADS, 0, stream>>>(k);
     SK_CUDA_TRY(cudaGetLastError(), "backward pre-pass kernel launch");
 
-    void (*dkv)(sk_bwd_params) = sk_bwd_dkv_kernel<kDtype, kD>;
-    const int dkv_smem = (int)sk_bwd_dkv_smem_bytes<kD>();
-    SK_CUDA_TRY(cudaFuncSetAttribute(dkv, cudaFuncAttributeMaxDynamicSharedMemorySize, dkv_smem),
-                "cudaFuncSetAttribute (backward dK/dV)");
-    const int dkv_grid = s->dkv_tiles * (k.block_k / SK_BWD_TILE);
-    dkv<<<dkv_grid, SK_BWD_THREADS, dkv_smem, stream>>>(k);
-    SK_CUDA_TRY(cudaGetLastError(), "backward dK/dV kernel launch");
+    int launched = 0;
+    if (hopper) SK_TRY(sk_attention_bwd_sm90_dkv_launch(bp, s, &k, stream, &launched));
+    if (!launched) {
+        void (*dkv)(sk_bwd_params) = sk_bwd_dkv_kernel<kDtype, kD>;
+        const int dkv_smem = (int)sk_bwd_dkv_smem_bytes<kD>();
+        SK_CUDA_TRY(cudaFuncSetAttribute(dkv, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         dkv_smem),
+                    "cudaFuncSetAttribute (backward dK/dV)");
+        const int dkv_grid = s->dkv_tiles * (k.block_k / SK_BWD_TILE);
+        dkv<<<dkv_grid, SK_BWD_THREADS, dkv_smem, stream>>>(k);
+        SK_CUDA_TRY(cudaGetLastError(), "backward dK/dV kernel launch");
+    }
 
-    void (*dq)(sk_bwd_params) = sk_bwd_dq_kernel<kDtype, kD>;
-    const int dq_smem = (int)sk_bwd_dq_smem_bytes<kD>();
-    SK_CUDA_TRY(cudaFuncSetAttribute(dq, cudaFuncAttributeMaxDynamicSharedMemorySize, dq_smem),
-                "cudaFuncSetAttribute (backward dQ)");
-    const int dq_grid = s->dq_tiles * (k.block_q / SK_BWD_TILE);
-    dq<<<dq_grid, SK_BWD_THREADS, dq_smem, stream>>>(k);
-    SK_CUDA_TRY(cudaGetLastError(), "backward dQ kernel launch");
+    launched = 0;
+    if (hopper) SK_TRY(sk_attention_bwd_sm90_dq_launch(bp, s, &k, stream, &launched));
+    if (!launched) {
+        void (*dq)(sk_bwd_params) = sk_bwd_dq_kernel<kDtype, kD>;
+        const int dq_smem = (int)sk_bwd_dq_smem_bytes<kD>();
+        SK_CUDA_TRY(cudaFuncSetAttribute(dq, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         dq_smem),
+                    "cudaFuncSetAttribute (backward dQ)");
+        const int dq_grid = s->dq_tiles * (k.block_q / SK_BWD_TILE);
+        dq<<<dq_grid, SK_BWD_THREADS, dq_smem, stream>>>(k);
+        SK_CUDA_TRY(cudaGetLastError(), "backward dQ kernel launch");
+    }
     return SK_STATUS_SUCCESS;
 }
 
@@ -406,9 +400,10 @@ sk_status sk_attention_bwd_sm80_launch(const sk_attention_backward_problem *bp,
     k.t_reps = p->group / s->t_group;
     k.scale = p->scale;
     k.scale_log2 = p->scale * SK_BWD_LOG2E;
+    const int h = v->hopper;
     if (p->dtype == SK_DTYPE_F16)
-        return p->head_dim == 64 ? sk_bwd_launch_typed<SK_DTYPE_F16, 64>(k, s, stream)
-                                 : sk_bwd_launch_typed<SK_DTYPE_F16, 128>(k, s, stream);
-    return p->head_dim == 64 ? sk_bwd_launch_typed<SK_DTYPE_BF16, 64>(k, s, stream)
-                             : sk_bwd_launch_typed<SK_DTYPE_BF16, 128>(k, s, stream);
+        return p->head_dim == 64 ? sk_bwd_launch_typed<SK_DTYPE_F16, 64>(bp, k, s, h, stream)
+                                 : sk_bwd_launch_typed<SK_DTYPE_F16, 128>(bp, k, s, h, stream);
+    return p->head_dim == 64 ? sk_bwd_launch_typed<SK_DTYPE_BF16, 64>(bp, k, s, h, stream)
+                             : sk_bwd_launch_typed<SK_DTYPE_BF16, 128>(bp, k, s, h, stream);
 }

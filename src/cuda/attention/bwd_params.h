@@ -1,0 +1,35 @@
+/*
+ * bwd_params.h - the parameter block that every CUDA attention backward
+ * kernel takes (the portable ones in bwd_sm80.cu, the Hopper ones in
+ * bwd_sm90_*.cu): pointers, byte strides, sizes and the plan's arrays,
+ * filled once by sk_attention_bwd_sm80_launch (bwd_sm80.cu).
+ */
+#ifndef SK_CUDA_ATTENTION_BWD_PARAMS_H
+#define SK_CUDA_ATTENTION_BWD_PARAMS_H
+
+#include <stdint.h>
+
+#include <cuda_runtime.h>
+
+static const float SK_BWD_LOG2E = 1.4426950408889634f;
+
+/* Kernel parameters: byte strides; seq strides fit 32 bits (checked). */
+typedef struct sk_bwd_params {
+    const char *q, *k, *v, *o, *dout;
+    char *dq, *dk, *dv;
+    const float *lse; /* [B, Hq, Sq] */
+    float *lse2, *dl; /* [B * Hq, sq_pad] workspace */
+    int64_t q_sb, q_sh, k_sb, k_sh, v_sb, v_sh, o_sb, o_sh, do_sb, do_sh;
+    int64_t dq_sb, dq_sh, dk_sb, dk_sh, dv_sb, dv_sh;
+    int32_t q_ss, k_ss, v_ss, o_ss, do_ss, dq_ss, dk_ss, dv_ss;
+    int32_t seq_q, seq_k, diag, sq_pad, q_tiles; /* diag = Sk - Sq; q_tiles = sq_pad / 64 */
+    int32_t heads_q, heads_kv, group;
+    int32_t block_q, block_k, row_blocks, col_blocks, nnz, causal;
+    const int32_t *col_indices;
+    const int4 *dq_info, *dkv_info;               /* the plan's schedules */
+    const int32_t *t_entries;                     /* the transposed layout's entries */
+    int32_t dq_tiles, dkv_tiles, t_group, t_reps; /* t_reps = group / t_group */
+    float scale, scale_log2;                      /* s and s log2(e), signed */
+} sk_bwd_params;
+
+#endif /* SK_CUDA_ATTENTION_BWD_PARAMS_H */
