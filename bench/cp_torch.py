@@ -278,7 +278,7 @@ def main() -> int:
     ap.add_argument("--window", type=int, default=4096, help="window tokens")
     ap.add_argument("--topk", type=int, default=16, help="random blocks per row below the window")
     ap.add_argument("--sharding", choices=["zigzag", "contiguous"], default="zigzag")
-    ap.add_argument("--exchange", choices=["all_to_all", "p2p"], default="all_to_all")
+    ap.add_argument("--exchange", choices=["all_to_all", "p2p", "library"], default="all_to_all")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--repeat", type=int, default=10)

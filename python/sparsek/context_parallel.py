@@ -243,7 +243,13 @@ def cp_attention(q, k, v, plan: CpPlan, group=None, *, out=None, lse=None, excha
     (batch_isend_irecv, one send and one receive per non-empty pair; with
     NCCL make one collective on the group before its first use, torch's
     rule for a first batch_isend_irecv). It runs asynchronously while the
-    local passes compute. stats: an optional dict, filled with sent_bytes,
+    local passes compute. exchange="library" (CUDA tensors, an NCCL group,
+    torch >= 2.8) hands the rank's whole run to the library's sk_cp_forward
+    over the group's own NCCL communicator (ProcessGroupNCCL._comm_ptr()):
+    packing and exchange on a side stream under the local passes, the
+    remote passes merged in the kernel on Hopper; the same result rule
+    (cp_library.py). Its stats report the plan's bytes, which is what the
+    library sends. stats: an optional dict, filled with sent_bytes,
     recv_bytes (what was handed to torch.distributed), plan_send_bytes,
     plan_recv_bytes, exchange.
 

@@ -40,7 +40,7 @@ from ._lib import DType
 from .attention import attention
 from .layout import Layout
 
-_EXCHANGES = ("all_to_all", "p2p")
+_EXCHANGES = ("all_to_all", "p2p", "library")
 _MERGE_ROWS = 1 << 15  # tokens per merge step: bounds the fp32 temporaries
 
 
@@ -326,6 +326,21 @@ def cp_attention(q, k, v, plan, group=None, *, out=None, lse=None, exchange="all
     inputs = [(q, "q"), (k, "k"), (v, "v")]
     _check_out(out, "out", (B, shard_tokens, Hq, D), q.dtype, q.device, inputs)
     _check_out(lse, "lse", (B, Hq, shard_tokens), torch.float32, q.device, inputs + [(out, "out")])
+    if exchange == "library":
+        from .cp_library import run as run_library
+
+        if out is None:
+            out = torch.empty((B, shard_tokens, Hq, D), dtype=q.dtype, device=q.device)
+        if lse is None:
+            lse = torch.empty((B, Hq, shard_tokens), dtype=torch.float32, device=q.device)
+        elif not lse.is_contiguous():
+            raise ValueError("lse must be contiguous with exchange = 'library'")
+        run_library(q, k, v, plan, group, rank, out, lse)
+        if stats is not None:  # the library sends exactly the plan's units
+            stats.update(sent_bytes=plan.send_bytes(rank), recv_bytes=plan.recv_bytes(rank),
+                         plan_send_bytes=plan.send_bytes(rank), plan_recv_bytes=plan.recv_bytes(rank),
+                         exchange=exchange)
+        return out, lse
     rv = _rank_view(plan, rank, q.device)
     blk, causal, scale = plan.block, plan.causal, plan.dims[5]
     # CPU: fp32 passes (the CPU backend's exact type); CUDA: the dtype.

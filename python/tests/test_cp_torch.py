@@ -130,6 +130,7 @@ def _bad_inputs(rank, ranks, log, group):
     _expect(ValueError, "out", lambda: cp(q, k, v, plan, out=torch.empty(1)))
     _expect(ValueError, "lse", lambda: cp(q, k, v, plan, lse=torch.empty(B, HQ, 1)))
     _expect(ValueError, "exchange", lambda: cp(q, k, v, plan, exchange="ring"))
+    _expect(ValueError, "exchange = 'library' runs CUDA", lambda: cp(q, k, v, plan, exchange="library"))
     qq = q.clone()
     _expect(ValueError, "out shares its storage with q", lambda: cp(qq, k, v, plan, out=qq))
     kk = k.clone()
@@ -318,6 +319,9 @@ GPU_CASES = [  # (layout, causal, sharding, dtype, exchange)
     ("sinks_window", True, "zigzag", "bfloat16", "all_to_all"),
     ("random", False, "contiguous", "float16", "p2p"),
     ("causal", True, "zigzag", "bfloat16", "p2p"),
+    # The library's own run (sk_cp_forward) over torch's NCCL communicator.
+    ("sinks_window", True, "zigzag", "bfloat16", "library"),
+    ("random", False, "contiguous", "float16", "library"),
 ]
 
 
