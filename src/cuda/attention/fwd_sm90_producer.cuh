@@ -28,6 +28,14 @@ __device__ __forceinline__ void sk90_load_kv(const CUtensorMap *tm, uint32_t dst
         sk_tma_load_4d(dst + s * L::kSlab128, tm, s * L::kBoxCols, hk, c * kBlockN, b, bar, policy);
 }
 
+/* Tuning knob (compile-time, an A/B build for the measurement): 1, the
+ * default, reads a block's pages one block ahead of its K load (below); 0
+ * reads them after the wait for the stage, the order before this change
+ * (docs/perf/varlen_paged.md, "Page indices off the issue path"). */
+#ifndef SK90_PAGE_LOOKAHEAD
+#define SK90_PAGE_LOOKAHEAD 1
+#endif
+
 /* Paged: lane j's page of block c (box j: keys c * 128 + j * page_size
  * on), or -1 when box j does not exist or starts at or past len_k (so a
  * table entry past the sequence is never read). Every lane of the TMA warp
@@ -44,7 +52,8 @@ __device__ __forceinline__ int sk90_page_of_lane(const sk90_vparams &p, const sk
 }
 
 /* Paged: block c's K or V into the stage at dst, the whole TMA warp; pg is
- * lane j's page of the block (sk90_page_of_lane). The lead waits for the
+ * lane j's page of the block (sk90_page_of_lane; read here, after the
+ * wait, when SK90_PAGE_LOOKAHEAD is 0). The lead waits for the
  * stage; lane j issues box j (page_size rows per 64-column slab, landing at
  * row j * page_size: a multiple of 8 rows, so the 128-byte swizzle is the
  * one a single 128-row box gives) when its page is in [0, num_pages). The
@@ -57,12 +66,14 @@ __device__ __forceinline__ int sk90_page_of_lane(const sk90_vparams &p, const sk
 template <class L>
 __device__ __forceinline__ void sk90_issue_pages(const sk90_vparams &p, const CUtensorMap *tm,
                                                  uint32_t dst, uint32_t full, uint32_t empty,
-                                                 uint32_t phase, int pg, int hk, bool lead,
+                                                 uint32_t phase, int pg, const sk90_seq &sq,
+                                                 int c, int hk, bool lead,
                                                  volatile int32_t *info_out, int32_t info,
                                                  volatile int32_t *absent_out, const char *what) {
     const int lane = threadIdx.x % 32;
     if (lead) sk_mbar_wait(empty, phase ^ 1, what);
     __syncwarp();
+    if constexpr (!SK90_PAGE_LOOKAHEAD) pg = sk90_page_of_lane(p, sq, c);
     const bool load = (unsigned)pg < (unsigned)p.num_pages; /* -1: no box */
     const uint32_t loaded = __ballot_sync(0xffffffffu, load);
     if (lead) {
@@ -280,7 +291,7 @@ __device__ void sk90_producer(const sk90_params &p, const sk90_vparams &v, uint3
          * Q waits. */
         int pg0 = -1, pg1 = -1, pg2 = -1;
         (void)pg0, (void)pg1, (void)pg2;
-        if constexpr (MODE == kSk90Paged)
+        if constexpr (MODE == kSk90Paged && SK90_PAGE_LOOKAHEAD)
             if (has0) pg0 = sk90_page_of_lane(v, sq, c0);
         /* The consumers learn from the slot whether the tile has blocks, and
          * later each block's index from its K stage: they read no layout. */
@@ -336,10 +347,11 @@ __device__ void sk90_producer(const sk90_params &p, const sk90_vparams &v, uint3
          * the stage's arrival, which releases it). */
         bool has1 = sk90_cursor_next<MODE>(p, t, cur, &c1);
         if constexpr (MODE == kSk90Paged) {
-            if (has1) pg1 = sk90_page_of_lane(v, sq, c1);
+            if (SK90_PAGE_LOOKAHEAD && has1) pg1 = sk90_page_of_lane(v, sq, c1);
             sk90_issue_pages<L>(v, &p.tm_k, base + L::kK + kp.stage * L::kBlockBytes,
                                 base + L::kBarKFull + 8 * kp.stage,
-                                base + L::kBarKEmpty + 8 * kp.stage, kp.phase, pg0, hk, lead,
+                                base + L::kBarKEmpty + 8 * kp.stage, kp.phase, pg0, sq, c0, hk,
+                                lead,
                                 block_info + kp.stage, c0 | (has1 ? kInfoMore : 0),
                                 absent + kp.stage, "K empty");
         } else if (lead) {
@@ -359,11 +371,11 @@ __device__ void sk90_producer(const sk90_params &p, const sk90_vparams &v, uint3
             if (has1) {
                 has2 = sk90_cursor_next<MODE>(p, t, cur, &c2);
                 if constexpr (MODE == kSk90Paged) {
-                    if (has2) pg2 = sk90_page_of_lane(v, sq, c2);
+                    if (SK90_PAGE_LOOKAHEAD && has2) pg2 = sk90_page_of_lane(v, sq, c2);
                     sk90_issue_pages<L>(v, &p.tm_k, base + L::kK + kp.stage * L::kBlockBytes,
                                         base + L::kBarKFull + 8 * kp.stage,
-                                        base + L::kBarKEmpty + 8 * kp.stage, kp.phase, pg1, hk,
-                                        lead, block_info + kp.stage,
+                                        base + L::kBarKEmpty + 8 * kp.stage, kp.phase, pg1, sq,
+                                        c1, hk, lead, block_info + kp.stage,
                                         c1 | (has2 ? kInfoMore : 0), absent + kp.stage,
                                         "K empty");
                 } else if (lead) {
@@ -381,8 +393,8 @@ __device__ void sk90_producer(const sk90_params &p, const sk90_vparams &v, uint3
             if constexpr (MODE == kSk90Paged) {
                 sk90_issue_pages<L>(v, &p.tm_v, base + L::kV + vp.stage * L::kBlockBytes,
                                     base + L::kBarVFull + 8 * vp.stage,
-                                    base + L::kBarVEmpty + 8 * vp.stage, vp.phase, pg0, hk, lead,
-                                    NULL, 0, NULL, "V empty");
+                                    base + L::kBarVEmpty + 8 * vp.stage, vp.phase, pg0, sq, c0,
+                                    hk, lead, NULL, 0, NULL, "V empty");
             } else if (lead) {
                 sk_mbar_wait(base + L::kBarVEmpty + 8 * vp.stage, vp.phase ^ 1, "V empty");
                 if constexpr (L::kTransposeV) v_info[vp.stage] = 0;
