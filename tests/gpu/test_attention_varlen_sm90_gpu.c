@@ -447,6 +447,27 @@ SK_TEST(varlen_sm90_paged_cases) {
     printf("  %d paged cases, %d failed\n", run, failed);
 }
 
+/* Long rows (up to 32 visited blocks per tile, a tail block in each
+ * sequence, many tiles per CTA): the TMA warp reads each block's pages one
+ * block ahead of its K load and two ahead of its V load, passing them from
+ * block to block in registers (fwd_sm90_producer.cuh); a page or absent
+ * mask handed to the wrong block reads other keys, or NaN slots, and fails
+ * here. Every dtype / head dim with page sizes 16 and 32 (8 and 4 boxes
+ * per block), causal and not, padded strides, holes. */
+SK_TEST(varlen_sm90_paged_long_rows) {
+    if (!vg_is_hopper()) return;
+    int failed = 0, run = 0;
+    static const int32_t lq[3] = {300, 0, 64}, lk[3] = {4000, 333, 2600};
+    for (int v = 0; v < 8 && failed < 3; ++v, ++run) {
+        const vc_case c = vs_fixed_case(v, 3, lq, lk, (v >> 2) & 1, 1, 4, 1, 0.9);
+        /* Page size by the parity of v: each dtype, head dim and causal
+         * choice meets both sizes. */
+        const vs_paged pc = {((v ^ v >> 1 ^ v >> 2) & 1) ? 32 : 16, (v >> 1) & 1, 0, 3, 1};
+        failed += vs_run_case(&c, &pc, 3000 + (uint64_t)v);
+    }
+    printf("  %d paged long-row cases, %d failed\n", run, failed);
+}
+
 /* Milliseconds per call of fn over `reps` calls (after one warm-up). */
 typedef int (*vs_call_fn)(void *ctx);
 static double vs_time_ms(vs_call_fn fn, void *ctx, int reps) {
@@ -505,7 +526,7 @@ static int vs_fetch(const vs_dev *d, void *o, size_t o_bytes, float *lse, size_t
 /* B equal sequences of L tokens (a tail of 80): the varlen kernel must
  * equal the fixed-batch Hopper kernel bit for bit (same tiles, blocks,
  * masks; the rows past each sequence are masked and zeroed in both), and
- * the paged kernel (page sizes 16, 64, 128, shuffled pages) the varlen one.
+ * the paged kernel (page sizes 16, 32, 64, 128, shuffled pages) the varlen one.
  * Prints the times of the three (plan included): the issue's ratios at a
  * small scale (B 8, L 2000, Hq 16 / Hkv 2, D 128, bf16, causal, half the
  * blocks). */
@@ -607,8 +628,8 @@ SK_TEST(varlen_sm90_same_as_fixed_and_paged) {
            "varlen %.3f ms (%.1f %% of the fixed rate)\n",
            B, L, (long long)c.heads_q, (long long)c.heads_kv, (int)x.layout.nnz, t_fixed, t_varlen,
            100.0 * t_fixed / t_varlen);
-    static const int32_t sizes[3] = {16, 64, 128};
-    for (int k = 0; k < 3; ++k) {
+    static const int32_t sizes[4] = {16, 32, 64, 128};
+    for (int k = 0; k < 4; ++k) {
         vs_paged pc = {sizes[k], 0, 0, 0, 0};
         int holes = 0;
         gt_device_free(d.lens_k), gt_device_free(d.table);

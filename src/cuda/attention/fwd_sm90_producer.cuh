@@ -28,64 +28,85 @@ __device__ __forceinline__ void sk90_load_kv(const CUtensorMap *tm, uint32_t dst
         sk_tma_load_4d(dst + s * L::kSlab128, tm, s * L::kBoxCols, hk, c * kBlockN, b, bar, policy);
 }
 
-/* Paged: block c of the tile's sequence, one box of page_size rows per
- * page (128 / page_size boxes), each page looked up in the sequence's
- * table row. A box is loaded only if its first key is below len_k and its
- * page index in [0, num_pages): the others are never read (a garbage table
- * cannot send a load out of the cache); their rows are masked and, in V,
- * zeroed by the consumers (sk90_zero_v). Writes the mask of boxes not
- * loaded to *absent_out (a K stage's; NULL for V) before the stage's
- * arrival, which releases it. Lead thread only. */
+/* Tuning knob (compile-time, an A/B build for the measurement): 1, the
+ * default, reads a block's pages one block ahead of its K load (below); 0
+ * reads them after the wait for the stage, the order before this change
+ * (docs/perf/varlen_paged.md, "Page indices off the issue path"). */
+#ifndef SK90_PAGE_LOOKAHEAD
+#define SK90_PAGE_LOOKAHEAD 1
+#endif
+
+/* Paged: lane j's page of block c (box j: keys c * 128 + j * page_size
+ * on), or -1 when box j does not exist or starts at or past len_k (so a
+ * table entry past the sequence is never read). Every lane of the TMA warp
+ * calls it one block ahead of the block's K load (two ahead of its V
+ * load), before the waits for free stages: the table read, a dependent
+ * global load, is in flight while the warp waits, not between a stage
+ * becoming free and its TMA issue (docs/perf/varlen_paged.md, "Page indices
+ * off the issue path"). */
+__device__ __forceinline__ int sk90_page_of_lane(const sk90_vparams &p, const sk90_seq &t, int c) {
+    const int lane = threadIdx.x % 32;
+    const int key = c * kBlockN + lane * p.page_size;
+    if (lane >= (kBlockN >> p.page_shift) || key >= t.len_k) return -1;
+    return __ldg(p.page_table + (int64_t)t.seq * p.table_stride + (key >> p.page_shift));
+}
+
+/* Paged: block c's K or V into the stage at dst, the whole TMA warp; pg is
+ * lane j's page of the block (sk90_page_of_lane; read here, after the
+ * wait, when SK90_PAGE_LOOKAHEAD is 0). The lead waits for the
+ * stage; lane j issues box j (page_size rows per 64-column slab, landing at
+ * row j * page_size: a multiple of 8 rows, so the 128-byte swizzle is the
+ * one a single 128-row box gives) when its page is in [0, num_pages). The
+ * others are never read (a garbage table cannot send a load out of the
+ * cache); their rows are masked and, in V, zeroed by the consumers
+ * (sk90_zero_v). K only (info_out non-NULL): the lead writes the stage's
+ * block info and the mask of boxes not loaded before its arrival, which
+ * releases them. The expected bytes count the boxes issued (0 completes
+ * the phase at once). */
 template <class L>
-__device__ __forceinline__ void sk90_load_pages(const sk90_vparams &p, const CUtensorMap *tm,
-                                                uint32_t dst, uint32_t bar, const sk90_seq &t,
-                                                int hk, int c, volatile int32_t *absent_out) {
-    const int ps = p.page_size, boxes = kBlockN >> p.page_shift;
-    const int32_t *row = p.page_table + (int64_t)t.seq * p.table_stride;
-    int page[8];
-    uint32_t absent = 0;
-    int present = 0;
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-        const int key = c * kBlockN + j * ps;
-        page[j] = j < boxes && key < t.len_k ? __ldg(row + (key >> p.page_shift)) : -1;
-        if (j < boxes && (unsigned)page[j] >= (unsigned)p.num_pages) absent |= 1u << j;
-        present += j < boxes && (unsigned)page[j] < (unsigned)p.num_pages;
+__device__ __forceinline__ void sk90_issue_pages(const sk90_vparams &p, const CUtensorMap *tm,
+                                                 uint32_t dst, uint32_t full, uint32_t empty,
+                                                 uint32_t phase, int pg, const sk90_seq &sq,
+                                                 int c, int hk, bool lead,
+                                                 volatile int32_t *info_out, int32_t info,
+                                                 volatile int32_t *absent_out, const char *what) {
+    const int lane = threadIdx.x % 32;
+    if (lead) sk_mbar_wait(empty, phase ^ 1, what);
+    __syncwarp();
+    if constexpr (!SK90_PAGE_LOOKAHEAD) pg = sk90_page_of_lane(p, sq, c);
+    const bool load = (unsigned)pg < (unsigned)p.num_pages; /* -1: no box */
+    const uint32_t loaded = __ballot_sync(0xffffffffu, load);
+    if (lead) {
+        if (info_out != NULL) {
+            *info_out = info;
+            *absent_out = (int32_t)(~loaded & ((1u << (kBlockN >> p.page_shift)) - 1u));
+        }
+        sk_mbar_arrive_expect_tx(
+            full, (uint32_t)(__popc(loaded) * p.page_size * L::kSlabs * kSlabRowBytes));
     }
-    if (absent_out != NULL) *absent_out = (int32_t)absent;
-    const uint64_t policy = sk_policy_evict_last();
-    /* The bytes of the boxes issued (0 completes the phase at once). */
-    sk_mbar_arrive_expect_tx(bar, (uint32_t)(present * ps * L::kSlabs * kSlabRowBytes));
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-        if (j >= boxes || ((absent >> j) & 1u)) continue;
+    __syncwarp(); /* the expected bytes before any of them arrive */
+    if (load) {
+        const uint64_t policy = sk_policy_evict_last(); /* K/V: reread by the head's tiles */
 #pragma unroll
         for (int s = 0; s < L::kSlabs; ++s)
-            sk_tma_load_4d(dst + s * L::kSlab128 + j * ps * kSlabRowBytes, tm, s * L::kBoxCols,
-                           hk, 0, page[j], bar, policy);
+            sk_tma_load_4d(dst + s * L::kSlab128 + lane * p.page_size * kSlabRowBytes, tm,
+                           s * L::kBoxCols, hk, 0, pg, full, policy);
     }
 }
 
-/* Varlen / paged: block c of a tile's sequence, K or V: 128 packed rows
- * from token k0 + 128 c (batch 0), or the sequence's pages. (The fixed
- * mode calls sk90_load_kv directly: a common wrapper changed its SASS.) */
-template <class L, int MODE>
-__device__ __forceinline__ void sk90_load_seq_block(const sk90_vparams &p, const CUtensorMap *tm,
-                                                    uint32_t dst, uint32_t bar,
-                                                    const sk90_seq &sq, int hk, int c,
-                                                    volatile int32_t *absent_out) {
-    if constexpr (MODE == kSk90Varlen) {
-        (void)p;
-        (void)absent_out;
-        const uint64_t policy = sk_policy_evict_last();
-        sk_mbar_arrive_expect_tx(bar, L::kBlockBytes);
+/* Varlen: block c of a tile's sequence, K or V: 128 packed rows from token
+ * k0 + 128 c (batch 0). (The fixed mode calls sk90_load_kv directly: a
+ * common wrapper changed its SASS; the paged mode, sk90_issue_pages.) */
+template <class L>
+__device__ __forceinline__ void sk90_load_seq_block(const CUtensorMap *tm, uint32_t dst,
+                                                    uint32_t bar, const sk90_seq &sq, int hk,
+                                                    int c) {
+    const uint64_t policy = sk_policy_evict_last();
+    sk_mbar_arrive_expect_tx(bar, L::kBlockBytes);
 #pragma unroll
-        for (int s = 0; s < L::kSlabs; ++s)
-            sk_tma_load_4d(dst + s * L::kSlab128, tm, s * L::kBoxCols, hk, sq.k0 + c * kBlockN,
-                           0, bar, policy);
-    } else {
-        sk90_load_pages<L>(p, tm, dst, bar, sq, hk, c, absent_out);
-    }
+    for (int s = 0; s < L::kSlabs; ++s)
+        sk_tma_load_4d(dst + s * L::kSlab128, tm, s * L::kBoxCols, hk, sq.k0 + c * kBlockN, 0, bar,
+                       policy);
 }
 
 /* Varlen scheduler step (lane 0): the next slot of the plan's order, its
@@ -216,7 +237,8 @@ __device__ void sk90_producer(const sk90_params &p, const sk90_vparams &v, uint3
     sk90_pipe<L::kQBufs> qp = {0, 0};
     /* Paged: per K stage, the boxes not loaded (read by the consumers). */
     volatile int32_t *absent = nullptr;
-    if constexpr (MODE != kSk90Fixed) absent = sk90_shared_ptr<int32_t>(base + L::kVAbsent);
+    if constexpr (MODE == kSk90Paged) absent = sk90_shared_ptr<int32_t>(base + L::kVAbsent);
+    (void)absent;
     for (uint32_t n = 0;; ++n) {
         const uint32_t sslot = n % kSchedSlots, sphase = (n / kSchedSlots) & 1;
         /* every lane: acquire */
@@ -264,6 +286,13 @@ __device__ void sk90_producer(const sk90_params &p, const sk90_vparams &v, uint3
         sk90_cursor cur = {t.start, tile >= 0 ? t.end : t.start, 0u, 0};
         int c0 = 0, c1 = 0;
         const bool has0 = sk90_cursor_next<MODE>(p, t, cur, &c0);
+        /* Paged: lane j's pages of blocks c0, c1 and c2 (sk90_page_of_lane),
+         * each read a block before its K load; c0's under the tile-slot and
+         * Q waits. */
+        int pg0 = -1, pg1 = -1, pg2 = -1;
+        (void)pg0, (void)pg1, (void)pg2;
+        if constexpr (MODE == kSk90Paged && SK90_PAGE_LOOKAHEAD)
+            if (has0) pg0 = sk90_page_of_lane(v, sq, c0);
         /* The consumers learn from the slot whether the tile has blocks, and
          * later each block's index from its K stage: they read no layout. */
         const int slot_value = tile >= 0 && !has0 ? kTileEmptyBase - tile : tile;
@@ -317,16 +346,23 @@ __device__ void sk90_producer(const sk90_params &p, const sk90_vparams &v, uint3
          * its block index and whether another block follows (written before
          * the stage's arrival, which releases it). */
         bool has1 = sk90_cursor_next<MODE>(p, t, cur, &c1);
-        if (lead) {
+        if constexpr (MODE == kSk90Paged) {
+            if (SK90_PAGE_LOOKAHEAD && has1) pg1 = sk90_page_of_lane(v, sq, c1);
+            sk90_issue_pages<L>(v, &p.tm_k, base + L::kK + kp.stage * L::kBlockBytes,
+                                base + L::kBarKFull + 8 * kp.stage,
+                                base + L::kBarKEmpty + 8 * kp.stage, kp.phase, pg0, sq, c0, hk,
+                                lead,
+                                block_info + kp.stage, c0 | (has1 ? kInfoMore : 0),
+                                absent + kp.stage, "K empty");
+        } else if (lead) {
             sk_mbar_wait(base + L::kBarKEmpty + 8 * kp.stage, kp.phase ^ 1, "K empty");
             block_info[kp.stage] = c0 | (has1 ? kInfoMore : 0);
             if constexpr (MODE == kSk90Fixed)
                 sk90_load_kv<L>(&p.tm_k, base + L::kK + kp.stage * L::kBlockBytes,
                                 base + L::kBarKFull + 8 * kp.stage, hk, c0, t.b);
             else
-                sk90_load_seq_block<L, MODE>(v, &p.tm_k, base + L::kK + kp.stage * L::kBlockBytes,
-                                             base + L::kBarKFull + 8 * kp.stage, sq, hk, c0,
-                                             absent + kp.stage);
+                sk90_load_seq_block<L>(&p.tm_k, base + L::kK + kp.stage * L::kBlockBytes,
+                                       base + L::kBarKFull + 8 * kp.stage, sq, hk, c0);
         }
         kp.advance();
         for (;;) {
@@ -334,30 +370,40 @@ __device__ void sk90_producer(const sk90_params &p, const sk90_vparams &v, uint3
             bool has2 = false;
             if (has1) {
                 has2 = sk90_cursor_next<MODE>(p, t, cur, &c2);
-                if (lead) {
+                if constexpr (MODE == kSk90Paged) {
+                    if (SK90_PAGE_LOOKAHEAD && has2) pg2 = sk90_page_of_lane(v, sq, c2);
+                    sk90_issue_pages<L>(v, &p.tm_k, base + L::kK + kp.stage * L::kBlockBytes,
+                                        base + L::kBarKFull + 8 * kp.stage,
+                                        base + L::kBarKEmpty + 8 * kp.stage, kp.phase, pg1, sq,
+                                        c1, hk, lead, block_info + kp.stage,
+                                        c1 | (has2 ? kInfoMore : 0), absent + kp.stage,
+                                        "K empty");
+                } else if (lead) {
                     sk_mbar_wait(base + L::kBarKEmpty + 8 * kp.stage, kp.phase ^ 1, "K empty");
                     block_info[kp.stage] = c1 | (has2 ? kInfoMore : 0);
                     if constexpr (MODE == kSk90Fixed)
                         sk90_load_kv<L>(&p.tm_k, base + L::kK + kp.stage * L::kBlockBytes,
                                         base + L::kBarKFull + 8 * kp.stage, hk, c1, t.b);
                     else
-                        sk90_load_seq_block<L, MODE>(
-                            v, &p.tm_k, base + L::kK + kp.stage * L::kBlockBytes,
-                            base + L::kBarKFull + 8 * kp.stage, sq, hk, c1, absent + kp.stage);
+                        sk90_load_seq_block<L>(&p.tm_k, base + L::kK + kp.stage * L::kBlockBytes,
+                                               base + L::kBarKFull + 8 * kp.stage, sq, hk, c1);
                 }
                 kp.advance();
             }
-            if (lead) {
+            if constexpr (MODE == kSk90Paged) {
+                sk90_issue_pages<L>(v, &p.tm_v, base + L::kV + vp.stage * L::kBlockBytes,
+                                    base + L::kBarVFull + 8 * vp.stage,
+                                    base + L::kBarVEmpty + 8 * vp.stage, vp.phase, pg0, sq, c0,
+                                    hk, lead, NULL, 0, NULL, "V empty");
+            } else if (lead) {
                 sk_mbar_wait(base + L::kBarVEmpty + 8 * vp.stage, vp.phase ^ 1, "V empty");
                 if constexpr (L::kTransposeV) v_info[vp.stage] = 0;
                 if constexpr (MODE == kSk90Fixed)
                     sk90_load_kv<L>(&p.tm_v, base + L::kV + vp.stage * L::kBlockBytes,
                                     base + L::kBarVFull + 8 * vp.stage, hk, c0, t.b);
                 else
-                    sk90_load_seq_block<L, MODE>(v, &p.tm_v,
-                                                 base + L::kV + vp.stage * L::kBlockBytes,
-                                                 base + L::kBarVFull + 8 * vp.stage, sq, hk, c0,
-                                                 NULL);
+                    sk90_load_seq_block<L>(&p.tm_v, base + L::kV + vp.stage * L::kBlockBytes,
+                                           base + L::kBarVFull + 8 * vp.stage, sq, hk, c0);
             }
             vp.advance();
             __syncwarp();
@@ -365,6 +411,11 @@ __device__ void sk90_producer(const sk90_params &p, const sk90_vparams &v, uint3
             c0 = c1;
             c1 = c2;
             has1 = has2;
+            if constexpr (MODE == kSk90Paged) {
+                pg0 = pg1; /* the block's V still to load */
+                pg1 = pg2;
+                pg2 = -1;
+            }
         }
     }
 }
