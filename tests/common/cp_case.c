@@ -3,7 +3,10 @@
  */
 #include "common/cp_case.h"
 
+#include <stdlib.h>
 #include <string.h>
+
+#include "common/test_util.h"
 
 const char *const cpc_kind_names[CPC_KINDS] = {"window", "sinks+window", "random"};
 
@@ -24,6 +27,22 @@ sk_layout_t cpc_layout(int kind, int causal, const sk_grid *g, uint64_t seed) {
     default:
         break;
     }
+    return st == SK_STATUS_SUCCESS ? L : NULL;
+}
+
+sk_layout_t cpc_layout_topk(int causal, const sk_grid *g, uint64_t seed) {
+    int32_t rb, cb, sl;
+    sk_grid_blocks(g, &rb, &cb, &sl);
+    const int64_t n = (int64_t)sl * rb * cb;
+    float *scores = malloc((size_t)n * sizeof(float));
+    if (scores == NULL) return NULL;
+    tu_rng rng;
+    tu_rng_seed(&rng, seed ^ 0x5c0e5);
+    for (int64_t i = 0; i < n; ++i) scores[i] = (float)tu_rng_normal(&rng);
+    sk_topk_options opt = {2, 1, 1, causal};
+    sk_layout_t L = NULL;
+    const sk_status st = sk_layout_create_topk(&L, g, scores, &opt);
+    free(scores);
     return st == SK_STATUS_SUCCESS ? L : NULL;
 }
 

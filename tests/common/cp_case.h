@@ -33,6 +33,10 @@ extern const char *const cpc_kind_names[CPC_KINDS];
  * empty). NULL when the builder fails (sk_last_error says why). */
 sk_layout_t cpc_layout(int kind, int causal, const sk_grid *g, uint64_t seed);
 
+/* A top-k layout over grid g: 2 blocks a row by seeded normal scores,
+ * plus 1 sink and the diagonal (causal as given). NULL when it fails. */
+sk_layout_t cpc_layout_topk(int causal, const sk_grid *g, uint64_t seed);
+
 /* Token rows [t0, t0 + n) of a global [B, S, H, D] tensor (row_elems = H
  * x D elements of esize bytes) to rows [l0, l0 + n) of a shard [B, Sr, H,
  * D], or back when to_global. */

@@ -53,22 +53,8 @@ static void *run_rank(void *arg) {
 }
 
 static sk_layout_t make_layout(const cp_case *c, const sk_grid *g) {
-    if (c->kind != L_TOPK) return cpc_layout(c->kind, c->causal, g, c->seed);
-    sk_layout_t L = NULL;
-    sk_status st = SK_STATUS_INTERNAL_ERROR;
-    {
-        int32_t rb, cb, sl;
-        sk_grid_blocks(g, &rb, &cb, &sl);
-        const int64_t n = (int64_t)sl * rb * cb;
-        float *scores = malloc((size_t)n * sizeof(float));
-        tu_rng rng;
-        tu_rng_seed(&rng, c->seed ^ 0x5c0e5);
-        for (int64_t i = 0; i < n; ++i) scores[i] = (float)tu_rng_normal(&rng);
-        sk_topk_options opt = {2, 1, 1, c->causal};
-        st = sk_layout_create_topk(&L, g, scores, &opt);
-        free(scores);
-    }
-    return st == SK_STATUS_SUCCESS ? L : NULL;
+    return c->kind == L_TOPK ? cpc_layout_topk(c->causal, g, c->seed)
+                             : cpc_layout(c->kind, c->causal, g, c->seed);
 }
 
 /* The owner rank of every global block, from the shards the API reports. */
