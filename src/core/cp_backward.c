@@ -102,17 +102,9 @@ static sk_status check_bwd_call(const sk_cp_ctx *c, sk_comm_t comm, const void *
                                 void *workspace, size_t workspace_size) {
     static const char *const in_names[6] = {"q", "k", "v", "o", "lse", "dout"};
     static const char *const out_names[3] = {"dq", "dk", "dv"};
-    const sk_cp_desc *d = c->d;
     SK_TRY(sk_cp_check_comm(c, comm, 0));
-    const int64_t S = c->rp->tokens;
-    const int64_t qf[5] = {d->batch, S, d->heads_q, d->head_dim, c->esize};
-    const int64_t kf[5] = {d->batch, S, d->heads_kv, d->head_dim, c->esize};
-    const int64_t lf[4] = {d->batch, d->heads_q, S, 4};
     int64_t qb, kb, lb;
-    if (!sk_product_i64(qf, 5, &qb) || !sk_product_i64(kf, 5, &kb) || !sk_product_i64(lf, 4, &lb))
-        return sk_error(SK_STATUS_BAD_PARAM_OVERFLOW,
-                        "the shard of rank %d (%lld tokens) has a byte size beyond int64",
-                        (int)d->rank, (long long)S);
+    SK_TRY(sk_cp_shard_bytes(c, &qb, &kb, &lb));
     const int64_t in_bytes[6] = {qb, kb, kb, qb, lb, qb}, out_bytes[3] = {qb, kb, kb};
     sk_buffer bufs[11];
     for (int i = 0; i < 6; ++i) {

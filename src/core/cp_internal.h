@@ -80,6 +80,9 @@ sk_status sk_cp_open(const sk_cp_desc *d, const void *plan, size_t plan_bytes, s
 /* The communicator: not NULL, desc's rank and size; with kind, also the
  * kind the backend needs (host memory on the CPU; sk_cp_cuda_check). */
 sk_status sk_cp_check_comm(const sk_cp_ctx *c, sk_comm_t comm, int kind);
+/* The bytes of a rank's shard of Q (and O, dO), K (V) and LSE;
+ * BAD_PARAM_OVERFLOW naming the rank beyond int64. */
+sk_status sk_cp_shard_bytes(const sk_cp_ctx *c, int64_t *qb, int64_t *kb, int64_t *lb);
 /* Append n sections of f[i][0] x .. x f[i][4] bytes, 64-byte aligned. */
 sk_status sk_cp_ws_add_all(sk_cp_ctx *c, const int64_t (*f)[5], int n);
 

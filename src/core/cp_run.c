@@ -170,15 +170,8 @@ static sk_status check_call(const sk_cp_ctx *c, sk_comm_t comm, const void *q, c
     SK_CHECK_NOT_NULL(k);
     SK_CHECK_NOT_NULL(v);
     SK_CHECK_NOT_NULL(o);
-    const int64_t S = c->rp->tokens;
-    const int64_t qf[5] = {d->batch, S, d->heads_q, d->head_dim, c->esize};
-    const int64_t kf[5] = {d->batch, S, d->heads_kv, d->head_dim, c->esize};
-    const int64_t lf[4] = {d->batch, d->heads_q, S, 4};
     int64_t qb, kb, lb;
-    if (!sk_product_i64(qf, 5, &qb) || !sk_product_i64(kf, 5, &kb) || !sk_product_i64(lf, 4, &lb))
-        return sk_error(SK_STATUS_BAD_PARAM_OVERFLOW,
-                        "the shard of rank %d (%lld tokens) has a byte size beyond int64",
-                        (int)d->rank, (long long)S);
+    SK_TRY(sk_cp_shard_bytes(c, &qb, &kb, &lb));
     const int cuda = sk_backend_is_cuda(d->backend);
     const size_t ta = cuda ? 16 : (size_t)c->esize; /* CUDA: 16-byte vectors */
     const struct {
@@ -204,6 +197,19 @@ static sk_status check_call(const sk_cp_ctx *c, sk_comm_t comm, const void *q, c
                               {"plan", plan, (int64_t)plan_bytes, 0}};
     SK_TRY(sk_check_no_alias(bufs, (int)(sizeof bufs / sizeof bufs[0])));
     return sk_cp_check_comm(c, comm, 1);
+}
+
+sk_status sk_cp_shard_bytes(const sk_cp_ctx *c, int64_t *qb, int64_t *kb, int64_t *lb) {
+    const sk_cp_desc *d = c->d;
+    const int64_t S = c->rp->tokens;
+    const int64_t qf[5] = {d->batch, S, d->heads_q, d->head_dim, c->esize};
+    const int64_t kf[5] = {d->batch, S, d->heads_kv, d->head_dim, c->esize};
+    const int64_t lf[4] = {d->batch, d->heads_q, S, 4};
+    if (!sk_product_i64(qf, 5, qb) || !sk_product_i64(kf, 5, kb) || !sk_product_i64(lf, 4, lb))
+        return sk_error(SK_STATUS_BAD_PARAM_OVERFLOW,
+                        "the shard of rank %d (%lld tokens) has a byte size beyond int64",
+                        (int)d->rank, (long long)S);
+    return SK_STATUS_SUCCESS;
 }
 
 sk_status sk_cp_check_comm(const sk_cp_ctx *c, sk_comm_t comm, int kind) {

@@ -291,21 +291,14 @@ static int64_t run_case(const cp_case *c, const char *name, int remote_only, int
     return bad;
 }
 
-static void case_name(char *name, size_t n, const cp_case *c, const char *extra) {
-    snprintf(name, n, "R=%d %s %s %s %s S=%lld block %d H %lld/%lld slices %dx%d seed %llu%s",
-             (int)c->ranks, c->sharding == SK_CP_SHARDING_ZIGZAG ? "zigzag" : "contiguous",
-             c->causal ? "causal" : "non-causal",
-             c->kind == L_TOPK ? "topk" : cpc_kind_names[c->kind],
-             c->dtype == SK_DTYPE_F16    ? "f16"
-             : c->dtype == SK_DTYPE_BF16 ? "bf16"
-                                         : "f32",
-             (long long)c->seq, (int)c->block, (long long)c->heads_q, (long long)c->heads_kv,
-             (int)c->layout_batch, (int)c->layout_heads, (unsigned long long)c->seed, extra);
+static const char *kind_name(int kind) {
+    return kind == L_TOPK ? "topk" : cpc_kind_names[kind];
 }
 
+/* The forward's sweep (cp_case.c), varied where the backward differs:
+ * batch 1 or 2, MQA or GQA, D 8 or 16, slices per KV head. */
 SK_TEST(cp_backward_matches_single_process) {
     static const int32_t ranks[] = {1, 2, 3, 4, 8};
-    static const sk_dtype dtypes[] = {SK_DTYPE_BF16, SK_DTYPE_F16, SK_DTYPE_F32};
     const uint64_t base = tu_base_seed();
     int idx = 0;
     for (size_t ri = 0; ri < sizeof ranks / sizeof ranks[0]; ++ri)
@@ -313,26 +306,14 @@ SK_TEST(cp_backward_matches_single_process) {
             for (int causal = 0; causal < 2; ++causal)
                 for (int kind = 0; kind < L_KINDS; ++kind, ++idx) {
                     cp_case c;
-                    memset(&c, 0, sizeof c);
-                    c.ranks = ranks[ri];
-                    c.sharding = sh ? SK_CP_SHARDING_ZIGZAG : SK_CP_SHARDING_CONTIGUOUS;
-                    c.causal = causal;
-                    c.kind = kind;
-                    c.dtype = dtypes[idx % 3];
+                    cpc_sweep_case(idx, ranks[ri], sh, causal, kind, base + (uint64_t)idx, &c);
                     c.batch = idx % 5 == 2 ? 1 : 2;
-                    c.heads_q = 4;
                     c.heads_kv = idx % 4 == 1 ? 1 : 2; /* MQA sometimes, else GQA */
                     c.head_dim = idx % 2 ? 16 : 8;
-                    c.block = idx % 7 == 3 ? 128 : 64;
-                    const int64_t nb = 2 * c.ranks + 1 + idx % 3;
-                    c.seq = (nb - 1) * c.block + 1 + (idx * 37) % c.block;
-                    c.layout_batch = idx % 2 ? c.batch : 1;
-                    c.layout_heads = (idx / 2) % 3 == 0   ? 1
-                                     : (idx / 2) % 3 == 1 ? (int32_t)c.heads_kv
-                                                          : 4;
-                    c.seed = base + (uint64_t)idx;
+                    c.layout_batch = idx % 2 ? (int32_t)c.batch : 1;
+                    if (c.layout_heads == 2) c.layout_heads = (int32_t)c.heads_kv;
                     char name[200];
-                    case_name(name, sizeof name, &c, "");
+                    cpc_case_name(name, sizeof name, &c, kind_name(kind), "");
                     run_case(&c, name, 0, idx % 4 == 0);
                     if (sk_test_failures() > 0) return;
                 }
@@ -361,7 +342,7 @@ SK_TEST(cp_backward_reduces_remote_key_gradients) {
         c.layout_heads = 2;
         c.seed = base + (uint64_t)i;
         char name[200];
-        case_name(name, sizeof name, &c, " (dO zero on rank 0)");
+        cpc_case_name(name, sizeof name, &c, kind_name(c.kind), " (dO zero on rank 0)");
         CHECK(run_case(&c, name, 1, 0) == 0, "%s", name);
         if (sk_test_failures() > 0) return;
     }
