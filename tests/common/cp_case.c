@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/harness.h"
 #include "common/test_util.h"
 
 const char *const cpc_kind_names[CPC_KINDS] = {"window", "sinks+window", "random"};
@@ -67,6 +68,20 @@ void cpc_sweep_case(int idx, int32_t ranks, int zigzag, int causal, int kind, ui
     c->layout_batch = idx % 2 ? 2 : 1;
     c->layout_heads = (idx / 2) % 3 == 0 ? 1 : (idx / 2) % 3 == 1 ? 2 : 4;
     c->seed = seed;
+}
+
+void cpc_sweep(uint64_t base, int kinds, void (*run)(int idx, cp_case *c)) {
+    static const int32_t ranks[] = {1, 2, 3, 4, 8};
+    int idx = 0;
+    for (size_t ri = 0; ri < sizeof ranks / sizeof ranks[0]; ++ri)
+        for (int sh = 0; sh < 2; ++sh)
+            for (int causal = 0; causal < 2; ++causal)
+                for (int kind = 0; kind < kinds; ++kind, ++idx) {
+                    cp_case c;
+                    cpc_sweep_case(idx, ranks[ri], sh, causal, kind, base + (uint64_t)idx, &c);
+                    run(idx, &c);
+                    if (sk_test_failures() > 0) return;
+                }
 }
 
 void cpc_case_name(char *name, size_t n, const cp_case *c, const char *kind_name,

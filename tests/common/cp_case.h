@@ -44,6 +44,10 @@ sk_layout_t cpc_layout_topk(int causal, const sk_grid *g, uint64_t seed);
  * layouts broadcast, per batch, per KV head or per query head; seed. */
 void cpc_sweep_case(int idx, int32_t ranks, int zigzag, int causal, int kind, uint64_t seed,
                     cp_case *c);
+/* The sweep: run(idx, case) for every R in {1, 2, 3, 4, 8}, contiguous
+ * and zigzag, non-causal and causal, kind 0 .. kinds - 1, case idx from
+ * cpc_sweep_case with seed base + idx; stops after a failing case. */
+void cpc_sweep(uint64_t base, int kinds, void (*run)(int idx, cp_case *c));
 /* "R=.. zigzag causal window bf16 S=.. block .. H ../.. slices ..x.. seed
  * .." then extra; kind_name names kind (the caller's kinds include top-k). */
 void cpc_case_name(char *name, size_t n, const cp_case *c, const char *kind_name,

@@ -284,22 +284,15 @@ static void run_case(const cp_case *c, const char *name) {
     sk_layout_destroy(owned);
 }
 
+static void sweep_case(int idx, cp_case *c) {
+    char name[200];
+    (void)idx;
+    cpc_case_name(name, sizeof name, c, c->kind == L_TOPK ? "topk" : cpc_kind_names[c->kind], "");
+    run_case(c, name);
+}
+
 SK_TEST(cp_forward_matches_single_process) {
-    static const int32_t ranks[] = {1, 2, 3, 4, 8};
-    const uint64_t base = tu_base_seed();
-    int idx = 0;
-    for (size_t ri = 0; ri < sizeof ranks / sizeof ranks[0]; ++ri)
-        for (int sh = 0; sh < 2; ++sh)
-            for (int causal = 0; causal < 2; ++causal)
-                for (int kind = 0; kind < L_KINDS; ++kind, ++idx) {
-                    cp_case c;
-                    cpc_sweep_case(idx, ranks[ri], sh, causal, kind, base + (uint64_t)idx, &c);
-                    char name[200];
-                    cpc_case_name(name, sizeof name, &c,
-                                  kind == L_TOPK ? "topk" : cpc_kind_names[kind], "");
-                    run_case(&c, name);
-                    if (sk_test_failures() > 0) return;
-                }
+    cpc_sweep(tu_base_seed(), L_KINDS, sweep_case);
 }
 
 /* The shards against the formula: chunk c is blocks floor(c nb / C) ..

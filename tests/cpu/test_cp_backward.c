@@ -297,26 +297,19 @@ static const char *kind_name(int kind) {
 
 /* The forward's sweep (cp_case.c), varied where the backward differs:
  * batch 1 or 2, MQA or GQA, D 8 or 16, slices per KV head. */
+static void sweep_case(int idx, cp_case *c) {
+    c->batch = idx % 5 == 2 ? 1 : 2;
+    c->heads_kv = idx % 4 == 1 ? 1 : 2; /* MQA sometimes, else GQA */
+    c->head_dim = idx % 2 ? 16 : 8;
+    c->layout_batch = idx % 2 ? (int32_t)c->batch : 1;
+    if (c->layout_heads == 2) c->layout_heads = (int32_t)c->heads_kv;
+    char name[200];
+    cpc_case_name(name, sizeof name, c, kind_name(c->kind), "");
+    run_case(c, name, 0, idx % 4 == 0);
+}
+
 SK_TEST(cp_backward_matches_single_process) {
-    static const int32_t ranks[] = {1, 2, 3, 4, 8};
-    const uint64_t base = tu_base_seed();
-    int idx = 0;
-    for (size_t ri = 0; ri < sizeof ranks / sizeof ranks[0]; ++ri)
-        for (int sh = 0; sh < 2; ++sh)
-            for (int causal = 0; causal < 2; ++causal)
-                for (int kind = 0; kind < L_KINDS; ++kind, ++idx) {
-                    cp_case c;
-                    cpc_sweep_case(idx, ranks[ri], sh, causal, kind, base + (uint64_t)idx, &c);
-                    c.batch = idx % 5 == 2 ? 1 : 2;
-                    c.heads_kv = idx % 4 == 1 ? 1 : 2; /* MQA sometimes, else GQA */
-                    c.head_dim = idx % 2 ? 16 : 8;
-                    c.layout_batch = idx % 2 ? (int32_t)c.batch : 1;
-                    if (c.layout_heads == 2) c.layout_heads = (int32_t)c.heads_kv;
-                    char name[200];
-                    cpc_case_name(name, sizeof name, &c, kind_name(kind), "");
-                    run_case(&c, name, 0, idx % 4 == 0);
-                    if (sk_test_failures() > 0) return;
-                }
+    cpc_sweep(tu_base_seed(), L_KINDS, sweep_case);
 }
 
 /* dO zero on rank 0's rows: its dK / dV come only from the other ranks'
