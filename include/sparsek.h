@@ -1609,6 +1609,74 @@ SK_API sk_status sk_cp_forward(const sk_cp_desc *desc, const void *plan, size_t 
                                struct CUstream_st *stream);
 
 /* ---------------------------------------------------------------------------
+ * Context parallel backward
+ * ---------------------------------------------------------------------------
+ * The gradients of sk_cp_forward, per rank: with the forward's descriptor
+ * and plan, desc->rank's shards of Q, K, V, O and of the GLOBAL LSE that
+ * sk_cp_forward wrote (required here), and dO, write its shards of dQ, dK
+ * and dV: the rows of the single-process sk_attention_backward over the
+ * global tensors with the global layout (its semantics: empty rows, keys
+ * no row reads, tails, causal), up to rounding (below).
+ *   q, k, v, o, lse   as sk_cp_forward (o and lse: what it wrote); read
+ *   dout [B, S_r, Hq,  D]   dO; read
+ *   dq   [B, S_r, Hq,  D]   written
+ *   dk   [B, S_r, Hkv, D]   written (every key row: 0 where nothing adds)
+ *   dv   [B, S_r, Hkv, D]   written
+ * all packed, desc's dtype; lse fp32 [B, Hq, S_r].
+ *
+ * The run: the forward's K/V exchange (the same plan, units and bytes);
+ * per chunk, sk_attention_backward of its local pass and of its remote pass
+ * on the forward's sub-layouts. P = exp(S - LSE) from the global LSE and
+ * Dl = rowsum(dO * O) from the global O make each pass's gradients the
+ * exact share of its (query, key) pairs. dQ = local + remote share; the
+ * remote passes' dK / dV of each received unit go back to the unit's owner
+ * (fp32: the owner adds them to its own shares, and rounding them to the
+ * dtype on the way would add one rounding per contributing rank), along
+ * the reverse of the forward's pairs in one more group; the owner adds
+ * them at the unit's key rows. Bytes per rank pair: the forward's K/V
+ * bytes there and back again as fp32 dK / dV, 2 x 4 / (element size) times
+ * them: for F16 / BF16, 3x the forward's exchange in all.
+ *
+ * Determinism: a fixed order of sums, so the same inputs give bitwise the
+ * same outputs: dQ = local + remote; dK, dV = chunk 0's local pass, then
+ * chunk 1's (zigzag), then each peer's returned share in increasing peer
+ * rank; a received unit's share = chunk 0's remote pass + chunk 1's.
+ *
+ * Accuracy: the shares are fp32 (CPU: fp64 accumulation inside a pass),
+ * each output rounded once to the dtype: within about one rounding of the
+ * dtype of the single-process CPU backward plus fp32 noise
+ * (tests/cpu/test_cp_backward.c states the rule).
+ *
+ * Backends: CPU with the simulated communicator. The CUDA run is designed
+ * (docs/perf/context_parallel.md, "Backward") but not built: CUDA
+ * backends get SK_STATUS_NOT_SUPPORTED naming desc->backend, after the
+ * descriptor and plan checks. Failures: every check runs before the
+ * exchange, and nothing is written on failure; a rank that fails later (a
+ * pass's host allocation) stops sending, so its peers wait for it as in
+ * sk_cp_forward. Make the same call on every rank.
+ */
+
+/* Workspace bytes of desc->rank's backward with the forward's plan. */
+SK_API sk_status sk_cp_backward_workspace_size(const sk_cp_desc *desc, const void *plan,
+                                               size_t plan_bytes, size_t *workspace_bytes);
+
+/* Prepare a workspace for sk_cp_backward with this plan (as sk_cp_prepare
+ * for the forward: the CUDA run will upload the plan and plan the passes'
+ * backward here). A no-op after the checks on the CPU backend. */
+SK_API sk_status sk_cp_backward_prepare(const sk_cp_desc *desc, const void *plan,
+                                        size_t plan_bytes, void *workspace,
+                                        size_t workspace_size, struct CUstream_st *stream);
+
+/* desc->rank's backward (above) through `comm` (desc's rank and size).
+ * Aliasing: dq, dk, dv and the workspace share no byte with each other or
+ * with any input; inputs may overlap. */
+SK_API sk_status sk_cp_backward(const sk_cp_desc *desc, const void *plan, size_t plan_bytes,
+                                sk_comm_t comm, const void *q, const void *k, const void *v,
+                                const void *o, const float *lse, const void *dout, void *dq,
+                                void *dk, void *dv, void *workspace, size_t workspace_size,
+                                struct CUstream_st *stream);
+
+/* ---------------------------------------------------------------------------
  * FP8 quantization (the E4M3 attention's inputs)
  * ---------------------------------------------------------------------------
  * x [B, S, H, D] in F16 or BF16 (element strides over [B, S, H], D

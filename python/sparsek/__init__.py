@@ -165,3 +165,8 @@ __all__ += ["CpPlan", "cp_attention_simulated", "cp_shard"]
 from .context_parallel import cp_attention  # noqa: E402
 
 __all__ += ["cp_attention"]
+
+# The context-parallel backward, simulated on the CPU (context_parallel.py).
+from .context_parallel import cp_attention_backward_simulated  # noqa: E402
+
+__all__ += ["cp_attention_backward_simulated"]

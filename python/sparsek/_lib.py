@@ -647,6 +647,13 @@ SIGNATURES = {
         _st,
         [POINTER(SkCpDesc), c_void_p, c_size_t, c_void_p] + [c_void_p] * 6 + [c_size_t, _stream],
     ),
+    # The context-parallel backward (tensors and the workspace as addresses).
+    "sk_cp_backward_workspace_size": (_st, [POINTER(SkCpDesc), c_void_p, c_size_t, POINTER(c_size_t)]),
+    "sk_cp_backward_prepare": (_st, [POINTER(SkCpDesc), c_void_p, c_size_t, c_void_p, c_size_t, _stream]),
+    "sk_cp_backward": (
+        _st,
+        [POINTER(SkCpDesc), c_void_p, c_size_t, c_void_p] + [c_void_p] * 10 + [c_size_t, _stream],
+    ),
 }
 
 # ---------------------------------------------------------------------------

@@ -10,6 +10,8 @@ One self-attention (Sq = Sk = seq) with the token axis split over R ranks
 - ``cp_attention_simulated``: the whole R-rank run on the CPU backend, one
   thread per rank through the simulated communicator, gathered back into
   global O and LSE (for checking the C path from Python);
+- ``cp_attention_backward_simulated``: the same for sk_cp_backward, with
+  global dQ, dK, dV and the bytes each rank sent;
 - ``cp_attention``: one rank's run over a torch.distributed process group
   (gloo for CPU tensors, NCCL for CUDA tensors), in cp_torch.py (imported
   on the first call: numpy users do not need torch).
@@ -149,48 +151,29 @@ class CpPlan:
         check(F.sk_cp_workspace_size(byref(self.desc(rank)), self.address, self.nbytes, byref(ws)))
 
 
-def cp_attention_simulated(q, k, v, layout: Layout, ranks, *, causal=False,
-                           sharding="contiguous", scale=None):
-    """The R-rank run on the CPU backend with the simulated communicator:
-    shards the global numpy arrays q [B, S, Hq, D], k, v [B, S, Hkv, D],
-    runs every rank's sk_cp_forward on its own thread, and returns the
-    global (o, lse, plan). Equals sparsek.attention on the same layout up to
-    one rounding of the dtype (see include/sparsek.h)."""
-    q, k, v = (np.ascontiguousarray(x) for x in (q, k, v))
-    B, S, Hq, D = q.shape
-    Hkv = k.shape[2]
-    plan = CpPlan(layout, ranks, batch=B, heads_q=Hq, heads_kv=Hkv, head_dim=D, dtype=q.dtype,
-                  causal=causal, sharding=sharding, scale=scale)
+def _simulated(plan, ranks, size_fn, make_job, call) -> list:
+    """Every rank's job on its own thread through one simulated
+    communicator: make_job(r, rows) gives the rank's arrays (rows: its
+    global token indices), size_fn the workspace call, call(job, comm,
+    workspace address) the run. Raises the first rank's error; returns the
+    jobs, each with "sent" (sk_comm_info's bytes)."""
     comms = (c_void_p * ranks)()
     check(F.sk_comm_create_simulated(ranks, comms))
-    o = np.full_like(q, np.nan)
-    lse = np.full((B, Hq, S), np.nan, dtype=np.float32)
     jobs = []
     try:
         for r in range(ranks):
-            chunks = plan.shard(r)
-            rows = np.concatenate([np.arange(s, s + n) for s, n in chunks])
+            rows = np.concatenate([np.arange(s, s + n) for s, n in plan.shard(r)])
             d = plan.desc(r)
             ws = c_size_t()
-            check(F.sk_cp_workspace_size(byref(d), plan.address, plan.nbytes, byref(ws)))
-            job = {
-                "desc": d, "rows": rows,
-                "q": np.ascontiguousarray(q[:, rows]), "k": np.ascontiguousarray(k[:, rows]),
-                "v": np.ascontiguousarray(v[:, rows]),
-                "o": np.empty((B, len(rows), Hq, D), dtype=q.dtype),
-                "lse": np.empty((B, Hq, len(rows)), dtype=np.float32),
-                "ws": np.empty(ws.value // 8 + 16, dtype=np.uint64), "ws_bytes": ws.value,
-            }
+            check(size_fn(byref(d), plan.address, plan.nbytes, byref(ws)))
+            job = dict(make_job(r, rows), desc=d, rows=rows, ws_bytes=ws.value,
+                       ws=np.empty(ws.value // 8 + 16, dtype=np.uint64))
             jobs.append(job)
 
         def run(r):
             j = jobs[r]
-            base = j["ws"].ctypes.data
-            aligned = (base + 63) // 64 * 64  # the CPU workspace wants 64 bytes
-            st = F.sk_cp_forward(byref(j["desc"]), plan.address, plan.nbytes, comms[r],
-                                 j["q"].ctypes.data, j["k"].ctypes.data, j["v"].ctypes.data,
-                                 j["o"].ctypes.data, j["lse"].ctypes.data, aligned,
-                                 j["ws_bytes"], None)
+            aligned = (j["ws"].ctypes.data + 63) // 64 * 64  # the CPU workspace wants 64 bytes
+            st = call(j, comms[r], aligned)
             message = F.sk_last_error()
             j["status"] = (st, message.decode("utf-8", "replace") if message else "")
 
@@ -203,12 +186,86 @@ def cp_attention_simulated(q, k, v, layout: Layout, ranks, *, causal=False,
             st, message = j["status"]
             if st != 0:
                 raise SparseKError(st, status_name(st), f"rank {r}: {message}")
-            o[:, j["rows"]] = j["o"]
-            lse[:, :, j["rows"]] = j["lse"]
+            sent = c_int64()
+            check(F.sk_comm_info(comms[r], None, None, byref(sent)))
+            j["sent"] = sent.value
     finally:
         for r in range(ranks):
             F.sk_comm_destroy(comms[r])
+    return jobs
+
+
+def cp_attention_simulated(q, k, v, layout: Layout, ranks, *, causal=False,
+                           sharding="contiguous", scale=None):
+    """The R-rank run on the CPU backend with the simulated communicator:
+    shards the global numpy arrays q [B, S, Hq, D], k, v [B, S, Hkv, D],
+    runs every rank's sk_cp_forward on its own thread, and returns the
+    global (o, lse, plan). Equals sparsek.attention on the same layout up to
+    one rounding of the dtype (see include/sparsek.h)."""
+    q, k, v = (np.ascontiguousarray(x) for x in (q, k, v))
+    B, S, Hq, D = q.shape
+    Hkv = k.shape[2]
+    plan = CpPlan(layout, ranks, batch=B, heads_q=Hq, heads_kv=Hkv, head_dim=D, dtype=q.dtype,
+                  causal=causal, sharding=sharding, scale=scale)
+    o = np.full_like(q, np.nan)
+    lse = np.full((B, Hq, S), np.nan, dtype=np.float32)
+
+    def make_job(r, rows):
+        return {"q": np.ascontiguousarray(q[:, rows]), "k": np.ascontiguousarray(k[:, rows]),
+                "v": np.ascontiguousarray(v[:, rows]),
+                "o": np.empty((B, len(rows), Hq, D), dtype=q.dtype),
+                "lse": np.empty((B, Hq, len(rows)), dtype=np.float32)}
+
+    def call(j, comm, ws):
+        return F.sk_cp_forward(byref(j["desc"]), plan.address, plan.nbytes, comm,
+                               j["q"].ctypes.data, j["k"].ctypes.data, j["v"].ctypes.data,
+                               j["o"].ctypes.data, j["lse"].ctypes.data, ws, j["ws_bytes"], None)
+
+    for j in _simulated(plan, ranks, F.sk_cp_workspace_size, make_job, call):
+        o[:, j["rows"]] = j["o"]
+        lse[:, :, j["rows"]] = j["lse"]
     return o, lse, plan
+
+
+def cp_attention_backward_simulated(q, k, v, o, lse, do, layout: Layout, ranks, *, causal=False,
+                                    sharding="contiguous", scale=None):
+    """The R-rank backward on the CPU backend with the simulated
+    communicator: shards the global numpy arrays (q, o, do [B, S, Hq, D];
+    k, v [B, S, Hkv, D]; the forward's GLOBAL lse [B, Hq, S] fp32), runs
+    every rank's sk_cp_backward on its own thread, and returns the global
+    (dq, dk, dv, plan, sent): sent[r] the bytes rank r sent (the forward's
+    K/V plus the fp32 dK/dV of the units it received). Equals
+    sparsek.attention_backward up to one rounding of the dtype plus fp32
+    noise (include/sparsek.h)."""
+    q, k, v, o, do = (np.ascontiguousarray(x) for x in (q, k, v, o, do))
+    lse = np.ascontiguousarray(lse, dtype=np.float32)
+    B, S, Hq, D = q.shape
+    Hkv = k.shape[2]
+    plan = CpPlan(layout, ranks, batch=B, heads_q=Hq, heads_kv=Hkv, head_dim=D, dtype=q.dtype,
+                  causal=causal, sharding=sharding, scale=scale)
+    grads = [np.full_like(q, np.nan), np.full_like(k, np.nan), np.full_like(v, np.nan)]
+
+    def make_job(r, rows):
+        job = {n: np.ascontiguousarray(x[:, rows]) for n, x in
+               (("q", q), ("k", k), ("v", v), ("o", o), ("do", do))}
+        job["lse"] = np.ascontiguousarray(lse[:, :, rows])
+        job["grads"] = [np.empty((B, len(rows)) + g.shape[2:], dtype=q.dtype) for g in grads]
+        return job
+
+    def call(j, comm, ws):
+        st = F.sk_cp_backward_prepare(byref(j["desc"]), plan.address, plan.nbytes, ws,
+                                      j["ws_bytes"], None)
+        if st != 0:
+            return st
+        return F.sk_cp_backward(byref(j["desc"]), plan.address, plan.nbytes, comm,
+                                *(j[n].ctypes.data for n in ("q", "k", "v", "o", "lse", "do")),
+                                *(g.ctypes.data for g in j["grads"]), ws, j["ws_bytes"], None)
+
+    jobs = _simulated(plan, ranks, F.sk_cp_backward_workspace_size, make_job, call)
+    for j in jobs:
+        for g, part in zip(grads, j["grads"]):
+            g[:, j["rows"]] = part
+    return grads[0], grads[1], grads[2], plan, [j["sent"] for j in jobs]
 
 
 def cp_attention(q, k, v, plan: CpPlan, group=None, *, out=None, lse=None, exchange="all_to_all",

@@ -20,8 +20,8 @@ sk_status sk_cp_check_block(const sk_cp_desc *d, int32_t block, int64_t *blocks)
 
 /* Rank r's chunks (count, global token starts and lengths) for d's
  * ranks, sharding and S in blocks of `block` (nb of them); returns S_r. */
-int64_t sk_cp_shard_of(const sk_cp_desc *d, int32_t block, int64_t nb, int32_t r,
-                       int32_t *count, int64_t starts[2], int64_t lengths[2]);
+int64_t sk_cp_shard_of(const sk_cp_desc *d, int32_t block, int64_t nb, int32_t r, int32_t *count,
+                       int64_t starts[2], int64_t lengths[2]);
 
 /* An opened plan made for d's geometry, whole: every rank's shard against
  * the descriptor's sharding, its chunks' layout arrays inside the blob and
@@ -70,5 +70,46 @@ sk_status sk_cp_cuda_prepare(const sk_cp_ctx *c, const void *plan, char *ws,
 sk_status sk_cp_cuda_forward(const sk_cp_ctx *c, sk_comm_t comm, const void *q, const void *k,
                              const void *v, void *o, float *lse, char *ws,
                              struct CUstream_st *stream);
+
+/* Shared by the forward run (cp_run.c) and the backward (cp_backward.c). */
+
+/* The checks and the ctx fields of a run (desc, plan against desc, the
+ * whole plan; layouts' content when check_layouts), no workspace yet. */
+sk_status sk_cp_open(const sk_cp_desc *d, const void *plan, size_t plan_bytes, sk_cp_ctx *c,
+                     int check_layouts);
+/* The communicator: not NULL, desc's rank and size; with kind, also the
+ * kind the backend needs (host memory on the CPU; sk_cp_cuda_check). */
+sk_status sk_cp_check_comm(const sk_cp_ctx *c, sk_comm_t comm, int kind);
+/* The bytes of a rank's shard of Q (and O, dO), K (V) and LSE;
+ * BAD_PARAM_OVERFLOW naming the rank beyond int64. */
+sk_status sk_cp_shard_bytes(const sk_cp_ctx *c, int64_t *qb, int64_t *kb, int64_t *lb);
+/* Append n sections of f[i][0] x .. x f[i][4] bytes, 64-byte aligned. */
+sk_status sk_cp_ws_add_all(sk_cp_ctx *c, const int64_t (*f)[5], int n);
+
+/* The CPU run's first workspace sections, the same in the forward and the
+ * backward: send and receive bytes, the shard's Q, K, V widened to fp32,
+ * the received K and V (fp32, [B, remote_keys, Hkv, D]). */
+enum {
+    SK_CP_WS_SEND,
+    SK_CP_WS_RECV,
+    SK_CP_WS_Q,
+    SK_CP_WS_K,
+    SK_CP_WS_V,
+    SK_CP_WS_KR,
+    SK_CP_WS_VR,
+    SK_CP_WS_EXCHANGE /* the first section after them */
+};
+/* Append those sections to c (which has none yet). */
+sk_status sk_cp_cpu_exchange_ws(sk_cp_ctx *c);
+/* Pack, exchange (one group), widen Q, K, V and unpack the received units
+ * into those sections of ws. */
+sk_status sk_cp_cpu_exchange(const sk_cp_ctx *c, sk_comm_t comm, const void *q, const void *k,
+                             const void *v, char *ws, struct CUstream_st *stream);
+/* The fp32 CPU attention of one partial pass of chunk cp: the descriptor
+ * (queries, O: the shard's [B, S_r, Hq, D] rows from cp->q_start, strides
+ * of the whole shard; keys: `keys` tokens at seq stride key_seq; mask:
+ * desc's for the local pass, NONE for the remote one) and its layout. */
+sk_status sk_cp_cpu_pass_desc(const sk_cp_ctx *c, const sk_cp_chunk_plan *cp, int64_t keys,
+                              int64_t key_seq, int remote, sk_attention_desc *out, sk_bsr *L);
 
 #endif /* SK_CORE_CP_INTERNAL_H */

@@ -35,7 +35,8 @@
 #include "cpu/cpu_backend.h"
 #include "cpu/half.h"
 
-enum { WS_SEND, WS_RECV, WS_Q, WS_K, WS_V, WS_KR, WS_VR, WS_OA, WS_OB, WS_LA, WS_LB, WS_PARTS };
+/* After the exchange's sections (cp_internal.h). */
+enum { WS_OA = SK_CP_WS_EXCHANGE, WS_OB, WS_LA, WS_LB, WS_PARTS };
 
 /* The plan against the descriptor: one made for another problem would
  * exchange and index wrongly. */
@@ -70,11 +71,8 @@ sk_status sk_cp_ws_add(sk_cp_ctx *c, int64_t bytes, int64_t align) {
     return SK_STATUS_SUCCESS;
 }
 
-/* Descriptor, plan, and the workspace sections of desc->rank. */
-/* check_layouts: whether to check the layouts' content (sk_cp_plan_check:
- * the CUDA run reads them from sk_cp_prepare's checked device copy). */
-static sk_status open_ctx(const sk_cp_desc *d, const void *plan, size_t plan_bytes, sk_cp_ctx *c,
-                          const char *api, int check_layouts) {
+sk_status sk_cp_open(const sk_cp_desc *d, const void *plan, size_t plan_bytes, sk_cp_ctx *c,
+                     int check_layouts) {
     SK_TRY(sk_cp_check_desc(d));
     SK_TRY(sk_cp_plan_open(plan, plan_bytes, &c->h));
     SK_TRY(check_plan(d, c->h));
@@ -84,6 +82,15 @@ static sk_status open_ctx(const sk_cp_desc *d, const void *plan, size_t plan_byt
     c->esize = (int64_t)sk_dtype_size(d->dtype);
     c->parts = 0;
     c->offsets[0] = 0;
+    return SK_STATUS_SUCCESS;
+}
+
+/* Descriptor, plan, and the workspace sections of desc->rank. */
+/* check_layouts: whether to check the layouts' content (sk_cp_plan_check:
+ * the CUDA run reads them from sk_cp_prepare's checked device copy). */
+static sk_status open_ctx(const sk_cp_desc *d, const void *plan, size_t plan_bytes, sk_cp_ctx *c,
+                          const char *api, int check_layouts) {
+    SK_TRY(sk_cp_open(d, plan, plan_bytes, c, check_layouts));
     if (sk_backend_is_cuda(d->backend)) {
         /* The passes' sizes come from sk_attention_workspace_size, which
          * names itself in the error state: name the caller again. */
@@ -92,26 +99,36 @@ static sk_status open_ctx(const sk_cp_desc *d, const void *plan, size_t plan_byt
         return SK_STATUS_SUCCESS;
     }
     const int64_t S = c->rp->tokens;
-    const int64_t B = d->batch, Hq = d->heads_q, Hkv = d->heads_kv, D = d->head_dim;
-    const int64_t f[WS_PARTS][5] = {{c->rp->send_bytes, 1, 1, 1, 1},
-                                    {c->rp->recv_bytes, 1, 1, 1, 1},
-                                    {B, S, Hq, D, 4},
-                                    {B, S, Hkv, D, 4},
-                                    {B, S, Hkv, D, 4},
-                                    {B, c->rp->remote_keys, Hkv, D, 4},
-                                    {B, c->rp->remote_keys, Hkv, D, 4},
-                                    {B, S, Hq, D, 4},
-                                    {B, S, Hq, D, 4},
-                                    {B, Hq, S, 1, 4},
-                                    {B, Hq, S, 1, 4}};
-    for (int p = 0; p < WS_PARTS; ++p) {
+    const int64_t B = d->batch, Hq = d->heads_q;
+    SK_TRY(sk_cp_cpu_exchange_ws(c));
+    const int64_t f[WS_PARTS - WS_OA][5] = {
+        {B, S, Hq, d->head_dim, 4}, {B, S, Hq, d->head_dim, 4}, {B, Hq, S, 1, 4}, {B, Hq, S, 1, 4}};
+    return sk_cp_ws_add_all(c, f, WS_PARTS - WS_OA);
+}
+
+sk_status sk_cp_ws_add_all(sk_cp_ctx *c, const int64_t (*f)[5], int n) {
+    for (int p = 0; p < n; ++p) {
         int64_t bytes;
         if (!sk_product_i64(f[p], 5, &bytes))
             return sk_error(SK_STATUS_BAD_PARAM_OVERFLOW,
-                            "the workspace of rank %d does not fit int64", (int)d->rank);
+                            "the workspace of rank %d does not fit int64", (int)c->d->rank);
         SK_TRY(sk_cp_ws_add(c, bytes, 64));
     }
     return SK_STATUS_SUCCESS;
+}
+
+sk_status sk_cp_cpu_exchange_ws(sk_cp_ctx *c) {
+    const sk_cp_desc *d = c->d;
+    const int64_t S = c->rp->tokens, RK = c->rp->remote_keys;
+    const int64_t B = d->batch, Hq = d->heads_q, Hkv = d->heads_kv, D = d->head_dim;
+    const int64_t f[SK_CP_WS_EXCHANGE][5] = {{c->rp->send_bytes, 1, 1, 1, 1},
+                                             {c->rp->recv_bytes, 1, 1, 1, 1},
+                                             {B, S, Hq, D, 4},
+                                             {B, S, Hkv, D, 4},
+                                             {B, S, Hkv, D, 4},
+                                             {B, RK, Hkv, D, 4},
+                                             {B, RK, Hkv, D, 4}};
+    return sk_cp_ws_add_all(c, f, SK_CP_WS_EXCHANGE);
 }
 
 sk_status sk_cp_workspace_size(const sk_cp_desc *desc, const void *plan, size_t plan_bytes,
@@ -148,23 +165,13 @@ static sk_status check_call(const sk_cp_ctx *c, sk_comm_t comm, const void *q, c
                             const void *v, void *o, float *lse, const void *plan, size_t plan_bytes,
                             void *workspace, size_t workspace_size) {
     const sk_cp_desc *d = c->d;
-    SK_CHECK_NOT_NULL(comm);
-    if (comm->ranks != d->ranks || comm->rank != d->rank)
-        return sk_error(SK_STATUS_BAD_PARAM_VALUE, "comm is rank %d of %d, desc says rank %d of %d",
-                        (int)comm->rank, (int)comm->ranks, (int)d->rank, (int)d->ranks);
+    SK_TRY(sk_cp_check_comm(c, comm, 0));
     SK_CHECK_NOT_NULL(q);
     SK_CHECK_NOT_NULL(k);
     SK_CHECK_NOT_NULL(v);
     SK_CHECK_NOT_NULL(o);
-    const int64_t S = c->rp->tokens;
-    const int64_t qf[5] = {d->batch, S, d->heads_q, d->head_dim, c->esize};
-    const int64_t kf[5] = {d->batch, S, d->heads_kv, d->head_dim, c->esize};
-    const int64_t lf[4] = {d->batch, d->heads_q, S, 4};
     int64_t qb, kb, lb;
-    if (!sk_product_i64(qf, 5, &qb) || !sk_product_i64(kf, 5, &kb) || !sk_product_i64(lf, 4, &lb))
-        return sk_error(SK_STATUS_BAD_PARAM_OVERFLOW,
-                        "the shard of rank %d (%lld tokens) has a byte size beyond int64",
-                        (int)d->rank, (long long)S);
+    SK_TRY(sk_cp_shard_bytes(c, &qb, &kb, &lb));
     const int cuda = sk_backend_is_cuda(d->backend);
     const size_t ta = cuda ? 16 : (size_t)c->esize; /* CUDA: 16-byte vectors */
     const struct {
@@ -189,7 +196,30 @@ static sk_status check_call(const sk_cp_ctx *c, sk_comm_t comm, const void *q, c
                               {"v", v, kb, 0},
                               {"plan", plan, (int64_t)plan_bytes, 0}};
     SK_TRY(sk_check_no_alias(bufs, (int)(sizeof bufs / sizeof bufs[0])));
-    if (cuda) return sk_cp_cuda_check(c, comm);
+    return sk_cp_check_comm(c, comm, 1);
+}
+
+sk_status sk_cp_shard_bytes(const sk_cp_ctx *c, int64_t *qb, int64_t *kb, int64_t *lb) {
+    const sk_cp_desc *d = c->d;
+    const int64_t S = c->rp->tokens;
+    const int64_t qf[5] = {d->batch, S, d->heads_q, d->head_dim, c->esize};
+    const int64_t kf[5] = {d->batch, S, d->heads_kv, d->head_dim, c->esize};
+    const int64_t lf[4] = {d->batch, d->heads_q, S, 4};
+    if (!sk_product_i64(qf, 5, qb) || !sk_product_i64(kf, 5, kb) || !sk_product_i64(lf, 4, lb))
+        return sk_error(SK_STATUS_BAD_PARAM_OVERFLOW,
+                        "the shard of rank %d (%lld tokens) has a byte size beyond int64",
+                        (int)d->rank, (long long)S);
+    return SK_STATUS_SUCCESS;
+}
+
+sk_status sk_cp_check_comm(const sk_cp_ctx *c, sk_comm_t comm, int kind) {
+    const sk_cp_desc *d = c->d;
+    SK_CHECK_NOT_NULL(comm);
+    if (comm->ranks != d->ranks || comm->rank != d->rank)
+        return sk_error(SK_STATUS_BAD_PARAM_VALUE, "comm is rank %d of %d, desc says rank %d of %d",
+                        (int)comm->rank, (int)comm->ranks, (int)d->rank, (int)d->ranks);
+    if (!kind) return SK_STATUS_SUCCESS;
+    if (sk_backend_is_cuda(d->backend)) return sk_cp_cuda_check(c, comm);
     if (comm->ops->device_memory)
         return sk_error(SK_STATUS_NOT_SUPPORTED,
                         "comm is a %s communicator (device memory); the CPU backend needs the "
@@ -199,14 +229,14 @@ static sk_status check_call(const sk_cp_ctx *c, sk_comm_t comm, const void *q, c
 }
 
 /* Steps 1-3: pack, exchange, widen, unpack. */
-static sk_status exchange(const sk_cp_ctx *c, sk_comm_t comm, const void *q, const void *k,
-                          const void *v, char *ws, struct CUstream_st *stream) {
+sk_status sk_cp_cpu_exchange(const sk_cp_ctx *c, sk_comm_t comm, const void *q, const void *k,
+                             const void *v, char *ws, struct CUstream_st *stream) {
     const sk_cp_desc *d = c->d;
     const sk_cp_plan_header *h = c->h;
     const sk_cp_pair *pairs = sk_cp_plan_pairs(h);
     const sk_cp_unit *units = sk_cp_plan_units(h);
     const int32_t R = d->ranks, r = d->rank;
-    char *send = ws + c->offsets[WS_SEND], *recv = ws + c->offsets[WS_RECV];
+    char *send = ws + c->offsets[SK_CP_WS_SEND], *recv = ws + c->offsets[SK_CP_WS_RECV];
     int64_t so = 0, ro = 0;
     SK_TRY(comm->ops->group_start(comm));
     for (int32_t p = 0; p < R; ++p) {
@@ -226,15 +256,18 @@ static sk_status exchange(const sk_cp_ctx *c, sk_comm_t comm, const void *q, con
     SK_TRY(comm->ops->group_end(comm, stream));
 
     const int64_t S = c->rp->tokens, B = d->batch, D = d->head_dim;
-    sk_cpu_load_f32((float *)(void *)(ws + c->offsets[WS_Q]), q, d->dtype, B * S * d->heads_q * D);
-    sk_cpu_load_f32((float *)(void *)(ws + c->offsets[WS_K]), k, d->dtype, B * S * d->heads_kv * D);
-    sk_cpu_load_f32((float *)(void *)(ws + c->offsets[WS_V]), v, d->dtype, B * S * d->heads_kv * D);
-    float *kr = (float *)(void *)(ws + c->offsets[WS_KR]);
-    float *vr = (float *)(void *)(ws + c->offsets[WS_VR]);
+    sk_cpu_load_f32((float *)(void *)(ws + c->offsets[SK_CP_WS_Q]), q, d->dtype,
+                    B * S * d->heads_q * D);
+    sk_cpu_load_f32((float *)(void *)(ws + c->offsets[SK_CP_WS_K]), k, d->dtype,
+                    B * S * d->heads_kv * D);
+    sk_cpu_load_f32((float *)(void *)(ws + c->offsets[SK_CP_WS_V]), v, d->dtype,
+                    B * S * d->heads_kv * D);
+    float *kr = (float *)(void *)(ws + c->offsets[SK_CP_WS_KR]);
+    float *vr = (float *)(void *)(ws + c->offsets[SK_CP_WS_VR]);
     /* Slots a (batch, head) did not receive are never read; zero keeps
      * the buffers defined. */
-    memset(kr, 0, (size_t)(c->offsets[WS_VR] - c->offsets[WS_KR]));
-    memset(vr, 0, (size_t)(c->offsets[WS_OA] - c->offsets[WS_VR]));
+    memset(kr, 0, (size_t)(c->offsets[SK_CP_WS_VR] - c->offsets[SK_CP_WS_KR]));
+    memset(vr, 0, (size_t)(c->offsets[SK_CP_WS_VR + 1] - c->offsets[SK_CP_WS_VR]));
     ro = 0;
     for (int32_t p = 0; p < R; ++p) {
         const sk_cp_pair *in = &pairs[(int64_t)p * R + r];
@@ -245,12 +278,8 @@ static sk_status exchange(const sk_cp_ctx *c, sk_comm_t comm, const void *q, con
     return SK_STATUS_SUCCESS;
 }
 
-/* One partial pass of chunk cp: queries from the shard's fp32 Q, keys k/v
- * (keys tokens, seq stride key_seq), the chunk's local or remote layout
- * (remote: no mask, see the header comment). */
-static sk_status pass(const sk_cp_ctx *c, const sk_cp_chunk_plan *cp, const float *q32,
-                      const float *k, const float *v, int64_t keys, int64_t key_seq, int remote,
-                      float *o, float *lse) {
+sk_status sk_cp_cpu_pass_desc(const sk_cp_ctx *c, const sk_cp_chunk_plan *cp, int64_t keys,
+                              int64_t key_seq, int remote, sk_attention_desc *out, sk_bsr *L) {
     const sk_cp_desc *d = c->d;
     sk_attention_desc a;
     SK_TRY(sk_attention_desc_init(&a, sizeof a));
@@ -271,9 +300,25 @@ static sk_status pass(const sk_cp_ctx *c, const sk_cp_chunk_plan *cp, const floa
     memcpy(a.q_strides, qs, sizeof qs);
     memcpy(a.k_strides, ks, sizeof ks);
     memcpy(a.v_strides, ks, sizeof ks);
+    memcpy(a.o_strides, qs, sizeof qs);
+    sk_cp_chunk_layout(c->h, cp, keys, remote, L);
+    *out = a;
+    return SK_STATUS_SUCCESS;
+}
+
+/* One partial pass of chunk cp: queries from the shard's fp32 Q, keys k/v
+ * (keys tokens, seq stride key_seq), the chunk's local or remote layout
+ * (remote: no mask, see the header comment); o, lse the chunk's packed
+ * parts. */
+static sk_status pass(const sk_cp_ctx *c, const sk_cp_chunk_plan *cp, const float *q32,
+                      const float *k, const float *v, int64_t keys, int64_t key_seq, int remote,
+                      float *o, float *lse) {
+    sk_attention_desc a;
     sk_bsr L;
-    sk_cp_chunk_layout(c->h, cp, keys, remote, &L);
-    return sk_attention_forward(&a, &L, q32 + cp->q_start * qs[1], k, v, o, lse, NULL, 0, NULL);
+    SK_TRY(sk_cp_cpu_pass_desc(c, cp, keys, key_seq, remote, &a, &L));
+    memset(a.o_strides, 0, sizeof a.o_strides); /* the chunk's packed part */
+    return sk_attention_forward(&a, &L, q32 + cp->q_start * a.q_strides[1], k, v, o, lse, NULL, 0,
+                                NULL);
 }
 
 sk_status sk_cp_forward(const sk_cp_desc *desc, const void *plan, size_t plan_bytes, sk_comm_t comm,
@@ -287,12 +332,12 @@ sk_status sk_cp_forward(const sk_cp_desc *desc, const void *plan, size_t plan_by
     char *ws = workspace;
     if (sk_backend_is_cuda(desc->backend))
         return sk_cp_cuda_forward(&c, comm, q, k, v, o, lse, ws, stream);
-    SK_TRY(exchange(&c, comm, q, k, v, ws, stream));
-    const float *q32 = (const float *)(void *)(ws + c.offsets[WS_Q]);
-    const float *k32 = (const float *)(void *)(ws + c.offsets[WS_K]);
-    const float *v32 = (const float *)(void *)(ws + c.offsets[WS_V]);
-    const float *kr = (const float *)(void *)(ws + c.offsets[WS_KR]);
-    const float *vr = (const float *)(void *)(ws + c.offsets[WS_VR]);
+    SK_TRY(sk_cp_cpu_exchange(&c, comm, q, k, v, ws, stream));
+    const float *q32 = (const float *)(void *)(ws + c.offsets[SK_CP_WS_Q]);
+    const float *k32 = (const float *)(void *)(ws + c.offsets[SK_CP_WS_K]);
+    const float *v32 = (const float *)(void *)(ws + c.offsets[SK_CP_WS_V]);
+    const float *kr = (const float *)(void *)(ws + c.offsets[SK_CP_WS_KR]);
+    const float *vr = (const float *)(void *)(ws + c.offsets[SK_CP_WS_VR]);
     float *oa = (float *)(void *)(ws + c.offsets[WS_OA]);
     float *ob = (float *)(void *)(ws + c.offsets[WS_OB]);
     float *la = (float *)(void *)(ws + c.offsets[WS_LA]);

@@ -7,7 +7,9 @@
  * tokens x D elements each, D contiguous; the packed stream is the units
  * in the plan's order (block, batch, head), so sender and receiver agree
  * without any header. Unpacking widens to fp32, the type of the rank's
- * partial passes (cp_run.c).
+ * partial passes (cp_run.c). The backward (cp_backward.c) sends fp32
+ * dK / dV partials of received units back along the same unit order:
+ * packed from the receiver's slots, added at the owner's key rows.
  */
 #include <math.h>
 #include <string.h>
@@ -69,6 +71,42 @@ void sk_cpu_cp_unpack(const sk_cp_plan_header *h, const sk_cp_rank_plan *dst, sk
     }
 }
 
+void sk_cpu_cp_grad_pack(const sk_cp_plan_header *h, const sk_cp_rank_plan *dst,
+                         const sk_cp_unit *units, int64_t n, const float *dk_remote,
+                         const float *dv_remote, float *out) {
+    const int64_t dim = h->head_dim;
+    for (int64_t u = 0; u < n; ++u) {
+        const sk_cp_unit *x = &units[u];
+        const int64_t tok = unit_tokens(h, x->block), t0 = (int64_t)x->slot * h->block;
+        for (int pass = 0; pass < 2; ++pass) {
+            const float *base = pass == 0 ? dk_remote : dv_remote;
+            for (int64_t t = 0; t < tok; ++t) {
+                const int64_t e = (x->batch * dst->remote_keys + t0 + t) * h->heads_kv + x->head;
+                memcpy(out, base + e * dim, (size_t)dim * sizeof(float));
+                out += dim;
+            }
+        }
+    }
+}
+
+void sk_cpu_cp_grad_add(const sk_cp_plan_header *h, const sk_cp_rank_plan *src,
+                        const sk_cp_unit *units, int64_t n, const float *in, float *dk, float *dv) {
+    const int64_t dim = h->head_dim;
+    for (int64_t u = 0; u < n; ++u) {
+        const sk_cp_unit *x = &units[u];
+        const int64_t tok = unit_tokens(h, x->block), t0 = local_token(h, src, x->block);
+        for (int pass = 0; pass < 2; ++pass) {
+            float *base = pass == 0 ? dk : dv;
+            for (int64_t t = 0; t < tok; ++t) {
+                float *row =
+                    base + ((x->batch * src->tokens + t0 + t) * h->heads_kv + x->head) * dim;
+                for (int64_t e = 0; e < dim; ++e) row[e] += in[e];
+                in += dim;
+            }
+        }
+    }
+}
+
 void sk_cpu_lse_merge(const sk_lse_merge *m) {
     const int64_t H = m->heads, D = m->dim, T = m->tokens;
 #pragma omp parallel for collapse(2) schedule(static)
@@ -82,7 +120,8 @@ void sk_cpu_lse_merge(const sk_lse_merge *m) {
                 const int64_t orow = ((b * m->o_seq + m->o_start + t) * H + h) * D;
                 double lse;
                 if (mx == -INFINITY) { /* no admissible key on either side */
-                    for (int64_t d = 0; d < D; ++d) sk_cpu_store1_f64(m->o, m->dtype, orow + d, 0.0);
+                    for (int64_t d = 0; d < D; ++d)
+                        sk_cpu_store1_f64(m->o, m->dtype, orow + d, 0.0);
                     lse = -INFINITY;
                 } else {
                     const double wa = exp(la - mx), wb = m->o_b != NULL ? exp(lb - mx) : 0.0;

@@ -60,8 +60,8 @@ typedef struct sk_topk_pair {
     float score;
     int32_t index;
 } sk_topk_pair;
-int32_t sk_cpu_topk_select_row(const sk_topk_problem *p, const sk_topk_row *rule,
-                               const float *row, sk_topk_pair *pairs, int32_t *out);
+int32_t sk_cpu_topk_select_row(const sk_topk_problem *p, const sk_topk_row *rule, const float *row,
+                               sk_topk_pair *pairs, int32_t *out);
 
 /* sk_cpu_topk_pool into fresh host buffers, then sk_cpu_topk_select: the
  * selection half of sk_attention_topk on the CPU (p->q, p->k_in set). */
@@ -80,17 +80,28 @@ void sk_cpu_cp_unpack(const sk_cp_plan_header *h, const sk_cp_rank_plan *dst, sk
                       const sk_cp_unit *units, int64_t n, const void *src, float *k_remote,
                       float *v_remote);
 
+/* Backward: the fp32 dK then dV rows of n units (as sk_cpu_cp_pack lays
+ * out K and V) from rank plan dst's remote gradient buffers [B,
+ * remote_keys, Hkv, D] at their slots, into out. */
+void sk_cpu_cp_grad_pack(const sk_cp_plan_header *h, const sk_cp_rank_plan *dst,
+                         const sk_cp_unit *units, int64_t n, const float *dk_remote,
+                         const float *dv_remote, float *out);
+/* The inverse at the owner (rank plan src): each unit's rows of `in` added
+ * to dk, dv [B, S_r, Hkv, D] fp32 at the block's shard rows. */
+void sk_cpu_cp_grad_add(const sk_cp_plan_header *h, const sk_cp_rank_plan *src,
+                        const sk_cp_unit *units, int64_t n, const float *in, float *dk, float *dv);
+
 /* Merge two partial attentions of the same queries over disjoint key sets
  * by their LSE: with m = max(lse_a, lse_b), w = exp(lse - m),
  * O = (w_a O_a + w_b O_b) / (w_a + w_b), LSE = m + log(w_a + w_b), in fp64,
  * O rounded once to the dtype; both -inf gives O = 0, LSE = -inf. */
 typedef struct sk_lse_merge {
-    sk_dtype dtype;                  /* of o */
+    sk_dtype dtype; /* of o */
     int64_t batch, tokens, heads, dim;
-    const float *o_a, *lse_a;        /* [B, tokens, H, D], [B, H, tokens] fp32 packed */
-    const float *o_b, *lse_b;        /* the same; NULL: only part a */
-    void *o;                         /* [B, o_seq, H, D] packed, rows o_start .. + tokens */
-    float *lse;                      /* [B, H, o_seq], the same rows; may be NULL */
+    const float *o_a, *lse_a; /* [B, tokens, H, D], [B, H, tokens] fp32 packed */
+    const float *o_b, *lse_b; /* the same; NULL: only part a */
+    void *o;                  /* [B, o_seq, H, D] packed, rows o_start .. + tokens */
+    float *lse;               /* [B, H, o_seq], the same rows; may be NULL */
     int64_t o_seq, o_start;
 } sk_lse_merge;
 void sk_cpu_lse_merge(const sk_lse_merge *m);

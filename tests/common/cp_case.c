@@ -3,7 +3,12 @@
  */
 #include "common/cp_case.h"
 
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+
+#include "common/harness.h"
+#include "common/test_util.h"
 
 const char *const cpc_kind_names[CPC_KINDS] = {"window", "sinks+window", "random"};
 
@@ -25,6 +30,70 @@ sk_layout_t cpc_layout(int kind, int causal, const sk_grid *g, uint64_t seed) {
         break;
     }
     return st == SK_STATUS_SUCCESS ? L : NULL;
+}
+
+sk_layout_t cpc_layout_topk(int causal, const sk_grid *g, uint64_t seed) {
+    int32_t rb, cb, sl;
+    sk_grid_blocks(g, &rb, &cb, &sl);
+    const int64_t n = (int64_t)sl * rb * cb;
+    float *scores = malloc((size_t)n * sizeof(float));
+    if (scores == NULL) return NULL;
+    tu_rng rng;
+    tu_rng_seed(&rng, seed ^ 0x5c0e5);
+    for (int64_t i = 0; i < n; ++i) scores[i] = (float)tu_rng_normal(&rng);
+    sk_topk_options opt = {2, 1, 1, causal};
+    sk_layout_t L = NULL;
+    const sk_status st = sk_layout_create_topk(&L, g, scores, &opt);
+    free(scores);
+    return st == SK_STATUS_SUCCESS ? L : NULL;
+}
+
+void cpc_sweep_case(int idx, int32_t ranks, int zigzag, int causal, int kind, uint64_t seed,
+                    cp_case *c) {
+    static const sk_dtype dtypes[] = {SK_DTYPE_F16, SK_DTYPE_BF16, SK_DTYPE_F32};
+    memset(c, 0, sizeof *c);
+    c->ranks = ranks;
+    c->sharding = zigzag ? SK_CP_SHARDING_ZIGZAG : SK_CP_SHARDING_CONTIGUOUS;
+    c->causal = causal;
+    c->kind = kind;
+    c->dtype = dtypes[idx % 3];
+    c->batch = 2;
+    c->heads_q = 4;
+    c->heads_kv = 2;
+    c->head_dim = 16;
+    c->block = idx % 7 == 3 ? 128 : 64;
+    /* At least one block per chunk, a tail most of the time. */
+    const int64_t nb = 2 * ranks + 2 + idx % 3;
+    c->seq = (nb - 1) * c->block + 1 + (idx * 37) % c->block;
+    c->layout_batch = idx % 2 ? 2 : 1;
+    c->layout_heads = (idx / 2) % 3 == 0 ? 1 : (idx / 2) % 3 == 1 ? 2 : 4;
+    c->seed = seed;
+}
+
+void cpc_sweep(uint64_t base, int kinds, void (*run)(int idx, cp_case *c)) {
+    static const int32_t ranks[] = {1, 2, 3, 4, 8};
+    int idx = 0;
+    for (size_t ri = 0; ri < sizeof ranks / sizeof ranks[0]; ++ri)
+        for (int sh = 0; sh < 2; ++sh)
+            for (int causal = 0; causal < 2; ++causal)
+                for (int kind = 0; kind < kinds; ++kind, ++idx) {
+                    cp_case c;
+                    cpc_sweep_case(idx, ranks[ri], sh, causal, kind, base + (uint64_t)idx, &c);
+                    run(idx, &c);
+                    if (sk_test_failures() > 0) return;
+                }
+}
+
+void cpc_case_name(char *name, size_t n, const cp_case *c, const char *kind_name,
+                   const char *extra) {
+    snprintf(name, n, "R=%d %s %s %s %s S=%lld block %d H %lld/%lld slices %dx%d seed %llu%s",
+             (int)c->ranks, c->sharding == SK_CP_SHARDING_ZIGZAG ? "zigzag" : "contiguous",
+             c->causal ? "causal" : "non-causal", kind_name,
+             c->dtype == SK_DTYPE_F16    ? "f16"
+             : c->dtype == SK_DTYPE_BF16 ? "bf16"
+                                         : "f32",
+             (long long)c->seq, (int)c->block, (long long)c->heads_q, (long long)c->heads_kv,
+             (int)c->layout_batch, (int)c->layout_heads, (unsigned long long)c->seed, extra);
 }
 
 void cpc_rows(void *dst, const void *src, int64_t esize, int64_t B, int64_t S, int64_t Sr,

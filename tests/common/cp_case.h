@@ -7,6 +7,7 @@
 #ifndef SK_TESTS_CP_CASE_H
 #define SK_TESTS_CP_CASE_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "sparsek.h"
@@ -32,6 +33,25 @@ extern const char *const cpc_kind_names[CPC_KINDS];
  * block, so with causal some lie above the diagonal and some rows are
  * empty). NULL when the builder fails (sk_last_error says why). */
 sk_layout_t cpc_layout(int kind, int causal, const sk_grid *g, uint64_t seed);
+
+/* A top-k layout over grid g: 2 blocks a row by seeded normal scores,
+ * plus 1 sink and the diagonal (causal as given). NULL when it fails. */
+sk_layout_t cpc_layout_topk(int causal, const sk_grid *g, uint64_t seed);
+
+/* Case idx of the tests' sweep over ranks x sharding x causal x kind:
+ * dtype F16 / BF16 / F32 in turn, B 2, Hq 4, Hkv 2, D 16, blocks of 64
+ * (128 every 7th), 2R + 2 .. 2R + 4 blocks (a tail most of the time),
+ * layouts broadcast, per batch, per KV head or per query head; seed. */
+void cpc_sweep_case(int idx, int32_t ranks, int zigzag, int causal, int kind, uint64_t seed,
+                    cp_case *c);
+/* The sweep: run(idx, case) for every R in {1, 2, 3, 4, 8}, contiguous
+ * and zigzag, non-causal and causal, kind 0 .. kinds - 1, case idx from
+ * cpc_sweep_case with seed base + idx; stops after a failing case. */
+void cpc_sweep(uint64_t base, int kinds, void (*run)(int idx, cp_case *c));
+/* "R=.. zigzag causal window bf16 S=.. block .. H ../.. slices ..x.. seed
+ * .." then extra; kind_name names kind (the caller's kinds include top-k). */
+void cpc_case_name(char *name, size_t n, const cp_case *c, const char *kind_name,
+                   const char *extra);
 
 /* Token rows [t0, t0 + n) of a global [B, S, H, D] tensor (row_elems = H
  * x D elements of esize bytes) to rows [l0, l0 + n) of a shard [B, Sr, H,

@@ -53,22 +53,8 @@ static void *run_rank(void *arg) {
 }
 
 static sk_layout_t make_layout(const cp_case *c, const sk_grid *g) {
-    if (c->kind != L_TOPK) return cpc_layout(c->kind, c->causal, g, c->seed);
-    sk_layout_t L = NULL;
-    sk_status st = SK_STATUS_INTERNAL_ERROR;
-    {
-        int32_t rb, cb, sl;
-        sk_grid_blocks(g, &rb, &cb, &sl);
-        const int64_t n = (int64_t)sl * rb * cb;
-        float *scores = malloc((size_t)n * sizeof(float));
-        tu_rng rng;
-        tu_rng_seed(&rng, c->seed ^ 0x5c0e5);
-        for (int64_t i = 0; i < n; ++i) scores[i] = (float)tu_rng_normal(&rng);
-        sk_topk_options opt = {2, 1, 1, c->causal};
-        st = sk_layout_create_topk(&L, g, scores, &opt);
-        free(scores);
-    }
-    return st == SK_STATUS_SUCCESS ? L : NULL;
+    return c->kind == L_TOPK ? cpc_layout_topk(c->causal, g, c->seed)
+                             : cpc_layout(c->kind, c->causal, g, c->seed);
 }
 
 /* The owner rank of every global block, from the shards the API reports. */
@@ -298,47 +284,15 @@ static void run_case(const cp_case *c, const char *name) {
     sk_layout_destroy(owned);
 }
 
+static void sweep_case(int idx, cp_case *c) {
+    char name[200];
+    (void)idx;
+    cpc_case_name(name, sizeof name, c, c->kind == L_TOPK ? "topk" : cpc_kind_names[c->kind], "");
+    run_case(c, name);
+}
+
 SK_TEST(cp_forward_matches_single_process) {
-    static const int32_t ranks[] = {1, 2, 3, 4, 8};
-    static const sk_dtype dtypes[] = {SK_DTYPE_F16, SK_DTYPE_BF16, SK_DTYPE_F32};
-    const uint64_t base = tu_base_seed();
-    int idx = 0;
-    for (size_t ri = 0; ri < sizeof ranks / sizeof ranks[0]; ++ri)
-        for (int sh = 0; sh < 2; ++sh)
-            for (int causal = 0; causal < 2; ++causal)
-                for (int kind = 0; kind < L_KINDS; ++kind, ++idx) {
-                    cp_case c;
-                    memset(&c, 0, sizeof c);
-                    c.ranks = ranks[ri];
-                    c.sharding = sh ? SK_CP_SHARDING_ZIGZAG : SK_CP_SHARDING_CONTIGUOUS;
-                    c.causal = causal;
-                    c.kind = kind;
-                    c.dtype = dtypes[idx % 3];
-                    c.batch = 2;
-                    c.heads_q = 4;
-                    c.heads_kv = 2;
-                    c.head_dim = 16;
-                    c.block = idx % 7 == 3 ? 128 : 64;
-                    /* At least one block per chunk, a tail most of the time. */
-                    const int64_t nb = 2 * c.ranks + 2 + idx % 3;
-                    c.seq = (nb - 1) * c.block + 1 + (idx * 37) % c.block;
-                    c.layout_batch = idx % 2 ? 2 : 1;
-                    c.layout_heads = (idx / 2) % 3 == 0 ? 1 : (idx / 2) % 3 == 1 ? 2 : 4;
-                    c.seed = base + (uint64_t)idx;
-                    char name[160];
-                    snprintf(name, sizeof name,
-                             "R=%d %s %s %s %s S=%lld block %d slices %dx%d seed %llu",
-                             (int)c.ranks, sh ? "zigzag" : "contiguous",
-                             causal ? "causal" : "non-causal",
-                             kind == L_TOPK ? "topk" : cpc_kind_names[kind],
-                             c.dtype == SK_DTYPE_F16    ? "f16"
-                             : c.dtype == SK_DTYPE_BF16 ? "bf16"
-                                                        : "f32",
-                             (long long)c.seq, (int)c.block, (int)c.layout_batch,
-                             (int)c.layout_heads, (unsigned long long)c.seed);
-                    run_case(&c, name);
-                    if (sk_test_failures() > 0) return;
-                }
+    cpc_sweep(tu_base_seed(), L_KINDS, sweep_case);
 }
 
 /* The shards against the formula: chunk c is blocks floor(c nb / C) ..

@@ -5,6 +5,7 @@
  * poison). The fixture is a valid 2-rank problem whose rank-0 call
  * succeeds once everything is restored (checked first), so each case
  * fails for its own reason; failing calls never reach the exchange.
+ * sk_cp_backward's cases come last (cp_backward_bad_input).
  */
 #include <math.h>
 #include <pthread.h>
@@ -503,5 +504,148 @@ SK_TEST(cp_bad_input_cuda_run) {
     CHECK(sk_comm_create_simulated_cuda(0, NULL) == SK_STATUS_BAD_PARAM_NULL_POINTER, "NULL comms");
     free(ws);
     free(ws_before);
+    fx_free(F);
+}
+
+/* sk_cp_backward's bad inputs on the fixture (rank 0 of 2; every call
+ * fails in its checks, before the exchange): status, message, and dq, dk,
+ * dv and the workspace untouched. Then the same buffers, valid, on one
+ * rank: the call succeeds (so each case failed for its own reason). */
+typedef struct bwd_fx {
+    uint16_t *dout, *g[3], *before[3]; /* g: dq, dk, dv */
+    void *ws;
+    unsigned char *ws_before;
+    size_t ws_bytes, n;
+} bwd_fx;
+
+static void bwd_expect(const bwd_fx *b, const char *what, sk_status got, sk_status want,
+                       const char *needle) {
+    const char *msg = sk_last_error();
+    CHECK(got == want, "backward %s: got %s, want %s (%s)", what, sk_status_name(got),
+          sk_status_name(want), msg);
+    CHECK(strstr(msg, needle) != NULL, "backward %s: message \"%s\" lacks \"%s\"", what, msg,
+          needle);
+    for (int i = 0; i < 3; ++i)
+        CHECK(memcmp(b->g[i], b->before[i], b->n * 2) == 0, "backward %s: output %d written", what,
+              i);
+    CHECK(memcmp(b->ws, b->ws_before, b->ws_bytes) == 0, "backward %s: workspace written", what);
+}
+
+#define BWD(what, d, comm, lse, dq, dk, ws, wsb, want, needle)                                     \
+    bwd_expect(&b, what,                                                                           \
+               sk_cp_backward(d, F->plan, F->plan_bytes, comm, F->q, F->k, F->v, F->o, lse,        \
+                              b.dout, dq, dk, b.g[2], ws, wsb, NULL),                              \
+               want, needle)
+
+SK_TEST(cp_backward_bad_input) {
+    FX_BEGIN
+    bwd_fx b;
+    memset(&b, 0, sizeof b);
+    b.n = (size_t)(FX_B * F->tokens * FX_H * FX_D);
+    b.dout = calloc(b.n, 2);
+    int ok = b.dout != NULL;
+    for (int i = 0; i < 3; ++i) {
+        b.g[i] = malloc(b.n * 2);
+        b.before[i] = malloc(b.n * 2);
+        ok = ok && b.g[i] && b.before[i];
+        if (!ok) break;
+        tu_fill_nan(b.g[i], SK_DTYPE_F16, (int64_t)b.n);
+        memcpy(b.before[i], b.g[i], b.n * 2);
+    }
+    ok = ok && sk_cp_backward_workspace_size(&F->desc, F->plan, F->plan_bytes, &b.ws_bytes) ==
+                   SK_STATUS_SUCCESS;
+    if (ok && posix_memalign(&b.ws, 64, b.ws_bytes) != 0) b.ws = NULL;
+    b.ws_before = ok ? malloc(b.ws_bytes) : NULL;
+    REQUIRE(ok && b.ws && b.ws_before, "backward fixture: %s", sk_last_error());
+    memset(b.ws, 0x3c, b.ws_bytes);
+    memcpy(b.ws_before, b.ws, b.ws_bytes);
+    CHECK(b.ws_bytes >= F->ws_bytes, "the backward's workspace (%zu) is below the forward's (%zu)",
+          b.ws_bytes, F->ws_bytes);
+    sk_cp_desc d = F->desc;
+    BWD("lse NULL", &d, F->comm[0], NULL, b.g[0], b.g[1], b.ws, b.ws_bytes,
+        SK_STATUS_BAD_PARAM_NULL_POINTER, "forward's LSE");
+    BWD("dq NULL", &d, F->comm[0], F->lse, NULL, b.g[1], b.ws, b.ws_bytes,
+        SK_STATUS_BAD_PARAM_NULL_POINTER, "dq must not");
+    BWD("comm NULL", &d, NULL, F->lse, b.g[0], b.g[1], b.ws, b.ws_bytes,
+        SK_STATUS_BAD_PARAM_NULL_POINTER, "comm");
+    BWD("comm rank", &d, F->comm[1], F->lse, b.g[0], b.g[1], b.ws, b.ws_bytes,
+        SK_STATUS_BAD_PARAM_VALUE, "comm is rank 1");
+    BWD("dk misaligned", &d, F->comm[0], F->lse, b.g[0], (char *)b.g[1] + 1, b.ws, b.ws_bytes,
+        SK_STATUS_BAD_PARAM_ALIGNMENT, "dk = ");
+    BWD("dq over q", &d, F->comm[0], F->lse, F->q, b.g[1], b.ws, b.ws_bytes,
+        SK_STATUS_BAD_PARAM_STRIDE, "q overlaps dq");
+    BWD("dk over dq", &d, F->comm[0], F->lse, b.g[0], b.g[0] + 4, b.ws, b.ws_bytes,
+        SK_STATUS_BAD_PARAM_STRIDE, "overlaps");
+    BWD("workspace small", &d, F->comm[0], F->lse, b.g[0], b.g[1], b.ws, b.ws_bytes - 1,
+        SK_STATUS_BAD_PARAM_WORKSPACE, "sk_cp_backward_workspace_size");
+    BWD("forward's workspace", &d, F->comm[0], F->lse, b.g[0], b.g[1], F->ws, F->ws_bytes,
+        SK_STATUS_BAD_PARAM_WORKSPACE, "workspace");
+    d.mask = SK_MASK_NONE;
+    BWD("plan/desc", &d, F->comm[0], F->lse, b.g[0], b.g[1], b.ws, b.ws_bytes,
+        SK_STATUS_BAD_PARAM_VALUE, "plan was made for");
+    d = F->desc;
+    d.backend = SK_BACKEND_CUDA;
+    BWD("CUDA", &d, F->comm[0], F->lse, b.g[0], b.g[1], b.ws, b.ws_bytes, SK_STATUS_NOT_SUPPORTED,
+        "desc->backend");
+    size_t sz = 77;
+    CHECK(sk_cp_backward_workspace_size(&d, F->plan, F->plan_bytes, &sz) ==
+                  SK_STATUS_NOT_SUPPORTED &&
+              sz == 77,
+          "CUDA workspace size: %s", sk_last_error());
+    CHECK(sk_cp_backward_workspace_size(&F->desc, F->plan, F->plan_bytes, NULL) ==
+              SK_STATUS_BAD_PARAM_NULL_POINTER,
+          "workspace size NULL: %s", sk_last_error());
+    CHECK(sk_cp_backward_prepare(&F->desc, F->plan, F->plan_bytes, b.ws, b.ws_bytes - 1, NULL) ==
+                  SK_STATUS_BAD_PARAM_WORKSPACE &&
+              strstr(sk_last_error(), "sk_cp_backward_prepare: workspace"),
+          "prepare, short workspace: %s", sk_last_error());
+    CHECK(sk_cp_backward_prepare(&F->desc, F->plan, F->plan_bytes, b.ws, b.ws_bytes, NULL) ==
+              SK_STATUS_SUCCESS,
+          "prepare: %s", sk_last_error());
+    bwd_expect(&b, "after prepare", SK_STATUS_SUCCESS, SK_STATUS_SUCCESS, "");
+    /* Valid on one rank (the whole sequence: Q = K = V = dO = 0 gives zero
+     * gradients), the forward's O and LSE first. */
+    sk_cp_desc one = F->desc;
+    one.ranks = 1;
+    one.sharding = SK_CP_SHARDING_CONTIGUOUS;
+    size_t pb = 0, fw = 0, bwb = 0;
+    sk_comm_t c1 = NULL;
+    CHECK(sk_cp_plan_size(&one, &F->layout, &pb) == SK_STATUS_SUCCESS, "%s", sk_last_error());
+    void *plan = malloc(pb);
+    CHECK(sk_cp_plan(&one, &F->layout, plan, pb) == SK_STATUS_SUCCESS, "%s", sk_last_error());
+    CHECK(sk_comm_create_simulated(1, &c1) == SK_STATUS_SUCCESS, "%s", sk_last_error());
+    sk_cp_workspace_size(&one, plan, pb, &fw);
+    sk_cp_backward_workspace_size(&one, plan, pb, &bwb);
+    const size_t n1 = (size_t)(FX_B * FX_S * FX_H * FX_D);
+    uint16_t *z = calloc(n1, 2), *o = malloc(n1 * 2), *g = malloc(3 * n1 * 2);
+    float *lse = malloc((size_t)(FX_B * FX_H * FX_S) * sizeof(float));
+    void *w = NULL;
+    if (posix_memalign(&w, 64, fw > bwb ? fw : bwb) != 0) w = NULL;
+    REQUIRE(z && o && g && lse && w, "out of memory");
+    tu_fill_nan(g, SK_DTYPE_F16, (int64_t)(3 * n1));
+    sk_status st = sk_cp_forward(&one, plan, pb, c1, z, z, z, o, lse, w, fw, NULL);
+    CHECK(st == SK_STATUS_SUCCESS, "one-rank forward: %s", sk_last_error());
+    st =
+        sk_cp_backward(&one, plan, pb, c1, z, z, z, o, lse, z, g, g + n1, g + 2 * n1, w, bwb, NULL);
+    CHECK(st == SK_STATUS_SUCCESS, "one-rank backward: %s", sk_last_error());
+    for (size_t i = 0; i < 3 * n1 && st == SK_STATUS_SUCCESS; ++i)
+        if (g[i] != 0) {
+            CHECK(0, "gradient element %zu = 0x%04x, want 0", i, (unsigned)g[i]);
+            break;
+        }
+    free(z);
+    free(o);
+    free(g);
+    free(lse);
+    free(w);
+    free(plan);
+    sk_comm_destroy(c1);
+    free(b.dout);
+    for (int i = 0; i < 3; ++i) {
+        free(b.g[i]);
+        free(b.before[i]);
+    }
+    free(b.ws);
+    free(b.ws_before);
     fx_free(F);
 }
