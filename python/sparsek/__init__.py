@@ -165,3 +165,8 @@ __all__ += ["CpPlan", "cp_attention_simulated", "cp_shard"]
 from .context_parallel import cp_attention  # noqa: E402
 
 __all__ += ["cp_attention"]
+
+# Top-k selection on varlen and paged inputs (topk_varlen.py): VarlenLayouts.
+from .topk_varlen import topk_paged, topk_varlen  # noqa: E402
+
+__all__ += ["topk_paged", "topk_varlen"]

@@ -22,6 +22,72 @@ void tvc_init(tvc_case *c) {
     c->nan_seq = -1;
 }
 
+/* Lengths of sequences 0 .. n-1. */
+static void set_lengths(tvc_case *c, int32_t n, const int32_t *lq, const int32_t *lk) {
+    c->batch = n;
+    memcpy(c->len_q, lq, (size_t)n * sizeof *lq);
+    memcpy(c->len_k, lk, (size_t)n * sizeof *lk);
+}
+
+void tvc_preset(tvc_case *c, int which) {
+    static const int32_t lq0[5] = {130, 0, 64, 1, 200}, lk0[5] = {300, 50, 64, 0, 200};
+    static const int32_t lq1[4] = {300, 129, 17, 0}, lk1[4] = {300, 500, 90, 33};
+    static const int32_t lq2[4] = {65, 200, 64, 0}, lk2[4] = {400, 700, 64, 10};
+    tvc_init(c);
+    if (which == 0) {
+        set_lengths(c, 5, lq0, lk0);
+        c->heads_q = 4;
+        c->heads_kv = 2;
+        c->causal = 1;
+        c->sink_blocks = 1;
+        c->local_blocks = 1;
+    } else if (which == 1) {
+        set_lengths(c, 4, lq1, lk1);
+        c->dtype = SK_DTYPE_F16;
+        c->heads_q = 8;
+        c->heads_kv = 2;
+        c->per_kv_head = 1;
+        c->padded = 1;
+        c->bq = 128;
+        c->topk = 3;
+        c->local_blocks = 2;
+    } else {
+        set_lengths(c, 4, lq2, lk2);
+        c->dtype = SK_DTYPE_BF16;
+        c->heads_q = 2;
+        c->bk = 128;
+        c->causal = 1;
+        c->topk = 4;
+        c->nan_seq = 1;
+        c->extra_q = 300;
+    }
+}
+
+void tvc_random(tvc_case *c, tu_rng *rng, int32_t max_len, int it, int gpu) {
+    tvc_init(c);
+    c->batch = (int32_t)tu_rng_range(rng, 1, gpu ? TVC_MAXB : 6);
+    for (int32_t b = 0; b < c->batch; ++b) {
+        c->len_k[b] = (int32_t)tu_rng_range(rng, 0, max_len);
+        c->len_q[b] = (int32_t)tu_rng_range(rng, 0, c->len_k[b] + 40);
+    }
+    c->heads_kv = tu_rng_range(rng, 1, 2);
+    c->heads_q = c->heads_kv * tu_rng_range(rng, 1, gpu ? 4 : 3);
+    if (gpu) c->head_dim = 8 * tu_rng_range(rng, 1, 16);
+    c->per_kv_head = (int)tu_rng_range(rng, 0, 1);
+    c->causal = (int)tu_rng_range(rng, 0, 1);
+    c->bq = tu_rng_range(rng, 0, 1) ? 128 : 64;
+    c->bk = tu_rng_range(rng, 0, 1) ? 128 : 64;
+    c->topk = (int32_t)tu_rng_range(rng, 0, gpu ? 6 : 5);
+    c->sink_blocks = (int32_t)tu_rng_range(rng, 0, 2);
+    c->local_blocks = (int32_t)tu_rng_range(rng, 0, 2);
+    if (gpu)
+        c->dtype = it % 2 ? SK_DTYPE_BF16 : SK_DTYPE_F16;
+    else
+        c->dtype = it % 3 == 0 ? SK_DTYPE_F16 : SK_DTYPE_F32;
+    c->padded = it % 3 == 1;
+    c->nan_seq = it % 5 == 2 ? 0 : -1;
+}
+
 static void *alloc16(size_t bytes) {
     void *p = NULL;
     if (posix_memalign(&p, 16, bytes > 0 ? bytes : 16) != 0) return NULL;

@@ -45,6 +45,15 @@ typedef struct tvc_case {
 
 /* A case with defaults (F32, one sequence: set the fields, then tvc_make). */
 void tvc_init(tvc_case *c);
+/* The named cases both suites run (which: 0 GQA causal with sinks + local,
+ * empty sequences, tails, q < k; 1 fp16 strided per_kv_head, blocks 128 x
+ * 64; 2 bf16 with NaN scores and a max_seqlen_q capacity, blocks 64 x
+ * 128), and a random one (lengths up to max_len, every rule drawn; dtypes
+ * F32 / F16 on the CPU, F16 / BF16 and head_dim 8 .. 128 with `gpu`). */
+enum { TVC_PRESETS = 3 };
+void tvc_preset(tvc_case *c, int which);
+void tvc_random(tvc_case *c, tu_rng *rng, int32_t max_len, int it, int gpu);
+
 /* Allocate and fill the tensors and the paged copy; 0 on allocation failure. */
 int tvc_make(tvc_case *c, uint64_t seed);
 void tvc_free(tvc_case *c);

@@ -122,71 +122,17 @@ static int check_case(tvc_case *c, uint64_t seed, const char *name) {
 
 SK_TEST(topk_varlen_matches_fixed_per_sequence) {
     const uint64_t seed = tu_base_seed() ^ 0x7a11;
+    static const char *const names[TVC_PRESETS] = {"gqa causal", "per_kv_head strided",
+                                                   "bf16 nan"};
     tvc_case c;
-
-    tvc_init(&c); /* GQA, causal, sinks + local, empty sequences, tails, q < k */
-    c.batch = 5;
-    const int32_t lq1[5] = {130, 0, 64, 1, 200}, lk1[5] = {300, 50, 64, 0, 200};
-    memcpy(c.len_q, lq1, sizeof lq1);
-    memcpy(c.len_k, lk1, sizeof lk1);
-    c.heads_q = 4;
-    c.heads_kv = 2;
-    c.causal = 1;
-    c.sink_blocks = 1;
-    c.local_blocks = 1;
-    check_case(&c, seed, "gqa causal");
-
-    tvc_init(&c); /* fp16, strided, per_kv_head, blocks 128 x 64 */
-    c.dtype = SK_DTYPE_F16;
-    c.batch = 3;
-    const int32_t lq2[3] = {300, 129, 17}, lk2[3] = {300, 500, 90};
-    memcpy(c.len_q, lq2, sizeof lq2);
-    memcpy(c.len_k, lk2, sizeof lk2);
-    c.heads_q = 8;
-    c.heads_kv = 2;
-    c.per_kv_head = 1;
-    c.padded = 1;
-    c.bq = 128;
-    c.topk = 3;
-    c.local_blocks = 2;
-    check_case(&c, seed + 1, "per_kv_head strided");
-
-    tvc_init(&c); /* bf16, NaN scores, a max_seqlen_q capacity, blocks 64 x 128 */
-    c.dtype = SK_DTYPE_BF16;
-    c.batch = 4;
-    const int32_t lq3[4] = {65, 200, 64, 0}, lk3[4] = {400, 700, 64, 10};
-    memcpy(c.len_q, lq3, sizeof lq3);
-    memcpy(c.len_k, lk3, sizeof lk3);
-    c.heads_q = 2;
-    c.heads_kv = 1;
-    c.bk = 128;
-    c.causal = 1;
-    c.topk = 4;
-    c.nan_seq = 1;
-    c.extra_q = 300;
-    check_case(&c, seed + 2, "bf16 nan");
-
-    /* Random lengths and rules. */
+    for (int i = 0; i < TVC_PRESETS; ++i) {
+        tvc_preset(&c, i);
+        check_case(&c, seed + (uint64_t)i, names[i]);
+    }
     tu_rng rng;
     tu_rng_seed(&rng, seed + 3);
     for (int it = 0; it < 12; ++it) {
-        tvc_init(&c);
-        c.batch = (int32_t)tu_rng_range(&rng, 1, 6);
-        for (int32_t b = 0; b < c.batch; ++b) {
-            c.len_k[b] = (int32_t)tu_rng_range(&rng, 0, 600);
-            c.len_q[b] = (int32_t)tu_rng_range(&rng, 0, c.len_k[b] + 40);
-        }
-        c.heads_kv = tu_rng_range(&rng, 1, 2);
-        c.heads_q = c.heads_kv * tu_rng_range(&rng, 1, 3);
-        c.per_kv_head = (int)tu_rng_range(&rng, 0, 1);
-        c.causal = (int)tu_rng_range(&rng, 0, 1);
-        c.bq = tu_rng_range(&rng, 0, 1) ? 128 : 64;
-        c.bk = tu_rng_range(&rng, 0, 1) ? 128 : 64;
-        c.topk = (int32_t)tu_rng_range(&rng, 0, 5);
-        c.sink_blocks = (int32_t)tu_rng_range(&rng, 0, 2);
-        c.local_blocks = (int32_t)tu_rng_range(&rng, 0, 2);
-        c.dtype = it % 3 == 0 ? SK_DTYPE_F16 : SK_DTYPE_F32;
-        c.padded = it % 4 == 1;
+        tvc_random(&c, &rng, 600, it, 0);
         char name[64];
         snprintf(name, sizeof name, "random case %d", it);
         check_case(&c, seed + 10 + (uint64_t)it, name);

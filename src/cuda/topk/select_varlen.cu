@@ -192,7 +192,7 @@ __global__ void __launch_bounds__(TV_POOL_THREADS) tv_pool_kernel(const __grid_c
         count = max(min(block, len - first), 0);
         first += side == 0 ? s.x : s.z;
     }
-    const int32_t *table = p.page_table + (int64_t)b * p.page_table_stride;
+    const int32_t *table = p.paged ? p.page_table + (int64_t)b * p.page_table_stride : NULL;
     for (int64_t d = threadIdx.x; d < dim; d += TV_POOL_THREADS) {
         double sum = 0.0;
         for (int32_t t = first; t < first + count; ++t) {
