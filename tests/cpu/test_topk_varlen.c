@@ -271,3 +271,49 @@ SK_TEST(topk_varlen_bad_inputs) {
     out_free(&o);
     tvc_free(&c);
 }
+
+/* The aliasing rule: each layout array placed over each input of both
+ * calls is refused (BAD_PARAM_STRIDE, both named), and nothing is written
+ * (the input keeps its bytes). */
+SK_TEST(topk_varlen_aliasing) {
+    const uint64_t seed = tu_base_seed() ^ 0x7a14;
+    tvc_case c;
+    tvc_init(&c);
+    c.batch = 2;
+    c.len_q[1] = 40;
+    c.len_k[1] = 90;
+    REQUIRE(tvc_make(&c, seed), "allocation");
+    tv_out o;
+    REQUIRE(out_alloc(&c, &o), "allocation");
+    sk_topk_varlen_desc d;
+    tvc_desc(&c, SK_BACKEND_CPU, &d);
+    for (int paged = 0; paged < 2; ++paged) {
+        const void *inputs[4] = {c.q, paged ? c.k_cache : c.k, c.cu_q,
+                                 paged ? (const void *)c.page_table : (const void *)c.cu_k};
+        const char *names[4] = {"q", paged ? "k_cache" : "k", "cu_seqlens_q",
+                                paged ? "page_table" : "cu_seqlens_k"};
+        for (int in = 0; in < 4; ++in)
+            for (int out = 0; out < 2; ++out) {
+                unsigned char before[16];
+                memcpy(before, inputs[in], sizeof before);
+                sk_bsr l = o.l;
+                if (out == 0)
+                    l.row_offsets = (int32_t *)inputs[in];
+                else
+                    l.col_indices = (int32_t *)inputs[in];
+                const sk_status st =
+                    paged ? sk_topk_paged_select(&d, c.cu_q, c.len_k, c.page_table, c.q,
+                                                 c.k_cache, &l, NULL, 0, NULL)
+                          : sk_topk_varlen_select(&d, c.cu_q, c.cu_k, c.q, c.k, &l, NULL, 0, NULL);
+                char label[96];
+                snprintf(label, sizeof label, "%s over %s (paged %d)",
+                         out ? "col_indices" : "row_offsets", names[in], paged);
+                expect_bad(st, SK_STATUS_BAD_PARAM_STRIDE, names[in], &o, label);
+                CHECK(strstr(sk_last_error(), out ? "layout->col_indices" : "layout->row_offsets"),
+                      "%s: message '%s'", label, sk_last_error());
+                CHECK(memcmp(before, inputs[in], sizeof before) == 0, "%s: input written", label);
+            }
+    }
+    out_free(&o);
+    tvc_free(&c);
+}
