@@ -790,8 +790,11 @@ SK_API sk_status sk_attention_paged_forward(const sk_attention_paged_desc *desc,
  * local blocks ending at the row's diagonal, causal bottom-right per
  * sequence, k by score, ties to the lower index, NaN / -inf never picked
  * by score). So its rows are those of sk_pool_select_topk run on the
- * sequence alone (CPU backend; the CUDA kernels are bit-exact with it). A
- * sequence with no key has empty rows; one with no query has no row.
+ * sequence alone on the CPU backend; the CUDA kernels do the CPU's fp64
+ * sums in the CPU's order, so they give the same rows bit for bit (unlike
+ * the fixed CUDA selection, whose fp32 / tensor-core scores may break near
+ * ties differently). A sequence with no key has empty rows; one with no
+ * query has no row.
  *
  * The layout: R = sk_varlen_max_row_blocks(B, total_q, max_seqlen_q,
  * block_q) rows per slice (the most any lengths within the capacities
@@ -815,7 +818,8 @@ SK_API sk_status sk_attention_paged_forward(const sk_attention_paged_desc *desc,
  * Size limit: scores [heads, R, ceil(max_seqlen_k / block_k)] fp32 at most
  * INT32_MAX entries (SK_STATUS_BAD_LAYOUT_OVERFLOW). Backends: the CPU
  * reference, and portable CUDA kernels (sm_80 and later; every CUDA
- * backend value runs them) with head_dim a multiple of 8.
+ * backend value runs them, SK_BACKEND_CUDA_SM90 on a 9.0 device only) with
+ * head_dim a multiple of 8.
  */
 
 typedef struct sk_topk_varlen_desc {
