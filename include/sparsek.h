@@ -774,6 +774,124 @@ SK_API sk_status sk_attention_paged_forward(const sk_attention_paged_desc *desc,
                                             struct CUstream_st *stream);
 
 /* ---------------------------------------------------------------------------
+ * Top-k selection on varlen and paged inputs
+ * ---------------------------------------------------------------------------
+ * The top-k block selection ("Dynamic top-k block selection" below) per
+ * sequence of a varlen batch, writing the varlen layout that
+ * sk_attention_varlen_* and sk_attention_paged_* take. Q is packed as in
+ * "Varlen batches" ([total_q, Hq, D], cu_seqlens_q); K is either packed
+ * (sk_topk_varlen_select: [total_k, Hkv, D], cu_seqlens_k) or a paged cache
+ * (sk_topk_paged_select: [num_pages, page_size, Hkv, D], seq_lens_k and the
+ * page table, exactly as "Paged KV cache" reads them). Sequence b is the
+ * fixed selection with B = 1, Sq = len_q(b), Sk = len_k(b) on its own
+ * tokens: block means of its valid tokens (tails per sequence; paged K read
+ * through its page table row, the same means bit for bit as the packed
+ * keys), scores against its own key blocks, and the fixed rules (sinks,
+ * local blocks ending at the row's diagonal, causal bottom-right per
+ * sequence, k by score, ties to the lower index, NaN / -inf never picked
+ * by score). So its rows are those of sk_pool_select_topk run on the
+ * sequence alone on the CPU backend; the CUDA kernels do the CPU's fp64
+ * sums in the CPU's order, so they give the same rows bit for bit (unlike
+ * the fixed CUDA selection, whose fp32 / tensor-core scores may break near
+ * ties differently). A sequence with no key has empty rows; one with no
+ * query has no row.
+ *
+ * The layout: R = sk_varlen_max_row_blocks(B, total_q, max_seqlen_q,
+ * block_q) rows per slice (the most any lengths within the capacities
+ * need), sequence b's rows from row_start(b) on as in "Varlen batches",
+ * rows past row_start(B) empty; grid rows = R x block_q, cols =
+ * max_seqlen_k, batch 1, heads = per_kv_head ? Hkv : Hq. Buffers from
+ * sk_topk_varlen_layout_capacity: row_offsets heads x R + 1 entries,
+ * col_indices max_nnz = heads x R x min(k + sink_blocks + local_blocks,
+ * ceil(max_seqlen_k / block_k)) (at most INT32_MAX). As for the fixed
+ * selection, layout->nnz is set to the capacity and row_offsets[last] is
+ * the real count: set nnz = row_offsets[last] on a host copy before
+ * validating it (the CPU varlen forward checks its layout in full).
+ *
+ * Checks as in "Varlen batches" / "Paged KV cache": the host knows
+ * capacities only; the CPU backend also checks the length arrays and the
+ * page indices each sequence uses (nothing written on failure). The CUDA
+ * kernels clamp the lengths as the varlen plan does (start to [0, total],
+ * end to [start, total], length to max_seqlen; paged: len_k to [0,
+ * max_seqlen_k]), skip sequences past the R rows, and pool a page index
+ * outside [0, num_pages) as zeros, so no read leaves the tensors.
+ * Size limit: scores [heads, R, ceil(max_seqlen_k / block_k)] fp32 at most
+ * INT32_MAX entries (SK_STATUS_BAD_LAYOUT_OVERFLOW). Backends: the CPU
+ * reference, and portable CUDA kernels (sm_80 and later; every CUDA
+ * backend value runs them, SK_BACKEND_CUDA_SM90 on a 9.0 device only) with
+ * head_dim a multiple of 8.
+ */
+
+typedef struct sk_topk_varlen_desc {
+    size_t struct_size;     /* sizeof(sk_topk_varlen_desc); set by its init */
+    sk_backend backend;     /* default SK_BACKEND_CUDA */
+    sk_dtype dtype;         /* Q and K: F16 or BF16 (F32 on the CPU only). Default F16 */
+    int64_t batch;          /* B >= 1 sequences (fits int32) */
+    int64_t total_q;        /* rows of Q, 1 .. INT32_MAX (= cu_seqlens_q[B]) */
+    int64_t total_k;        /* varlen: rows of K, 1 .. INT32_MAX; paged: not read */
+    int64_t max_seqlen_q;   /* >= every len_q(b); 1 .. INT32_MAX */
+    int64_t max_seqlen_k;   /* >= every len_k(b); 1 .. INT32_MAX (paged: <= max_pages x
+                               page_size) */
+    int64_t heads_q;        /* Hq, a multiple of heads_kv */
+    int64_t heads_kv;       /* Hkv */
+    int64_t head_dim;       /* D */
+    int64_t q_strides[2];   /* Q [total_q, Hq, D] over [token, head]; 0 0 = packed */
+    int64_t k_strides[2];   /* varlen K [total_k, Hkv, D]; 0 0 = packed (paged: not read) */
+    int32_t block_q;        /* 64 or 128; default 128 */
+    int32_t block_k;        /* 64 or 128; default 128 */
+    float scale;            /* as sk_topk_desc: 0 (default) means 1/sqrt(D) */
+    int32_t k;              /* blocks picked by score per row, >= 0; default 16 */
+    int32_t sink_blocks;    /* forced leading blocks, >= 0 */
+    int32_t local_blocks;   /* forced blocks ending at the diagonal, >= 0 */
+    sk_mask mask;           /* SK_MASK_CAUSAL: bottom-right per sequence */
+    int32_t per_kv_head;    /* as sk_topk_desc */
+    /* Paged calls only (sk_topk_paged_*), as sk_attention_paged_desc: */
+    int64_t num_pages;         /* pages in the cache, 1 .. INT32_MAX */
+    int32_t page_size;         /* 16, 32, 64 or 128; default 16 */
+    int32_t max_pages;         /* columns of page_table, >= 1 */
+    int64_t page_table_stride; /* 0 (default) = max_pages */
+    int64_t k_cache_strides[3]; /* K cache over [page, slot, head]; all 0 = packed */
+} sk_topk_varlen_desc;
+
+/* Fill *desc with the defaults above (sizes 0, to be set). */
+SK_API sk_status sk_topk_varlen_desc_init(sk_topk_varlen_desc *desc, size_t struct_size);
+
+/* The output layout's grid and its col_indices capacity (see above);
+ * row_offsets needs grid->heads x grid->rows / block_q + 1 entries. Either
+ * output may be NULL. The same for the varlen and the paged call. */
+SK_API sk_status sk_topk_varlen_layout_capacity(const sk_topk_varlen_desc *desc, sk_grid *grid,
+                                                int32_t *max_nnz);
+
+/* Workspace bytes of sk_topk_varlen_select / sk_topk_paged_select (0 on
+ * the CPU; from capacities only). */
+SK_API sk_status sk_topk_varlen_workspace_size(const sk_topk_varlen_desc *desc,
+                                               size_t *workspace_bytes);
+SK_API sk_status sk_topk_paged_workspace_size(const sk_topk_varlen_desc *desc,
+                                              size_t *workspace_bytes);
+
+/* Pool, score and select per sequence into *layout (caller buffers of the
+ * capacity above; sets layout->grid and layout->nnz = capacity). Graph
+ * safe on CUDA (no allocation, no host copy, no synchronisation); the CPU
+ * backend is synchronous and may allocate host scratch
+ * (SK_STATUS_ALLOC_FAILED, nothing written).
+ *   q             [total_q, Hq, D]  desc->q_strides
+ *   k             [total_k, Hkv, D] desc->k_strides (varlen)
+ *   k_cache       [num_pages, page_size, Hkv, D] desc->k_cache_strides (paged)
+ *   cu_seqlens_q, cu_seqlens_k [B + 1], seq_lens_k [B], page_table as the
+ *   varlen / paged forwards take them.
+ * Aliasing: the layout arrays and the workspace against every other buffer. */
+SK_API sk_status sk_topk_varlen_select(const sk_topk_varlen_desc *desc,
+                                       const int32_t *cu_seqlens_q, const int32_t *cu_seqlens_k,
+                                       const void *q, const void *k, sk_bsr *layout,
+                                       void *workspace, size_t workspace_size,
+                                       struct CUstream_st *stream);
+SK_API sk_status sk_topk_paged_select(const sk_topk_varlen_desc *desc,
+                                      const int32_t *cu_seqlens_q, const int32_t *seq_lens_k,
+                                      const int32_t *page_table, const void *q,
+                                      const void *k_cache, sk_bsr *layout, void *workspace,
+                                      size_t workspace_size, struct CUstream_st *stream);
+
+/* ---------------------------------------------------------------------------
  * Decode: q_len new tokens per sequence over the paged KV cache
  * ---------------------------------------------------------------------------
  * Generation's attention step: each of B sequences has q_len (1 .. 16, the

@@ -170,3 +170,7 @@ __all__ += ["cp_attention"]
 from .context_parallel import cp_attention_backward_simulated  # noqa: E402
 
 __all__ += ["cp_attention_backward_simulated"]
+# Top-k selection on varlen and paged inputs (topk_varlen.py): VarlenLayouts.
+from .topk_varlen import topk_paged, topk_varlen  # noqa: E402
+
+__all__ += ["topk_paged", "topk_varlen"]

@@ -257,6 +257,38 @@ class SkTopkDesc(CheckedStructure):
     ]
 
 
+class SkTopkVarlenDesc(CheckedStructure):
+    _c_name_ = "sk_topk_varlen_desc"
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("backend", c_int),  # sk_backend
+        ("dtype", c_int),  # sk_dtype
+        ("batch", c_int64),
+        ("total_q", c_int64),
+        ("total_k", c_int64),
+        ("max_seqlen_q", c_int64),
+        ("max_seqlen_k", c_int64),
+        ("heads_q", c_int64),
+        ("heads_kv", c_int64),
+        ("head_dim", c_int64),
+        ("q_strides", c_int64 * 2),
+        ("k_strides", c_int64 * 2),
+        ("block_q", c_int32),
+        ("block_k", c_int32),
+        ("scale", c_float),
+        ("k", c_int32),
+        ("sink_blocks", c_int32),
+        ("local_blocks", c_int32),
+        ("mask", c_int),  # sk_mask
+        ("per_kv_head", c_int32),
+        ("num_pages", c_int64),
+        ("page_size", c_int32),
+        ("max_pages", c_int32),
+        ("page_table_stride", c_int64),
+        ("k_cache_strides", c_int64 * 3),
+    ]
+
+
 class SkBsrGemmDesc(CheckedStructure):
     _c_name_ = "sk_bsr_gemm_desc"
     _fields_ = [
@@ -392,6 +424,7 @@ STRUCTS = {
     "sk_decode_select_desc": SkDecodeSelectDesc,
     "sk_quantize_desc": SkQuantizeDesc,
     "sk_cp_desc": SkCpDesc,
+    "sk_topk_varlen_desc": SkTopkVarlenDesc,
 }
 
 # ---------------------------------------------------------------------------
@@ -653,6 +686,19 @@ SIGNATURES = {
     "sk_cp_backward": (
         _st,
         [POINTER(SkCpDesc), c_void_p, c_size_t, c_void_p] + [c_void_p] * 10 + [c_size_t, _stream],
+    ),
+    # Top-k on varlen / paged inputs
+    "sk_topk_varlen_desc_init": (_st, [POINTER(SkTopkVarlenDesc), c_size_t]),
+    "sk_topk_varlen_layout_capacity": (_st, [POINTER(SkTopkVarlenDesc), _grid_p, _i32_p]),
+    "sk_topk_varlen_workspace_size": (_st, [POINTER(SkTopkVarlenDesc), POINTER(c_size_t)]),
+    "sk_topk_paged_workspace_size": (_st, [POINTER(SkTopkVarlenDesc), POINTER(c_size_t)]),
+    "sk_topk_varlen_select": (
+        _st,
+        [POINTER(SkTopkVarlenDesc)] + [c_void_p] * 4 + [_bsr_p, c_void_p, c_size_t, _stream],
+    ),
+    "sk_topk_paged_select": (
+        _st,
+        [POINTER(SkTopkVarlenDesc)] + [c_void_p] * 5 + [_bsr_p, c_void_p, c_size_t, _stream],
     ),
 }
 

@@ -145,6 +145,17 @@ sk_status sk_cuda_topk_pool_select(const sk_topk_problem *p, void *workspace,
     return sk_error(SK_STATUS_NOT_SUPPORTED_BACKEND, SK_NO_CUDA_TEXT);
 }
 
+sk_status sk_cuda_topk_varlen_workspace_size(const sk_topk_varlen_problem *p, size_t *bytes) {
+    (void)p, (void)bytes;
+    return sk_error(SK_STATUS_NOT_SUPPORTED_BACKEND, SK_NO_CUDA_TEXT);
+}
+
+sk_status sk_cuda_topk_varlen_select(const sk_topk_varlen_problem *p, void *workspace,
+                                     size_t workspace_size, struct CUstream_st *stream) {
+    (void)p, (void)workspace, (void)workspace_size, (void)stream;
+    return sk_error(SK_STATUS_NOT_SUPPORTED_BACKEND, SK_NO_CUDA_TEXT);
+}
+
 sk_status sk_cuda_decode_splits(const sk_decode_problem *p, int32_t *num_splits) {
     (void)p, (void)num_splits;
     return sk_error(SK_STATUS_NOT_SUPPORTED_BACKEND, SK_NO_CUDA_TEXT);

@@ -195,4 +195,32 @@ typedef struct sk_quantize_problem {
     float *descale;                     /* [B, H] */
 } sk_quantize_problem;
 
+/* A top-k selection on varlen or paged inputs (src/core/topk_varlen.c;
+ * sparsek.h "Top-k selection on varlen and paged inputs"). t is the
+ * per-sequence template of the fixed selection: batch 1, the descriptor's
+ * heads, head_dim, blocks, rules and scale, q_stride / k_stride over [0,
+ * token, head] (paged: k_stride over [page, slot, head]); its seq_q, seq_k,
+ * grid and capacity fields are set per sequence where used. */
+typedef struct sk_topk_varlen_problem {
+    sk_topk_problem t;
+    int32_t batch;               /* B */
+    int32_t paged;               /* != 0: K is a paged cache */
+    int64_t total_q, total_k;    /* total_k: varlen only */
+    int64_t max_seqlen_q, max_seqlen_k;
+    int32_t rows;                /* R: layout rows per slice */
+    int32_t max_kb;              /* ceil(max_seqlen_k / block_k): score columns per row */
+    int32_t kb_cap;              /* key blocks of all sequences, at most (pooled K rows) */
+    int32_t row_cap;             /* entries per row, at most */
+    int32_t slices;              /* layout heads */
+    int32_t capacity;            /* slices x rows x row_cap */
+    sk_grid grid;                /* the output layout's */
+    int64_t num_pages, page_table_stride;
+    int32_t page_size, max_pages;
+    /* Set per call. */
+    const int32_t *cu_seqlens_q, *cu_seqlens_k; /* [B + 1]; cu_seqlens_k NULL when paged */
+    const int32_t *seq_lens_k, *page_table;     /* paged only */
+    const void *q, *k;                          /* k: packed K or the K cache */
+    int32_t *row_offsets, *col_indices;
+} sk_topk_varlen_problem;
+
 #endif /* SK_CORE_PROBLEM_H */

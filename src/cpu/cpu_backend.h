@@ -67,6 +67,13 @@ int32_t sk_cpu_topk_select_row(const sk_topk_problem *p, const sk_topk_row *rule
  * selection half of sk_attention_topk on the CPU (p->q, p->k_in set). */
 sk_status sk_cpu_topk_pool_select(const sk_topk_problem *p);
 
+/* The top-k selection on varlen / paged inputs (topk_varlen_ref.c): each
+ * sequence as the fixed selection (sk_cpu_topk_pool_select with B = 1 on
+ * its tokens; paged keys gathered from their pages first), its rows placed
+ * at the sequence's layout rows. Host scratch: SK_STATUS_ALLOC_FAILED with
+ * nothing written when it cannot be had. */
+sk_status sk_cpu_topk_varlen_select(const sk_topk_varlen_problem *p);
+
 /* Context parallel (cp_ref.c): the host side of a rank's run. */
 #include "core/cp_plan.h"
 /* Pack the K then V rows of n units (each block's tokens, D contiguous)

@@ -94,6 +94,12 @@ sk_status sk_cuda_topk_select(const sk_topk_problem *p, void *workspace, size_t 
 sk_status sk_cuda_topk_pool_select_workspace_size(const sk_topk_problem *p, size_t *bytes);
 sk_status sk_cuda_topk_pool_select(const sk_topk_problem *p, void *workspace,
                                    size_t workspace_size, struct CUstream_st *stream);
+/* The top-k selection on varlen / paged inputs (topk/select_varlen.cu): the
+ * problem arrives checked; the length arrays and the page table are device
+ * memory, never read on the host. Workspace from capacities only. */
+sk_status sk_cuda_topk_varlen_workspace_size(const sk_topk_varlen_problem *p, size_t *bytes);
+sk_status sk_cuda_topk_varlen_select(const sk_topk_varlen_problem *p, void *workspace,
+                                     size_t workspace_size, struct CUstream_st *stream);
 
 /* The decode attention (decode/decode.cu): the split-KV kernel and its
  * merge. The problem arrives with every argument checked (aliasing and
