@@ -36,7 +36,6 @@ peer's O is compared with sparsek's (max |diff|).
 import argparse
 import json
 import site
-import statistics
 import subprocess
 import sys
 
@@ -44,24 +43,14 @@ import numpy as np
 import torch
 
 import sparsek
+from decode_peers import timed as timed_us  # CUDA events, 3 warm-ups, median (bench/)
 
 H, D, BLOCK, LEFT = 32, 128, 128, 2047
 WINDOW_BLOCKS = (LEFT + BLOCK - 1) // BLOCK  # 16: j >= i - 16
 
 
 def timed(fn, reps):
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    times = []
-    for _ in range(reps):
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
+    return timed_us(fn, reps) / 1e3  # ms
 
 
 def tflops(blocks, ms):
