@@ -201,3 +201,73 @@ def _u(dtype):
 def _tol(ref64, dtype, ranks):
     amax = ref64.abs().max()
     return 2 * _u(dtype) * ref64.abs() + 2.0**-24 * 4 * (ranks + 2) * amax + 2.0**-24
+
+
+# ---------------------------------------------------------------------------
+# 2 GPUs, NCCL (inside test_cp_torch.py's NCCL spawn; not run on the CPU)
+# ---------------------------------------------------------------------------
+
+# (GPU_CASES index, exchange of the backward): sinks + window zigzag bf16,
+# random contiguous f16, causal zigzag bf16; and the library forward's
+# autograd (its backward goes over all_to_all).
+GPU_BWD = [(0, "all_to_all"), (1, "p2p"), (2, "p2p"), (3, "all_to_all")]
+
+
+def _gpu_global(ci, device):
+    name, causal, _, dtype, _ = base.GPU_CASES[ci]
+    q, k, v = base._gpu_qkv(ci, dtype, device)
+    g = torch.Generator().manual_seed(BSEED + 500 + ci)
+    do = torch.randn(q.shape, generator=g).to(q.dtype).to(device)
+    o, lse = sparsek.attention(q, k, v, base._gpu_layout(name), causal=causal, return_lse=True)
+    return q, k, v, do, o, lse
+
+
+def gpu_run_rank(rank, world, device, out_dir):
+    """The backward of GPU_BWD's cases on this rank: the direct call on the
+    one-GPU forward's O / LSE rows, and cp_attention's autograd (bitwise
+    against the direct call on its own O / LSE)."""
+    for ci, exchange in GPU_BWD:
+        plan = base._gpu_plan(ci, world)
+        rows = base._rows(plan, rank).to(device)
+        q, k, v, do, o, lse = (x[:, rows] if x.dim() == 4 else x[:, :, rows].contiguous()
+                               for x in _gpu_global(ci, device))
+        stats = {}
+        grads = sparsek.cp_attention_backward(q, k, v, o, lse, do, plan, exchange=exchange, stats=stats)
+        again = sparsek.cp_attention_backward(q, k, v, o, lse, do, plan, exchange=exchange)
+        leaves = [x.detach().clone().requires_grad_(True) for x in (q, k, v)]
+        ao, alse = sparsek.cp_attention(*leaves, plan, exchange=base.GPU_CASES[ci][4])
+        (ao.float() * do.float()).sum().backward()
+        direct = sparsek.cp_attention_backward(q, k, v, ao.detach(), alse, do, plan, exchange=exchange)
+        torch.save({"grads": [g.cpu() for g in grads], "stats": stats,
+                    "repeat": all(torch.equal(a, b) for a, b in zip(grads, again)),
+                    "autograd_equal": all(torch.equal(x.grad, d) for x, d in zip(leaves, direct))},
+                   os.path.join(out_dir, f"gpu_bwd_{ci}_{rank}.pt"))
+
+
+def gpu_check(ranks, out_dir, device="cuda:0"):
+    """Against the one-GPU backward. Bound: every pass's kernel writes its
+    partial dQ / dK / dV in the dtype (u of at most R + 2 partials of size
+    <= amax) before the fp32 sums, and the result is rounded once more:
+    |got - ref| <= 2u|ref| + 2 (R + 2) u amax."""
+    for ci, _ in GPU_BWD:
+        name, causal, _, dtype, _ = base.GPU_CASES[ci]
+        plan = base._gpu_plan(ci, ranks)
+        q, k, v, do, o, lse = _gpu_global(ci, device)
+        ref = sparsek.attention_backward(q, k, v, o, do, lse, base._gpu_layout(name), causal=causal)
+        got = [torch.full(x.shape, float("nan"), dtype=torch.float64) for x in ref]
+        esize = q.element_size()
+        for r in range(ranks):
+            saved = torch.load(os.path.join(out_dir, f"gpu_bwd_{ci}_{r}.pt"))
+            rows = base._rows(plan, r)
+            for g, part in zip(got, saved["grads"]):
+                g[:, rows] = part.double()
+            st = saved["stats"]
+            assert st["sent_bytes"] == plan.send_bytes(r) + plan.recv_bytes(r) * 4 // esize, (ci, r, st)
+            assert saved["repeat"] and saved["autograd_equal"], (ci, r)
+        u = {"float16": 2.0**-11, "bfloat16": 2.0**-8}[dtype]
+        for g, w, n in zip(got, ref, ("dq", "dk", "dv")):
+            w64 = w.double().cpu()
+            tol = 2 * u * w64.abs() + 2 * (ranks + 2) * u * w64.abs().max()
+            err = (g - w64).abs()
+            assert torch.isfinite(g).all() and (err <= tol).all(), \
+                f"{base.GPU_CASES[ci]} {n}: max excess {(err - tol).max().item():.3g}"

@@ -380,6 +380,9 @@ def _gpu_worker(rank, world, init_file, out_dir):
             stats = {}
             sparsek.cp_attention(q, k, v, plan, out=o, lse=lse, exchange=exchange, stats=stats)
             torch.save({"o": o.cpu(), "lse": lse.cpu(), "stats": stats}, os.path.join(out_dir, f"gpu_{ci}_{rank}.pt"))
+        import cp_torch_backward_checks  # the backward (cp_attention_backward)
+
+        cp_torch_backward_checks.gpu_run_rank(rank, world, device, out_dir)
     finally:
         dist.destroy_process_group()
 
@@ -418,3 +421,6 @@ def test_cp_attention_over_nccl_matches_one_gpu(tmp_path):
         fin = torch.isfinite(ref_lse)
         assert torch.equal(torch.isneginf(lse), torch.isneginf(ref_lse))
         assert ((lse - ref_lse).abs()[fin] <= 2.0**-12 + 2.0**-16 * ref_lse.abs()[fin]).all()
+    import cp_torch_backward_checks
+
+    cp_torch_backward_checks.gpu_check(ranks, str(tmp_path))
