@@ -172,7 +172,12 @@ def check_case(ci, case, ranks, out_dir):
         assert st["sent_bytes"] == st["counted"] == plan.send_bytes(r) + back, (where, r, st)
         assert saved["repeat"], f"{where}: a repeat is not bitwise equal (rank {r})"
         assert saved["autograd_equal"], f"{where}: autograd differs from the direct call (rank {r})"
-        for a, w in zip(saved["autograd"], ref):  # cp forward's O: one more rounding of O
+        # Autograd ran on the sharded forward's own O / LSE, which differ
+        # from the global ones by a rounding of the dtype entering through
+        # Dl = dO . O: a looser bound here (4 tol + 8u amax, not derived);
+        # the exact check is autograd_equal (bitwise against the direct
+        # call on those same O / LSE).
+        for a, w in zip(saved["autograd"], ref):
             w64, a64 = w.double(), a.double()
             err = (a64 - w64[:, rows]).abs()
             assert torch.isfinite(a64).all() and (err <= 4 * _tol(w64, dtype, ranks)[:, rows]
