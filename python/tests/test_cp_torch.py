@@ -4,7 +4,9 @@ single-process sparsek.attention on the global tensors, the bytes each rank
 handed to torch.distributed against the plan and against the units the
 layout needs (counted here from the layout on its own), NaN-poisoned
 outputs, inputs that must not be read (NaN beside strided views), and bad
-inputs refused before any communication. One spawn keeps it short.
+inputs refused before any communication. One spawn keeps it short; it
+also runs sparsek.cp_attention_backward and cp_attention's autograd at
+R = 2 and 3 (cp_torch_backward_checks.py).
 
 Tolerance (as tests/cpu/test_cp.c and test_context_parallel.py): the
 passes run in fp32 (the CPU backend's own type) with the reference's
