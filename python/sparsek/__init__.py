@@ -170,6 +170,12 @@ __all__ += ["cp_attention"]
 from .context_parallel import cp_attention_backward_simulated  # noqa: E402
 
 __all__ += ["cp_attention_backward_simulated"]
+
+# The context-parallel backward over torch.distributed (cp_torch_backward.py,
+# torch imported on the first call); it also makes cp_attention differentiable.
+from .context_parallel import cp_attention_backward  # noqa: E402
+
+__all__ += ["cp_attention_backward"]
 # Top-k selection on varlen and paged inputs (topk_varlen.py): VarlenLayouts.
 from .topk_varlen import topk_paged, topk_varlen  # noqa: E402
 

@@ -14,7 +14,9 @@ One self-attention (Sq = Sk = seq) with the token axis split over R ranks
   global dQ, dK, dV and the bytes each rank sent;
 - ``cp_attention``: one rank's run over a torch.distributed process group
   (gloo for CPU tensors, NCCL for CUDA tensors), in cp_torch.py (imported
-  on the first call: numpy users do not need torch).
+  on the first call: numpy users do not need torch);
+- ``cp_attention_backward``: its backward over the same group (and
+  cp_attention's autograd), in cp_torch_backward.py.
 """
 
 from __future__ import annotations
@@ -314,8 +316,48 @@ def cp_attention(q, k, v, plan: CpPlan, group=None, *, out=None, lse=None, excha
     ValueError naming it: plan, group, q/k/v shape, dtype and device, out,
     lse); the plan itself is checked whole by the library on its first use
     for a rank (sk_cp_plan_check), so ranks sharing a corrupt plan refuse
-    together. Forward only: no autograd (runs under torch.no_grad).
+    together.
+
+    Autograd: when grad mode is on and q, k or v requires grad, o is
+    differentiable (its backward is cp_attention_backward over the same
+    group, so every rank must run its backward; exchange="library"
+    forwards take their gradients over "all_to_all"); lse is returned
+    without a gradient, and out= / lse= are refused (ValueError naming
+    them). Otherwise it runs under torch.no_grad.
     """
-    from .cp_torch import cp_attention as run
+    from .cp_torch_backward import cp_attention as run
 
     return run(q, k, v, plan, group, out=out, lse=lse, exchange=exchange, stats=stats)
+
+
+def cp_attention_backward(q, k, v, o, lse, do, plan: CpPlan, group=None, *, exchange="all_to_all",
+                          dq=None, dk=None, dv=None, stats=None):
+    """This rank's share of the context-parallel attention backward over a
+    torch.distributed process group. Call it on every rank of `group`.
+
+    q, k, v, plan, group as given to cp_attention; o [B, S_r, Hq, D] and
+    lse float32 [B, Hq, S_r] as cp_attention returned them (the rows of the
+    GLOBAL forward: the backward needs no merge); do = dL/do, o's shape and
+    dtype. Returns (dq [B, S_r, Hq, D], dk, dv [B, S_r, Hkv, D]) in the
+    dtype: the rows of sparsek.attention_backward on the global tensors up
+    to one rounding of the dtype plus fp32 noise (CPU; CUDA: plus the
+    passes' own rounding in the dtype). dk, dv sum every rank's share of
+    this rank's keys (GQA: over the query heads of each KV head).
+    dq, dk, dv: optional outputs of those shapes and the dtype.
+
+    The run (cp_torch_backward.py; docs/perf/context_parallel.md): K/V
+    exchanged again as in the forward, the backward of each chunk's local
+    and remote pass, the received blocks' dK/dV returned to their owners in
+    fp32 along the reverse of the plan's pairs, sums in a fixed order
+    (bitwise repeatable). Bytes sent: plan.send_bytes(rank) (K/V) +
+    plan.recv_bytes(rank) x 4 / esize (gradients). exchange: "all_to_all"
+    (default) or "p2p" as in cp_attention. stats: an optional dict, filled
+    with sent_bytes, kv_sent_bytes, grad_sent_bytes, grad_recv_bytes,
+    exchange.
+
+    Every argument is checked before any communication (TypeError /
+    ValueError naming it).
+    """
+    from .cp_torch_backward import cp_attention_backward as run
+
+    return run(q, k, v, o, lse, do, plan, group, exchange=exchange, dq=dq, dk=dk, dv=dv, stats=stats)

@@ -251,18 +251,26 @@ def _unpack(rv: _RankView, recv: torch.Tensor, B, Hkv, D, blk: int) -> tuple:
 def _start_exchange(rv: _RankView, send: torch.Tensor, group, how: str):
     """Start the exchange; returns (receive buffer, works to wait on,
     bytes handed to torch.distributed to send)."""
-    recv = torch.empty(rv.recv_bytes // send.element_size(), dtype=send.dtype, device=send.device)
+    return _start_bytes(rv.r, send, rv.send_splits, rv.recv_splits, group, how)
+
+
+def _start_bytes(r: int, send: torch.Tensor, send_splits, recv_splits, group, how: str):
+    """Start an exchange of per-peer byte counts (send_splits[p] to peer p,
+    recv_splits[p] from it; the backward's gradients travel the reverse of
+    the forward's pairs); returns (receive buffer of send's dtype, works to
+    wait on, bytes handed to torch.distributed to send)."""
+    recv = torch.empty(sum(recv_splits) // send.element_size(), dtype=send.dtype, device=send.device)
     sb, rb = send.view(torch.uint8), recv.view(torch.uint8)
     if how == "all_to_all":
-        work = dist.all_to_all_single(rb, sb, rv.recv_splits, rv.send_splits, group=group,
+        work = dist.all_to_all_single(rb, sb, list(recv_splits), list(send_splits), group=group,
                                       async_op=True)
         return recv, [work], sb.numel()
     ops, so, ro = [], 0, 0
-    for p in range(len(rv.send_splits)):
-        if p == rv.r:
+    for p in range(len(send_splits)):
+        if p == r:
             continue
         peer = p if group is None else dist.get_global_rank(group, p)
-        n_out, n_in = rv.send_splits[p], rv.recv_splits[p]
+        n_out, n_in = send_splits[p], recv_splits[p]
         if n_out:
             ops.append(dist.P2POp(dist.isend, sb[so:so + n_out], peer, group))
             so += n_out

@@ -4,7 +4,9 @@ single-process sparsek.attention on the global tensors, the bytes each rank
 handed to torch.distributed against the plan and against the units the
 layout needs (counted here from the layout on its own), NaN-poisoned
 outputs, inputs that must not be read (NaN beside strided views), and bad
-inputs refused before any communication. One spawn keeps it short.
+inputs refused before any communication. One spawn keeps it short; it
+also runs sparsek.cp_attention_backward and cp_attention's autograd at
+R = 2 and 3 (cp_torch_backward_checks.py).
 
 Tolerance (as tests/cpu/test_cp.c and test_context_parallel.py): the
 passes run in fp32 (the CPU backend's own type) with the reference's
@@ -150,6 +152,7 @@ def _bad_inputs(rank, ranks, log, group):
 # [0, 1]) and R = 3 (group [1, 2, 3]: group ranks differ from global ones).
 WORLD = 4
 GROUPS = {4: list(range(WORLD)), 2: [0, 1], 3: [1, 2, 3]}
+BACKWARD_RANKS = (2, 3)  # cp_attention_backward (cp_torch_backward_checks.py)
 
 
 def _worker(rank, world, init_file, out_dir):
@@ -194,6 +197,10 @@ def _run_group(rank, ranks, group, log, out_dir):
     q, k, v = (x[:, _rows(plan, rank)] for x in _global_qkv(99, "float32"))
     o, lse = sparsek.cp_attention(q, k, v, plan, group)
     torch.save({"o": o, "lse": lse}, os.path.join(out_dir, f"{ranks}_alloc_{rank}.pt"))
+    if ranks in BACKWARD_RANKS:  # the backward, in the same spawn
+        import cp_torch_backward_checks
+
+        cp_torch_backward_checks.run_rank(rank, ranks, group, log, out_dir)
 
 
 def _needed_bytes(layout, plan, ranks, causal, esize):
@@ -285,6 +292,20 @@ def test_cp_attention_over_gloo_matches_the_single_process_forward(ranks, result
         assert torch.allclose(got["lse"], ref_lse[:, :, rows], rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("ranks", BACKWARD_RANKS)
+def test_cp_attention_backward_over_gloo_matches_the_single_process_backward(ranks, results):
+    # Gradients, bytes, repeat, autograd and the C run's bits
+    # (cp_torch_backward_checks.py); the reduction case: dO zero on rank
+    # 0's rows, and its dK / dV still come back from the other ranks.
+    import cp_torch_backward_checks as checks
+
+    cases = checks.cases(ranks)
+    for ci, case in enumerate(cases):
+        checks.check_case(ci, case, ranks, results)
+    assert {c[3] for c in cases} == {"float32", "bfloat16"} and {c[2] for c in cases} == {"contiguous", "zigzag"}
+    assert {c[4] for c in cases} == {"all_to_all", "p2p"} and checks.ZERO_DO in {c[5] for c in cases}
+
+
 def test_bench_layout_is_the_issues():
     # bench/cp_torch.py's layout, row by row against its definition: the
     # sink blocks, the window's blocks up to the diagonal, and min(topk,
@@ -361,6 +382,9 @@ def _gpu_worker(rank, world, init_file, out_dir):
             stats = {}
             sparsek.cp_attention(q, k, v, plan, out=o, lse=lse, exchange=exchange, stats=stats)
             torch.save({"o": o.cpu(), "lse": lse.cpu(), "stats": stats}, os.path.join(out_dir, f"gpu_{ci}_{rank}.pt"))
+        import cp_torch_backward_checks  # the backward (cp_attention_backward)
+
+        cp_torch_backward_checks.gpu_run_rank(rank, world, device, out_dir)
     finally:
         dist.destroy_process_group()
 
@@ -399,3 +423,6 @@ def test_cp_attention_over_nccl_matches_one_gpu(tmp_path):
         fin = torch.isfinite(ref_lse)
         assert torch.equal(torch.isneginf(lse), torch.isneginf(ref_lse))
         assert ((lse - ref_lse).abs()[fin] <= 2.0**-12 + 2.0**-16 * ref_lse.abs()[fin]).all()
+    import cp_torch_backward_checks
+
+    cp_torch_backward_checks.gpu_check(ranks, str(tmp_path))
