@@ -80,30 +80,37 @@ static int bufs_make(const vc_case *c, const vc_data *x, tu_rng *rng, vb_bufs *t
     return 1;
 }
 
-static sk_status call_backward(const vc_case *c, vc_data *x, vb_bufs *t, sk_backend backend) {
-    sk_attention_varlen_desc desc;
-    sk_attention_varlen_desc_init(&desc, sizeof desc);
-    desc.backend = backend;
-    desc.dtype = c->dtype;
-    desc.batch = c->batch;
-    desc.total_q = x->total_q;
-    desc.total_k = x->total_k;
-    vc_max_lengths(c, &desc.max_seqlen_q, &desc.max_seqlen_k);
-    desc.heads_q = c->heads_q;
-    desc.heads_kv = c->heads_kv;
-    desc.head_dim = c->head_dim;
-    desc.scale = c->scale;
-    desc.mask = c->causal ? SK_MASK_CAUSAL : SK_MASK_NONE;
-    sk_attention_varlen_backward_desc bwd;
-    sk_attention_varlen_backward_desc_init(&bwd, sizeof bwd);
+/* The case's descriptors (CPU backend; the tests change what they test). */
+static void make_descs(const vc_case *c, const vc_data *x, sk_attention_varlen_desc *desc,
+                       sk_attention_varlen_backward_desc *bwd) {
+    sk_attention_varlen_desc_init(desc, sizeof *desc);
+    desc->backend = SK_BACKEND_CPU;
+    desc->dtype = c->dtype;
+    desc->batch = c->batch;
+    desc->total_q = x->total_q;
+    desc->total_k = x->total_k;
+    vc_max_lengths(c, &desc->max_seqlen_q, &desc->max_seqlen_k);
+    desc->heads_q = c->heads_q;
+    desc->heads_kv = c->heads_kv;
+    desc->head_dim = c->head_dim;
+    desc->scale = c->scale;
+    desc->mask = c->causal ? SK_MASK_CAUSAL : SK_MASK_NONE;
+    sk_attention_varlen_backward_desc_init(bwd, sizeof *bwd);
     if (c->padded) {
-        desc.q_strides[0] = desc.o_strides[0] = x->ts_q;
-        desc.k_strides[0] = desc.v_strides[0] = x->ts_k;
-        desc.q_strides[1] = desc.k_strides[1] = desc.v_strides[1] = desc.o_strides[1] = x->hs;
-        bwd.dout_strides[0] = bwd.dq_strides[0] = x->ts_q;
-        bwd.dk_strides[0] = bwd.dv_strides[0] = x->ts_k;
-        bwd.dout_strides[1] = bwd.dq_strides[1] = bwd.dk_strides[1] = bwd.dv_strides[1] = x->hs;
+        desc->q_strides[0] = desc->o_strides[0] = x->ts_q;
+        desc->k_strides[0] = desc->v_strides[0] = x->ts_k;
+        desc->q_strides[1] = desc->k_strides[1] = desc->v_strides[1] = desc->o_strides[1] = x->hs;
+        bwd->dout_strides[0] = bwd->dq_strides[0] = x->ts_q;
+        bwd->dk_strides[0] = bwd->dv_strides[0] = x->ts_k;
+        bwd->dout_strides[1] = bwd->dq_strides[1] = bwd->dk_strides[1] = bwd->dv_strides[1] =
+            x->hs;
     }
+}
+
+static sk_status call_backward(const vc_case *c, vc_data *x, vb_bufs *t) {
+    sk_attention_varlen_desc desc;
+    sk_attention_varlen_backward_desc bwd;
+    make_descs(c, x, &desc, &bwd);
     if (c->call == VC_FORWARD)
         return sk_attention_varlen_backward(&desc, &bwd, &x->layout, x->cu_q, x->cu_k, x->q, x->k,
                                             x->v, x->o, t->dout, x->lse, t->dq, t->dk, t->dv,
@@ -227,7 +234,7 @@ static int run_case(vc_case c, uint64_t seed, void **keep) {
     sk_status st = vc_call_varlen(&c, &x);
     CHECK(st == SK_STATUS_SUCCESS, "%s forward %s: %s", label, sk_status_name(st), sk_last_error());
     if (st != SK_STATUS_SUCCESS) goto done;
-    st = call_backward(&c, &x, &t, SK_BACKEND_CPU);
+    st = call_backward(&c, &x, &t);
     CHECK(st == SK_STATUS_SUCCESS, "%s backward %s: %s", label, sk_status_name(st),
           sk_last_error());
     if (st != SK_STATUS_SUCCESS) goto done;
@@ -355,5 +362,258 @@ SK_TEST(varlen_bwd_cpu_repeatable_across_thread_counts) {
               i, threads > 1 ? threads : 2);
         free(a[i]);
         free(b[i]);
+    }
+}
+
+/* A small F32 case, forward run, backward buffers ready: the fixture of
+ * the finite-difference and bad-input tests. Lengths: q shorter than k,
+ * an empty sequence, q longer than k (causal: its first rows empty). */
+typedef struct vb_fix {
+    vc_case c;
+    vc_data x;
+    vb_bufs t;
+    sk_attention_varlen_desc desc;
+    sk_attention_varlen_backward_desc bwd;
+} vb_fix;
+
+static int fix_make(vb_fix *f, sk_dtype dtype, uint64_t seed) {
+    static const int32_t lq[3] = {5, 0, 7};
+    static const int32_t lk[3] = {9, 3, 4};
+    memset(f, 0, sizeof *f);
+    f->c = vc_base_case(dtype, 3, lq, lk);
+    f->c.heads_q = 2;
+    f->c.heads_kv = 1;
+    f->c.head_dim = 8;
+    f->c.causal = 1;
+    f->c.with_lse = 1;
+    tu_rng rng;
+    tu_rng_seed(&rng, seed);
+    if (!vc_make(&f->c, &rng, &f->x) || !bufs_make(&f->c, &f->x, &rng, &f->t)) return 0;
+    make_descs(&f->c, &f->x, &f->desc, &f->bwd);
+    return vc_call_varlen(&f->c, &f->x) == SK_STATUS_SUCCESS;
+}
+
+static void fix_free(vb_fix *f) {
+    bufs_free(&f->t);
+    vc_data_free(&f->x);
+}
+
+/* L = sum dO * O over the valid elements, the forward run anew. */
+static double loss(vb_fix *f) {
+    if (vc_call_varlen(&f->c, &f->x) != SK_STATUS_SUCCESS) return NAN;
+    const int64_t Hq = f->c.heads_q, D = f->c.head_dim;
+    double l = 0.0;
+    for (int64_t tok = 0; tok < f->x.total_q; ++tok)
+        for (int64_t h = 0; h < Hq; ++h)
+            for (int64_t d = 0; d < D; ++d) {
+                const double w = f->t.doutd[(tok * Hq + h) * D + d];
+                if (w != 0.0) l += w * tu_load(f->x.o, f->c.dtype, tok * f->x.ts_q + h * f->x.hs + d);
+            }
+    return l;
+}
+
+/* Central differences of L (eps 1e-2, fp32 forward) against the gradients
+ * for every element of Q, K and V that some query reads. */
+SK_TEST(varlen_bwd_cpu_finite_differences) {
+    const uint64_t seed = case_seed(4, 0);
+    vb_fix f;
+    if (!fix_make(&f, SK_DTYPE_F32, seed)) {
+        CHECK(0, "[seed %llu] fixture failed: %s", (unsigned long long)seed, sk_last_error());
+        fix_free(&f);
+        return;
+    }
+    const sk_status st = call_backward(&f.c, &f.x, &f.t);
+    CHECK(st == SK_STATUS_SUCCESS, "[seed %llu] %s: %s", (unsigned long long)seed,
+          sk_status_name(st), sk_last_error());
+    void *in[3] = {f.x.q, f.x.k, f.x.v};
+    const void *grad[3] = {f.t.dq, f.t.dk, f.t.dv};
+    const int64_t span[3] = {f.x.q_span, f.x.k_span, f.x.k_span};
+    const char *names[3] = {"dQ", "dK", "dV"};
+    const float eps = 1e-2f;
+    int64_t checked = 0;
+    for (int i = 0; i < 3 && st == SK_STATUS_SUCCESS; ++i)
+        for (int64_t e = 0; e < span[i]; ++e) {
+            float *p = (float *)in[i] + e;
+            if (isnan(*p)) continue; /* read by no query */
+            const float keep = *p;
+            *p = keep + eps;
+            const double lp = loss(&f);
+            *p = keep - eps;
+            const double lm = loss(&f);
+            *p = keep;
+            const double fd = (lp - lm) / (2.0 * (double)eps);
+            const double g = tu_load(grad[i], SK_DTYPE_F32, e);
+            ++checked;
+            CHECK(fabs(fd - g) <= 2e-3 * (1.0 + fabs(g)),
+                  "[seed %llu] %s element %lld = %.7g, central difference %.7g",
+                  (unsigned long long)seed, names[i], (long long)e, g, fd);
+        }
+    CHECK(checked > 100, "[seed %llu] only %lld elements checked", (unsigned long long)seed,
+          (long long)checked);
+    fix_free(&f);
+}
+
+/* The three gradients' bytes, to see that a failed call wrote nothing. */
+typedef struct vb_snap {
+    void *g[3];
+    size_t bytes[3];
+} vb_snap;
+
+static int snap_take(const vb_fix *f, vb_snap *s) {
+    const void *src[3] = {f->t.dq, f->t.dk, f->t.dv};
+    const size_t es = vc_elem_size(f->c.dtype);
+    s->bytes[0] = (size_t)f->x.q_span * es;
+    s->bytes[1] = s->bytes[2] = (size_t)f->x.k_span * es;
+    int ok = 1;
+    for (int i = 0; i < 3; ++i) {
+        s->g[i] = malloc(s->bytes[i]);
+        if (s->g[i] == NULL) ok = 0;
+        else memcpy(s->g[i], src[i], s->bytes[i]);
+    }
+    return ok;
+}
+
+static int snap_same(const vb_fix *f, const vb_snap *s) {
+    const void *now[3] = {f->t.dq, f->t.dk, f->t.dv};
+    for (int i = 0; i < 3; ++i)
+        if (memcmp(now[i], s->g[i], s->bytes[i]) != 0) return 0;
+    return 1;
+}
+
+/* What a bad-input case changes; the rest is the fixture's valid call. */
+typedef struct vb_args {
+    const sk_attention_varlen_desc *desc;
+    const sk_attention_varlen_backward_desc *bwd;
+    const int32_t *cu_q, *cu_k;
+    const void *q, *dout;
+    const float *lse;
+    void *dq, *dk, *dv;
+} vb_args;
+
+static vb_args args_of(vb_fix *f) {
+    const vb_args a = {&f->desc, &f->bwd, f->x.cu_q, f->x.cu_k, f->x.q, f->t.dout,
+                       f->x.lse, f->t.dq, f->t.dk, f->t.dv};
+    return a;
+}
+
+/* The run and the one-shot call with `a`: `want` and, for a failure, a
+ * message naming `name` and nothing written. */
+static void expect(vb_fix *f, const vb_snap *s, const vb_args *a, sk_status want,
+                   const char *name, const char *what) {
+    for (int call = 0; call < 2; ++call) {
+        const sk_status st =
+            call == 0 ? sk_attention_varlen_backward_run(a->desc, a->bwd, &f->x.layout, a->cu_q,
+                                                         a->cu_k, a->q, f->x.k, f->x.v, f->x.o,
+                                                         a->dout, a->lse, a->dq, a->dk, a->dv,
+                                                         NULL, 0, NULL)
+                      : sk_attention_varlen_backward(a->desc, a->bwd, &f->x.layout, a->cu_q,
+                                                     a->cu_k, a->q, f->x.k, f->x.v, f->x.o,
+                                                     a->dout, a->lse, a->dq, a->dk, a->dv, NULL, 0,
+                                                     NULL);
+        CHECK(st == want, "%s (%s): %s, want %s (%s)", what, call ? "one-shot" : "run",
+              sk_status_name(st), sk_status_name(want), sk_last_error());
+        if (want == SK_STATUS_SUCCESS) continue;
+        CHECK(strstr(sk_last_error(), name) != NULL, "%s: message '%s' does not name %s", what,
+              sk_last_error(), name);
+        CHECK(snap_same(f, s), "%s (%s): an output was written", what, call ? "one-shot" : "run");
+    }
+}
+
+/* Each bad argument alone, on the CPU and on every CUDA backend (the
+ * core's checks come first); the valid call on CUDA: NOT_SUPPORTED naming
+ * the backend, nothing written; on the CPU it succeeds. */
+SK_TEST(varlen_bwd_bad_inputs_name_the_argument) {
+    static const sk_backend backends[4] = {SK_BACKEND_CPU, SK_BACKEND_CUDA, SK_BACKEND_CUDA_SM80,
+                                           SK_BACKEND_CUDA_SM90};
+    static const char *const backend_names[4] = {"", "SK_BACKEND_CUDA", "SK_BACKEND_CUDA_SM80",
+                                                 "SK_BACKEND_CUDA_SM90"};
+    for (int bi = 0; bi < 4; ++bi) {
+        vb_fix f;
+        vb_snap s;
+        memset(&s, 0, sizeof s);
+        if (!fix_make(&f, SK_DTYPE_F16, case_seed(5, (uint64_t)bi)) || !snap_take(&f, &s)) {
+            CHECK(0, "fixture failed: %s", sk_last_error());
+            goto next;
+        }
+        f.desc.backend = backends[bi];
+        sk_attention_varlen_desc d = f.desc;
+        sk_attention_varlen_backward_desc b = f.bwd;
+        vb_args a = args_of(&f);
+        a.bwd = NULL;
+        expect(&f, &s, &a, SK_STATUS_BAD_PARAM_NULL_POINTER, "bwd", "bwd NULL");
+        a = args_of(&f);
+        b.struct_size = 0;
+        a.bwd = &b;
+        expect(&f, &s, &a, SK_STATUS_BAD_PARAM_STRUCT_SIZE, "bwd", "bwd struct_size 0");
+        b = f.bwd;
+        b.deterministic = 2;
+        expect(&f, &s, &a, SK_STATUS_BAD_PARAM_VALUE, "deterministic", "deterministic 2");
+        b = f.bwd;
+        b.dq_strides[0] = -(int64_t)f.c.heads_q * f.c.head_dim;
+        expect(&f, &s, &a, SK_STATUS_BAD_PARAM_STRIDE, "dq", "dq token stride negative");
+        b = f.bwd;
+        b.dk_strides[0] = 0; /* every token on the same row */
+        b.dk_strides[1] = f.c.head_dim;
+        expect(&f, &s, &a, SK_STATUS_BAD_PARAM_STRIDE, "dk", "dk rows overlapping");
+        a = args_of(&f);
+        d.head_dim = 0;
+        a.desc = &d;
+        expect(&f, &s, &a, SK_STATUS_BAD_PARAM_SHAPE, "head_dim", "head_dim 0");
+        d = f.desc;
+        d.dtype = SK_DTYPE_E4M3;
+        expect(&f, &s, &a, SK_STATUS_BAD_PARAM_DTYPE, "dtype", "dtype E4M3");
+        a = args_of(&f);
+        a.dout = NULL;
+        expect(&f, &s, &a, SK_STATUS_BAD_PARAM_NULL_POINTER, "dout", "dout NULL");
+        a = args_of(&f);
+        a.lse = NULL;
+        expect(&f, &s, &a, SK_STATUS_BAD_PARAM_NULL_POINTER, "lse", "lse NULL");
+        a = args_of(&f);
+        a.dv = NULL;
+        expect(&f, &s, &a, SK_STATUS_BAD_PARAM_NULL_POINTER, "dv", "dv NULL");
+        a = args_of(&f);
+        a.cu_k = NULL;
+        expect(&f, &s, &a, SK_STATUS_BAD_PARAM_NULL_POINTER, "cu_seqlens_k", "cu_seqlens_k NULL");
+        /* Aliasing: an output over an input, and two outputs. */
+        a = args_of(&f);
+        a.q = f.t.dq;
+        expect(&f, &s, &a, SK_STATUS_BAD_PARAM_STRIDE, "dq", "dq over q");
+        a = args_of(&f);
+        a.dv = f.t.dk;
+        expect(&f, &s, &a, SK_STATUS_BAD_PARAM_STRIDE, "dk", "dv over dk");
+        a = args_of(&f);
+        a.lse = (const float *)f.t.dq;
+        expect(&f, &s, &a, SK_STATUS_BAD_PARAM_STRIDE, "dq", "lse over dq");
+        if (bi == 0) {
+            /* Host length arrays are read on the CPU only. */
+            int32_t cu[4];
+            memcpy(cu, f.x.cu_q, sizeof cu);
+            cu[2] = cu[3] + 1; /* decreasing */
+            a = args_of(&f);
+            a.cu_q = cu;
+            expect(&f, &s, &a, SK_STATUS_BAD_PARAM_SHAPE, "cu_seqlens_q", "cu_seqlens_q decreasing");
+            a = args_of(&f);
+            expect(&f, &s, &a, SK_STATUS_SUCCESS, "", "valid call");
+            size_t bytes = 1;
+            const sk_status st =
+                sk_attention_varlen_backward_workspace_size(&f.desc, &f.bwd, &f.x.layout, &bytes);
+            CHECK(st == SK_STATUS_SUCCESS && bytes == 0, "CPU workspace: %s, %zu bytes",
+                  sk_status_name(st), bytes);
+        } else {
+            a = args_of(&f);
+            expect(&f, &s, &a, SK_STATUS_NOT_SUPPORTED, backend_names[bi], "valid call on CUDA");
+            size_t bytes = 7;
+            sk_status st =
+                sk_attention_varlen_backward_workspace_size(&f.desc, &f.bwd, &f.x.layout, &bytes);
+            CHECK(st == SK_STATUS_NOT_SUPPORTED && bytes == 7 &&
+                      strstr(sk_last_error(), backend_names[bi]) != NULL,
+                  "CUDA workspace: %s, %zu bytes: %s", sk_status_name(st), bytes, sk_last_error());
+            st = sk_attention_varlen_backward_plan(&f.desc, &f.bwd, &f.x.layout, f.x.cu_q,
+                                                   f.x.cu_k, NULL, 0, NULL);
+            CHECK(st == SK_STATUS_NOT_SUPPORTED, "CUDA plan: %s", sk_status_name(st));
+        }
+    next:
+        for (int i = 0; i < 3; ++i) free(s.g[i]);
+        fix_free(&f);
     }
 }
