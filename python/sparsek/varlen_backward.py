@@ -15,21 +15,11 @@ from __future__ import annotations
 
 from ctypes import byref, sizeof
 
-import numpy as np
-
 from ._arrays import Arr, adapt, check_family, check_output, check_packed
-from ._lib import Backend, DType, F, SkAttentionVarlenBackwardDesc, SkAttentionVarlenDesc, check
+from ._lib import DType, F, SkAttentionVarlenBackwardDesc, SkAttentionVarlenDesc, check
 from .attention import _empty_like, _options
 from .layout import Layout
-from .varlen import (
-    _token_strides,
-    check_layout_lengths,
-    check_packed_tensors,
-    fill_common,
-    int32_args,
-    launch,
-    max_len,
-)
+from .varlen import _token_strides, check_packed_tensors, fill_common, launch, varlen_lengths
 
 
 def _like(x, aq: Arr, name: str, written: bool) -> Arr:
@@ -78,20 +68,14 @@ def attention_varlen_backward(
     ao = _like(o, aq, "o", False)
     ado = _like(do, aq, "do", False)
     alse = _check_lse(lse, aq)
-    (cu_q, cu_k), ptrs = int32_args(be, aq, [(cu_seqlens_q, "cu_seqlens_q", 1), (cu_seqlens_k, "cu_seqlens_k", 1)])
-    if len(cu_q) != len(cu_k):
-        raise ValueError(f"cu_seqlens_q has {len(cu_q)} entries, cu_seqlens_k {len(cu_k)}")
-    if be == Backend.CPU:
-        check_layout_lengths(layout, cu_q, cu_k)
-        max_seqlen_q = max_len(np.diff(cu_q.astype(np.int64)), max_seqlen_q)
-        max_seqlen_k = max_len(np.diff(cu_k.astype(np.int64)), max_seqlen_k)
-    elif max_seqlen_q is None or max_seqlen_k is None:
-        raise ValueError("max_seqlen_q and max_seqlen_k are required with CUDA tensors (no host sync)")
+    ptrs, batch, max_seqlen_q, max_seqlen_k = varlen_lengths(
+        be, aq, layout, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k
+    )
     dq, dk, dv = _empty_like(q, aq), _empty_like(k, ak), _empty_like(v, av)
     adq, adk, adv = adapt(dq, "dq"), adapt(dk, "dk"), adapt(dv, "dv")
     desc = SkAttentionVarlenDesc()
     check(F.sk_attention_varlen_desc_init(byref(desc), sizeof(desc)))
-    fill_common(desc, be, aq, ak.shape[1], len(cu_q) - 1, max_seqlen_q, max_seqlen_k, sc, causal)
+    fill_common(desc, be, aq, ak.shape[1], batch, max_seqlen_q, max_seqlen_k, sc, causal)
     desc.total_k = ak.shape[0]
     desc.q_strides = _token_strides(aq, "q")
     desc.k_strides = _token_strides(ak, "k")
