@@ -25,6 +25,12 @@
  * to the dtype. A query row with no admissible key never gets a row_grads
  * call: its dQ is 0, and its Q, O, dO and LSE values reach no output.
  *
+ * Layout rows and LSE are addressed through the problem's slice_rows and
+ * lse_head_stride (problem.h), so a varlen sequence's problem
+ * (attention_varlen_bwd_ref.c: the layout's R rows per slice, LSE [Hq,
+ * total_q]) runs here unchanged; sk_cpu_attention_backward_run_problems
+ * runs several problems with one scratch allocation.
+ *
  * Invariants: nothing outside [0, Sq) x [0, Sk) is read; every element of
  * dQ, dK and dV is written once, by the unit that owns it (0 where nothing
  * adds up); all scratch is allocated before anything is written, so an
