@@ -1838,6 +1838,90 @@ SK_API sk_status sk_quantize_e4m3(const sk_quantize_desc *desc, const void *x, u
                                   float *descale, void *workspace, size_t workspace_size,
                                   struct CUstream_st *stream);
 
+/* ---------------------------------------------------------------------------
+ * Varlen attention backward
+ * ---------------------------------------------------------------------------
+ * The gradients of the varlen forward ("Varlen batches") for packed
+ * batches: each sequence b is the fixed-batch backward ("Attention
+ * backward") with B = 1, Sq = len_q(b), Sk = len_k(b) on its own tokens,
+ * with the same formulas, rules and precision: causal bottom-right per
+ * sequence, GQA / MQA gradients summed over each KV head's query heads,
+ * empty rows (an empty layout row, a sequence with no key, causal rows
+ * before len_q(b) - len_k(b)) get dQ = 0 and add nothing, keys no
+ * admissible pair reaches (a sequence with no query included) get dK = dV
+ * = 0, and deterministic results (bitwise the same on every run, whatever
+ * the thread count).
+ * The calls take the varlen forward's descriptor and layout unchanged (the
+ * one BSR over all sequences' query blocks, sequence b's rows from
+ * row_start(b) on) and the same length arrays, plus a descriptor for what
+ * only the backward has:
+ *   q, k, v, o  as the varlen forward (desc's dtype and strides); read
+ *   lse         [Hq, total_q]   fp32 contiguous, as the varlen forward
+ *                               wrote it; read; required
+ *   dout        [total_q, Hq, D]   dO, bwd->dout_strides; read
+ *   dq          [total_q, Hq, D]   bwd->dq_strides; written (every row)
+ *   dk, dv      [total_k, Hkv, D]  bwd->dk_strides, bwd->dv_strides;
+ *                                  written (every row)
+ * Checks: the varlen forward's (descriptor, shapes, layout geometry, the
+ * length arrays, tensors, strides, alignment; on the CPU backend the
+ * lengths and the layout against them), the backward descriptor's (as the
+ * fixed backward's), then aliasing: dq, dk and dv may share no byte with
+ * any other buffer of the call (q, k, v, o, lse, dout, the layout arrays,
+ * cu_seqlens_q, cu_seqlens_k, each other); inputs may overlap each other.
+ * A failed call writes nothing.
+ * Backends: the CPU reference (workspace 0; the plan is the checks). The
+ * CUDA backends make every check above (so a bad argument gets the same
+ * status on every backend), then answer SK_STATUS_NOT_SUPPORTED naming the
+ * backend, touching nothing: the varlen backward kernels do not exist yet
+ * (docs/perf/varlen_paged.md, "Varlen backward").
+ */
+
+typedef struct sk_attention_varlen_backward_desc {
+    size_t struct_size;      /* sizeof(sk_attention_varlen_backward_desc); set by its init */
+    int32_t deterministic;   /* 1 (default) or 0 (reserved), as sk_attention_backward_desc */
+    int64_t dout_strides[2]; /* dO [total_q, Hq, D] over [token, head]; 0 0 (default) = packed */
+    int64_t dq_strides[2];   /* dQ [total_q, Hq, D]; 0 0 = packed */
+    int64_t dk_strides[2];   /* dK [total_k, Hkv, D]; 0 0 = packed */
+    int64_t dv_strides[2];   /* dV [total_k, Hkv, D]; 0 0 = packed */
+} sk_attention_varlen_backward_desc;
+
+/* Fill *bwd with the defaults above. */
+SK_API sk_status sk_attention_varlen_backward_desc_init(sk_attention_varlen_backward_desc *bwd,
+                                                        size_t struct_size);
+
+/* Bytes of device workspace (no array is read): 0 for the CPU backend. */
+SK_API sk_status sk_attention_varlen_backward_workspace_size(
+    const sk_attention_varlen_desc *desc, const sk_attention_varlen_backward_desc *bwd,
+    const sk_bsr *layout, size_t *workspace_bytes);
+
+/* The planning of a run (graph safe; re-plan when the lengths or the
+ * layout change). On the CPU: the checks, nothing else. */
+SK_API sk_status sk_attention_varlen_backward_plan(const sk_attention_varlen_desc *desc,
+                                                   const sk_attention_varlen_backward_desc *bwd,
+                                                   const sk_bsr *layout,
+                                                   const int32_t *cu_seqlens_q,
+                                                   const int32_t *cu_seqlens_k, void *workspace,
+                                                   size_t workspace_size,
+                                                   struct CUstream_st *stream);
+
+/* Enqueue the varlen backward, using the plan in `workspace` (tensors as
+ * listed above). CPU: synchronous; host scratch may be allocated
+ * (SK_STATUS_ALLOC_FAILED, nothing written, when that fails). */
+SK_API sk_status sk_attention_varlen_backward_run(
+    const sk_attention_varlen_desc *desc, const sk_attention_varlen_backward_desc *bwd,
+    const sk_bsr *layout, const int32_t *cu_seqlens_q, const int32_t *cu_seqlens_k,
+    const void *q, const void *k, const void *v, const void *o, const void *dout,
+    const float *lse, void *dq, void *dk, void *dv, void *workspace, size_t workspace_size,
+    struct CUstream_st *stream);
+
+/* sk_attention_varlen_backward_plan followed by _run, same arguments. */
+SK_API sk_status sk_attention_varlen_backward(
+    const sk_attention_varlen_desc *desc, const sk_attention_varlen_backward_desc *bwd,
+    const sk_bsr *layout, const int32_t *cu_seqlens_q, const int32_t *cu_seqlens_k,
+    const void *q, const void *k, const void *v, const void *o, const void *dout,
+    const float *lse, void *dq, void *dk, void *dv, void *workspace, size_t workspace_size,
+    struct CUstream_st *stream);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

@@ -406,6 +406,18 @@ class SkQuantizeDesc(CheckedStructure):
     ]
 
 
+
+class SkAttentionVarlenBackwardDesc(CheckedStructure):
+    _c_name_ = "sk_attention_varlen_backward_desc"
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("deterministic", c_int32),
+        ("dout_strides", c_int64 * 2),
+        ("dq_strides", c_int64 * 2),
+        ("dk_strides", c_int64 * 2),
+        ("dv_strides", c_int64 * 2),
+    ]
+
 # The fields of each struct, for the ABI test that compares offsets with a C
 # compiler's view of sparsek.h.
 STRUCTS = {
@@ -425,6 +437,7 @@ STRUCTS = {
     "sk_quantize_desc": SkQuantizeDesc,
     "sk_cp_desc": SkCpDesc,
     "sk_topk_varlen_desc": SkTopkVarlenDesc,
+    "sk_attention_varlen_backward_desc": SkAttentionVarlenBackwardDesc,
 }
 
 # ---------------------------------------------------------------------------
@@ -699,6 +712,24 @@ SIGNATURES = {
     "sk_topk_paged_select": (
         _st,
         [POINTER(SkTopkVarlenDesc)] + [c_void_p] * 5 + [_bsr_p, c_void_p, c_size_t, _stream],
+    ),
+    # The varlen backward: length arrays and tensors as addresses.
+    "sk_attention_varlen_backward_desc_init": (_st, [POINTER(SkAttentionVarlenBackwardDesc), c_size_t]),
+    "sk_attention_varlen_backward_workspace_size": (
+        _st,
+        [_varlen_p, POINTER(SkAttentionVarlenBackwardDesc), _bsr_p, POINTER(c_size_t)],
+    ),
+    "sk_attention_varlen_backward_plan": (
+        _st,
+        [_varlen_p, POINTER(SkAttentionVarlenBackwardDesc), _bsr_p] + [c_void_p] * 3 + [c_size_t, _stream],
+    ),
+    "sk_attention_varlen_backward_run": (
+        _st,
+        [_varlen_p, POINTER(SkAttentionVarlenBackwardDesc), _bsr_p] + [c_void_p] * 12 + [c_size_t, _stream],
+    ),
+    "sk_attention_varlen_backward": (
+        _st,
+        [_varlen_p, POINTER(SkAttentionVarlenBackwardDesc), _bsr_p] + [c_void_p] * 12 + [c_size_t, _stream],
     ),
 }
 

@@ -420,6 +420,24 @@ def launch(q, be, layout, desc, workspace_size_fn, forward_fn, pointers) -> None
         check(forward_fn(byref(desc), byref(bsr), *pointers, ws.data_ptr(), size.value, stream))
 
 
+def varlen_lengths(be, aq: Arr, layout, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k):
+    """The length arrays of a varlen call (the forward's and the
+    backward's) as the backend reads them, checked against each other and,
+    on the CPU, against the layout's lengths; the maxima from the host
+    arrays where not given (required on CUDA). Returns (their two
+    addresses, B, max_seqlen_q, max_seqlen_k)."""
+    (cu_q, cu_k), ptrs = int32_args(be, aq, [(cu_seqlens_q, "cu_seqlens_q", 1), (cu_seqlens_k, "cu_seqlens_k", 1)])
+    if len(cu_q) != len(cu_k):
+        raise ValueError(f"cu_seqlens_q has {len(cu_q)} entries, cu_seqlens_k {len(cu_k)}")
+    if be == Backend.CPU:
+        check_layout_lengths(layout, cu_q, cu_k)
+        max_seqlen_q = max_len(np.diff(cu_q.astype(np.int64)), max_seqlen_q)
+        max_seqlen_k = max_len(np.diff(cu_k.astype(np.int64)), max_seqlen_k)
+    elif max_seqlen_q is None or max_seqlen_k is None:
+        raise ValueError("max_seqlen_q and max_seqlen_k are required with CUDA tensors (no host sync)")
+    return ptrs, len(cu_q) - 1, max_seqlen_q, max_seqlen_k
+
+
 def attention_varlen(
     q, k, v, cu_seqlens_q, cu_seqlens_k, layout, max_seqlen_q=None, max_seqlen_k=None,
     causal=False, scale=None, return_lse=False, out=None, backend=None,
@@ -440,19 +458,13 @@ def attention_varlen(
     """
     aq, ak, av = check_packed_tensors(q, k, v)
     be, sc = packed_call_options(q, k, v, aq, layout, scale, backend, "attention_varlen")
-    (cu_q, cu_k), ptrs = int32_args(be, aq, [(cu_seqlens_q, "cu_seqlens_q", 1), (cu_seqlens_k, "cu_seqlens_k", 1)])
-    if len(cu_q) != len(cu_k):
-        raise ValueError(f"cu_seqlens_q has {len(cu_q)} entries, cu_seqlens_k {len(cu_k)}")
-    if be == Backend.CPU:
-        check_layout_lengths(layout, cu_q, cu_k)
-        max_seqlen_q = max_len(np.diff(cu_q.astype(np.int64)), max_seqlen_q)
-        max_seqlen_k = max_len(np.diff(cu_k.astype(np.int64)), max_seqlen_k)
-    elif max_seqlen_q is None or max_seqlen_k is None:
-        raise ValueError("max_seqlen_q and max_seqlen_k are required with CUDA tensors (no host sync)")
+    ptrs, batch, max_seqlen_q, max_seqlen_k = varlen_lengths(
+        be, aq, layout, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k
+    )
     out, ao, lse, lse_ptr = out_and_lse(q, aq, out, return_lse)
     desc = SkAttentionVarlenDesc()
     check(F.sk_attention_varlen_desc_init(byref(desc), sizeof(desc)))
-    fill_common(desc, be, aq, ak.shape[1], len(cu_q) - 1, max_seqlen_q, max_seqlen_k, sc, causal)
+    fill_common(desc, be, aq, ak.shape[1], batch, max_seqlen_q, max_seqlen_k, sc, causal)
     desc.total_k = ak.shape[0]
     desc.q_strides = _token_strides(aq, "q")
     desc.k_strides = _token_strides(ak, "k")

@@ -162,4 +162,16 @@ sk_status sk_paged_check_tensors(sk_attention_paged_problem *pp, const void *q,
                                  const void *k_cache, const void *v_cache, void *o, float *lse,
                                  sk_buffer *buffers);
 
+/* The varlen forward's steps the varlen backward (attention_varlen_
+ * backward.c) shares, messages included: the descriptor, shapes and layout
+ * geometry (fills *vp but its tensors and length arrays); the length
+ * arrays' pointers (stored in *vp, their spans into out[2]); on the CPU
+ * backend, the lengths' and the layout's content (nothing on CUDA). */
+sk_status sk_varlen_check_geometry(const sk_attention_varlen_desc *desc, const sk_bsr *layout,
+                                   sk_attention_varlen_problem *vp);
+sk_status sk_varlen_check_seqlens_arrays(sk_attention_varlen_problem *vp,
+                                         const int32_t *cu_seqlens_q,
+                                         const int32_t *cu_seqlens_k, sk_buffer out[2]);
+sk_status sk_varlen_check_content(const sk_attention_varlen_problem *vp, const sk_bsr *layout);
+
 #endif /* SK_CORE_ATTENTION_INTERNAL_H */

@@ -238,3 +238,20 @@ sk_status sk_attention_varlen_forward(const sk_attention_varlen_desc *desc, cons
     SK_TRY(plan_checked(&vp, workspace, workspace_size, stream));
     return run_checked(&vp, workspace, workspace_size, stream);
 }
+
+/* The steps the varlen backward (attention_varlen_backward.c) shares,
+ * messages included (attention_internal.h). */
+sk_status sk_varlen_check_geometry(const sk_attention_varlen_desc *desc, const sk_bsr *layout,
+                                   sk_attention_varlen_problem *vp) {
+    return check_geometry(desc, layout, vp);
+}
+
+sk_status sk_varlen_check_seqlens_arrays(sk_attention_varlen_problem *vp,
+                                         const int32_t *cu_seqlens_q,
+                                         const int32_t *cu_seqlens_k, sk_buffer out[2]) {
+    return check_seqlens_arrays(vp, cu_seqlens_q, cu_seqlens_k, out);
+}
+
+sk_status sk_varlen_check_content(const sk_attention_varlen_problem *vp, const sk_bsr *layout) {
+    return check_content(vp, layout);
+}

@@ -223,4 +223,18 @@ typedef struct sk_topk_varlen_problem {
     int32_t *row_offsets, *col_indices;
 } sk_topk_varlen_problem;
 
+/* A varlen attention backward (src/core/attention_varlen_backward.c): the
+ * varlen forward's packed call in v (v.flat.o and v.flat.lse are read,
+ * never written; v.flat.lse is never NULL), plus the backward's packed
+ * tensors with [token, head] strides resolved as the flat problem's three
+ * (stride[0] unused): dO, dQ [total_q, Hq, D], dK, dV [total_k, Hkv, D],
+ * every pointer at token 0. */
+typedef struct sk_attention_varlen_backward_problem {
+    sk_attention_varlen_problem v;
+    int32_t deterministic; /* 1, or 0 (reserved, as the fixed backward's) */
+    int64_t dout_stride[3], dq_stride[3], dk_stride[3], dv_stride[3];
+    const void *dout; /* NULL in workspace-size / plan calls */
+    void *dq, *dk, *dv;
+} sk_attention_varlen_backward_problem;
+
 #endif /* SK_CORE_PROBLEM_H */

@@ -25,6 +25,12 @@
  * to the dtype. A query row with no admissible key never gets a row_grads
  * call: its dQ is 0, and its Q, O, dO and LSE values reach no output.
  *
+ * Layout rows and LSE are addressed through the problem's slice_rows and
+ * lse_head_stride (problem.h), so a varlen sequence's problem
+ * (attention_varlen_bwd_ref.c: the layout's R rows per slice, LSE [Hq,
+ * total_q]) runs here unchanged; sk_cpu_attention_backward_run_problems
+ * runs several problems with one scratch allocation.
+ *
  * Invariants: nothing outside [0, Sq) x [0, Sk) is read; every element of
  * dQ, dK and dV is written once, by the unit that owns it (0 where nothing
  * adds up); all scratch is allocated before anything is written, so an
@@ -127,7 +133,7 @@ static void load_rows(const sk_attention_backward_problem *p, int64_t b, int64_t
         double dl = 0.0;
         for (int64_t x = 0; x < D; ++x) dl += (double)dout[x] * (double)w->orow[x];
         w->dl[r] = (float)dl;
-        w->lse[r] = f->lse[(b * f->heads_q + h) * f->seq_q + s];
+        w->lse[r] = f->lse[(b * f->heads_q + h) * f->lse_head_stride + s];
     }
 }
 
@@ -205,7 +211,7 @@ static void dq_unit(const sk_attention_backward_problem *p, int64_t b, int64_t h
     const int64_t D = f->head_dim, Sq = f->seq_q, Sk = f->seq_k;
     const int64_t q0 = i * f->block_q, nq = min_i64(f->block_q, Sq - q0);
     const int64_t hk = h / f->group;
-    const int64_t g = slice_of(f, b, h) * f->row_blocks + i;
+    const int64_t g = slice_of(f, b, h) * f->slice_rows + i;
 
     load_rows(p, b, h, q0, nq, w);
     for (int64_t x = 0; x < nq * D; ++x) w->acc[x] = 0.0;
@@ -238,7 +244,7 @@ static void csc_build(const sk_attention_problem *f, bwd_csc *t) {
     for (int64_t c = 0; c <= cols; ++c) t->col_offsets[c] = 0;
     for (int64_t s = 0; s < slices; ++s)
         for (int64_t i = 0; i < f->row_blocks; ++i) {
-            const int64_t g = s * f->row_blocks + i;
+            const int64_t g = s * f->slice_rows + i;
             for (int32_t e = f->row_offsets[g]; e < f->row_offsets[g + 1]; ++e)
                 ++t->col_offsets[s * f->col_blocks + f->col_indices[e] + 1];
         }
@@ -247,7 +253,7 @@ static void csc_build(const sk_attention_problem *f, bwd_csc *t) {
      * itself, shifted back afterwards). */
     for (int64_t s = 0; s < slices; ++s)
         for (int64_t i = 0; i < f->row_blocks; ++i) {
-            const int64_t g = s * f->row_blocks + i;
+            const int64_t g = s * f->slice_rows + i;
             for (int32_t e = f->row_offsets[g]; e < f->row_offsets[g + 1]; ++e)
                 t->row_indices[t->col_offsets[s * f->col_blocks + f->col_indices[e]]++] =
                     (int32_t)i;
@@ -285,8 +291,48 @@ static void dkv_unit(const sk_attention_backward_problem *p, const bwd_csc *t, i
     store_rows(f, p->dv, p->dv_stride, b, k0, hk, w->acc2, nk, 1.0);
 }
 
-sk_status sk_cpu_attention_backward_run(const sk_attention_backward_problem *p) {
+/* Bytes of the layout transpose's offsets for problem f. slices *
+ * col_blocks is not bounded by int32 (sk_grid_check bounds slices *
+ * row_blocks and col_blocks, not the dense count): the CSC is indexed in
+ * int64 (csc_build, dkv_unit) and its values are entry counts <= nnz <=
+ * INT32_MAX. The attention's own sizes keep it small: col_blocks <= seq_k
+ * / 64, slices <= batch x heads_q. */
+static size_t csc_cols(const sk_attention_problem *f) {
+    return (size_t)f->layout_batch * (size_t)f->layout_heads * (size_t)f->col_blocks;
+}
+
+/* One problem's two passes with the scratch allocated by the caller. */
+static void run_problem(const sk_attention_backward_problem *p, bwd_csc *t, char *mem,
+                        size_t slab, int threads) {
     const sk_attention_problem *f = &p->fwd;
+    csc_build(f, t);
+    const int64_t dq_units = f->batch * f->heads_q * f->row_blocks;   /* < B*Sq*Hq: fits */
+    const int64_t dkv_units = f->batch * f->heads_kv * f->col_blocks; /* < B*Sk*Hkv */
+#pragma omp parallel num_threads(threads)
+    {
+        bwd_scratch w;
+        scratch_layout(&w, mem + slab * (size_t)omp_get_thread_num(), (size_t)f->head_dim,
+                       (size_t)f->block_q, (size_t)f->block_k);
+#pragma omp for schedule(dynamic, 1) nowait
+        for (int64_t u = 0; u < dq_units; ++u) {
+            const int64_t i = u % f->row_blocks, bh = u / f->row_blocks;
+            dq_unit(p, bh / f->heads_q, bh % f->heads_q, i, &w);
+        }
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t u = 0; u < dkv_units; ++u) {
+            const int64_t j = u % f->col_blocks, bh = u / f->col_blocks;
+            dkv_unit(p, t, bh / f->heads_kv, bh % f->heads_kv, j, &w);
+        }
+    }
+}
+
+sk_status sk_cpu_attention_backward_run_problems(const sk_attention_backward_problem *probs,
+                                                 int32_t count) {
+    if (count < 1) return SK_STATUS_SUCCESS;
+    /* Every problem shares the head_dim, the block sizes and the layout
+     * arrays (nnz is the whole layout's): one scratch for all, sized for
+     * the largest transpose. */
+    const sk_attention_problem *f = &probs[0].fwd;
     /* The largest array is [128, D] doubles: D must leave room for that. */
     if (f->head_dim > (int64_t)(SIZE_MAX / 8 / 1024))
         return sk_error(SK_STATUS_BAD_PARAM_OVERFLOW,
@@ -294,15 +340,15 @@ sk_status sk_cpu_attention_backward_run(const sk_attention_backward_problem *p) 
                         (long long)f->head_dim);
     const size_t slab = scratch_layout(NULL, NULL, (size_t)f->head_dim, (size_t)f->block_q,
                                        (size_t)f->block_k);
-    /* slices * col_blocks is not bounded by int32 (sk_grid_check bounds
-     * slices * row_blocks and col_blocks, not the dense count): the CSC is
-     * indexed in int64 (csc_build, dkv_unit) and its values are entry
-     * counts <= nnz <= INT32_MAX. The attention's own sizes keep it small:
-     * col_blocks <= seq_k / 64, slices <= batch x heads_q. */
-    const size_t cols = (size_t)f->layout_batch * (size_t)f->layout_heads * (size_t)f->col_blocks;
+    size_t cols = 0;
+    int32_t nnz = 0;
+    for (int32_t c = 0; c < count; ++c) {
+        if (csc_cols(&probs[c].fwd) > cols) cols = csc_cols(&probs[c].fwd);
+        if (probs[c].fwd.nnz > nnz) nnz = probs[c].fwd.nnz;
+    }
     bwd_csc t;
     t.col_offsets = (int32_t *)malloc((cols + 1) * sizeof(int32_t));
-    t.row_indices = (int32_t *)malloc((f->nnz > 0 ? (size_t)f->nnz : 1) * sizeof(int32_t));
+    t.row_indices = (int32_t *)malloc((nnz > 0 ? (size_t)nnz : 1) * sizeof(int32_t));
     /* One slab per thread; one thread if that much is not there. */
     int threads = omp_get_max_threads();
     if (threads < 1) threads = 1;
@@ -319,30 +365,15 @@ sk_status sk_cpu_attention_backward_run(const sk_attention_backward_problem *p) 
         return sk_error(SK_STATUS_ALLOC_FAILED,
                         "the CPU backend could not allocate its backward scratch (%zu bytes a "
                         "thread, and the layout's transpose: %zu offsets, %d indices)",
-                        slab, cols + 1, (int)f->nnz);
+                        slab, cols + 1, (int)nnz);
     }
-    csc_build(f, &t);
-
-    const int64_t dq_units = f->batch * f->heads_q * f->row_blocks;   /* < B*Sq*Hq: fits */
-    const int64_t dkv_units = f->batch * f->heads_kv * f->col_blocks; /* < B*Sk*Hkv */
-#pragma omp parallel num_threads(threads)
-    {
-        bwd_scratch w;
-        scratch_layout(&w, mem + slab * (size_t)omp_get_thread_num(), (size_t)f->head_dim,
-                       (size_t)f->block_q, (size_t)f->block_k);
-#pragma omp for schedule(dynamic, 1) nowait
-        for (int64_t u = 0; u < dq_units; ++u) {
-            const int64_t i = u % f->row_blocks, bh = u / f->row_blocks;
-            dq_unit(p, bh / f->heads_q, bh % f->heads_q, i, &w);
-        }
-#pragma omp for schedule(dynamic, 1)
-        for (int64_t u = 0; u < dkv_units; ++u) {
-            const int64_t j = u % f->col_blocks, bh = u / f->col_blocks;
-            dkv_unit(p, &t, bh / f->heads_kv, bh % f->heads_kv, j, &w);
-        }
-    }
+    for (int32_t c = 0; c < count; ++c) run_problem(&probs[c], &t, mem, slab, threads);
     free(mem);
     free(t.col_offsets);
     free(t.row_indices);
     return SK_STATUS_SUCCESS;
+}
+
+sk_status sk_cpu_attention_backward_run(const sk_attention_backward_problem *p) {
+    return sk_cpu_attention_backward_run_problems(p, 1);
 }

@@ -43,10 +43,33 @@ static void sequence_keys(sk_attention_problem *s, const sk_attention_varlen_pro
     }
 }
 
+/* Sequence b's problem, its layout rows from `row` on. */
+static void sequence_problem(sk_attention_problem *s, const sk_attention_varlen_problem *p,
+                             const sk_attention_paged_problem *paged, int32_t b, int64_t row) {
+    const sk_attention_problem *f = &p->flat;
+    const int64_t q0 = p->cu_seqlens_q[b];
+    *s = *f;
+    s->batch = 1;
+    s->seq_q = p->cu_seqlens_q[b + 1] - q0;
+    sequence_keys(s, p, paged, b);
+    s->row_blocks = (int32_t)sk_ceil_div_i64(s->seq_q, s->block_q);
+    s->col_blocks = (int32_t)sk_ceil_div_i64(s->seq_k, s->block_k);
+    s->row_offsets = f->row_offsets + row;
+    if (s->seq_q > 0) {
+        s->q = sk_cpu_elem(f->q, f->dtype, q0 * f->q_stride[1]);
+        s->o = sk_cpu_elem_mut(f->o, f->dtype, q0 * f->o_stride[1]);
+        if (f->lse != NULL) s->lse = f->lse + q0;
+    }
+}
+
+void sk_cpu_varlen_sequence(sk_attention_problem *s, const sk_attention_varlen_problem *p,
+                            int32_t b, int64_t row) {
+    sequence_problem(s, p, NULL, b, row);
+}
+
 static sk_status run_sequences(const sk_attention_varlen_problem *p,
                                const sk_attention_paged_problem *paged) {
     const int32_t count = p->batch;
-    const sk_attention_problem *f = &p->flat;
     sk_attention_problem *probs =
         (sk_attention_problem *)malloc((size_t)count * sizeof(sk_attention_problem));
     int64_t *tile_start = (int64_t *)malloc(((size_t)count + 1) * sizeof(int64_t));
@@ -59,20 +82,8 @@ static sk_status run_sequences(const sk_attention_varlen_problem *p,
     }
     int64_t row = 0, tiles = 0;
     for (int32_t b = 0; b < count; ++b) {
-        const int64_t q0 = p->cu_seqlens_q[b];
         sk_attention_problem *s = &probs[b];
-        *s = *f;
-        s->batch = 1;
-        s->seq_q = p->cu_seqlens_q[b + 1] - q0;
-        sequence_keys(s, p, paged, b);
-        s->row_blocks = (int32_t)sk_ceil_div_i64(s->seq_q, s->block_q);
-        s->col_blocks = (int32_t)sk_ceil_div_i64(s->seq_k, s->block_k);
-        s->row_offsets = f->row_offsets + row;
-        if (s->seq_q > 0) {
-            s->q = sk_cpu_elem(f->q, f->dtype, q0 * f->q_stride[1]);
-            s->o = sk_cpu_elem_mut(f->o, f->dtype, q0 * f->o_stride[1]);
-            if (f->lse != NULL) s->lse = f->lse + q0;
-        }
+        sequence_problem(s, p, paged, b, row);
         tile_start[b] = tiles;
         tiles += s->heads_q * s->row_blocks;
         row += s->row_blocks;

@@ -121,4 +121,18 @@ sk_status sk_cpu_dsel_summary(const sk_dsel_problem *p, int append);
 /* Scores and selection into p->row_offsets / p->col_indices. */
 sk_status sk_cpu_dsel_select(const sk_dsel_problem *p);
 
+/* The varlen backward (attention_varlen_bwd_ref.c): one fixed backward
+ * problem per sequence (sk_cpu_varlen_sequence's forward part), all run by
+ * attention_bwd_ref.c with one scratch allocation, so an allocation
+ * failure writes nothing. */
+sk_status sk_cpu_attention_varlen_backward_run(const sk_attention_varlen_backward_problem *p);
+/* Sequence b's fixed-batch forward problem (batch 1) cut from p->flat,
+ * whose layout rows start at `row` (attention_varlen_ref.c). */
+void sk_cpu_varlen_sequence(sk_attention_problem *s, const sk_attention_varlen_problem *p,
+                            int32_t b, int64_t row);
+/* Fixed backward problems run one after the other with shared scratch;
+ * each one deterministic (attention_bwd_ref.c). */
+sk_status sk_cpu_attention_backward_run_problems(const sk_attention_backward_problem *probs,
+                                                 int32_t count);
+
 #endif /* SK_CPU_BACKEND_H */

@@ -400,3 +400,7 @@ void vc_label(const vc_case *c, uint64_t seed, char *label, size_t size) {
         w += snprintf(label + w, size - (size_t)w, " %dx%d", (int)c->len_q[b], (int)c->len_k[b]);
     if (w > 0 && w < (int)size - 2) snprintf(label + w, size - (size_t)w, "]");
 }
+
+int vc_allowed(const vc_case *c, const vc_data *x, int32_t b, int64_t h, int64_t q, int64_t k) {
+    return allowed(c, x, b, h, q, k);
+}

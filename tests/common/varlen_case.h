@@ -116,4 +116,8 @@ int64_t vc_compare_reference(const vc_case *c, vc_data *x, const char *label, vc
 /* "[seed S: F16 B=3 ... lens 5x7 0x3]" into label. */
 void vc_label(const vc_case *c, uint64_t seed, char *label, size_t size);
 
+/* Query q of sequence b, query head h may see key k of the sequence (the
+ * case's block mask and bottom-right causal rule): for the backward tests. */
+int vc_allowed(const vc_case *c, const vc_data *x, int32_t b, int64_t h, int64_t q, int64_t k);
+
 #endif /* SK_TESTS_VARLEN_CASE_H */
