@@ -345,9 +345,9 @@ def cp_attention(q, k, v, plan, group=None, *, out=None, lse=None, exchange="all
             raise ValueError("lse must be contiguous with exchange = 'library'")
         run_library(q, k, v, plan, group, rank, out, lse)
         if stats is not None:  # the library sends exactly the plan's units
-            stats.update(sent_bytes=plan.send_bytes(rank), recv_bytes=plan.recv_bytes(rank),
-                         plan_send_bytes=plan.send_bytes(rank), plan_recv_bytes=plan.recv_bytes(rank),
-                         exchange=exchange)
+            sent, received = plan.send_bytes(rank), plan.recv_bytes(rank)
+            stats.update(sent_bytes=sent, recv_bytes=received, plan_send_bytes=sent,
+                         plan_recv_bytes=received, exchange=exchange)
         return out, lse
     rv = _rank_view(plan, rank, q.device)
     blk, causal, scale = plan.block, plan.causal, plan.dims[5]

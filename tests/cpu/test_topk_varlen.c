@@ -48,6 +48,16 @@ static void out_free(tv_out *o) {
     free(o->idx);
 }
 
+/* The bad-input and aliasing tests' case: two sequences, the second with
+ * 40 queries over 90 keys (tails in both), and its poisoned layout. */
+static int two_sequences(tvc_case *c, tv_out *o, uint64_t seed) {
+    tvc_init(c);
+    c->batch = 2;
+    c->len_q[1] = 40;
+    c->len_k[1] = 90;
+    return tvc_make(c, seed) && out_alloc(c, o);
+}
+
 static sk_status run_case(const tvc_case *c, int paged, tv_out *o) {
     sk_topk_varlen_desc d;
     tvc_desc(c, SK_BACKEND_CPU, &d);
@@ -195,13 +205,8 @@ static void expect_bad(sk_status st, sk_status want, const char *what, const tv_
 SK_TEST(topk_varlen_bad_inputs) {
     const uint64_t seed = tu_base_seed() ^ 0x7a13;
     tvc_case c;
-    tvc_init(&c);
-    c.batch = 2;
-    c.len_q[1] = 40;
-    c.len_k[1] = 90;
-    REQUIRE(tvc_make(&c, seed), "allocation");
     tv_out o;
-    REQUIRE(out_alloc(&c, &o), "allocation");
+    REQUIRE(two_sequences(&c, &o, seed), "allocation");
     sk_topk_varlen_desc d;
     sk_status st;
 
@@ -278,13 +283,8 @@ SK_TEST(topk_varlen_bad_inputs) {
 SK_TEST(topk_varlen_aliasing) {
     const uint64_t seed = tu_base_seed() ^ 0x7a14;
     tvc_case c;
-    tvc_init(&c);
-    c.batch = 2;
-    c.len_q[1] = 40;
-    c.len_k[1] = 90;
-    REQUIRE(tvc_make(&c, seed), "allocation");
     tv_out o;
-    REQUIRE(out_alloc(&c, &o), "allocation");
+    REQUIRE(two_sequences(&c, &o, seed), "allocation");
     sk_topk_varlen_desc d;
     tvc_desc(&c, SK_BACKEND_CPU, &d);
     for (int paged = 0; paged < 2; ++paged) {
