@@ -80,6 +80,8 @@ int gb_run_case(const gb_case *c, int64_t counts[2]);
 /* Backward cases run and failed so far; declined by the forced backend
  * (SK_STATUS_NOT_SUPPORTED checked, nothing written). */
 extern int gb_cases_run, gb_cases_failed, gb_cases_declined;
+/* Runs whose dK/dV pass was the Hopper kernel (bwd_sm90_dkv.cu). */
+extern int64_t gb_hopper_dkv_runs;
 
 void gb_case_describe(const gb_case *c, char *buf, size_t len);
 

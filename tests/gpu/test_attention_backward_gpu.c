@@ -16,6 +16,8 @@
  *   gpu_bwd_nan_unread   cases built to have both empty rows and keys no
  *                        pair reaches (their inputs NaN), checked non-vacuous.
  *   gpu_bwd_edge_shapes  one token, nothing selected, Sq >> Sk causal, ...
+ *   gpu_bwd_hopper_dkv_edges  the Hopper dK/dV kernel's edges (block tails,
+ *                        alternating warpgroups, GQA 8, causal Sq != Sk).
  *   gpu_bwd_graph_capture  forward + backward plan + run captured in a CUDA
  *                        graph: capturing runs nothing, replays equal the
  *                        direct run bitwise.
@@ -168,6 +170,66 @@ SK_TEST(gpu_bwd_edge_shapes) {
         failed += gb_run_case(&cs[i], NULL) != 0;
     }
     printf("    %d edge cases, %d failed\n", count, failed);
+}
+
+/* The Hopper dK/dV kernel's own edges (bwd_sm90_dkv.cu; on other devices
+ * and SK_BACKEND_CUDA_SM80 the portable kernel runs them, and gb_run_case
+ * checks which one ran): 128-key blocks whose second warpgroup's keys pass
+ * Sk, 64-key blocks (alternating warpgroups) with odd and even tile counts,
+ * GQA 8 with a per-query-head layout (T merges the heads) and a per-KV-head
+ * one (T repeated 8 times), causal Sq != Sk both ways with empty rows (NaN
+ * Q / dO rows inside the diagonal tiles: zeroed before the GEMMs), padded
+ * strides. NaN in unread inputs and the bitwise repeat as in every case. */
+SK_TEST(gpu_bwd_hopper_dkv_edges) {
+    gb_case cs[8];
+    int n = 0;
+    cs[n] = base_case(SK_DTYPE_BF16, 128, 200, 300, 64, 128, 1); /* Sk tail inside a block */
+    cs[n].f.heads_q = 8;
+    cs[n].f.heads_kv = 1;
+    cs[n].f.layout_heads = 8;
+    cs[n++].f.density = 0.7;
+    cs[n] = base_case(SK_DTYPE_F16, 128, 333, 190, 128, 128, 1); /* Sq > Sk: empty rows */
+    cs[n].f.heads_q = 8;
+    cs[n].f.heads_kv = 2;
+    cs[n].f.layout_heads = 8;
+    cs[n].f.empty_rows = 0.2;
+    cs[n++].f.density = 0.8;
+    cs[n] = base_case(SK_DTYPE_F16, 128, 197, 260, 64, 64, 0); /* 64-key blocks, per batch */
+    cs[n].f.batch = 2;
+    cs[n].f.layout_batch = 2;
+    cs[n++].f.density = 0.5;
+    cs[n] = base_case(SK_DTYPE_BF16, 64, 1000, 1000, 64, 64, 1); /* GQA 8, per-KV-head layout */
+    cs[n].f.heads_q = 8;
+    cs[n].f.heads_kv = 1;
+    cs[n].f.layout_heads = 1;
+    cs[n++].f.density = 0.6;
+    cs[n] = base_case(SK_DTYPE_F16, 64, 517, 517, 128, 128, 1); /* padded, negative scale */
+    for (int t = 0; t < 4; ++t) cs[n].f.stride_mode[t] = cs[n].grad_stride[t] = 1 + (t & 1);
+    cs[n].f.scale = -0.09f;
+    cs[n++].f.q_amp = 3.0f;
+    cs[n] = base_case(SK_DTYPE_BF16, 128, 700, 300, 128, 64, 1); /* Sq >> Sk, 64-key blocks */
+    cs[n].f.heads_q = 4;
+    cs[n].f.heads_kv = 2;
+    cs[n].f.layout_heads = 2;
+    cs[n++].f.empty_rows = 0.3;
+    cs[n] = base_case(SK_DTYPE_F16, 64, 129, 900, 128, 128, 1); /* Sq < Sk: diagonal at the end */
+    cs[n].f.heads_q = 8;
+    cs[n].f.heads_kv = 8;
+    cs[n].f.layout_heads = 8;
+    cs[n++].f.k_per_row = 2;
+    cs[n] = base_case(SK_DTYPE_BF16, 128, 64, 64, 64, 64, 1); /* one tile: the end marks alone */
+    cs[n++].f.heads_q = 1;
+    int failed = 0, empty = 0;
+    const int count = gt_opt.quick ? 3 : n;
+    for (int i = 0; i < count; ++i) {
+        cs[i].plan_run = i & 1;
+        int64_t counts[2] = {0, 0};
+        failed += gb_run_case(&cs[i], counts) != 0;
+        empty += counts[0] > 0;
+    }
+    /* Cases 1 and 5 must have empty rows (NaN inside diagonal tiles). */
+    CHECK(empty >= (count > 5 ? 2 : 1), "only %d cases with empty rows: vacuous", empty);
+    printf("    %d Hopper dK/dV edge cases, %d failed\n", count, failed);
 }
 
 /* ---------------------------------------------------------------------------
