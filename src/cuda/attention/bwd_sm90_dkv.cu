@@ -56,6 +56,7 @@
 #include "cuda/attention/bwd_params.h"
 #include "cuda/attention/bwd_sm90_dkv.h"
 #include "cuda/attention/fwd_sm90_common.cuh" /* sk90_encode, sk90_stride_ok, sk90_pipe */
+#include "cuda/attention/sm80_common.cuh"    /* sk_sm80_pack: two floats as a dtype pair */
 
 enum {
     kBkvThreads = 384,    /* producer warpgroup + two consumer warpgroups */
@@ -202,14 +203,6 @@ __device__ void sk_bwd90kv_produce(const sk_bwd90kv_params &P, uint32_t base, in
  * Consumers
  * ------------------------------------------------------------------------- */
 
-template <int kDtype>
-__device__ __forceinline__ uint32_t sk_bwd90kv_pack(float lo, float hi) {
-    if constexpr (kDtype == SK_DTYPE_BF16)
-        return sk_cvt_bf16x2(hi, lo);
-    else
-        return sk_cvt_f16x2(hi, lo);
-}
-
 /* acc (64 x 64, fp32) = A (64 x D, rows of K or V) B^T (B: 64 x D, a Q or
  * dO tile): D / 16 wgmma, A's slabs a_slab apart. Not committed. */
 template <int kDtype, int kD>
@@ -339,8 +332,8 @@ __device__ __forceinline__ void sk_bwd90kv_tile(const sk_bwd_params &p, uint32_t
     uint32_t pa[16], dsa[16];
 #pragma unroll
     for (int m = 0; m < 16; ++m) {
-        pa[m] = sk_bwd90kv_pack<kDtype>(s[2 * m], s[2 * m + 1]);
-        dsa[m] = sk_bwd90kv_pack<kDtype>(dp[2 * m], dp[2 * m + 1]);
+        pa[m] = sk_sm80_pack<kDtype>(s[2 * m], s[2 * m + 1]);
+        dsa[m] = sk_sm80_pack<kDtype>(dp[2 * m], dp[2 * m + 1]);
     }
     sk_bwd90kv_fence_f(dk);
     sk_bwd90kv_fence_f(dv);
@@ -374,7 +367,7 @@ __device__ __forceinline__ void sk_bwd90kv_store(const float (&acc)[kD / 2], flo
         for (int ii = 0; ii < 2; ++ii) {
             const int r = 16 * warp + g + 8 * ii;
             *sk90_shared_ptr<uint32_t>(tile + (j / 8) * slab + sk_sw128_offset(r, j % 8) + 4 * t4) =
-                sk_bwd90kv_pack<kDtype>(acc[4 * j + 2 * ii] * mul, acc[4 * j + 2 * ii + 1] * mul);
+                sk_sm80_pack<kDtype>(acc[4 * j + 2 * ii] * mul, acc[4 * j + 2 * ii + 1] * mul);
         }
     __syncwarp();
 #pragma unroll
