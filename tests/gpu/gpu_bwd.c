@@ -19,16 +19,17 @@ int gb_cases_run, gb_cases_failed, gb_cases_declined;
 int64_t gb_hopper_dkv_runs;
 
 /* Whether the Hopper dK/dV kernel (bwd_sm90_dkv.cu) must run a case's dK/dV
- * pass: a compute capability 9.x device and a backend other than
+ * pass: a compute capability 9.0 device and a backend other than
  * SK_BACKEND_CUDA_SM80. It covers every case this suite draws (F16 / BF16,
  * D 64 / 128, blocks 64 / 128, strides positive multiples of 16 bytes), so
  * a silent fall-back to the portable kernel fails the case. */
 static int gb_expect_hopper_dkv(void) {
-    int dev = 0, major = 0;
+    int dev = 0, major = 0, minor = 0;
     if (gt_opt.backend == SK_BACKEND_CUDA_SM80) return 0;
     return cudaGetDevice(&dev) == cudaSuccess &&
            cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
-           major == 9;
+           cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) == cudaSuccess &&
+           major == 9 && minor == 0;
 }
 
 enum { GB_MAX_REPORTS = 6 };
