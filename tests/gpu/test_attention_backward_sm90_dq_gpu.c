@@ -89,7 +89,9 @@ SK_TEST(gpu_bwd90_dq_causal) {
                             t & 1 ? 128 : 64, 1, 100u + (uint64_t)t);
         c.f.heads_q = t & 2 ? 8 : 4;
         c.f.heads_kv = t & 2 ? 1 : 2;
-        c.f.layout_heads = t % 3 == 0 ? (int32_t)c.f.heads_q : t % 3 == 1 ? (int32_t)c.f.heads_kv : 1;
+        c.f.layout_heads = t % 3 == 0   ? (int32_t)c.f.heads_q
+                           : t % 3 == 1 ? (int32_t)c.f.heads_kv
+                                        : 1;
         c.f.density = t & 1 ? 1.0 : 0.4;
         c.grad_stride[1] = (t + 2) % 3;
         c.plan_run = t & 1;
@@ -124,7 +126,8 @@ SK_TEST(gpu_bwd90_dq_persistent) {
     const int hopper = hopper_expected();
     const int n = gt_opt.quick ? 0 : 2;
     for (int t = 0; t < n; ++t) {
-        gb_case c = dq_case(t ? SK_DTYPE_BF16 : SK_DTYPE_F16, 64, 1100, 256, 64, t, 300u + (uint64_t)t);
+        gb_case c =
+            dq_case(t ? SK_DTYPE_BF16 : SK_DTYPE_F16, 64, 1100, 192, 64, t, 300u + (uint64_t)t);
         c.f.heads_q = 16;
         c.f.heads_kv = 4;
         c.f.layout_heads = 16;

@@ -81,16 +81,16 @@ static bool sk_bwd90_dq_covers(const sk_attention_backward_problem *bp) {
     if (p->head_dim != 64 && p->head_dim != 128) return false;
     if (p->block_q != kDqRows || (p->block_k != 64 && p->block_k != 128)) return false;
     if (p->seq_q > kSk90MaxSeq || p->seq_k > kSk90MaxSeq) return false;
-    const int64_t strides[5][3] = {
-        {p->q_stride[0], p->q_stride[1], p->q_stride[2]},
-        {p->k_stride[0], p->k_stride[1], p->k_stride[2]},
-        {p->v_stride[0], p->v_stride[1], p->v_stride[2]},
-        {bp->dout_stride[0], bp->dout_stride[1], bp->dout_stride[2]},
-        {bp->dq_stride[0], bp->dq_stride[1], bp->dq_stride[2]}};
+    const int64_t strides[5][3] = {{p->q_stride[0], p->q_stride[1], p->q_stride[2]},
+                                   {p->k_stride[0], p->k_stride[1], p->k_stride[2]},
+                                   {p->v_stride[0], p->v_stride[1], p->v_stride[2]},
+                                   {bp->dout_stride[0], bp->dout_stride[1], bp->dout_stride[2]},
+                                   {bp->dq_stride[0], bp->dq_stride[1], bp->dq_stride[2]}};
     const int64_t seq[5] = {p->seq_q, p->seq_k, p->seq_k, p->seq_q, p->seq_q};
     const int64_t heads[5] = {p->heads_q, p->heads_kv, p->heads_kv, p->heads_q, p->heads_q};
     for (int t = 0; t < 5; ++t)
-        if (!sk90_stride_ok(strides[t][0], p->batch, 2) || !sk90_stride_ok(strides[t][1], seq[t], 2) ||
+        if (!sk90_stride_ok(strides[t][0], p->batch, 2) ||
+            !sk90_stride_ok(strides[t][1], seq[t], 2) ||
             !sk90_stride_ok(strides[t][2], heads[t], 2))
             return false;
     /* dQ's 4-byte stores. */
@@ -118,8 +118,8 @@ sk_status sk_attention_bwd_sm90_dq_launch(const sk_attention_backward_problem *b
     sk_bwd90_dq_params prm;
     memset(&prm, 0, sizeof prm);
     const sk_dtype dt = p->dtype;
-    CUresult r = sk90_encode(&prm.tm_q, p, dt, 64, p->q, p->seq_q, p->heads_q, p->q_stride,
-                             kDqWgRows);
+    CUresult r =
+        sk90_encode(&prm.tm_q, p, dt, 64, p->q, p->seq_q, p->heads_q, p->q_stride, kDqWgRows);
     if (r == CUDA_SUCCESS)
         r = sk90_encode(&prm.tm_do, p, dt, 64, bp->dout, p->seq_q, p->heads_q, bp->dout_stride,
                         kDqWgRows);

@@ -10,14 +10,14 @@
 #include "cuda/attention/bwd_dq_visit.cuh"
 
 enum {
-    kDqThreads = 384,     /* producer warpgroup + two consumer warpgroups */
-    kDqRows = 128,        /* query rows of a tile (the layout's block_q) */
-    kDqWgRows = 64,       /* query rows per consumer warpgroup */
-    kDqKeys = 64,         /* keys per stage (SK_BWD_TILE: the walk's chunks) */
-    kDqReleases = 8,      /* a stage is freed by lane 0 of each consumer warp */
-    kDqBarZeroK = 1,      /* named barrier: both consumers zeroed a stage's hidden K rows */
-    kDqFlagMore = 1,      /* stage info: another stage of the same tile follows */
-    kDqFlagEmpty = 2      /* stage info: the tile has no chunk (no bytes loaded) */
+    kDqThreads = 384, /* producer warpgroup + two consumer warpgroups */
+    kDqRows = 128,    /* query rows of a tile (the layout's block_q) */
+    kDqWgRows = 64,   /* query rows per consumer warpgroup */
+    kDqKeys = 64,     /* keys per stage (SK_BWD_TILE: the walk's chunks) */
+    kDqReleases = 8,  /* a stage is freed by lane 0 of each consumer warp */
+    kDqBarZeroK = 1,  /* named barrier: both consumers zeroed a stage's hidden K rows */
+    kDqFlagMore = 1,  /* stage info: another stage of the same tile follows */
+    kDqFlagEmpty = 2  /* stage info: the tile has no chunk (no bytes loaded) */
 };
 static_assert((int)kDqKeys == (int)SK_BWD_TILE, "a stage is one chunk of the walk");
 
@@ -25,12 +25,11 @@ static_assert((int)kDqKeys == (int)SK_BWD_TILE, "a stage is one chunk of the wal
  * 128 rows in 64-column slabs of 128-byte rows (16 KB a slab, the forward's
  * Q layout); a stage: K then V, 64 keys in slabs of 8 KB. All 128B-swizzled
  * (the TMA box layout). */
-template <int HD>
-struct sk_bwd90_dq_smem {
+template <int HD> struct sk_bwd90_dq_smem {
     static constexpr int kSlabs = HD / 64;
     static constexpr int kStages = HD == 128 ? 3 : 4;
-    static constexpr uint32_t kSlabQ = kDqRows * 128;   /* 16 KB */
-    static constexpr uint32_t kSlabKV = kDqKeys * 128;  /* 8 KB */
+    static constexpr uint32_t kSlabQ = kDqRows * 128;  /* 16 KB */
+    static constexpr uint32_t kSlabKV = kDqKeys * 128; /* 8 KB */
     static constexpr uint32_t kQBytes = kSlabs * kSlabQ;
     static constexpr uint32_t kKVBytes = kSlabs * kSlabKV; /* one K or V chunk */
     static constexpr uint32_t kQ = 0;
@@ -59,10 +58,10 @@ struct sk_bwd90_dq_params {
 /* A dQ tile as both roles decode it from the plan's schedule (slot: the
  * position in dq_info). Same values on both sides: same reads. */
 struct sk_bwd90_dq_tile {
-    int32_t valid;         /* 0: a stale plan's entry, skipped by everyone */
-    int32_t b, h, i, bh;   /* batch, query head, query block, b * Hq + h */
-    int32_t start, end;    /* clamped entry range of the layout row */
-    int32_t kmax;          /* the last key any row of the tile may see */
+    int32_t valid;       /* 0: a stale plan's entry, skipped by everyone */
+    int32_t b, h, i, bh; /* batch, query head, query block, b * Hq + h */
+    int32_t start, end;  /* clamped entry range of the layout row */
+    int32_t kmax;        /* the last key any row of the tile may see */
 };
 
 __device__ __forceinline__ sk_bwd90_dq_tile sk_bwd90_dq_decode(const sk_bwd_params &p,
@@ -86,8 +85,8 @@ __device__ __forceinline__ sk_bwd90_dq_tile sk_bwd90_dq_decode(const sk_bwd_para
  * ------------------------------------------------------------------------- */
 
 template <int HD>
-__device__ __forceinline__ void sk_bwd90_dq_producer(const sk_bwd90_dq_params &prm,
-                                                     uint32_t base, volatile int32_t *info) {
+__device__ __forceinline__ void sk_bwd90_dq_producer(const sk_bwd90_dq_params &prm, uint32_t base,
+                                                     volatile int32_t *info) {
     using L = sk_bwd90_dq_smem<HD>;
     const sk_bwd_params &p = prm.p;
     sk_prefetch_tensormap(&prm.tm_q);
@@ -123,10 +122,10 @@ __device__ __forceinline__ void sk_bwd90_dq_producer(const sk_bwd90_dq_params &p
 #pragma unroll
             for (int s = 0; s < L::kSlabs; ++s) {
                 const uint32_t off = s * L::kSlabQ + hh * kDqWgRows * 128;
-                sk_tma_load_4d(base + L::kQ + off, &prm.tm_q, s * 64, t.h, q0 + hh * kDqWgRows,
+                sk_tma_load_4d(base + L::kQ + off, &prm.tm_q, s * 64, t.h, q0 + hh * kDqWgRows, t.b,
+                               base + L::kBarQFull, once);
+                sk_tma_load_4d(base + L::kDO + off, &prm.tm_do, s * 64, t.h, q0 + hh * kDqWgRows,
                                t.b, base + L::kBarQFull, once);
-                sk_tma_load_4d(base + L::kDO + off, &prm.tm_do, s * 64, t.h,
-                               q0 + hh * kDqWgRows, t.b, base + L::kBarQFull, once);
             }
         q_phase ^= 1;
         while (have) {
@@ -159,8 +158,7 @@ __device__ __forceinline__ void sk_bwd90_dq_producer(const sk_bwd90_dq_params &p
  * stage's K or V, [key][D]): D / 16 wgmma, one commit group. K step kk:
  * 32 B inside the swizzle atom, a new slab every 4 steps. */
 template <sk_dtype DT, int HD>
-__device__ __forceinline__ void sk_bwd90_dq_gemm_nt(float s[32], uint32_t a_base,
-                                                    uint32_t b_base) {
+__device__ __forceinline__ void sk_bwd90_dq_gemm_nt(float s[32], uint32_t a_base, uint32_t b_base) {
     using L = sk_bwd90_dq_smem<HD>;
     const uint64_t da0 = sk_wgmma_desc_sw128(a_base, 16, 1024);
     const uint64_t db0 = sk_wgmma_desc_sw128(b_base, 16, 1024);
@@ -242,8 +240,8 @@ __device__ __forceinline__ void sk_bwd90_dq_ds(const sk_bwd_params &p, const flo
     for (int i = 0; i < 32; ++i) {
         const int r = (i >> 1) & 1;
         const int32_t key = kb + 8 * (i >> 2) + 2 * t4 + (i & 1);
-        const bool ok = !edge || (q[r] < p.seq_q && key < p.seq_k &&
-                                  (!p.causal || key <= q[r] + p.diag));
+        const bool ok =
+            !edge || (q[r] < p.seq_q && key < p.seq_k && (!p.causal || key <= q[r] + p.diag));
         const float pv = sk_ex2(fmaf(s[i], p.scale_log2, -lse2[r]));
         ds[i] = ok ? pv * (dp[i] - dl[r]) : 0.f;
     }
@@ -254,9 +252,9 @@ __device__ __forceinline__ void sk_bwd90_dq_ds(const sk_bwd_params &p, const flo
 /* The warpgroup's dQ rows below Sq, times s, rounded to the dtype: one
  * 4-byte store per column pair. */
 template <sk_dtype DT, int HD>
-__device__ __forceinline__ void sk_bwd90_dq_store(const sk_bwd_params &p,
-                                                  const sk_bwd90_dq_tile &t, const float acc[HD / 2],
-                                                  const int32_t q[2], int t4) {
+__device__ __forceinline__ void sk_bwd90_dq_store(const sk_bwd_params &p, const sk_bwd90_dq_tile &t,
+                                                  const float acc[HD / 2], const int32_t q[2],
+                                                  int t4) {
     char *out = p.dq + t.b * p.dq_sb + t.h * p.dq_sh;
 #pragma unroll
     for (int i = 0; i < HD / 2; i += 2) {
