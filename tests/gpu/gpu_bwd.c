@@ -424,3 +424,24 @@ done:
     gb_cases_failed += failed;
     return failed;
 }
+
+gb_case gb_case_base(sk_dtype dtype, int64_t d, int64_t sq, int64_t sk, int32_t bq, int32_t bk,
+                     int causal) {
+    gb_case c;
+    memset(&c, 0, sizeof c);
+    c.f.dtype = dtype;
+    c.f.batch = 1;
+    c.f.seq_q = sq;
+    c.f.seq_k = sk;
+    c.f.heads_q = 2;
+    c.f.heads_kv = 1;
+    c.f.head_dim = d;
+    c.f.block_q = bq;
+    c.f.block_k = bk;
+    c.f.causal = causal;
+    c.f.layout_batch = 1;
+    c.f.layout_heads = 2;
+    c.f.density = 1.0;
+    c.f.seed = tu_base_seed() ^ (uint64_t)(sq * 1000003 + sk * 101 + bq + bk + causal + 29);
+    return c;
+}

@@ -85,4 +85,10 @@ extern int64_t gb_hopper_dkv_runs;
 
 void gb_case_describe(const gb_case *c, char *buf, size_t len);
 
+/* A hand-picked case: batch 1, Hq 2 over one KV head, a slice per query
+ * head, dense layout, packed strides, a seed from the shape (the tests
+ * then change what they need). */
+gb_case gb_case_base(sk_dtype dtype, int64_t d, int64_t sq, int64_t sk, int32_t bq, int32_t bk,
+                     int causal);
+
 #endif /* SK_TESTS_GPU_BWD_H */

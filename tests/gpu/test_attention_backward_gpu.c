@@ -89,23 +89,7 @@ SK_TEST(gpu_bwd_random_bf16_d128) { run_group(SK_DTYPE_BF16, 128, 0x2904); }
 
 static gb_case base_case(sk_dtype dtype, int64_t d, int64_t sq, int64_t sk, int32_t bq, int32_t bk,
                          int causal) {
-    gb_case c;
-    memset(&c, 0, sizeof c);
-    c.f.dtype = dtype;
-    c.f.batch = 1;
-    c.f.seq_q = sq;
-    c.f.seq_k = sk;
-    c.f.heads_q = 2;
-    c.f.heads_kv = 1;
-    c.f.head_dim = d;
-    c.f.block_q = bq;
-    c.f.block_k = bk;
-    c.f.causal = causal;
-    c.f.layout_batch = 1;
-    c.f.layout_heads = 2;
-    c.f.density = 1.0;
-    c.f.seed = tu_base_seed() ^ (uint64_t)(sq * 1000003 + sk * 101 + bq + bk + causal + 29);
-    return c;
+    return gb_case_base(dtype, d, sq, sk, bq, bk, causal);
 }
 
 /* Empty rows (empty layout rows, and the first Sq - Sk rows when causal)
