@@ -99,15 +99,31 @@ SK_TEST(gpu_bwd90_dq_causal) {
     }
 }
 
+/* Both kinds of NaN input by construction, whatever the seed: causal with
+ * Sq > Sk makes the first Sq - Sk rows empty, and one block per layout row
+ * (k_per_row 1) leaves keys no pair reaches wherever a KV head's layout
+ * rows are fewer than its key blocks (3 query blocks of 128 rows; cases
+ * 0-2: 64-key blocks, 4 of them, and one layout slice per KV head) or
+ * where only one query block sees a run of keys (case 3: Sq - Sk = 300, so
+ * keys 340..399 are seen by the last query block alone, and its one block
+ * cannot cover both key blocks 2 and 3). The check below keeps it so. */
 SK_TEST(gpu_bwd90_dq_nan_unread) {
     const int hopper = hopper_expected();
+    static const int64_t shapes[4][5] = {
+        /* Sq, Sk, block_k, heads_kv, layout_heads (heads_q 4) */
+        {300, 250, 64, 2, 2},  /* per-KV-head layout */
+        {300, 230, 64, 4, 4},  /* per-query-head layout (group 1) */
+        {300, 250, 64, 2, 1},  /* one layout for every head */
+        {700, 400, 128, 2, 2}, /* 128-key blocks, most query blocks empty */
+    };
     const int n = gt_opt.quick ? 1 : 4;
     for (int t = 0; t < n; ++t) {
-        gb_case c = dq_case(t & 1 ? SK_DTYPE_BF16 : SK_DTYPE_F16, t & 2 ? 128 : 64, 300,
-                            200 + 150 * t, t & 2 ? 64 : 128, t != 3, 200u + (uint64_t)t);
+        const int64_t *sh = shapes[t];
+        gb_case c = dq_case(t & 1 ? SK_DTYPE_BF16 : SK_DTYPE_F16, t & 2 ? 128 : 64, sh[0], sh[1],
+                            (int32_t)sh[2], 1, 200u + (uint64_t)t);
         c.f.heads_q = 4;
-        c.f.heads_kv = 2;
-        c.f.layout_heads = t == 2 ? 2 : 4;
+        c.f.heads_kv = sh[3];
+        c.f.layout_heads = (int32_t)sh[4];
         c.f.k_per_row = 1;
         c.f.empty_rows = 0.3;
         c.plan_run = t & 1;

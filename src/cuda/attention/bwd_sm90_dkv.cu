@@ -56,17 +56,16 @@
 #include "cuda/attention/bwd_params.h"
 #include "cuda/attention/bwd_sm90_dkv.h"
 #include "cuda/attention/fwd_sm90_common.cuh" /* sk90_encode, sk90_stride_ok, sk90_pipe */
-#include "cuda/attention/sm80_common.cuh"    /* sk_sm80_pack: two floats as a dtype pair */
+#include "cuda/attention/sm80_common.cuh"     /* sk_sm80_pack: two floats as a dtype pair */
 
 enum {
-    kBkvThreads = 384,    /* producer warpgroup + two consumer warpgroups */
-    kBkvRows = 64,        /* query rows of a tile; keys of a warpgroup */
-    kBkvStages = 4,       /* Q / dO ring; even (alternating warpgroups at 64-key blocks) */
+    kBkvThreads = 384, /* producer warpgroup + two consumer warpgroups */
+    kBkvRows = 64,     /* query rows of a tile; keys of a warpgroup */
+    kBkvStages = 4,    /* Q / dO ring; even (alternating warpgroups at 64-key blocks) */
     kBkvProducerRegs = 40,
     kBkvConsumerRegs = 232,
-    kBkvBarZero = 1,      /* named barriers (0 is __syncthreads); +wg at 64-key blocks */
-    kBkvBarSwap = 3,      /* 64-key blocks: the two warpgroups' partial sums */
-    kBkvEnd = -1          /* a stage's query row: no more tiles */
+    kBkvBarZero = 1, /* named barriers (0 is __syncthreads); +wg at 64-key blocks */
+    kBkvEnd = -1     /* a stage's query row: no more tiles */
 };
 static_assert(kBkvProducerRegs * 128 + kBkvConsumerRegs * 256 <= kBkvThreads * 168,
               "register budget");
@@ -74,13 +73,12 @@ static_assert(kBkvStages % 2 == 0, "alternating warpgroups need an even ring");
 
 /* Shared memory, byte offsets from the 1024-aligned base. Tiles are 64-column
  * slabs of 128-byte swizzled rows (TMA's SWIZZLE_128B, wgmma's mode 1). */
-template <int kD, int kKeyWgs>
-struct sk_bwd90kv_smem {
+template <int kD, int kKeyWgs> struct sk_bwd90kv_smem {
     static constexpr int kSlabs = kD / 64;
-    static constexpr int kKeys = kBkvRows * kKeyWgs;     /* the block's keys */
-    static constexpr uint32_t kKvSlab = kKeys * 128;     /* a slab of K or V */
+    static constexpr int kKeys = kBkvRows * kKeyWgs; /* the block's keys */
+    static constexpr uint32_t kKvSlab = kKeys * 128; /* a slab of K or V */
     static constexpr uint32_t kKvBytes = kKvSlab * kSlabs;
-    static constexpr uint32_t kQSlab = kBkvRows * 128;   /* a slab of a Q or dO tile */
+    static constexpr uint32_t kQSlab = kBkvRows * 128; /* a slab of a Q or dO tile */
     static constexpr uint32_t kTileBytes = kQSlab * kSlabs;
     static constexpr uint32_t kStageBytes = 2 * kTileBytes; /* Q, then dO */
     static constexpr uint32_t kRowBytes = 2 * kBkvRows * 4; /* lse2, then Dl */
@@ -91,12 +89,18 @@ struct sk_bwd90kv_smem {
     static constexpr uint32_t kBarFull = kRows + kBkvStages * kRowBytes;
     static constexpr uint32_t kBarEmpty = kBarFull + 8 * kBkvStages;
     static constexpr uint32_t kBarKv = kBarEmpty + 8 * kBkvStages;
-    static constexpr uint32_t kInfo = kBarKv + 8; /* per stage: first query row, or kBkvEnd */
+    /* 64-key blocks: "both left the ring", then "both gave their sums". */
+    static constexpr uint32_t kBarSwap = kBarKv + 8;
+    static constexpr uint32_t kInfo = kBarSwap + 16; /* per stage: first query row, or kBkvEnd */
     static constexpr uint32_t kUsed = kInfo + 4 * kBkvStages;
     static constexpr uint32_t kDynamicBytes = kUsed + 1024; /* + the base's alignment */
     /* 64-key blocks: the partial sums swapped at the end, fp32, over the ring. */
     static constexpr uint32_t kSwapBytes = kBkvRows * kD * 4;
-    static constexpr int kEmptyArrivals = 4 * (kKeyWgs == 2 ? 2 : 1); /* lane 0 of each warp */
+    /* Every thread that reads a stage arrives on its empty barrier after its
+     * last read (sk_bwd90kv_consume): both warpgroups at 128-key blocks,
+     * the one that took the stage at 64-key blocks. */
+    static constexpr int kEmptyArrivals = 128 * kKeyWgs;
+    static constexpr int kSwapArrivals = 256; /* both consumer warpgroups */
 
     static_assert(kD == 64 || kD == 128, "head dim 64 or 128");
     static_assert(kKeyWgs == 1 || kKeyWgs == 2, "64- or 128-key blocks");
@@ -154,8 +158,8 @@ __device__ __forceinline__ void sk_bwd90kv_load_tile(const sk_bwd90kv_params &P,
  * Entries outside [0, t_group * row_blocks) are skipped (a stale plan stays
  * in bounds). Lead lane only. */
 template <int kD, int kKeyWgs>
-__device__ void sk_bwd90kv_produce(const sk_bwd90kv_params &P, uint32_t base, int32_t b,
-                                   int32_t hk, int32_t kt, int32_t start, int32_t end) {
+__device__ void sk_bwd90kv_produce(const sk_bwd90kv_params &P, uint32_t base, int32_t b, int32_t hk,
+                                   int32_t kt, int32_t start, int32_t end) {
     using L = sk_bwd90kv_smem<kD, kKeyWgs>;
     const sk_bwd_params &p = P.p;
     const int32_t qsubs = p.block_q / kBkvRows, entries = p.t_group * p.row_blocks;
@@ -273,8 +277,7 @@ __device__ __forceinline__ void sk_bwd90kv_zero_rows(uint32_t q_st, int lo, int 
 
 /* Compiler barriers: register operands complete before a wgmma fence, and
  * nothing reads or reuses them before the wgmma's wait. */
-template <int kN>
-__device__ __forceinline__ void sk_bwd90kv_fence_f(float (&r)[kN]) {
+template <int kN> __device__ __forceinline__ void sk_bwd90kv_fence_f(float (&r)[kN]) {
 #pragma unroll
     for (int i = 0; i < kN; ++i) sk_reg_fence(r[i]);
 }
@@ -320,8 +323,8 @@ __device__ __forceinline__ void sk_bwd90kv_tile(const sk_bwd_params &p, uint32_t
             for (int e = 0; e < 2; ++e) {
                 const int i = 4 * j + 2 * ii + e;
                 const int32_t key = key0 + 8 * ii, q = q0 + col + e;
-                const bool ok = all || (key < p.seq_k && q < p.seq_q &&
-                                        (!p.causal || key <= q + p.diag));
+                const bool ok =
+                    all || (key < p.seq_k && q < p.seq_q && (!p.causal || key <= q + p.diag));
                 const float pv = sk_ex2(fmaf(s[i], p.scale_log2, -(e ? l2.y : l2.x)));
                 s[i] = ok ? pv : 0.f;
                 dp[i] = ok ? pv * (dp[i] - (e ? d2.y : d2.x)) : 0.f;
@@ -385,7 +388,7 @@ template <int kDtype, int kD, int kKeyWgs>
 __device__ void sk_bwd90kv_consume(const sk_bwd_params &p, uint32_t base, int wg, int32_t b,
                                    int32_t hk, int32_t kt) {
     using L = sk_bwd90kv_smem<kD, kKeyWgs>;
-    const int wtid = threadIdx.x % 128, lane = wtid % 32;
+    const int wtid = threadIdx.x % 128;
     const int32_t kw = kt + (kKeyWgs == 2 ? kBkvRows * wg : 0); /* this warpgroup's first key */
     const uint32_t own = kKeyWgs == 2 ? (uint32_t)(wg * kBkvRows * 128) : 0u;
     const uint32_t k_wg = base + L::kK + own, v_wg = base + L::kV + own;
@@ -400,10 +403,7 @@ __device__ void sk_bwd90kv_consume(const sk_bwd_params &p, uint32_t base, int wg
     for (uint32_t n = first;; n += step) {
         const uint32_t stage = n % kBkvStages, phase = (n / kBkvStages) & 1u;
         sk_mbar_wait(base + L::kBarFull + 8 * stage, phase, "dkv full");
-        /* Read by the lane that releases the stage (racecheck follows that). */
-        int32_t q0 = 0;
-        if (lane == 0) q0 = info[stage];
-        q0 = __shfl_sync(0xffffffffu, q0, 0);
+        const int32_t q0 = info[stage]; /* every reader releases the stage below */
         if (q0 < 0) break;
         if (!kv_ready) {
             sk_mbar_wait(base + L::kBarKv, 0, "dkv K/V");
@@ -419,10 +419,14 @@ __device__ void sk_bwd90kv_consume(const sk_bwd_params &p, uint32_t base, int wg
                 sk_bwd90kv_zero_rows<kD, kKeyWgs>(q_st, lo, wtid, 128, kBkvBarZero + wg);
         }
         sk_bwd90kv_tile<kDtype, kD, kKeyWgs>(
-            p, k_wg, v_wg, q_st, sk90_shared_ptr<const float>(base + L::kRows + stage * L::kRowBytes),
-            kw, q0, dk, dv);
-        __syncwarp();
-        if (lane == 0) sk_mbar_arrive(base + L::kBarEmpty + 8 * stage);
+            p, k_wg, v_wg, q_st,
+            sk90_shared_ptr<const float>(base + L::kRows + stage * L::kRowBytes), kw, q0, dk, dv);
+        /* Each thread releases the stage after its own last read of it (the
+         * lse2 / Dl rows are read by every lane). A lane-0 arrival after
+         * __syncwarp orders the other lanes' reads too, but racecheck does
+         * not follow that chain and reports the producer's next bulk copy
+         * into the rows as a race (docs/perf/backward.md). */
+        sk_mbar_arrive(base + L::kBarEmpty + 8 * stage);
     }
 
     char *dko = p.dk + b * p.dk_sb + hk * p.dk_sh + (int64_t)kw * p.dk_ss;
@@ -436,14 +440,20 @@ __device__ void sk_bwd90kv_consume(const sk_bwd_params &p, uint32_t base, int wg
         /* Both warpgroups hold partial sums of the same keys: warpgroup 0
          * gives its dV and completes dK, warpgroup 1 the reverse. Each
          * thread swaps with the same thread of the other warpgroup (same
-         * register layout), through the ring (no tile is in flight: both
-         * saw their end marks). */
+         * register layout), through the ring (no tile is in flight once
+         * both saw their end marks). Every thread arrives and waits on two
+         * mbarriers: "left the ring" before the writes, "gave" before the
+         * reads (each thread's own arrival orders its accesses, which
+         * racecheck follows; it reported the named-barrier version). */
         float *swap = sk90_shared_ptr<float>(base + L::kStage0);
-        float *give = swap + (wg == 0 ? 0 : kBkvRows * kD), *take = swap + (wg == 0 ? kBkvRows * kD : 0);
-        sk_bar_sync(kBkvBarSwap, 256);
+        float *give = swap + (wg == 0 ? 0 : kBkvRows * kD),
+              *take = swap + (wg == 0 ? kBkvRows * kD : 0);
+        sk_mbar_arrive(base + L::kBarSwap);
+        sk_mbar_wait(base + L::kBarSwap, 0, "dkv swap ready");
 #pragma unroll
         for (int i = 0; i < kD / 2; ++i) give[i * 128 + wtid] = wg == 0 ? dv[i] : dk[i];
-        sk_bar_sync(kBkvBarSwap, 256);
+        sk_mbar_arrive(base + L::kBarSwap + 8);
+        sk_mbar_wait(base + L::kBarSwap + 8, 0, "dkv swap given");
         if (wg == 0) {
 #pragma unroll
             for (int i = 0; i < kD / 2; ++i) dk[i] += take[i * 128 + wtid];
@@ -481,6 +491,8 @@ __global__ void __launch_bounds__(kBkvThreads, 1)
             sk_mbar_init(base + L::kBarEmpty + 8 * s, L::kEmptyArrivals);
         }
         sk_mbar_init(base + L::kBarKv, 1);
+        sk_mbar_init(base + L::kBarSwap, L::kSwapArrivals);
+        sk_mbar_init(base + L::kBarSwap + 8, L::kSwapArrivals);
         sk_fence_mbar_init();
     }
     __syncthreads();
@@ -557,8 +569,8 @@ sk_status sk_attention_bwd_sm90_dkv_launch(const sk_attention_backward_problem *
     memset(&prm, 0, sizeof prm);
     prm.p = *k;
     const int keys = p->block_k;
-    CUresult r = sk90_encode(&prm.tm_q, p, p->dtype, 64, p->q, p->seq_q, p->heads_q, p->q_stride,
-                             kBkvRows);
+    CUresult r =
+        sk90_encode(&prm.tm_q, p, p->dtype, 64, p->q, p->seq_q, p->heads_q, p->q_stride, kBkvRows);
     if (r == CUDA_SUCCESS)
         r = sk90_encode(&prm.tm_do, p, p->dtype, 64, bp->dout, p->seq_q, p->heads_q,
                         bp->dout_stride, kBkvRows);
