@@ -23,12 +23,14 @@
  *              with an even kStages each has its own stages), and at the
  *              end each adds the other's partial sums of one of dK, dV in
  *              a fixed order (a + b, the same bits on every run).
- * Per tile and warpgroup (64 keys x 64 queries):
+ * Per tile and warpgroup (64 keys x 64 queries), four commit groups:
  *   S^T = K Q^T, dP^T = V dO^T    wgmma m64n64k16, A and B K-major in smem
- *   P^T = 2^(S^T s log2(e) - lse2), dS^T = P^T (dP^T - Dl)   in registers
- *   dV += P^T dO, dK += dS^T Q   wgmma m64nDk16, P^T / dS^T the register A
- *                                operand (rounded to the dtype), dO / Q the
- *                                N-major B operand (as the forward's P V)
+ *   P^T = 2^(S^T s log2(e) - lse2)   in registers, while dP^T runs
+ *   dV += P^T dO                 wgmma m64nDk16, P^T the register A operand
+ *                                (rounded to the dtype), dO the N-major B
+ *                                operand (as the forward's P V)
+ *   dS^T = P^T (dP^T - Dl)       in registers, while dV runs
+ *   dK += dS^T Q                 as dV
  * and dK is scaled by s once, at the end; dK and dV go out through the
  * warp's own rows of the K / V tiles (16-byte row stores below Sk).
  *
@@ -286,71 +288,115 @@ __device__ __forceinline__ void sk_bwd90kv_fence_u(uint32_t (&r)[16]) {
     for (int i = 0; i < 16; ++i) sk_reg_fence_u32(r[i]);
 }
 
-/* One tile for a warpgroup: keys kw .. kw + 63 (K / V rows at k_wg, v_wg),
- * queries q0 .. q0 + 63 (Q, dO at q_st; lse2, Dl at rows). Accumulator
- * register i of lane (g, t4) in warp `warp` is key kw + 16 warp + g + 8
- * ((i >> 1) & 1), query q0 + 8 (i >> 2) + 2 t4 + (i & 1). */
+/* A tile's products, split so that each warpgroup overlaps its own
+ * exponentials and dS math with its GEMMs (on top of the two warpgroups
+ * overlapping each other). Accumulator register i of lane (g, t4) in warp
+ * `warp` is key kw + 16 warp + g + 8 ((i >> 1) & 1), query q0 + 8 (i >> 2)
+ * + 2 t4 + (i & 1); the A fragment of queries 16 kk .. 16 kk + 15 is
+ * registers 8 kk .. 8 kk + 7, pairwise. Per tile, four commit groups in
+ * this order: S^T, dP^T (sk_bwd90kv_issue_sdp), then dV, dK
+ * (sk_bwd90kv_finish), all waited for (sk_bwd90kv_retire) before the
+ * stage is freed. */
+
+/* Issue S^T = K Q^T and dP^T = V dO^T of the tile at q_st: two commit
+ * groups, S^T first, not waited for. */
 template <int kDtype, int kD, int kKeyWgs>
-__device__ __forceinline__ void sk_bwd90kv_tile(const sk_bwd_params &p, uint32_t k_wg,
-                                                uint32_t v_wg, uint32_t q_st, const float *rows,
-                                                int32_t kw, int32_t q0, float (&dk)[kD / 2],
-                                                float (&dv)[kD / 2]) {
+__device__ __forceinline__ void sk_bwd90kv_issue_sdp(uint32_t k_wg, uint32_t v_wg, uint32_t q_st,
+                                                     float (&s)[32], float (&dp)[32]) {
+    using L = sk_bwd90kv_smem<kD, kKeyWgs>;
+    sk_bwd90kv_fence_f(s);
+    sk_bwd90kv_fence_f(dp);
+    sk_wgmma_fence();
+    sk_bwd90kv_gemm_t<kDtype, kD>(s, k_wg, L::kKvSlab, q_st);
+    sk_wgmma_commit();
+    sk_bwd90kv_gemm_t<kDtype, kD>(dp, v_wg, L::kKvSlab, q_st + L::kTileBytes);
+    sk_wgmma_commit();
+}
+
+/* Wait for the tile's dV and dK groups: dk, dv, pa and dsa are the
+ * program's again, and the tile's stage may be freed. */
+template <int kD>
+__device__ __forceinline__ void sk_bwd90kv_retire(float (&dk)[kD / 2], float (&dv)[kD / 2],
+                                                  uint32_t (&pa)[16], uint32_t (&dsa)[16]) {
+    sk_wgmma_wait<0>();
+    sk_bwd90kv_fence_f(dk);
+    sk_bwd90kv_fence_f(dv);
+    sk_bwd90kv_fence_u(pa);
+    sk_bwd90kv_fence_u(dsa);
+}
+
+/* Whether pair (key, q) counts (the tile-wide `all` skips the tests). */
+__device__ __forceinline__ bool sk_bwd90kv_counts(const sk_bwd_params &p, bool all, int32_t key,
+                                                  int32_t q) {
+    return all || (key < p.seq_k && q < p.seq_q && (!p.causal || key <= q + p.diag));
+}
+
+/* The rest of a tile whose S^T and dP^T groups are the only ones in
+ * flight: P^T = 2^(S^T s log2(e) - lse2) as soon as S^T lands (under
+ * dP^T), dV += P^T dO issued, dS^T = P^T (dP^T - Dl) under it, dK += dS^T
+ * Q issued. Keys kw .. kw + 63, queries q0 .. q0 + 63 (Q, dO at q_st;
+ * lse2, Dl at rows). Masked entries are selected to 0, never multiplied.
+ * Returns with the dV and dK groups in flight: pa and dsa are their A
+ * operands until sk_bwd90kv_retire. */
+template <int kDtype, int kD, int kKeyWgs>
+__device__ __forceinline__ void
+sk_bwd90kv_finish(const sk_bwd_params &p, uint32_t q_st, const float *rows, int32_t kw, int32_t q0,
+                  float (&s)[32], float (&dp)[32], uint32_t (&pa)[16], uint32_t (&dsa)[16],
+                  float (&dk)[kD / 2], float (&dv)[kD / 2]) {
     using L = sk_bwd90kv_smem<kD, kKeyWgs>;
     const int wtid = threadIdx.x % 128, warp = wtid / 32, lane = wtid % 32;
     const int g = lane / 4, t4 = lane % 4;
-    const uint32_t do_st = q_st + L::kTileBytes;
-    float s[32], dp[32];
-    sk_wgmma_fence();
-    sk_bwd90kv_gemm_t<kDtype, kD>(s, k_wg, L::kKvSlab, q_st);
-    sk_bwd90kv_gemm_t<kDtype, kD>(dp, v_wg, L::kKvSlab, do_st);
-    sk_wgmma_commit();
-    sk_wgmma_wait<0>();
-    sk_bwd90kv_fence_f(s);
-    sk_bwd90kv_fence_f(dp);
-
     /* Every pair counts unless the tile crosses Sk, Sq or the diagonal. */
     const bool all = kw + kBkvRows <= p.seq_k && q0 + kBkvRows <= p.seq_q &&
                      (!p.causal || kw + kBkvRows - 1 <= q0 + p.diag);
     const int32_t key0 = kw + 16 * warp + g;
+
+    sk_wgmma_wait<1>(); /* S^T */
+    sk_bwd90kv_fence_f(s);
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
         const int col = 8 * j + 2 * t4;
         const float2 l2 = *(const float2 *)(rows + col);
+#pragma unroll
+        for (int ii = 0; ii < 2; ++ii)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                const int i = 4 * j + 2 * ii + e;
+                const float pv = sk_ex2(fmaf(s[i], p.scale_log2, -(e ? l2.y : l2.x)));
+                s[i] = sk_bwd90kv_counts(p, all, key0 + 8 * ii, q0 + col + e) ? pv : 0.f;
+            }
+    }
+#pragma unroll
+    for (int m = 0; m < 16; ++m) pa[m] = sk_sm80_pack<kDtype>(s[2 * m], s[2 * m + 1]);
+    sk_bwd90kv_fence_f(dv);
+    sk_bwd90kv_fence_u(pa);
+    sk_wgmma_fence();
+    sk_bwd90kv_gemm_acc<kDtype, kD>(dv, pa, q_st + L::kTileBytes);
+    sk_wgmma_commit();
+
+    sk_wgmma_wait<1>(); /* dP^T; dV may still run */
+    sk_bwd90kv_fence_f(dp);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+        const int col = 8 * j + 2 * t4;
         const float2 d2 = *(const float2 *)(rows + kBkvRows + col);
 #pragma unroll
         for (int ii = 0; ii < 2; ++ii)
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
                 const int i = 4 * j + 2 * ii + e;
-                const int32_t key = key0 + 8 * ii, q = q0 + col + e;
-                const bool ok =
-                    all || (key < p.seq_k && q < p.seq_q && (!p.causal || key <= q + p.diag));
-                const float pv = sk_ex2(fmaf(s[i], p.scale_log2, -(e ? l2.y : l2.x)));
-                s[i] = ok ? pv : 0.f;
-                dp[i] = ok ? pv * (dp[i] - (e ? d2.y : d2.x)) : 0.f;
+                /* P^T is 0 exactly where the pair does not count (and
+                 * maybe where it underflowed: then dS^T is +-0 anyway). */
+                dp[i] = s[i] != 0.f ? s[i] * (dp[i] - (e ? d2.y : d2.x)) : 0.f;
             }
     }
-    /* The A fragment of queries 16 kk .. 16 kk + 15 is accumulator registers
-     * 8 kk .. 8 kk + 7, pairwise. */
-    uint32_t pa[16], dsa[16];
 #pragma unroll
-    for (int m = 0; m < 16; ++m) {
-        pa[m] = sk_sm80_pack<kDtype>(s[2 * m], s[2 * m + 1]);
-        dsa[m] = sk_sm80_pack<kDtype>(dp[2 * m], dp[2 * m + 1]);
-    }
+    for (int m = 0; m < 16; ++m) dsa[m] = sk_sm80_pack<kDtype>(dp[2 * m], dp[2 * m + 1]);
     sk_bwd90kv_fence_f(dk);
-    sk_bwd90kv_fence_f(dv);
-    sk_bwd90kv_fence_u(pa);
     sk_bwd90kv_fence_u(dsa);
     sk_wgmma_fence();
-    sk_bwd90kv_gemm_acc<kDtype, kD>(dv, pa, do_st);
     sk_bwd90kv_gemm_acc<kDtype, kD>(dk, dsa, q_st);
     sk_wgmma_commit();
-    sk_wgmma_wait<0>();
-    sk_bwd90kv_fence_f(dk);
-    sk_bwd90kv_fence_f(dv);
-    sk_bwd90kv_fence_u(pa);
-    sk_bwd90kv_fence_u(dsa);
 }
 
 /* A warp's 16 accumulator rows (of the warpgroup's 64) times `mul`, rounded
@@ -382,6 +428,15 @@ __device__ __forceinline__ void sk_bwd90kv_store(const float (&acc)[kD / 2], flo
     }
 }
 
+/* Free a stage: each thread arrives after its own last read of it (the
+ * lse2 / Dl rows are read by every lane). A lane-0 arrival after
+ * __syncwarp orders the other lanes' reads too, but racecheck does not
+ * follow that chain and reports the producer's next bulk copy into the
+ * rows as a race (docs/perf/backward.md). */
+__device__ __forceinline__ void sk_bwd90kv_release(uint32_t empty) {
+    sk_mbar_arrive(empty);
+}
+
 /* A consumer warpgroup (wg 0 or 1): its tiles, then its part of the
  * epilogue. */
 template <int kDtype, int kD, int kKeyWgs>
@@ -397,13 +452,16 @@ __device__ void sk_bwd90kv_consume(const sk_bwd_params &p, uint32_t base, int wg
 #pragma unroll
     for (int i = 0; i < kD / 2; ++i) dk[i] = dv[i] = 0.f;
 
-    /* Both warpgroups take every stage, or each every other one. */
+    /* Both warpgroups take every stage, or each every other one. A tile's
+     * stage is freed once its last GEMM completed. */
     const uint32_t first = kKeyWgs == 2 ? 0u : (uint32_t)wg, step = kKeyWgs == 2 ? 1u : 2u;
+    float s[32], dp[32];
+    uint32_t pa[16], dsa[16];
     bool kv_ready = false;
     for (uint32_t n = first;; n += step) {
         const uint32_t stage = n % kBkvStages, phase = (n / kBkvStages) & 1u;
         sk_mbar_wait(base + L::kBarFull + 8 * stage, phase, "dkv full");
-        const int32_t q0 = info[stage]; /* every reader releases the stage below */
+        const int32_t q0 = info[stage]; /* every reader releases the stage */
         if (q0 < 0) break;
         if (!kv_ready) {
             sk_mbar_wait(base + L::kBarKv, 0, "dkv K/V");
@@ -418,15 +476,12 @@ __device__ void sk_bwd90kv_consume(const sk_bwd_params &p, uint32_t base, int wg
             else
                 sk_bwd90kv_zero_rows<kD, kKeyWgs>(q_st, lo, wtid, 128, kBkvBarZero + wg);
         }
-        sk_bwd90kv_tile<kDtype, kD, kKeyWgs>(
-            p, k_wg, v_wg, q_st,
-            sk90_shared_ptr<const float>(base + L::kRows + stage * L::kRowBytes), kw, q0, dk, dv);
-        /* Each thread releases the stage after its own last read of it (the
-         * lse2 / Dl rows are read by every lane). A lane-0 arrival after
-         * __syncwarp orders the other lanes' reads too, but racecheck does
-         * not follow that chain and reports the producer's next bulk copy
-         * into the rows as a race (docs/perf/backward.md). */
-        sk_mbar_arrive(base + L::kBarEmpty + 8 * stage);
+        sk_bwd90kv_issue_sdp<kDtype, kD, kKeyWgs>(k_wg, v_wg, q_st, s, dp);
+        sk_bwd90kv_finish<kDtype, kD, kKeyWgs>(
+            p, q_st, sk90_shared_ptr<const float>(base + L::kRows + stage * L::kRowBytes), kw, q0,
+            s, dp, pa, dsa, dk, dv);
+        sk_bwd90kv_retire<kD>(dk, dv, pa, dsa);
+        sk_bwd90kv_release(base + L::kBarEmpty + 8 * stage);
     }
 
     char *dko = p.dk + b * p.dk_sb + hk * p.dk_sh + (int64_t)kw * p.dk_ss;

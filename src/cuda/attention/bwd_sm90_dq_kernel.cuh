@@ -225,17 +225,14 @@ __device__ __forceinline__ void sk_bwd90_dq_zero_k(const sk_bwd_params &p, uint3
  * 8 (i >> 2) + 2 t4 + (i & 1); the register-A fragment of keys 16 kk ..
  * 16 kk + 15 is registers 8 kk .. 8 kk + 7, pairwise (fwd_sm90_consumer.cuh). */
 
-/* dS = P (dP - Dl) with P = 2^(S s log2(e) - lse2), masked entries selected
- * to 0 (never multiplied: NaN in a masked S, dP, lse2 or Dl stays out),
- * packed to the dtype as dQ's A operand. q: the thread's two rows. */
-template <sk_dtype DT>
-__device__ __forceinline__ void sk_bwd90_dq_ds(const sk_bwd_params &p, const float s[32],
-                                               const float dp[32], uint32_t a[16], int32_t kb,
-                                               int32_t wg_row0, const int32_t q[2],
-                                               const float lse2[2], const float dl[2], int t4) {
+/* P = 2^(S s log2(e) - lse2) in place of S, masked entries selected to 0
+ * (never multiplied: NaN in a masked S or lse2 stays out). Run while dP's
+ * group is still in flight. q: the thread's two rows. */
+__device__ __forceinline__ void sk_bwd90_dq_p(const sk_bwd_params &p, float s[32], int32_t kb,
+                                              int32_t wg_row0, const int32_t q[2],
+                                              const float lse2[2], int t4) {
     const bool edge = kb + kDqKeys > p.seq_k || wg_row0 + kDqWgRows > p.seq_q ||
                       (p.causal && kb + kDqKeys - 1 > wg_row0 + p.diag);
-    float ds[32];
 #pragma unroll
     for (int i = 0; i < 32; ++i) {
         const int r = (i >> 1) & 1;
@@ -243,8 +240,20 @@ __device__ __forceinline__ void sk_bwd90_dq_ds(const sk_bwd_params &p, const flo
         const bool ok =
             !edge || (q[r] < p.seq_q && key < p.seq_k && (!p.causal || key <= q[r] + p.diag));
         const float pv = sk_ex2(fmaf(s[i], p.scale_log2, -lse2[r]));
-        ds[i] = ok ? pv * (dp[i] - dl[r]) : 0.f;
+        s[i] = ok ? pv : 0.f;
     }
+}
+
+/* dS = P (dP - Dl), packed to the dtype as dQ's A operand. P is 0 exactly
+ * where the pair does not count (and maybe where it underflowed: dS is
+ * +-0 there anyway): those entries are selected to 0, never multiplied
+ * (NaN in a masked dP or Dl stays out). */
+template <sk_dtype DT>
+__device__ __forceinline__ void sk_bwd90_dq_ds(const float s[32], const float dp[32],
+                                               uint32_t a[16], const float dl[2]) {
+    float ds[32];
+#pragma unroll
+    for (int i = 0; i < 32; ++i) ds[i] = s[i] != 0.f ? s[i] * (dp[i] - dl[(i >> 1) & 1]) : 0.f;
 #pragma unroll
     for (int j = 0; j < 16; ++j) a[j] = sk90_pack<DT>(ds[2 * j], ds[2 * j + 1]);
 }
@@ -323,12 +332,23 @@ __device__ __forceinline__ void sk_bwd90_dq_consumer(const sk_bwd90_dq_params &p
                 first = false;
             }
             if (p.causal && kb + kDqKeys > klim) sk_bwd90_dq_zero_k<HD>(p, k_stage, kb, klim);
-            /* S = Q K^T and dP = dO V^T, one commit group. */
+                /* S = Q K^T and dP = dO V^T, two commit groups: P's exponentials
+                 * run while dP does. */
+#pragma unroll
+            for (int i = 0; i < 32; ++i) {
+                sk_reg_fence(s[i]);
+                sk_reg_fence(dp[i]);
+            }
             sk_wgmma_fence();
             sk_bwd90_dq_gemm_nt<DT, HD>(s, q_wg, k_stage);
+            sk_wgmma_commit();
             sk_bwd90_dq_gemm_nt<DT, HD>(dp, do_wg, k_stage + L::kKVBytes);
             sk_wgmma_commit();
-            sk_wgmma_wait<0>();
+            sk_wgmma_wait<1>(); /* S */
+#pragma unroll
+            for (int i = 0; i < 32; ++i) sk_reg_fence(s[i]);
+            sk_bwd90_dq_p(p, s, kb, wg_row0, q, lse2, t4);
+            sk_wgmma_wait<0>(); /* dP */
 #pragma unroll
             for (int i = 0; i < 32; ++i) {
                 sk_reg_fence(s[i]);
@@ -336,7 +356,7 @@ __device__ __forceinline__ void sk_bwd90_dq_consumer(const sk_bwd90_dq_params &p
             }
             /* The tile's last chunk: this warpgroup is done with Q and dO. */
             if (leader && !(flags & kDqFlagMore)) sk_mbar_arrive(base + L::kBarQEmpty);
-            sk_bwd90_dq_ds<DT>(p, s, dp, a, kb, wg_row0, q, lse2, dl, t4);
+            sk_bwd90_dq_ds<DT>(s, dp, a, dl);
 #pragma unroll
             for (int j = 0; j < 16; ++j) sk_reg_fence_u32(a[j]);
 #pragma unroll
