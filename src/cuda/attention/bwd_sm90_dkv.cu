@@ -57,6 +57,7 @@
 #include "cuda/attention/bwd_kernels.h"
 #include "cuda/attention/bwd_params.h"
 #include "cuda/attention/bwd_sm90_dkv.h"
+#include "cuda/attention/bwd_sm90_gemm.cuh"
 #include "cuda/attention/fwd_sm90_common.cuh" /* sk90_encode, sk90_stride_ok, sk90_pipe */
 #include "cuda/attention/sm80_common.cuh"     /* sk_sm80_pack: two floats as a dtype pair */
 
@@ -209,56 +210,6 @@ __device__ void sk_bwd90kv_produce(const sk_bwd90kv_params &P, uint32_t base, in
  * Consumers
  * ------------------------------------------------------------------------- */
 
-/* acc (64 x 64, fp32) = A (64 x D, rows of K or V) B^T (B: 64 x D, a Q or
- * dO tile): D / 16 wgmma, A's slabs a_slab apart. Not committed. */
-template <int kDtype, int kD>
-__device__ __forceinline__ void sk_bwd90kv_gemm_t(float acc[32], uint32_t a_base, uint32_t a_slab,
-                                                  uint32_t b_base) {
-    const uint64_t da0 = sk_wgmma_desc_sw128(a_base, 16, 1024);
-    const uint64_t db0 = sk_wgmma_desc_sw128(b_base, 16, 1024);
-#pragma unroll
-    for (int kk = 0; kk < kD / 16; ++kk) {
-        /* 16 columns: +32 B inside the swizzle atom, the next slab every 4. */
-        const uint64_t da = da0 + (((kk / 4) * a_slab + (kk % 4) * 32) >> 4);
-        const uint64_t db = db0 + (((kk / 4) * (uint32_t)(kBkvRows * 128) + (kk % 4) * 32) >> 4);
-        if constexpr (kDtype == SK_DTYPE_BF16) {
-            if (kk == 0)
-                sk_wgmma_m64n64k16_ss_bf16_zero(acc, da, db);
-            else
-                sk_wgmma_m64n64k16_ss_bf16(acc, da, db, 1);
-        } else {
-            if (kk == 0)
-                sk_wgmma_m64n64k16_ss_f16_zero(acc, da, db);
-            else
-                sk_wgmma_m64n64k16_ss_f16(acc, da, db, 1);
-        }
-    }
-}
-
-/* acc (64 x D) += A (64 x 64, register fragments) B (64 x D, a Q or dO
- * tile, N-major): 4 wgmma. Not committed. */
-template <int kDtype, int kD>
-__device__ __forceinline__ void sk_bwd90kv_gemm_acc(float acc[kD / 2], const uint32_t a[16],
-                                                    uint32_t b_base) {
-    /* The tile's 64-column slabs are kBkvRows * 128 bytes apart. */
-    const uint64_t db0 = sk_wgmma_desc_sw128(b_base, kBkvRows * 128, 1024);
-#pragma unroll
-    for (int kk = 0; kk < kBkvRows / 16; ++kk) {
-        const uint64_t db = db0 + ((kk * 2 * 1024) >> 4); /* 16 rows: two 1024-B atoms */
-        if constexpr (kD == 128) {
-            if constexpr (kDtype == SK_DTYPE_BF16)
-                sk_wgmma_m64n128k16_rs_bf16(acc, a + 4 * kk, db, 1);
-            else
-                sk_wgmma_m64n128k16_rs_f16(acc, a + 4 * kk, db, 1);
-        } else {
-            if constexpr (kDtype == SK_DTYPE_BF16)
-                sk_wgmma_m64n64k16_rs_bf16(acc, a + 4 * kk, db, 1);
-            else
-                sk_wgmma_m64n64k16_rs_f16(acc, a + 4 * kk, db, 1);
-        }
-    }
-}
-
 /* Zero rows [0, lo) of a stage's Q and dO tiles (lo <= 63): rows that see
  * no key of the block, maybe NaN. `threads` consumer threads share the
  * rows, from thread index `tid`, then meet at named barrier `bar`. */
@@ -307,9 +258,9 @@ __device__ __forceinline__ void sk_bwd90kv_issue_sdp(uint32_t k_wg, uint32_t v_w
     sk_bwd90kv_fence_f(s);
     sk_bwd90kv_fence_f(dp);
     sk_wgmma_fence();
-    sk_bwd90kv_gemm_t<kDtype, kD>(s, k_wg, L::kKvSlab, q_st);
+    sk_bwd90_gemm_ss<kDtype, kD>(s, k_wg, L::kKvSlab, q_st, L::kQSlab);
     sk_wgmma_commit();
-    sk_bwd90kv_gemm_t<kDtype, kD>(dp, v_wg, L::kKvSlab, q_st + L::kTileBytes);
+    sk_bwd90_gemm_ss<kDtype, kD>(dp, v_wg, L::kKvSlab, q_st + L::kTileBytes, L::kQSlab);
     sk_wgmma_commit();
 }
 
@@ -371,7 +322,7 @@ sk_bwd90kv_finish(const sk_bwd_params &p, uint32_t q_st, const float *rows, int3
     sk_bwd90kv_fence_f(dv);
     sk_bwd90kv_fence_u(pa);
     sk_wgmma_fence();
-    sk_bwd90kv_gemm_acc<kDtype, kD>(dv, pa, q_st + L::kTileBytes);
+    sk_bwd90_gemm_rs<kDtype, kD>(dv, pa, q_st + L::kTileBytes, L::kQSlab);
     sk_wgmma_commit();
 
     sk_wgmma_wait<1>(); /* dP^T; dV may still run */
@@ -395,7 +346,7 @@ sk_bwd90kv_finish(const sk_bwd_params &p, uint32_t q_st, const float *rows, int3
     sk_bwd90kv_fence_f(dk);
     sk_bwd90kv_fence_u(dsa);
     sk_wgmma_fence();
-    sk_bwd90kv_gemm_acc<kDtype, kD>(dk, dsa, q_st);
+    sk_bwd90_gemm_rs<kDtype, kD>(dk, dsa, q_st, L::kQSlab);
     sk_wgmma_commit();
 }
 

@@ -8,6 +8,7 @@
 #define SK_CUDA_ATTENTION_BWD_SM90_DQ_KERNEL_CUH
 
 #include "cuda/attention/bwd_dq_visit.cuh"
+#include "cuda/attention/bwd_sm90_gemm.cuh"
 
 enum {
     kDqThreads = 384, /* producer warpgroup + two consumer warpgroups */
@@ -154,49 +155,6 @@ __device__ __forceinline__ void sk_bwd90_dq_producer(const sk_bwd90_dq_params &p
  * Consumers: two warpgroups of 64 query rows
  * ------------------------------------------------------------------------- */
 
-/* S (64 x 64 keys, fp32) = A (the warpgroup's 64 rows of Q or dO) B^T (the
- * stage's K or V, [key][D]): D / 16 wgmma, one commit group. K step kk:
- * 32 B inside the swizzle atom, a new slab every 4 steps. */
-template <sk_dtype DT, int HD>
-__device__ __forceinline__ void sk_bwd90_dq_gemm_nt(float s[32], uint32_t a_base, uint32_t b_base) {
-    using L = sk_bwd90_dq_smem<HD>;
-    const uint64_t da0 = sk_wgmma_desc_sw128(a_base, 16, 1024);
-    const uint64_t db0 = sk_wgmma_desc_sw128(b_base, 16, 1024);
-#pragma unroll
-    for (int kk = 0; kk < HD / 16; ++kk) {
-        const uint64_t da = da0 + (((kk / 4) * L::kSlabQ + (kk % 4) * 32) >> 4);
-        const uint64_t db = db0 + (((kk / 4) * L::kSlabKV + (kk % 4) * 32) >> 4);
-        if constexpr (DT == SK_DTYPE_BF16)
-            sk_wgmma_m64n64k16_ss_bf16(s, da, db, kk > 0);
-        else
-            sk_wgmma_m64n64k16_ss_f16(s, da, db, kk > 0);
-    }
-}
-
-/* dQ (64 x D) += dS (64 x 64 keys, registers) K (the stage's [key][D], read
- * N-major as the forward's P V reads V; its slabs kSlabKV apart). */
-template <sk_dtype DT, int HD>
-__device__ __forceinline__ void sk_bwd90_dq_gemm_ds_k(float acc[HD / 2], const uint32_t a[16],
-                                                      uint32_t k_base) {
-    using L = sk_bwd90_dq_smem<HD>;
-    const uint64_t db0 = sk_wgmma_desc_sw128(k_base, L::kSlabKV, 1024);
-#pragma unroll
-    for (int kk = 0; kk < kDqKeys / 16; ++kk) {
-        const uint64_t db = db0 + ((kk * 2 * 1024) >> 4); /* 16 keys: two 8-row atoms */
-        if constexpr (HD == 128) {
-            if constexpr (DT == SK_DTYPE_BF16)
-                sk_wgmma_m64n128k16_rs_bf16(acc, a + 4 * kk, db, 1);
-            else
-                sk_wgmma_m64n128k16_rs_f16(acc, a + 4 * kk, db, 1);
-        } else {
-            if constexpr (DT == SK_DTYPE_BF16)
-                sk_wgmma_m64n64k16_rs_bf16(acc, a + 4 * kk, db, 1);
-            else
-                sk_wgmma_m64n64k16_rs_f16(acc, a + 4 * kk, db, 1);
-        }
-    }
-}
-
 /* Zero the stage's K rows of keys past klim (the tile's last visible key
  * + 1) that TMA loaded (keys below Sk): dS is 0 there, but 0 times a NaN
  * key row is NaN, and such keys may be NaN (sparsek.h). V needs no zeroing:
@@ -340,9 +298,9 @@ __device__ __forceinline__ void sk_bwd90_dq_consumer(const sk_bwd90_dq_params &p
                 sk_reg_fence(dp[i]);
             }
             sk_wgmma_fence();
-            sk_bwd90_dq_gemm_nt<DT, HD>(s, q_wg, k_stage);
+            sk_bwd90_gemm_ss<DT, HD>(s, q_wg, L::kSlabQ, k_stage, L::kSlabKV);
             sk_wgmma_commit();
-            sk_bwd90_dq_gemm_nt<DT, HD>(dp, do_wg, k_stage + L::kKVBytes);
+            sk_bwd90_gemm_ss<DT, HD>(dp, do_wg, L::kSlabQ, k_stage + L::kKVBytes, L::kSlabKV);
             sk_wgmma_commit();
             sk_wgmma_wait<1>(); /* S */
 #pragma unroll
@@ -362,7 +320,7 @@ __device__ __forceinline__ void sk_bwd90_dq_consumer(const sk_bwd90_dq_params &p
 #pragma unroll
             for (int i = 0; i < HD / 2; ++i) sk_reg_fence(acc[i]);
             sk_wgmma_fence();
-            sk_bwd90_dq_gemm_ds_k<DT, HD>(acc, a, k_stage);
+            sk_bwd90_gemm_rs<DT, HD>(acc, a, k_stage, L::kSlabKV); /* dQ += dS K */
             sk_wgmma_commit();
             sk_wgmma_wait<0>();
 #pragma unroll
