@@ -246,8 +246,13 @@ __device__ __forceinline__ void sk_bwd90kv_fence_u(uint32_t (&r)[16]) {
  * + 2 t4 + (i & 1); the A fragment of queries 16 kk .. 16 kk + 15 is
  * registers 8 kk .. 8 kk + 7, pairwise. Per tile, four commit groups in
  * this order: S^T, dP^T (sk_bwd90kv_issue_sdp), then dV, dK
- * (sk_bwd90kv_finish), all waited for (sk_bwd90kv_retire) before the
- * stage is freed. */
+ * (sk_bwd90kv_finish). At D = 64 (kCross in
+ * sk_bwd90kv_consume) the last two stay in flight
+ * into the next tile, whose S^T and dP^T are issued behind them, and are
+ * retired there (sk_bwd90kv_retire) before the older stage is freed: the
+ * tensor cores get the next tile's work while the dK product drains. At
+ * D = 128 the registers do not allow it (ptxas serialises every wgmma,
+ * C7512), and each tile retires its own groups. */
 
 /* Issue S^T = K Q^T and dP^T = V dO^T of the tile at q_st: two commit
  * groups, S^T first, not waited for. */
@@ -255,8 +260,9 @@ template <int kDtype, int kD, int kKeyWgs>
 __device__ __forceinline__ void sk_bwd90kv_issue_sdp(uint32_t k_wg, uint32_t v_wg, uint32_t q_st,
                                                      float (&s)[32], float (&dp)[32]) {
     using L = sk_bwd90kv_smem<kD, kKeyWgs>;
-    sk_bwd90kv_fence_f(s);
-    sk_bwd90kv_fence_f(dp);
+    /* No register fences on s / dp here: with the previous tile's groups
+     * in flight ptxas reads them as definitions inside a wgmma pipeline
+     * stage and serialises every wgmma (C7513). */
     sk_wgmma_fence();
     sk_bwd90_gemm_ss<kDtype, kD>(s, k_wg, L::kKvSlab, q_st, L::kQSlab);
     sk_wgmma_commit();
@@ -264,12 +270,13 @@ __device__ __forceinline__ void sk_bwd90kv_issue_sdp(uint32_t k_wg, uint32_t v_w
     sk_wgmma_commit();
 }
 
-/* Wait for the tile's dV and dK groups: dk, dv, pa and dsa are the
- * program's again, and the tile's stage may be freed. */
-template <int kD>
+/* Wait until at most kPending groups are in flight, which completes a
+ * tile's dV and dK groups (older than the kPending newest): dk, dv, pa and
+ * dsa are the program's again, and that tile's stage may be freed. */
+template <int kPending, int kD>
 __device__ __forceinline__ void sk_bwd90kv_retire(float (&dk)[kD / 2], float (&dv)[kD / 2],
                                                   uint32_t (&pa)[16], uint32_t (&dsa)[16]) {
-    sk_wgmma_wait<0>();
+    sk_wgmma_wait<kPending>();
     sk_bwd90kv_fence_f(dk);
     sk_bwd90kv_fence_f(dv);
     sk_bwd90kv_fence_u(pa);
@@ -404,11 +411,15 @@ __device__ void sk_bwd90kv_consume(const sk_bwd_params &p, uint32_t base, int wg
     for (int i = 0; i < kD / 2; ++i) dk[i] = dv[i] = 0.f;
 
     /* Both warpgroups take every stage, or each every other one. A tile's
-     * stage is freed once its last GEMM completed. */
+     * stage is freed once its last GEMM completed: at the next tile when
+     * the groups cross tiles (kCross), else at its own end. */
+    constexpr bool kCross = kD == 64;
     const uint32_t first = kKeyWgs == 2 ? 0u : (uint32_t)wg, step = kKeyWgs == 2 ? 1u : 2u;
     float s[32], dp[32];
     uint32_t pa[16], dsa[16];
     bool kv_ready = false;
+    [[maybe_unused]] bool pending = false; /* kCross: a tile's groups are in flight */
+    [[maybe_unused]] uint32_t pending_stage = 0;
     for (uint32_t n = first;; n += step) {
         const uint32_t stage = n % kBkvStages, phase = (n / kBkvStages) & 1u;
         sk_mbar_wait(base + L::kBarFull + 8 * stage, phase, "dkv full");
@@ -428,11 +439,26 @@ __device__ void sk_bwd90kv_consume(const sk_bwd_params &p, uint32_t base, int wg
                 sk_bwd90kv_zero_rows<kD, kKeyWgs>(q_st, lo, wtid, 128, kBkvBarZero + wg);
         }
         sk_bwd90kv_issue_sdp<kDtype, kD, kKeyWgs>(k_wg, v_wg, q_st, s, dp);
+        if constexpr (kCross) {
+            /* The previous tile's dV and dK groups, older than this S^T and
+             * dP^T. Unconditional: with nothing older it waits for nothing,
+             * and ptxas sees every path retire them. */
+            sk_bwd90kv_retire<2, kD>(dk, dv, pa, dsa);
+            if (pending) sk_bwd90kv_release(base + L::kBarEmpty + 8 * pending_stage);
+        }
         sk_bwd90kv_finish<kDtype, kD, kKeyWgs>(
             p, q_st, sk90_shared_ptr<const float>(base + L::kRows + stage * L::kRowBytes), kw, q0,
             s, dp, pa, dsa, dk, dv);
-        sk_bwd90kv_retire<kD>(dk, dv, pa, dsa);
-        sk_bwd90kv_release(base + L::kBarEmpty + 8 * stage);
+        if constexpr (!kCross) {
+            sk_bwd90kv_retire<0, kD>(dk, dv, pa, dsa);
+            sk_bwd90kv_release(base + L::kBarEmpty + 8 * stage);
+        }
+        pending = true;
+        pending_stage = stage;
+    }
+    if constexpr (kCross) { /* the last tile's groups (nothing in flight when none ran) */
+        sk_bwd90kv_retire<0, kD>(dk, dv, pa, dsa);
+        if (pending) sk_bwd90kv_release(base + L::kBarEmpty + 8 * pending_stage);
     }
 
     char *dko = p.dk + b * p.dk_sb + hk * p.dk_sh + (int64_t)kw * p.dk_ss;
