@@ -24,6 +24,9 @@
  *     memory, K-major), then dS = P (dP - Dl) with P = 2^(S s log2(e) -
  *     lse2), rounded to the dtype as the register A operand of
  *     dQ += dS K (wgmma, K read N-major as the forward's P V reads V).
+ *     Three commit groups: P's exponentials run while dP does, and the
+ *     dQ product stays in flight into the next chunk, whose S and dP are
+ *     issued behind it (its stage is freed once it completed).
  *   - Epilogue: dQ times s, rounded, stored by the threads that hold it
  *     (4-byte stores, rows below Sq only). Every element of a tile's rows
  *     is written once, empty tiles' with 0.

@@ -266,6 +266,10 @@ __device__ __forceinline__ void sk_bwd90_dq_consumer(const sk_bwd90_dq_params &p
         for (int i = 0; i < 32; ++i) s[i] = dp[i] = 0.f;
         uint32_t a[16];
         bool first = true;
+        /* The previous chunk's dQ product stays in flight while this one's
+         * S and dP are issued; its stage is freed once it completed. */
+        bool pending = false;
+        uint32_t pending_empty = 0;
         for (;;) {
             sk_mbar_wait(base + L::kBarFull + 8 * kv.stage, kv.phase, "dq kv full");
             /* Lane 0 reads the stage's info and releases the stage later. */
@@ -290,18 +294,28 @@ __device__ __forceinline__ void sk_bwd90_dq_consumer(const sk_bwd90_dq_params &p
                 first = false;
             }
             if (p.causal && kb + kDqKeys > klim) sk_bwd90_dq_zero_k<HD>(p, k_stage, kb, klim);
-                /* S = Q K^T and dP = dO V^T, two commit groups: P's exponentials
-                 * run while dP does. */
-#pragma unroll
-            for (int i = 0; i < 32; ++i) {
-                sk_reg_fence(s[i]);
-                sk_reg_fence(dp[i]);
-            }
+            /* S = Q K^T and dP = dO V^T, two commit groups behind the
+             * previous chunk's dQ product: P's exponentials run while dP
+             * does. No register fences on s / dp before the issue: with a
+             * group in flight ptxas would read them as definitions inside
+             * its pipeline stage and serialise every wgmma (C7513). */
             sk_wgmma_fence();
             sk_bwd90_gemm_ss<DT, HD>(s, q_wg, L::kSlabQ, k_stage, L::kSlabKV);
             sk_wgmma_commit();
             sk_bwd90_gemm_ss<DT, HD>(dp, do_wg, L::kSlabQ, k_stage + L::kKVBytes, L::kSlabKV);
             sk_wgmma_commit();
+            /* The previous chunk's dQ product (unconditional: with nothing
+             * older it waits for nothing, and ptxas sees every path retire
+             * it); then its stage is free. */
+            sk_wgmma_wait<2>();
+#pragma unroll
+            for (int i = 0; i < HD / 2; ++i) sk_reg_fence(acc[i]);
+#pragma unroll
+            for (int j = 0; j < 16; ++j) sk_reg_fence_u32(a[j]);
+            if (pending) {
+                __syncwarp();
+                if (lane == 0) sk_mbar_arrive(pending_empty);
+            }
             sk_wgmma_wait<1>(); /* S */
 #pragma unroll
             for (int i = 0; i < 32; ++i) sk_reg_fence(s[i]);
@@ -322,15 +336,19 @@ __device__ __forceinline__ void sk_bwd90_dq_consumer(const sk_bwd90_dq_params &p
             sk_wgmma_fence();
             sk_bwd90_gemm_rs<DT, HD>(acc, a, k_stage, L::kSlabKV); /* dQ += dS K */
             sk_wgmma_commit();
-            sk_wgmma_wait<0>();
-#pragma unroll
-            for (int i = 0; i < HD / 2; ++i) sk_reg_fence(acc[i]);
-#pragma unroll
-            for (int j = 0; j < 16; ++j) sk_reg_fence_u32(a[j]);
-            __syncwarp();
-            if (lane == 0) sk_mbar_arrive(empty);
+            pending = true;
+            pending_empty = empty;
             kv.advance();
             if (!(flags & kDqFlagMore)) break;
+        }
+        sk_wgmma_wait<0>(); /* the tile's last dQ product */
+#pragma unroll
+        for (int i = 0; i < HD / 2; ++i) sk_reg_fence(acc[i]);
+#pragma unroll
+        for (int j = 0; j < 16; ++j) sk_reg_fence_u32(a[j]);
+        if (pending) {
+            __syncwarp();
+            if (lane == 0) sk_mbar_arrive(pending_empty);
         }
         sk_bwd90_dq_store<DT, HD>(p, t, acc, q, t4);
     }
