@@ -13,7 +13,7 @@
  *     kernel's walk, the visiting rule of common/plan_contract.cuh) and
  *     issues the TMA loads: Q and dO (one buffer each, loaded when both
  *     consumers released the last tile's), then per chunk K and V into a
- *     ring of stages (3 at D = 128, 4 at D = 64), each with a full
+ *     ring of 4 stages, each with a full
  *     mbarrier (expect_tx) and an empty one (a release per consumer warp).
  *     Each stage carries its first key and whether another chunk of the
  *     tile follows, so the consumers read no layout memory. A tile with no

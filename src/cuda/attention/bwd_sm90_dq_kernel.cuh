@@ -28,7 +28,11 @@ static_assert((int)kDqKeys == (int)SK_BWD_TILE, "a stage is one chunk of the wal
  * (the TMA box layout). */
 template <int HD> struct sk_bwd90_dq_smem {
     static constexpr int kSlabs = HD / 64;
-    static constexpr int kStages = HD == 128 ? 3 : 4;
+    /* 4 at both head dims: the consumers hold two stages at a time (a
+     * chunk's dQ product crosses into the next chunk), so 4 keeps the
+     * producer two chunks ahead; 193 KB at D = 128, one CTA an SM either
+     * way. */
+    static constexpr int kStages = 4;
     static constexpr uint32_t kSlabQ = kDqRows * 128;  /* 16 KB */
     static constexpr uint32_t kSlabKV = kDqKeys * 128; /* 8 KB */
     static constexpr uint32_t kQBytes = kSlabs * kSlabQ;
