@@ -237,6 +237,24 @@ __device__ __forceinline__ void sk_bwd90_dq_store(const sk_bwd_params &p, const 
     }
 }
 
+/* Wait until at most kPending wgmma groups are in flight, which completes
+ * the previous chunk's dQ product: acc and a are the program's again, and
+ * that chunk's stage (`empty`, if `pending`) is freed by lane 0 of each
+ * warp. */
+template <int kPending, int HD>
+__device__ __forceinline__ void sk_bwd90_dq_retire(float (&acc)[HD / 2], uint32_t (&a)[16],
+                                                   bool pending, uint32_t empty, int lane) {
+    sk_wgmma_wait<kPending>();
+#pragma unroll
+    for (int i = 0; i < HD / 2; ++i) sk_reg_fence(acc[i]);
+#pragma unroll
+    for (int j = 0; j < 16; ++j) sk_reg_fence_u32(a[j]);
+    if (pending) {
+        __syncwarp();
+        if (lane == 0) sk_mbar_arrive(empty);
+    }
+}
+
 template <sk_dtype DT, int HD>
 __device__ __forceinline__ void sk_bwd90_dq_consumer(const sk_bwd90_dq_params &prm, uint32_t base,
                                                      const volatile int32_t *info, int wg) {
@@ -311,15 +329,7 @@ __device__ __forceinline__ void sk_bwd90_dq_consumer(const sk_bwd90_dq_params &p
             /* The previous chunk's dQ product (unconditional: with nothing
              * older it waits for nothing, and ptxas sees every path retire
              * it); then its stage is free. */
-            sk_wgmma_wait<2>();
-#pragma unroll
-            for (int i = 0; i < HD / 2; ++i) sk_reg_fence(acc[i]);
-#pragma unroll
-            for (int j = 0; j < 16; ++j) sk_reg_fence_u32(a[j]);
-            if (pending) {
-                __syncwarp();
-                if (lane == 0) sk_mbar_arrive(pending_empty);
-            }
+            sk_bwd90_dq_retire<2, HD>(acc, a, pending, pending_empty, lane);
             sk_wgmma_wait<1>(); /* S */
 #pragma unroll
             for (int i = 0; i < 32; ++i) sk_reg_fence(s[i]);
@@ -345,15 +355,7 @@ __device__ __forceinline__ void sk_bwd90_dq_consumer(const sk_bwd90_dq_params &p
             kv.advance();
             if (!(flags & kDqFlagMore)) break;
         }
-        sk_wgmma_wait<0>(); /* the tile's last dQ product */
-#pragma unroll
-        for (int i = 0; i < HD / 2; ++i) sk_reg_fence(acc[i]);
-#pragma unroll
-        for (int j = 0; j < 16; ++j) sk_reg_fence_u32(a[j]);
-        if (pending) {
-            __syncwarp();
-            if (lane == 0) sk_mbar_arrive(pending_empty);
-        }
+        sk_bwd90_dq_retire<0, HD>(acc, a, pending, pending_empty, lane); /* the tile's last */
         sk_bwd90_dq_store<DT, HD>(p, t, acc, q, t4);
     }
 }
