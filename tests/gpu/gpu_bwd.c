@@ -13,8 +13,24 @@
 #include "common/naive_ref.h"
 #include "common/test_util.h"
 #include "gpu/cuda_api.h"
+#include "cuda/attention/bwd_sm90_dkv.h" /* sk_bwd90_dkv_launches: which dK/dV kernel ran */
 
 int gb_cases_run, gb_cases_failed, gb_cases_declined;
+int64_t gb_hopper_dkv_runs;
+
+/* Whether the Hopper dK/dV kernel (bwd_sm90_dkv.cu) must run a case's dK/dV
+ * pass: a compute capability 9.0 device and a backend other than
+ * SK_BACKEND_CUDA_SM80. It covers every case this suite draws (F16 / BF16,
+ * D 64 / 128, blocks 64 / 128, strides positive multiples of 16 bytes), so
+ * a silent fall-back to the portable kernel fails the case. */
+static int gb_expect_hopper_dkv(void) {
+    int dev = 0, major = 0, minor = 0;
+    if (gt_opt.backend == SK_BACKEND_CUDA_SM80) return 0;
+    return cudaGetDevice(&dev) == cudaSuccess &&
+           cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
+           cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) == cudaSuccess &&
+           major == 9 && minor == 0;
+}
 
 enum { GB_MAX_REPORTS = 6 };
 
@@ -354,6 +370,7 @@ int gb_run_case(const gb_case *c, int64_t counts[2]) {
             goto done;
         }
     }
+    const int64_t hopper_dkv0 = sk_bwd90_dkv_launches();
     for (int run = 0; run < 2; ++run) {
         if (gb_inst_poison(&b, run ? 0x5a : 0xa5) != 0) {
             CHECK(0, "upload failed [%s]", desc);
@@ -392,6 +409,13 @@ int gb_run_case(const gb_case *c, int64_t counts[2]) {
         const int errors = gb_inst_compare(&b, g1[0], g1[1], g1[2], "gpu vs reference");
         CHECK(errors == 0, "%d gradient elements outside the tolerance [%s]", errors, desc);
         failed = errors != 0 || !same;
+        /* Which dK/dV kernel ran: both runs on the Hopper one, or neither. */
+        const int64_t ran = sk_bwd90_dkv_launches() - hopper_dkv0;
+        const int64_t want = gb_expect_hopper_dkv() ? 2 : 0;
+        CHECK(ran == want, "the Hopper dK/dV kernel ran %lld times in 2 runs, want %lld [%s]",
+              (long long)ran, (long long)want, desc);
+        failed |= ran != want;
+        gb_hopper_dkv_runs += ran;
     }
 done:
     for (int i = 0; i < 3; ++i) free(g1[i]), free(g2[i]);
@@ -399,4 +423,25 @@ done:
     ++gb_cases_run;
     gb_cases_failed += failed;
     return failed;
+}
+
+gb_case gb_case_base(sk_dtype dtype, int64_t d, int64_t sq, int64_t sk, int32_t bq, int32_t bk,
+                     int causal) {
+    gb_case c;
+    memset(&c, 0, sizeof c);
+    c.f.dtype = dtype;
+    c.f.batch = 1;
+    c.f.seq_q = sq;
+    c.f.seq_k = sk;
+    c.f.heads_q = 2;
+    c.f.heads_kv = 1;
+    c.f.head_dim = d;
+    c.f.block_q = bq;
+    c.f.block_k = bk;
+    c.f.causal = causal;
+    c.f.layout_batch = 1;
+    c.f.layout_heads = 2;
+    c.f.density = 1.0;
+    c.f.seed = tu_base_seed() ^ (uint64_t)(sq * 1000003 + sk * 101 + bq + bk + causal + 29);
+    return c;
 }

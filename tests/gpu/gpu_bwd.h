@@ -80,7 +80,15 @@ int gb_run_case(const gb_case *c, int64_t counts[2]);
 /* Backward cases run and failed so far; declined by the forced backend
  * (SK_STATUS_NOT_SUPPORTED checked, nothing written). */
 extern int gb_cases_run, gb_cases_failed, gb_cases_declined;
+/* Runs whose dK/dV pass was the Hopper kernel (bwd_sm90_dkv.cu). */
+extern int64_t gb_hopper_dkv_runs;
 
 void gb_case_describe(const gb_case *c, char *buf, size_t len);
+
+/* A hand-picked case: batch 1, Hq 2 over one KV head, a slice per query
+ * head, dense layout, packed strides, a seed from the shape (the tests
+ * then change what they need). */
+gb_case gb_case_base(sk_dtype dtype, int64_t d, int64_t sq, int64_t sk, int32_t bq, int32_t bk,
+                     int causal);
 
 #endif /* SK_TESTS_GPU_BWD_H */

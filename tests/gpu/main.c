@@ -77,5 +77,6 @@ int main(int argc, char **argv) {
            gt_gemm_cases_failed, gt_gemm_cases_declined);
     printf("backward cases: %d run, %d failed, %d declined\n", gb_cases_run, gb_cases_failed,
            gb_cases_declined);
+    printf("backward runs on the Hopper dK/dV kernel: %lld\n", (long long)gb_hopper_dkv_runs);
     return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }

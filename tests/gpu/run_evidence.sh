@@ -55,3 +55,8 @@ if [ -f "$BUILD/obj/cuda/gemm/gemm_sm80.o" ]; then
     cuobjdump --dump-sass "$BUILD/obj/cuda/gemm/gemm_sm80.o" > /tmp/sass_gemm80.txt 2>&1
     echo "sm80 GEMM SASS: HMMA $(grep -c HMMA /tmp/sass_gemm80.txt), LDSM $(grep -c LDSM /tmp/sass_gemm80.txt), LDGSTS $(grep -c LDGSTS /tmp/sass_gemm80.txt), LDL/STL $(grep -c -E '\bLDL|\bSTL' /tmp/sass_gemm80.txt)" | tee -a "$OUT/gpu.txt"
 fi
+
+if [ -f "$BUILD/obj/cuda/attention/bwd_sm90_dkv.o" ]; then
+    cuobjdump --dump-sass "$BUILD/obj/cuda/attention/bwd_sm90_dkv.o" > /tmp/sass_bkv90.txt 2>&1
+    echo "sm90 backward dK/dV SASS: HGMMA $(grep -c HGMMA /tmp/sass_bkv90.txt), UTMALDG $(grep -c UTMALDG /tmp/sass_bkv90.txt), LDL/STL $(grep -c -E '\bLDL|\bSTL' /tmp/sass_bkv90.txt), $(grep -o -E 'USETMAXREG[^;]*' /tmp/sass_bkv90.txt | sort | uniq -c | tr '\n' ' ')" | tee -a "$OUT/gpu.txt"
+fi

@@ -16,6 +16,8 @@
  *   gpu_bwd_nan_unread   cases built to have both empty rows and keys no
  *                        pair reaches (their inputs NaN), checked non-vacuous.
  *   gpu_bwd_edge_shapes  one token, nothing selected, Sq >> Sk causal, ...
+ *   gpu_bwd_hopper_dkv_edges  the Hopper dK/dV kernel's edges (block tails,
+ *                        alternating warpgroups, GQA 8, causal Sq != Sk).
  *   gpu_bwd_graph_capture  forward + backward plan + run captured in a CUDA
  *                        graph: capturing runs nothing, replays equal the
  *                        direct run bitwise.
@@ -40,13 +42,13 @@ enum { GB_VARIANTS = 7 };
 
 /* Work budget of one case: B * Hq * Sq * Sk * D (the CPU backward and the
  * naive fp64 backward are both that order). */
-#define GB_CASE_WORK 6.0e7
+#define GB_CASE_WORK  6.0e7
 #define GB_QUICK_WORK 2.0e6
 
 /* A random backward case: the forward's draw, then the gradients' strides
  * and the call style. */
-static void random_case(gb_case *c, tu_rng *rng, sk_dtype dtype, int64_t d, int32_t bq,
-                        int32_t bk, int causal) {
+static void random_case(gb_case *c, tu_rng *rng, sk_dtype dtype, int64_t d, int32_t bq, int32_t bk,
+                        int causal) {
     memset(c, 0, sizeof *c);
     gt_case_random(&c->f, rng, dtype, d, bq, bk, causal, gt_opt.quick,
                    gt_opt.quick ? GB_QUICK_WORK : GB_CASE_WORK);
@@ -76,10 +78,18 @@ static void run_group(sk_dtype dtype, int64_t d, uint64_t salt) {
     printf("    %d backward cases, %d failed\n", run, failed);
 }
 
-SK_TEST(gpu_bwd_random_f16_d64) { run_group(SK_DTYPE_F16, 64, 0x2901); }
-SK_TEST(gpu_bwd_random_f16_d128) { run_group(SK_DTYPE_F16, 128, 0x2902); }
-SK_TEST(gpu_bwd_random_bf16_d64) { run_group(SK_DTYPE_BF16, 64, 0x2903); }
-SK_TEST(gpu_bwd_random_bf16_d128) { run_group(SK_DTYPE_BF16, 128, 0x2904); }
+SK_TEST(gpu_bwd_random_f16_d64) {
+    run_group(SK_DTYPE_F16, 64, 0x2901);
+}
+SK_TEST(gpu_bwd_random_f16_d128) {
+    run_group(SK_DTYPE_F16, 128, 0x2902);
+}
+SK_TEST(gpu_bwd_random_bf16_d64) {
+    run_group(SK_DTYPE_BF16, 64, 0x2903);
+}
+SK_TEST(gpu_bwd_random_bf16_d128) {
+    run_group(SK_DTYPE_BF16, 128, 0x2904);
+}
 
 /* ---------------------------------------------------------------------------
  * Hand-picked cases
@@ -87,23 +97,7 @@ SK_TEST(gpu_bwd_random_bf16_d128) { run_group(SK_DTYPE_BF16, 128, 0x2904); }
 
 static gb_case base_case(sk_dtype dtype, int64_t d, int64_t sq, int64_t sk, int32_t bq, int32_t bk,
                          int causal) {
-    gb_case c;
-    memset(&c, 0, sizeof c);
-    c.f.dtype = dtype;
-    c.f.batch = 1;
-    c.f.seq_q = sq;
-    c.f.seq_k = sk;
-    c.f.heads_q = 2;
-    c.f.heads_kv = 1;
-    c.f.head_dim = d;
-    c.f.block_q = bq;
-    c.f.block_k = bk;
-    c.f.causal = causal;
-    c.f.layout_batch = 1;
-    c.f.layout_heads = 2;
-    c.f.density = 1.0;
-    c.f.seed = tu_base_seed() ^ (uint64_t)(sq * 1000003 + sk * 101 + bq + bk + causal + 29);
-    return c;
+    return gb_case_base(dtype, d, sq, sk, bq, bk, causal);
 }
 
 /* Empty rows (empty layout rows, and the first Sq - Sk rows when causal)
@@ -135,11 +129,11 @@ SK_TEST(gpu_bwd_edge_shapes) {
     int n = 0;
     cs[n++] = base_case(SK_DTYPE_F16, 64, 1, 1, 64, 64, 0);
     cs[n++] = base_case(SK_DTYPE_BF16, 128, 1, 1, 128, 128, 1);
-    cs[n++] = base_case(SK_DTYPE_F16, 128, 1, 700, 64, 128, 1);  /* one query, the last key row */
-    cs[n++] = base_case(SK_DTYPE_BF16, 64, 700, 1, 128, 64, 1);  /* Sq > Sk: most rows empty */
-    cs[n++] = base_case(SK_DTYPE_F16, 64, 64, 64, 64, 64, 1);    /* exactly one block */
+    cs[n++] = base_case(SK_DTYPE_F16, 128, 1, 700, 64, 128, 1);    /* one query, the last key row */
+    cs[n++] = base_case(SK_DTYPE_BF16, 64, 700, 1, 128, 64, 1);    /* Sq > Sk: most rows empty */
+    cs[n++] = base_case(SK_DTYPE_F16, 64, 64, 64, 64, 64, 1);      /* exactly one block */
     cs[n++] = base_case(SK_DTYPE_F16, 128, 257, 129, 128, 128, 0); /* tails of one row */
-    cs[n] = base_case(SK_DTYPE_F16, 64, 200, 300, 128, 64, 0); /* nothing selected: all zero */
+    cs[n] = base_case(SK_DTYPE_F16, 64, 200, 300, 128, 64, 0);     /* nothing selected: all zero */
     cs[n++].f.density = 0.0;
     cs[n] = base_case(SK_DTYPE_BF16, 128, 129, 1000, 128, 64, 1); /* MQA 8, one block a row */
     cs[n].f.heads_q = 8;
@@ -168,6 +162,67 @@ SK_TEST(gpu_bwd_edge_shapes) {
         failed += gb_run_case(&cs[i], NULL) != 0;
     }
     printf("    %d edge cases, %d failed\n", count, failed);
+}
+
+/* The Hopper dK/dV kernel's own edges (bwd_sm90_dkv.cu; on other devices
+ * and SK_BACKEND_CUDA_SM80 the portable kernel runs them, and gb_run_case
+ * checks which one ran): 128-key blocks whose second warpgroup's keys pass
+ * Sk, 64-key blocks (alternating warpgroups) with odd and even tile counts,
+ * GQA 8 with a per-query-head layout (T merges the heads) and a per-KV-head
+ * one (T repeated 8 times), causal Sq != Sk both ways with empty rows (NaN
+ * Q / dO rows inside the diagonal tiles: zeroed before the GEMMs), padded
+ * strides. NaN in unread inputs and the bitwise repeat as in every case. */
+SK_TEST(gpu_bwd_hopper_dkv_edges) {
+    gb_case cs[8];
+    int n = 0;
+    cs[n] = base_case(SK_DTYPE_BF16, 128, 200, 300, 64, 128, 1); /* Sk tail inside a block */
+    cs[n].f.heads_q = 8;
+    cs[n].f.heads_kv = 1;
+    cs[n].f.layout_heads = 8;
+    cs[n++].f.density = 0.7;
+    cs[n] = base_case(SK_DTYPE_F16, 128, 333, 190, 128, 128, 1); /* Sq > Sk: empty rows */
+    cs[n].f.heads_q = 8;
+    cs[n].f.heads_kv = 2;
+    cs[n].f.layout_heads = 8;
+    cs[n].f.empty_rows = 0.2;
+    cs[n++].f.density = 0.8;
+    cs[n] = base_case(SK_DTYPE_F16, 128, 197, 260, 64, 64, 0); /* 64-key blocks, per batch */
+    cs[n].f.batch = 2;
+    cs[n].f.layout_batch = 2;
+    cs[n++].f.density = 0.5;
+    cs[n] = base_case(SK_DTYPE_BF16, 64, 1000, 1000, 64, 64, 1); /* GQA 8, per-KV-head layout */
+    cs[n].f.heads_q = 8;
+    cs[n].f.heads_kv = 1;
+    cs[n].f.layout_heads = 1;
+    cs[n++].f.density = 0.6;
+    cs[n] = base_case(SK_DTYPE_F16, 64, 517, 517, 128, 128, 1); /* padded, negative scale */
+    for (int t = 0; t < 4; ++t) cs[n].f.stride_mode[t] = cs[n].grad_stride[t] = 1 + (t & 1);
+    cs[n].f.scale = -0.09f;
+    cs[n++].f.q_amp = 3.0f;
+    cs[n] = base_case(SK_DTYPE_BF16, 128, 700, 300, 128, 64, 1); /* Sq >> Sk, 64-key blocks */
+    cs[n].f.heads_q = 4;
+    cs[n].f.heads_kv = 2;
+    cs[n].f.layout_heads = 2;
+    cs[n++].f.empty_rows = 0.3;
+    cs[n] = base_case(SK_DTYPE_F16, 64, 129, 900, 128, 128, 1); /* Sq < Sk: diagonal at the end */
+    cs[n].f.heads_q = 8;
+    cs[n].f.heads_kv = 8;
+    cs[n].f.layout_heads = 8;
+    cs[n++].f.k_per_row = 2;
+    cs[n] = base_case(SK_DTYPE_BF16, 128, 64, 64, 64, 64, 1); /* one tile: the end marks alone */
+    cs[n].f.heads_q = 1;
+    cs[n++].f.layout_heads = 1; /* base_case's 2 would name a head the case lacks */
+    int failed = 0, empty = 0;
+    const int count = gt_opt.quick ? 3 : n;
+    for (int i = 0; i < count; ++i) {
+        cs[i].plan_run = i & 1;
+        int64_t counts[2] = {0, 0};
+        failed += gb_run_case(&cs[i], counts) != 0;
+        empty += counts[0] > 0;
+    }
+    /* Cases 1 and 5 must have empty rows (NaN inside diagonal tiles). */
+    CHECK(empty >= (count > 5 ? 2 : 1), "only %d cases with empty rows: vacuous", empty);
+    printf("    %d Hopper dK/dV edge cases, %d failed\n", count, failed);
 }
 
 /* ---------------------------------------------------------------------------
@@ -297,8 +352,7 @@ SK_TEST(gpu_bwd_bad_inputs) {
         sk_attention_desc d;
         sk_attention_backward_desc bd;
         gb_inst_desc(&b, gt_opt.backend, &d, &bd);
-        const sk_status st =
-            sk_attention_backward_plan(&d, &bd, &b.x.dlayout, b.d_ws, 256, NULL);
+        const sk_status st = sk_attention_backward_plan(&d, &bd, &b.x.dlayout, b.d_ws, 256, NULL);
         CHECK(st == SK_STATUS_BAD_PARAM_WORKSPACE, "plan, 256 bytes: %s", sk_status_name(st));
     }
     /* The exact size works (or the forced Hopper backend says why not). */
@@ -324,10 +378,10 @@ static void run_corrupt(gb_inst *b, const int32_t *ro, const int32_t *ci, int pl
     if (ro != NULL)
         CHECK(gt_upload(b->x.dlayout.row_offsets, ro, (size_t)(rows + 1) * 4) == 0, "upload");
     if (ci != NULL)
-        CHECK(gt_upload(b->x.dlayout.col_indices, ci, (size_t)b->x.layout.nnz * 4) == 0,
-              "upload");
+        CHECK(gt_upload(b->x.dlayout.col_indices, ci, (size_t)b->x.layout.nnz * 4) == 0, "upload");
     CHECK(gb_inst_poison(b, 0xc3) == 0, "upload");
-    if (!plan) { /* a workspace of small random words: tiles, entries, offsets in and out of range */
+    if (!plan) { /* a workspace of small random words: tiles, entries, offsets in and out of range
+                  */
         const size_t words = b->ws_bytes / 4;
         int32_t *w = malloc(words * 4);
         tu_rng rng;

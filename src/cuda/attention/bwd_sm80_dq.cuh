@@ -15,35 +15,12 @@
 #ifndef SK_CUDA_ATTENTION_BWD_SM80_DQ_CUH
 #define SK_CUDA_ATTENTION_BWD_SM80_DQ_CUH
 
+#include "cuda/attention/bwd_dq_visit.cuh"
+
 /* Q, dO, then two stages of K and V. */
 template <int kD>
 __host__ __device__ constexpr uint32_t sk_bwd_dq_smem_bytes(void) {
     return 6u * SK_BWD_TILE * kD * 2u;
-}
-
-/* The 64-key chunk after (pos, col, ks) in entries (.., end) that a query
- * row up to kmax may see (causal): the next chunk of block col, else the
- * first of the next visited entry. Start with ks = block_k / 64 and pos
- * one before the first entry. False at the end. */
-__device__ __forceinline__ bool sk_bwd_dq_next(const sk_bwd_params &p, int32_t end, int32_t kmax,
-                                               int32_t *pos, int32_t *col, int32_t *ks) {
-    const int32_t subs = p.block_k / SK_BWD_TILE;
-    if (*ks + 1 < subs) {
-        const int32_t kb = *col * p.block_k + (*ks + 1) * SK_BWD_TILE;
-        if (kb < p.seq_k && (!p.causal || kb <= kmax)) {
-            ++*ks;
-            return true;
-        }
-    }
-    for (++*pos; *pos < end; ++*pos) {
-        const int32_t c = __ldg(p.col_indices + *pos);
-        if ((uint32_t)c < (uint32_t)p.col_blocks && (!p.causal || c * p.block_k <= kmax)) {
-            *col = c;
-            *ks = 0;
-            return true;
-        }
-    }
-    return false;
 }
 
 /* cp.async this warp's 16 rows of the chunk's K and V (first key kb; keys

@@ -255,6 +255,27 @@ __device__ __forceinline__ void sk_wgmma_m64n64k16_rs_bf16(float d[32], const ui
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
+/* wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16, A and B from shared memory (both K-major):
+ * d = a * b (+ d when scale_d != 0). (The backward's kernels: S and dP over 64 keys or queries.) */
+__device__ __forceinline__ void sk_wgmma_m64n64k16_ss_f16(float d[32], uint64_t desc_a,
+                                                          uint64_t desc_b, int scale_d) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 " SK_WGMMA_D32_STR
+                 ", %32, %33, p, 1, 1, 0, 0;\n}\n"
+                 : SK_WGMMA_D32_OPS(d)
+                 : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+}
+
+/* wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16, A and B from shared memory (K-major). */
+__device__ __forceinline__ void sk_wgmma_m64n64k16_ss_bf16(float d[32], uint64_t desc_a,
+                                                           uint64_t desc_b, int scale_d) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " SK_WGMMA_D32_STR
+                 ", %32, %33, p, 1, 1, 0, 0;\n}\n"
+                 : SK_WGMMA_D32_OPS(d)
+                 : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+}
+
 /* The 128 accumulator operands %0..%127 of an m64n256 wgmma (the BSR GEMM). */
 #define SK_WGMMA_D128_STR                                                                          \
     "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, "  \
@@ -583,6 +604,36 @@ __device__ __forceinline__ void sk_wgmma_m64n64k32_rs_e4m3(float d[32], const ui
                  ", {%32, %33, %34, %35}, %36, p, 1, 1;\n}\n"
                  : SK_WGMMA_D32_OPS(d)
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
+}
+
+/* --- Attention backward, Hopper dK/dV (attention/bwd_sm90_dkv.cu): the m64n64k16 ss forms
+ * above, and their scale-d = 0 forms --- */
+
+/* The 32 accumulators of an m64n64 wgmma as write-only outputs (scale-d = 0). */
+#define SK_WGMMA_D32_OUT(d)                                                                        \
+    "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3]), "=f"(d[4]), "=f"(d[5]), "=f"(d[6]),            \
+        "=f"(d[7]), "=f"(d[8]), "=f"(d[9]), "=f"(d[10]), "=f"(d[11]), "=f"(d[12]), "=f"(d[13]),    \
+        "=f"(d[14]), "=f"(d[15]), "=f"(d[16]), "=f"(d[17]), "=f"(d[18]), "=f"(d[19]),              \
+        "=f"(d[20]), "=f"(d[21]), "=f"(d[22]), "=f"(d[23]), "=f"(d[24]), "=f"(d[25]),              \
+        "=f"(d[26]), "=f"(d[27]), "=f"(d[28]), "=f"(d[29]), "=f"(d[30]), "=f"(d[31])
+
+/* wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 with scale-d = 0: d = a * b, both from
+ * shared memory (K-major); the old accumulator is not an input. */
+__device__ __forceinline__ void sk_wgmma_m64n64k16_ss_f16_zero(float d[32], uint64_t desc_a,
+                                                               uint64_t desc_b) {
+    asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 " SK_WGMMA_D32_STR
+                 ", %32, %33, 0, 1, 1, 0, 0;\n"
+                 : SK_WGMMA_D32_OUT(d)
+                 : "l"(desc_a), "l"(desc_b));
+}
+
+/* wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 with scale-d = 0: d = a * b. */
+__device__ __forceinline__ void sk_wgmma_m64n64k16_ss_bf16_zero(float d[32], uint64_t desc_a,
+                                                                uint64_t desc_b) {
+    asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " SK_WGMMA_D32_STR
+                 ", %32, %33, 0, 1, 1, 0, 0;\n"
+                 : SK_WGMMA_D32_OUT(d)
+                 : "l"(desc_a), "l"(desc_b));
 }
 
 #endif /* sm_90a section guard */
