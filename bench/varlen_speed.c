@@ -6,7 +6,7 @@
  * Build (after `make -j2 all`):  make build/varlen_speed
  * Run:
  *   build/varlen_speed [--case all|varlen|paged|chunked] [--seq 65536] [--reps 10]
- *                      [--backend cuda|sm80|sm90] [--seed 30]
+ *                      [--backend cuda|sm80|sm90] [--seed 30] [--shuffle global|local]
  * Cases (H32 D128 bf16, 128 x 128 blocks, one layout slice for all heads):
  *   varlen   64 sequences, lengths uniform in [512, 16384] (seeded), causal
  *            window 2048 (left 2047); against the fixed batch B = 64 of the
@@ -20,6 +20,13 @@
  *   chunked  8 sequences of 2048 new tokens over 32768 cached (len_k =
  *            34816), causal, sinks 128 + window 4096; paged 16 and 128
  *            against contiguous.
+ * --shuffle: the paged forms' page order. global (the default): one random
+ *   permutation of the whole cache, so the pages of a 128-key block lie in
+ *   different 2 MiB regions (as many GPU-TLB entries as pages); local: pages
+ *   permuted only within aligned runs of 2 MiB of cache (a block's pages in
+ *   one region, as contiguous K/V), the same box count and table reads: the
+ *   two ratios apart are what the TLB reach costs (docs/perf/varlen_paged.md,
+ *   "A third V stage for pages").
  * Timing: CUDA events around each of `reps` runs after the plan (2 warm-up
  * runs), median and minimum; the plan is timed on its own. TFLOPS count 4 D
  * bq bk per selected block (the layout's entries times the query heads):
@@ -49,6 +56,7 @@ typedef struct opts {
     int reps;
     uint64_t seed;
     sk_backend backend;
+    int local_shuffle; /* --shuffle local */
 } opts;
 
 /* One timed form: B sequences (lengths host), a layout pattern, and the K/V
@@ -75,6 +83,7 @@ static int g_failed;
 static int parse(int argc, char **argv, opts *o) {
     o->which = "all", o->seq = 65536, o->reps = 10, o->seed = 30;
     o->backend = SK_BACKEND_CUDA;
+    o->local_shuffle = 0;
     for (int i = 1; i + 1 < argc; i += 2) {
         const char *a = argv[i], *v = argv[i + 1];
         if (strcmp(a, "--case") == 0)
@@ -85,6 +94,8 @@ static int parse(int argc, char **argv, opts *o) {
             o->reps = atoi(v);
         else if (strcmp(a, "--seed") == 0)
             o->seed = (uint64_t)atoll(v);
+        else if (strcmp(a, "--shuffle") == 0 && (strcmp(v, "global") == 0 || strcmp(v, "local") == 0))
+            o->local_shuffle = strcmp(v, "local") == 0;
         else if (strcmp(a, "--backend") == 0)
             o->backend = strcmp(v, "sm80") == 0   ? SK_BACKEND_CUDA_SM80
                          : strcmp(v, "sm90") == 0 ? SK_BACKEND_CUDA_SM90
@@ -271,9 +282,17 @@ static result run(const spec *s) {
         int32_t *table = malloc((size_t)s->batch * max_pages * 4);
         if (perm == NULL || table == NULL) exit(BENCH_ERROR_EXIT);
         for (int32_t i = 0; i < pages; ++i) perm[i] = i;
+        /* global: Fisher-Yates over the whole cache; local: within runs of
+         * `span` pages (2 MiB of cache: cudaMalloc aligns this large a buffer
+         * to 2 MiB at least), j drawn from i's own run. */
+        const int64_t page_bytes = (int64_t)ps * HEADS * DIM * 2;
+        const int32_t span = g_opt.local_shuffle && page_bytes < ((int64_t)2 << 20)
+                                ? (int32_t)(((int64_t)2 << 20) / page_bytes)
+                                : pages;
         for (int32_t i = pages - 1; i > 0; --i) {
-            const int32_t j = (int32_t)(host_mix64(g_opt.seed * 1000003u + (uint64_t)i) %
-                                        (uint64_t)(i + 1)),
+            const int32_t lo = g_opt.local_shuffle ? i / span * span : 0;
+            const int32_t j = lo + (int32_t)(host_mix64(g_opt.seed * 1000003u + (uint64_t)i) %
+                                             (uint64_t)(i - lo + 1)),
                           t = perm[i];
             perm[i] = perm[j];
             perm[j] = t;
@@ -446,8 +465,8 @@ int main(int argc, char **argv) {
     const char *w = g_opt.which;
     const int all = strcmp(w, "all") == 0;
     printf("{\"gpu\": \"%s\", \"heads\": %d, \"dim\": %d, \"block\": %d, \"dtype\": \"bf16\", "
-           "\"causal\": 1, \"reps\": %d",
-           info.name, HEADS, DIM, BLOCK, g_opt.reps);
+           "\"causal\": 1, \"reps\": %d, \"shuffle\": \"%s\"",
+           info.name, HEADS, DIM, BLOCK, g_opt.reps, g_opt.local_shuffle ? "local" : "global");
     if (all || strcmp(w, "varlen") == 0) {
         printf(",\n");
         case_varlen();

@@ -17,7 +17,7 @@
 /* v: the varlen mode's parameters (the fixed kernel passes one never read). */
 template <sk_dtype DT, int HD, int MODE, bool CARRY = false>
 __device__ __forceinline__ void sk90_kernel_body(const sk90_params &p, const sk90_vparams &v) {
-    using L = sk90_smem<HD>;
+    using L = sk90_layout<HD, MODE>;
     extern __shared__ uint8_t sk90_smem_raw[];
     const uint32_t raw = (uint32_t)__cvta_generic_to_shared(sk90_smem_raw);
     const uint32_t base = (raw + kSwizzleAtom - 1) & ~(uint32_t)(kSwizzleAtom - 1);

@@ -72,12 +72,15 @@ enum {
 static_assert(kProducerRegs * 128 + kConsumerRegs * 256 <= kThreads * 168, "register budget");
 static_assert(kBlockM == 2 * kWgRows, "two consumer warpgroups of 64 rows");
 
-/* Byte offsets inside the 1024-aligned dynamic shared memory, per head dim. */
-template <int HD>
+/* Byte offsets inside the 1024-aligned dynamic shared memory, per head dim;
+ * KS, VS: the K and V stages (the defaults are every kernel's but the paged
+ * one's, sk90_layout below). */
+template <int HD, int KS = (HD == 128 ? SK90_KSTAGES_D128 : SK90_STAGES_D64),
+          int VS = (HD == 128 ? SK90_VSTAGES_D128 : SK90_STAGES_D64)>
 struct sk90_smem {
     static constexpr int kSlabs = HD / kSlabCols;
-    static constexpr int kKStages = HD == 128 ? SK90_KSTAGES_D128 : SK90_STAGES_D64;
-    static constexpr int kVStages = HD == 128 ? SK90_VSTAGES_D128 : SK90_STAGES_D64;
+    static constexpr int kKStages = KS;
+    static constexpr int kVStages = VS;
     /* With 2, the next tile's Q loads while this tile runs; with 1, once
      * both consumers' last S GEMMs of this tile are done. */
     static constexpr int kQBufs = HD == 128 ? SK90_QBUFS_D128 : 2;
@@ -285,6 +288,41 @@ struct sk90_pipe {
 /* The kernels' modes, compile-time: the fixed kernels carry none of the
  * varlen code. */
 enum { kSk90Fixed = 0, kSk90Varlen = 1, kSk90Paged = 2 };
+
+/* Tuning knobs of the paged mode only (compile-time, an A/B build for the
+ * measurement; docs/perf/varlen_paged.md, "A third V stage for pages"):
+ * its K and V stages. At D = 128 a third V stage (7 tiles of 32 KB with
+ * one Q buffer: 224 KB) lets the TMA warp issue V_j half a consumer step
+ * earlier (consumer step j: S_j with P_{j-1} V_{j-1}; it waits for K_j and
+ * V_{j-1}): with two, V_j waits for the release of V_{j-2} at the end of
+ * step j - 1 and is needed at the start of step j + 1 (one step to land);
+ * with three, it goes out with K_{j+1} (one and a half steps), and a
+ * block's boxes and their L2 / TLB latency get that much more room. 2 / 2
+ * is the phase-1 build (SK90_PAGE_LOOKAHEAD); D = 64 keeps the fixed
+ * kernel's stages unless told otherwise. */
+#ifndef SK90_PAGED_KSTAGES_D128
+#define SK90_PAGED_KSTAGES_D128 SK90_KSTAGES_D128
+#endif
+#ifndef SK90_PAGED_VSTAGES_D128
+#define SK90_PAGED_VSTAGES_D128 3
+#endif
+#ifndef SK90_PAGED_STAGES_D64
+#define SK90_PAGED_STAGES_D64 SK90_STAGES_D64
+#endif
+
+/* The K and V stages of a kernel of head dim HD in mode MODE: the paged
+ * mode's, or sk90_smem's defaults (the other kernels' code is unchanged:
+ * sk90_layout<HD, MODE> is then the type sk90_smem<HD>). */
+__host__ __device__ constexpr int sk90_kstages(int hd, int mode) {
+    return mode != kSk90Paged ? (hd == 128 ? SK90_KSTAGES_D128 : SK90_STAGES_D64)
+                              : (hd == 128 ? SK90_PAGED_KSTAGES_D128 : SK90_PAGED_STAGES_D64);
+}
+__host__ __device__ constexpr int sk90_vstages(int hd, int mode) {
+    return mode != kSk90Paged ? (hd == 128 ? SK90_VSTAGES_D128 : SK90_STAGES_D64)
+                              : (hd == 128 ? SK90_PAGED_VSTAGES_D128 : SK90_PAGED_STAGES_D64);
+}
+template <int HD, int MODE>
+using sk90_layout = sk90_smem<HD, sk90_kstages(HD, MODE), sk90_vstages(HD, MODE)>;
 
 /* A generic pointer to a shared-memory address (the varlen parts of the
  * layout, reached from `base`). */

@@ -364,7 +364,7 @@ __device__ __forceinline__ void sk90_carry_end(float o[HD / 2], const float m[2]
 template <sk_dtype DT, int HD, int MODE, bool CARRY = false>
 __device__ void sk90_consumer(const sk90_params &p, const sk90_vparams &v, uint32_t base, const int32_t *tile_ids,
                               const volatile int32_t *block_info, int wg) {
-    using L = sk90_smem<HD>;
+    using L = sk90_layout<HD, MODE>; /* the paged mode's stages (fwd_sm90_common.cuh) */
     constexpr int kOAcc = HD / 2; /* O accumulator registers per thread */
     const int wtid = threadIdx.x % 128;
     const int warp = wtid / 32, lane = wtid % 32;

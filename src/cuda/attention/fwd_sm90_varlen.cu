@@ -166,7 +166,7 @@ extern "C" sk_status sk_attention_sm90_varlen_check(const sk_attention_varlen_pr
 template <sk_dtype DT, int HD, int MODE>
 static sk_status sk90v_launch_as(const sk90_params &prm, const sk90_vparams &vp, int grid,
                                  cudaStream_t stream) {
-    using L = sk90_smem<HD>;
+    using L = sk90_layout<HD, MODE>;
     SK_CUDA_TRY(cudaFuncSetAttribute(sk_attention_sm90_varlen_kernel<DT, HD, MODE>,
                                      cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      (int)L::kVDynamicBytes),
