@@ -28,7 +28,11 @@
  *      returned partial in increasing peer rank. This order is fixed, so
  *      the run is bitwise repeatable. Each output element is rounded once.
  *
- * Workspace sections after the exchange's (cp_internal.h), 64-byte aligned:
+ * The CUDA run is cp_backward_cuda.c's (dtype shares out of the CUDA
+ * attention backward, fp32 sums in the same order); the checks and the
+ * entry points here serve both.
+ *
+ * CPU workspace sections after the exchange's (cp_internal.h), 64-byte aligned:
  * O32, dO32 [B, S_r, Hq, D]; LSE of each chunk packed [B, Hq, S_c] (chunk c
  * from B x Hq x q_start on: the attention backward takes a contiguous LSE);
  * dQ local, dQ remote [B, S_r, Hq, D]; dK, dV of each chunk's local pass
