@@ -35,6 +35,7 @@
 #include "common/harness.h"
 #include "common/test_util.h"
 #include "cuda_api.h"
+#include "gpu/cp_gpu.h"
 #include "gpu_util.h"
 #include "sparsek.h"
 
@@ -225,42 +226,9 @@ static int64_t cb_compare(const cp_case *c, const char *name, const char *what, 
     return bad;
 }
 
-/* Units no slice selects: NaN in K and V. */
-static void cb_poison_unused(const cp_case *c, const sk_bsr *L, void *k, void *v) {
-    const int64_t B = c->batch, S = c->seq, D = c->head_dim, Hkv = c->heads_kv;
-    const int64_t nb = (S + c->block - 1) / c->block, group = c->heads_q / Hkv;
-    const int64_t slices = (int64_t)L->grid.batch * L->grid.heads;
-    uint8_t *used = calloc((size_t)(B * Hkv * nb), 1);
-    REQUIRE(used != NULL, "out of memory");
-    for (int64_t s = 0; s < slices; ++s)
-        for (int64_t b = 0; b < B; ++b)
-            for (int64_t hq = 0; hq < c->heads_q; ++hq) {
-                if (L->grid.batch != 1 && b != s / L->grid.heads) continue;
-                if (cpc_slice_head(L, c->heads_q, Hkv, hq) != s % L->grid.heads) continue;
-                for (int64_t e = L->row_offsets[s * nb]; e < L->row_offsets[(s + 1) * nb]; ++e)
-                    used[(b * Hkv + hq / group) * nb + L->col_indices[e]] = 1;
-            }
-    for (int64_t b = 0; b < B; ++b)
-        for (int64_t h = 0; h < Hkv; ++h)
-            for (int64_t j = 0; j < nb; ++j) {
-                if (used[(b * Hkv + h) * nb + j]) continue;
-                for (int64_t t = j * c->block; t < S && t < (j + 1) * c->block; ++t) {
-                    tu_fill_nan((uint16_t *)k + ((b * S + t) * Hkv + h) * D, c->dtype, D);
-                    tu_fill_nan((uint16_t *)v + ((b * S + t) * Hkv + h) * D, c->dtype, D);
-                }
-            }
-    free(used);
-}
-
 static void cb_case_run(const cp_case *c) {
     char name[256];
-    snprintf(name, sizeof name,
-             "bwd R%d %s %s%s %s B%lld S%lld H%lld/%lld D%lld blk%d slices %dx%d seed %llu",
-             (int)c->ranks, c->sharding == SK_CP_SHARDING_ZIGZAG ? "zigzag" : "contiguous",
-             cpc_kind_names[c->kind], c->causal ? " causal" : "",
-             c->dtype == SK_DTYPE_BF16 ? "bf16" : "f16", (long long)c->batch, (long long)c->seq,
-             (long long)c->heads_q, (long long)c->heads_kv, (long long)c->head_dim, (int)c->block,
-             (int)c->layout_batch, (int)c->layout_heads, (unsigned long long)c->seed);
+    cpg_name(name, sizeof name, c, "bwd ");
     if (gt_opt.backend == SK_BACKEND_CUDA_SM90 && c->block != 128) return; /* sm90: 128 only */
     const int64_t B = c->batch, S = c->seq, D = c->head_dim;
     const int64_t nq = B * S * c->heads_q * D, nk = B * S * c->heads_kv * D;
@@ -285,7 +253,12 @@ static void cb_case_run(const cp_case *c) {
     tu_fill_normal(&rng, h.k, c->dtype, nk, 1.0f);
     tu_fill_normal(&rng, h.v, c->dtype, nk, 1.0f);
     tu_fill_normal(&rng, h.dout, c->dtype, nq, 1.0f);
-    cb_poison_unused(c, &L, h.k, h.v);
+    const int64_t nb = (S + c->block - 1) / c->block;
+    uint8_t *used = calloc((size_t)(B * c->heads_kv * nb), 1);
+    REQUIRE(used != NULL, "out of memory");
+    cpg_used_units(c, &L, used);
+    cpg_poison_unused(c, used, h.k, h.v); /* units nobody selects */
+    free(used);
 
     cb_rank rk[8];
     memset(rk, 0, sizeof rk);
@@ -293,17 +266,7 @@ static void cb_case_run(const cp_case *c) {
     void *plan = NULL;
     size_t plan_bytes = 0;
     sk_cp_desc d;
-    sk_cp_desc_init(&d, sizeof d);
-    d.ranks = c->ranks;
-    d.sharding = c->sharding;
-    d.backend = gt_opt.backend;
-    d.dtype = c->dtype;
-    d.batch = B;
-    d.seq = S;
-    d.heads_q = c->heads_q;
-    d.heads_kv = c->heads_kv;
-    d.head_dim = D;
-    d.mask = c->causal ? SK_MASK_CAUSAL : SK_MASK_NONE;
+    cpg_desc(c, &d);
     int ok = cb_reference(c, &L, &h, g[0][0], g[0][1], g[0][2]) == 0;
     ok = ok && sk_cp_plan_size(&d, &L, &plan_bytes) == SK_STATUS_SUCCESS &&
          (plan = malloc(plan_bytes)) != NULL &&
@@ -376,21 +339,10 @@ SK_TEST(gpu_cp_backward_matches_single_gpu) {
                     if (gt_opt.quick && (kind != CPC_RANDOM || ranks != 2)) continue;
                     cp_case c;
                     memset(&c, 0, sizeof c);
-                    c.ranks = ranks;
-                    c.sharding = zig ? SK_CP_SHARDING_ZIGZAG : SK_CP_SHARDING_CONTIGUOUS;
-                    c.causal = causal;
-                    c.kind = kind;
+                    cpg_sweep_case(cases, ranks, zig, causal, kind, tu_rng_next(&rng), &c);
+                    /* Both dtypes with and without a tail (the sweep ties
+                     * the dtype to the tail). */
                     c.dtype = (cases / 2 % 2) ? SK_DTYPE_F16 : SK_DTYPE_BF16;
-                    c.batch = 1 + cases % 2;
-                    c.heads_kv = 2;
-                    c.heads_q = (cases % 3) ? 4 : 2;
-                    c.head_dim = (cases % 5 == 3) ? 64 : 128;
-                    c.block = (cases % 7 == 5) ? 64 : 128;
-                    c.seq = (int64_t)c.block * (2 * c.ranks + 3) + (cases % 2 ? 37 : 0);
-                    c.layout_batch = (cases % 4 == 1) ? (int32_t)c.batch : 1;
-                    const int64_t heads[3] = {1, c.heads_kv, c.heads_q};
-                    c.layout_heads = (int32_t)heads[cases % 3];
-                    c.seed = tu_rng_next(&rng);
                     cb_case_run(&c);
                     ++cases;
                 }

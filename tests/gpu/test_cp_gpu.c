@@ -32,6 +32,7 @@
 #include "common/harness.h"
 #include "common/test_util.h"
 #include "cuda_api.h"
+#include "gpu/cp_gpu.h"
 #include "gpu_util.h"
 #include "sparsek.h"
 
@@ -63,24 +64,11 @@ static void *cg_run_rank(void *arg) {
     return NULL;
 }
 
-/* Whether slice s holds the rows of (batch b, query head hq). */
-static int cg_slice_covers(const cp_case *c, const sk_bsr *L, int64_t s, int64_t b, int64_t hq) {
-    if (L->grid.batch != 1 && b != s / L->grid.heads) return 0;
-    return cpc_slice_head(L, c->heads_q, c->heads_kv, hq) == s % L->grid.heads;
-}
-
-/* used[(b * Hkv + h) * nb + j]: some row of a slice covering (b, KV head h)
- * selects block j. vmax[(b * Hkv + h) * nb + j]: max |V| over the block. */
+/* used: cpg_used_units. vmax[(b * Hkv + h) * nb + j]: max |V| over the
+ * block. */
 static void cg_usage(const cp_case *c, const sk_bsr *L, const void *v, int64_t nb, uint8_t *used,
                      double *vmax) {
-    const int64_t slices = (int64_t)L->grid.batch * L->grid.heads, group = c->heads_q / c->heads_kv;
-    for (int64_t s = 0; s < slices; ++s)
-        for (int64_t b = 0; b < c->batch; ++b)
-            for (int64_t hq = 0; hq < c->heads_q; ++hq) {
-                if (!cg_slice_covers(c, L, s, b, hq)) continue;
-                for (int64_t e = L->row_offsets[s * nb]; e < L->row_offsets[(s + 1) * nb]; ++e)
-                    used[(b * c->heads_kv + hq / group) * nb + L->col_indices[e]] = 1;
-            }
+    cpg_used_units(c, L, used);
     for (int64_t b = 0; b < c->batch; ++b)
         for (int64_t h = 0; h < c->heads_kv; ++h)
             for (int64_t j = 0; j < nb; ++j) {
@@ -195,13 +183,7 @@ static int cg_run_ranks(const cp_case *c, cg_rank *rk, const void *q, const void
 
 static void cg_case_run(const cp_case *c) {
     char name[256];
-    snprintf(name, sizeof name,
-             "R%d %s %s%s %s B%lld S%lld H%lld/%lld D%lld blk%d slices %dx%d seed %llu",
-             (int)c->ranks, c->sharding == SK_CP_SHARDING_ZIGZAG ? "zigzag" : "contiguous",
-             cpc_kind_names[c->kind], c->causal ? " causal" : "",
-             c->dtype == SK_DTYPE_BF16 ? "bf16" : "f16", (long long)c->batch, (long long)c->seq,
-             (long long)c->heads_q, (long long)c->heads_kv, (long long)c->head_dim, (int)c->block,
-             (int)c->layout_batch, (int)c->layout_heads, (unsigned long long)c->seed);
+    cpg_name(name, sizeof name, c, "");
     if (gt_opt.backend == SK_BACKEND_CUDA_SM90 && c->block != 128) return; /* sm90: 128 only */
     const int64_t B = c->batch, S = c->seq, D = c->head_dim, nb = (S + c->block - 1) / c->block;
     const int64_t nq = B * S * c->heads_q * D, nk = B * S * c->heads_kv * D;
@@ -224,17 +206,7 @@ static void cg_case_run(const cp_case *c) {
     uint8_t *used = calloc((size_t)(B * c->heads_kv * nb), 1);
     double *vmax = calloc((size_t)(B * c->heads_kv * nb), sizeof(double));
     cg_usage(c, &L, v, nb, used, vmax);
-    /* Units nobody selects: NaN in K and V. */
-    for (int64_t b = 0; b < B; ++b)
-        for (int64_t h = 0; h < c->heads_kv; ++h)
-            for (int64_t j = 0; j < nb; ++j) {
-                if (used[(b * c->heads_kv + h) * nb + j]) continue;
-                for (int64_t t = j * c->block; t < S && t < (j + 1) * c->block; ++t) {
-                    const int64_t at = ((b * S + t) * c->heads_kv + h) * D;
-                    tu_fill_nan((uint16_t *)k + at, c->dtype, D);
-                    tu_fill_nan((uint16_t *)v + at, c->dtype, D);
-                }
-            }
+    cpg_poison_unused(c, used, k, v); /* units nobody selects */
 
     cg_rank rk[8];
     memset(rk, 0, sizeof rk);
@@ -242,17 +214,7 @@ static void cg_case_run(const cp_case *c) {
     void *plan = NULL;
     size_t plan_bytes = 0;
     sk_cp_desc d;
-    sk_cp_desc_init(&d, sizeof d);
-    d.ranks = c->ranks;
-    d.sharding = c->sharding;
-    d.backend = gt_opt.backend;
-    d.dtype = c->dtype;
-    d.batch = B;
-    d.seq = S;
-    d.heads_q = c->heads_q;
-    d.heads_kv = c->heads_kv;
-    d.head_dim = D;
-    d.mask = c->causal ? SK_MASK_CAUSAL : SK_MASK_NONE;
+    cpg_desc(c, &d);
     int ok = cg_reference(c, &L, q, k, v, o_ref, lse_ref) == 0;
     ok = ok && sk_cp_plan_size(&d, &L, &plan_bytes) == SK_STATUS_SUCCESS &&
          (plan = malloc(plan_bytes)) != NULL &&
@@ -291,7 +253,7 @@ static void cg_case_run(const cp_case *c) {
         for (int64_t b = 0; b < B; ++b)
             for (int64_t h = 0; h < c->heads_q; ++h) {
                 int64_t s = 0;
-                while (s < slices && !cg_slice_covers(c, &L, s, b, h)) ++s;
+                while (s < slices && !cpg_slice_covers(c, &L, s, b, h)) ++s;
                 const int64_t hk = h / (c->heads_q / c->heads_kv);
                 for (int64_t t = 0; t < S; ++t) {
                     const int64_t row = s * nb + t / c->block;
@@ -353,21 +315,7 @@ SK_TEST(gpu_cp_matches_single_gpu) {
                     if (gt_opt.quick && (kind != CPC_RANDOM || ri != 1)) continue;
                     cp_case c;
                     memset(&c, 0, sizeof c);
-                    c.ranks = rank_list[ri];
-                    c.sharding = zig ? SK_CP_SHARDING_ZIGZAG : SK_CP_SHARDING_CONTIGUOUS;
-                    c.causal = causal;
-                    c.kind = kind;
-                    c.dtype = (cases % 2) ? SK_DTYPE_F16 : SK_DTYPE_BF16;
-                    c.batch = 1 + cases % 2;
-                    c.heads_kv = 2;
-                    c.heads_q = (cases % 3) ? 4 : 2;
-                    c.head_dim = (cases % 5 == 3) ? 64 : 128;
-                    c.block = (cases % 7 == 5) ? 64 : 128;
-                    c.seq = (int64_t)c.block * (2 * c.ranks + 3) + (cases % 2 ? 37 : 0);
-                    c.layout_batch = (cases % 4 == 1) ? (int32_t)c.batch : 1;
-                    const int64_t heads[3] = {1, c.heads_kv, c.heads_q};
-                    c.layout_heads = (int32_t)heads[cases % 3];
-                    c.seed = tu_rng_next(&rng);
+                    cpg_sweep_case(cases, rank_list[ri], zig, causal, kind, tu_rng_next(&rng), &c);
                     cg_case_run(&c);
                     ++cases;
                 }

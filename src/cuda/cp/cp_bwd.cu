@@ -16,25 +16,9 @@
 #include "core/cp_plan.h"
 #include "cuda/backend.h"
 #include "cuda/common/cuda_check.cuh"
+#include "cuda/cp/convert.cuh"
 
 enum { kThreads = 256, kUnitThreads = 128, kMaxGrid = 1 << 20 };
-
-/* The widening and the rounding of one element (fp32 math, round to
- * nearest even). */
-template <typename T> __device__ __forceinline__ float sk_cpb_f32(T x);
-template <> __device__ __forceinline__ float sk_cpb_f32<__half>(__half x) {
-    return __half2float(x);
-}
-template <> __device__ __forceinline__ float sk_cpb_f32<__nv_bfloat16>(__nv_bfloat16 x) {
-    return __bfloat162float(x);
-}
-template <typename T> __device__ __forceinline__ T sk_cpb_round(float x);
-template <> __device__ __forceinline__ __half sk_cpb_round<__half>(float x) {
-    return __float2half_rn(x);
-}
-template <> __device__ __forceinline__ __nv_bfloat16 sk_cpb_round<__nv_bfloat16>(float x) {
-    return __float2bfloat16_rn(x);
-}
 
 static unsigned grid_for(int64_t work, int threads) {
     const int64_t g = (work + threads - 1) / threads;
@@ -74,19 +58,19 @@ template <typename T> __global__ void __launch_bounds__(kThreads) sk_cp_sum_kern
             const uint4 ra = ((const uint4 *)p.a)[i];
             const T *ea = (const T *)&ra;
 #pragma unroll
-            for (int e = 0; e < 8; ++e) x[e] = sk_cpb_f32<T>(ea[e]);
+            for (int e = 0; e < 8; ++e) x[e] = sk_cp_to_f32<T>(ea[e]);
         }
         if (p.b != NULL) {
             const uint4 rb = ((const uint4 *)p.b)[i];
             const T *eb = (const T *)&rb;
 #pragma unroll
-            for (int e = 0; e < 8; ++e) x[e] += sk_cpb_f32<T>(eb[e]);
+            for (int e = 0; e < 8; ++e) x[e] += sk_cp_to_f32<T>(eb[e]);
         }
         if (p.out != NULL) {
             uint4 ro;
             T *eo = (T *)&ro;
 #pragma unroll
-            for (int e = 0; e < 8; ++e) eo[e] = sk_cpb_round<T>(x[e]);
+            for (int e = 0; e < 8; ++e) eo[e] = sk_cp_from_f32<T>(x[e]);
             ((uint4 *)p.out)[i] = ro;
         } else {
             ((float4 *)p.dst32)[2 * i] = make_float4(x[0], x[1], x[2], x[3]);
@@ -149,12 +133,12 @@ __global__ void __launch_bounds__(kUnitThreads) sk_cp_grad_kernel(sk_cp_grad_pro
             const uint4 r0 = *(const uint4 *)(src0 + side);
             const T *e0 = (const T *)&r0;
 #pragma unroll
-            for (int e = 0; e < 8; ++e) v[e] = sk_cpb_f32<T>(e0[e]);
+            for (int e = 0; e < 8; ++e) v[e] = sk_cp_to_f32<T>(e0[e]);
             if (src1 != NULL) {
                 const uint4 r1 = *(const uint4 *)(src1 + side);
                 const T *e1 = (const T *)&r1;
 #pragma unroll
-                for (int e = 0; e < 8; ++e) v[e] += sk_cpb_f32<T>(e1[e]);
+                for (int e = 0; e < 8; ++e) v[e] += sk_cp_to_f32<T>(e1[e]);
             }
             q[0] = make_float4(v[0], v[1], v[2], v[3]);
             q[1] = make_float4(v[4], v[5], v[6], v[7]);
