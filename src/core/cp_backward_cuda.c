@@ -159,14 +159,14 @@ static sk_status bwd_pass(const sk_cp_ctx *c, int i, const bwd_io *io, char *ws,
     const int64_t kvb = B * key_seq * d->heads_kv * d->head_dim * es; /* one dK or dV buffer */
     char *dk = ws + c->offsets[remote ? BC_DKR : BC_DKL] + 2 * chunk * kvb;
     char *dq = ws + c->offsets[BC_DQ] + remote * B * S * row + at;
-    const float *lse = (const float *)(const void *)(ws + c->offsets[BC_LSE]) +
-                       B * d->heads_q * cp->q_start;
+    const float *lse =
+        (const float *)(const void *)(ws + c->offsets[BC_LSE]) + B * d->heads_q * cp->q_start;
     const void *k = remote ? ws + c->offsets[SK_CP_CW_KR] : io->k;
     const void *v = remote ? ws + c->offsets[SK_CP_CW_VR] : io->v;
     return sk_attention_backward_run(&a, &g, &L, (const char *)io->q + at, k, v,
-                                     (const char *)io->o + at, (const char *)io->dout + at, lse,
-                                     dq, dk, dk + kvb, ws + c->offsets[BC_ATT + i],
-                                     c->att_bytes[i], stream);
+                                     (const char *)io->o + at, (const char *)io->dout + at, lse, dq,
+                                     dk, dk + kvb, ws + c->offsets[BC_ATT + i], c->att_bytes[i],
+                                     stream);
 }
 
 /* The gradient units of one pair: packed from the remote partials (add =
@@ -179,8 +179,8 @@ static sk_status grad_units(const sk_cp_ctx *c, const sk_cp_pair *pair, int add,
     const int64_t B = d->batch, Hkv = d->heads_kv, D = d->head_dim;
     sk_cp_grad_problem p;
     memset(&p, 0, sizeof p);
-    p.units = ws + c->offsets[SK_CP_CW_PLAN] + h->units +
-              pair->unit_start * (int64_t)sizeof(sk_cp_unit);
+    p.units =
+        ws + c->offsets[SK_CP_CW_PLAN] + h->units + pair->unit_start * (int64_t)sizeof(sk_cp_unit);
     p.count = pair->units;
     p.full = sk_cp_cuda_whole_units(h, pair);
     p.block = h->block;
@@ -275,8 +275,10 @@ sk_status sk_cp_cuda_backward(const sk_cp_ctx *c, sk_comm_t comm, const void *q,
     for (int32_t i = 0; i < rp->chunks; ++i) {
         const sk_cp_chunk_plan *cp = &rp->chunk[i];
         const sk_cp_rows_problem rows = {
-            B * Hq, cp->tokens, S, cp->q_start, cp->tokens, 0, lse,
-            (float *)(void *)(ws + c->offsets[BC_LSE]) + B * Hq * cp->q_start};
+            B * Hq,     cp->tokens,
+            S,          cp->q_start,
+            cp->tokens, 0,
+            lse,        (float *)(void *)(ws + c->offsets[BC_LSE]) + B * Hq * cp->q_start};
         SK_TRY(sk_cuda_cp_rows(&rows, stream));
     }
     for (int32_t i = 0; i < rp->chunks; ++i) SK_TRY(bwd_pass(c, 2 * i, &io, ws, stream));
@@ -293,7 +295,7 @@ sk_status sk_cp_cuda_backward(const sk_cp_ctx *c, sk_comm_t comm, const void *q,
     const int64_t es = c->esize;
     const char *dql = ws + c->offsets[BC_DQ], *dkl = ws + c->offsets[BC_DKL];
     float *acc = (float *)(void *)(ws + c->offsets[BC_ACC]);
-    const sk_cp_sum_problem sq = {d->dtype, nq, NULL, dql, any_remote ? dql + nq * es : NULL,
+    const sk_cp_sum_problem sq = {d->dtype, nq,  NULL, dql, any_remote ? dql + nq * es : NULL,
                                   dq,       NULL};
     SK_TRY(sk_cuda_cp_sum(&sq, stream));
     const sk_cp_sum_problem sl = {

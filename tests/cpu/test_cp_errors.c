@@ -547,9 +547,8 @@ static void cuda_bwd_refused(fx *F, const bwd_fx *b, const sk_cp_desc *d) {
                sk_cp_backward_prepare(d, F->plan, F->plan_bytes, b->ws, b->ws_bytes, NULL), want,
                needle);
     bwd_expect(b, "CUDA run",
-               sk_cp_backward(d, F->plan, F->plan_bytes, F->comm[0], F->q, F->k, F->v, F->o,
-                              F->lse, b->dout, b->g[0], b->g[1], b->g[2], b->ws, b->ws_bytes,
-                              NULL),
+               sk_cp_backward(d, F->plan, F->plan_bytes, F->comm[0], F->q, F->k, F->v, F->o, F->lse,
+                              b->dout, b->g[0], b->g[1], b->g[2], b->ws, b->ws_bytes, NULL),
                want, needle);
 }
 

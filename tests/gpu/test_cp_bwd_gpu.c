@@ -27,7 +27,6 @@
  * the same layout: bitwise equal.
  */
 #include <math.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -39,21 +38,11 @@
 #include "gpu_util.h"
 #include "sparsek.h"
 
-/* One rank: its device shards, gradients, workspace and stream. */
+/* One rank: the common part, its device shards and gradients. */
 typedef struct cb_rank {
-    sk_cp_desc desc;
-    const void *plan;
-    size_t plan_bytes;
-    sk_comm_t comm;
-    void *q, *k, *v, *o, *dout, *dq, *dk, *dv, *ws;
+    cpg_rank f;
+    void *q, *k, *v, *o, *dout, *dq, *dk, *dv;
     float *lse;
-    size_t ws_bytes;
-    cudaStream_t stream;
-    int64_t tokens;
-    int32_t chunks;
-    int64_t starts[2], lengths[2];
-    sk_status status;
-    char error[512];
 } cb_rank;
 
 /* The global host tensors of a case. */
@@ -64,12 +53,9 @@ typedef struct cb_host {
 
 static void *cb_run_rank(void *arg) {
     cb_rank *r = arg;
-    r->status = sk_cp_backward(&r->desc, r->plan, r->plan_bytes, r->comm, r->q, r->k, r->v, r->o,
-                               r->lse, r->dout, r->dq, r->dk, r->dv, r->ws, r->ws_bytes,
-                               (struct CUstream_st *)r->stream);
-    if (r->status == SK_STATUS_SUCCESS && cudaStreamSynchronize(r->stream) != cudaSuccess)
-        r->status = SK_STATUS_EXECUTION_FAILED;
-    strncpy(r->error, sk_last_error(), sizeof r->error - 1);
+    cpg_rank_done(&r->f, sk_cp_backward(&r->f.desc, r->f.plan, r->f.plan_bytes, r->f.comm, r->q,
+                                        r->k, r->v, r->o, r->lse, r->dout, r->dq, r->dk, r->dv,
+                                        r->f.ws, r->f.ws_bytes, (struct CUstream_st *)r->f.stream));
     return NULL;
 }
 
@@ -81,15 +67,7 @@ static int cb_reference(const cp_case *c, const sk_bsr *L, cb_host *h, void *dq,
     const int64_t nk = c->batch * c->seq * c->heads_kv * c->head_dim * 2;
     const int64_t nl = c->batch * c->heads_q * c->seq * 4;
     sk_attention_desc a;
-    sk_attention_desc_init(&a, sizeof a);
-    a.backend = gt_opt.backend;
-    a.dtype = c->dtype;
-    a.batch = c->batch;
-    a.seq_q = a.seq_k = c->seq;
-    a.heads_q = c->heads_q;
-    a.heads_kv = c->heads_kv;
-    a.head_dim = c->head_dim;
-    a.mask = c->causal ? SK_MASK_CAUSAL : SK_MASK_NONE;
+    cpg_attention_desc(c, &a);
     sk_attention_backward_desc g;
     sk_attention_backward_desc_init(&g, sizeof g);
     sk_bsr dl;
@@ -127,68 +105,54 @@ static int cb_run_ranks(const cp_case *c, cb_rank *rk, const cb_host *h, void *d
                         void *dv, const char *name) {
     const int64_t B = c->batch, S = c->seq, HQ = c->heads_q * c->head_dim;
     const int64_t HK = c->heads_kv * c->head_dim, BH = B * c->heads_q;
-    pthread_t th[8];
     for (int32_t r = 0; r < c->ranks; ++r) {
         cb_rank *x = &rk[r];
-        const int64_t nq = B * x->tokens * HQ, nk = B * x->tokens * HK;
+        const int64_t nq = B * x->f.tokens * HQ, nk = B * x->f.tokens * HK;
         void *s[5];
         const void *g[5] = {h->q, h->k, h->v, h->o, h->dout};
         const int64_t row[5] = {HQ, HK, HK, HQ, HQ}, n[5] = {nq, nk, nk, nq, nq};
         void *dev[5] = {x->q, x->k, x->v, x->o, x->dout};
-        float *hl = malloc((size_t)(BH * x->tokens) * 4);
+        float *hl = malloc((size_t)(BH * x->f.tokens) * 4);
         int bad = hl == NULL;
         for (int i = 0; i < 5; ++i) {
             s[i] = malloc((size_t)n[i] * 2);
             bad = bad || s[i] == NULL;
             int64_t at = 0;
-            for (int32_t ch = 0; !bad && ch < x->chunks; at += x->lengths[ch], ++ch)
-                cpc_rows(s[i], g[i], 2, B, S, x->tokens, row[i], x->starts[ch], at,
-                         x->lengths[ch], 0);
+            for (int32_t ch = 0; !bad && ch < x->f.chunks; at += x->f.lengths[ch], ++ch)
+                cpc_rows(s[i], g[i], 2, B, S, x->f.tokens, row[i], x->f.starts[ch], at,
+                         x->f.lengths[ch], 0);
             bad = bad || gt_upload(dev[i], s[i], (size_t)n[i] * 2);
             free(s[i]);
         }
         int64_t at = 0;
-        for (int32_t ch = 0; !bad && ch < x->chunks; at += x->lengths[ch], ++ch)
+        for (int32_t ch = 0; !bad && ch < x->f.chunks; at += x->f.lengths[ch], ++ch)
             for (int64_t bh = 0; bh < BH; ++bh)
-                memcpy(hl + bh * x->tokens + at, h->lse + bh * S + x->starts[ch],
-                       (size_t)x->lengths[ch] * 4);
-        bad = bad || gt_upload(x->lse, hl, (size_t)(BH * x->tokens) * 4);
+                memcpy(hl + bh * x->f.tokens + at, h->lse + bh * S + x->f.starts[ch],
+                       (size_t)x->f.lengths[ch] * 4);
+        bad = bad || gt_upload(x->lse, hl, (size_t)(BH * x->f.tokens) * 4);
         free(hl);
         /* The NaN fills on the rank's own stream: a non-blocking stream
          * does not wait for the legacy default stream. */
-        bad = bad || cudaMemsetAsync(x->dq, 0xff, (size_t)nq * 2, x->stream) != cudaSuccess ||
-              cudaMemsetAsync(x->dk, 0xff, (size_t)nk * 2, x->stream) != cudaSuccess ||
-              cudaMemsetAsync(x->dv, 0xff, (size_t)nk * 2, x->stream) != cudaSuccess ||
-              cudaMemsetAsync(x->ws, 0xff, x->ws_bytes, x->stream) != cudaSuccess;
-        const sk_status st = bad ? SK_STATUS_EXECUTION_FAILED
-                                 : sk_cp_backward_prepare(&x->desc, x->plan, x->plan_bytes, x->ws,
-                                                          x->ws_bytes,
-                                                          (struct CUstream_st *)x->stream);
-        CHECK(st == SK_STATUS_SUCCESS, "%s: rank %d upload / prepare: %s", name, (int)r,
-              sk_last_error());
-        if (st != SK_STATUS_SUCCESS) return 1;
+        bad = bad || cudaMemsetAsync(x->dq, 0xff, (size_t)nq * 2, x->f.stream) != cudaSuccess ||
+              cudaMemsetAsync(x->dk, 0xff, (size_t)nk * 2, x->f.stream) != cudaSuccess ||
+              cudaMemsetAsync(x->dv, 0xff, (size_t)nk * 2, x->f.stream) != cudaSuccess;
+        if (cpg_rank_prepare(&x->f, bad, 1, r, name)) return 1;
     }
-    for (int32_t r = 0; r < c->ranks; ++r) pthread_create(&th[r], NULL, cb_run_rank, &rk[r]);
-    for (int32_t r = 0; r < c->ranks; ++r) pthread_join(th[r], NULL);
-    int failed = 0;
+    int failed = cpg_run_threads(c->ranks, cb_run_rank, rk, sizeof *rk, name);
     for (int32_t r = 0; r < c->ranks; ++r) {
         cb_rank *x = &rk[r];
-        CHECK(x->status == SK_STATUS_SUCCESS, "%s: rank %d: %s", name, (int)r, x->error);
-        if (x->status != SK_STATUS_SUCCESS) {
-            failed = 1;
-            continue;
-        }
+        if (x->f.status != SK_STATUS_SUCCESS) continue;
         void *out[3] = {dq, dk, dv};
         const void *dev[3] = {x->dq, x->dk, x->dv};
         const int64_t row[3] = {HQ, HK, HK};
         for (int i = 0; i < 3; ++i) {
-            const int64_t n = B * x->tokens * row[i];
+            const int64_t n = B * x->f.tokens * row[i];
             void *hs = malloc((size_t)n * 2);
             const int bad = hs == NULL || gt_download(hs, dev[i], (size_t)n * 2);
             int64_t at = 0;
-            for (int32_t ch = 0; !bad && ch < x->chunks; at += x->lengths[ch], ++ch)
-                cpc_rows(out[i], hs, 2, B, S, x->tokens, row[i], x->starts[ch], at,
-                         x->lengths[ch], 1);
+            for (int32_t ch = 0; !bad && ch < x->f.chunks; at += x->f.lengths[ch], ++ch)
+                cpc_rows(out[i], hs, 2, B, S, x->f.tokens, row[i], x->f.starts[ch], at,
+                         x->f.lengths[ch], 1);
             free(hs);
             failed |= bad;
         }
@@ -219,8 +183,7 @@ static int64_t cb_compare(const cp_case *c, const char *name, const char *what, 
                     *worst = fmax(*worst, err / tol);
                     if (!(err <= tol) && bad++ < 3)
                         CHECK(0, "%s: %s[b%lld t%lld h%lld d%lld] = %.6g, single GPU %.6g", name,
-                              what, (long long)b, (long long)t, (long long)h, (long long)x, gv,
-                              rv);
+                              what, (long long)b, (long long)t, (long long)h, (long long)x, gv, rv);
                 }
         }
     return bad;
@@ -232,11 +195,9 @@ static void cb_case_run(const cp_case *c) {
     if (gt_opt.backend == SK_BACKEND_CUDA_SM90 && c->block != 128) return; /* sm90: 128 only */
     const int64_t B = c->batch, S = c->seq, D = c->head_dim;
     const int64_t nq = B * S * c->heads_q * D, nk = B * S * c->heads_kv * D;
-    const sk_grid grid = tu_grid(S, S, c->block, c->block, c->layout_batch, c->layout_heads);
-    sk_layout_t owned = cpc_layout(c->kind, c->causal, &grid, c->seed);
-    REQUIRE(owned != NULL, "%s: layout: %s", name, sk_last_error());
     sk_bsr L;
-    sk_layout_view(owned, &L);
+    sk_layout_t owned = cpg_layout(c, &L);
+    REQUIRE(owned != NULL, "%s: layout: %s", name, sk_last_error());
 
     tu_rng rng;
     tu_rng_seed(&rng, c->seed);
@@ -268,38 +229,28 @@ static void cb_case_run(const cp_case *c) {
     sk_cp_desc d;
     cpg_desc(c, &d);
     int ok = cb_reference(c, &L, &h, g[0][0], g[0][1], g[0][2]) == 0;
-    ok = ok && sk_cp_plan_size(&d, &L, &plan_bytes) == SK_STATUS_SUCCESS &&
-         (plan = malloc(plan_bytes)) != NULL &&
-         sk_cp_plan(&d, &L, plan, plan_bytes) == SK_STATUS_SUCCESS &&
-         sk_comm_create_simulated_cuda(c->ranks, comms) == SK_STATUS_SUCCESS;
+    ok = ok && cpg_plan(&d, &L, &plan, &plan_bytes, comms) == 0;
     CHECK(ok, "%s: setup: %s", name, sk_last_error());
     for (int32_t r = 0; ok && r < c->ranks; ++r) {
         cb_rank *x = &rk[r];
-        x->desc = d;
-        x->desc.rank = r;
-        x->plan = plan;
-        x->plan_bytes = plan_bytes;
-        x->comm = comms[r];
-        sk_cp_shard(&x->desc, r, c->block, &x->tokens, &x->chunks, x->starts, x->lengths);
-        ok = sk_cp_backward_workspace_size(&x->desc, plan, plan_bytes, &x->ws_bytes) ==
-             SK_STATUS_SUCCESS;
-        CHECK(ok, "%s: rank %d workspace size: %s", name, (int)r, sk_last_error());
-        const size_t sq = (size_t)(B * x->tokens * c->heads_q * D * 2),
-                     sk = (size_t)(B * x->tokens * c->heads_kv * D * 2);
+        ok = cpg_rank_init(&x->f, c, &d, r, plan, plan_bytes, comms[r], 1, name) == 0;
+        const size_t sq = (size_t)(B * x->f.tokens * c->heads_q * D * 2),
+                     sk = (size_t)(B * x->f.tokens * c->heads_kv * D * 2);
         x->q = gt_device_alloc(sq), x->o = gt_device_alloc(sq), x->dout = gt_device_alloc(sq);
         x->dq = gt_device_alloc(sq);
         x->k = gt_device_alloc(sk), x->v = gt_device_alloc(sk);
         x->dk = gt_device_alloc(sk), x->dv = gt_device_alloc(sk);
-        x->lse = gt_device_alloc((size_t)(B * c->heads_q * x->tokens) * 4);
-        x->ws = gt_device_alloc(x->ws_bytes);
-        ok = ok && cudaStreamCreateWithFlags(&x->stream, cudaStreamNonBlocking) == cudaSuccess;
+        x->lse = gt_device_alloc((size_t)(B * c->heads_q * x->f.tokens) * 4);
     }
     ok = ok && cb_run_ranks(c, rk, &h, g[1][0], g[1][1], g[1][2], name) == 0 &&
          cb_run_ranks(c, rk, &h, g[2][0], g[2][1], g[2][2], name) == 0;
     if (ok) {
         for (int j = 0; j < 3; ++j)
             CHECK(memcmp(g[1][j], g[2][j], (size_t)gn[j] * 2) == 0, "%s: two runs differ (%s)",
-                  name, j == 0 ? "dq" : j == 1 ? "dk" : "dv");
+                  name,
+                  j == 0   ? "dq"
+                  : j == 1 ? "dk"
+                           : "dv");
         static const char *const what[3] = {"dq", "dk", "dv"};
         const int64_t heads[3] = {c->heads_q, c->heads_kv, c->heads_kv};
         const int64_t parts[3] = {2, 2 * c->ranks, 2 * c->ranks};
@@ -317,9 +268,9 @@ static void cb_case_run(const cp_case *c) {
     }
     for (int32_t r = 0; r < c->ranks; ++r) {
         cb_rank *x = &rk[r];
-        void *dev[10] = {x->q, x->k, x->v, x->o, x->dout, x->dq, x->dk, x->dv, x->lse, x->ws};
-        for (int i = 0; i < 10; ++i) gt_device_free(dev[i]);
-        if (x->stream) cudaStreamDestroy(x->stream);
+        void *dev[9] = {x->q, x->k, x->v, x->o, x->dout, x->dq, x->dk, x->dv, x->lse};
+        for (int i = 0; i < 9; ++i) gt_device_free(dev[i]);
+        cpg_rank_free(&x->f);
         sk_comm_destroy(comms[r]);
     }
     for (int i = 0; i < 3; ++i)

@@ -24,7 +24,6 @@
  * same layout: bitwise equal.
  */
 #include <math.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -36,31 +35,18 @@
 #include "gpu_util.h"
 #include "sparsek.h"
 
-/* One rank: its device shard, outputs, workspace and stream. */
+/* One rank: the common part, its device shard and outputs. */
 typedef struct cg_rank {
-    const sk_cp_desc *base;
-    sk_cp_desc desc;
-    const void *plan;
-    size_t plan_bytes;
-    sk_comm_t comm;
-    void *q, *k, *v, *o, *ws;
+    cpg_rank f;
+    void *q, *k, *v, *o;
     float *lse;
-    size_t ws_bytes;
-    cudaStream_t stream;
-    int64_t tokens;
-    int32_t chunks;
-    int64_t starts[2], lengths[2];
-    sk_status status;
-    char error[512];
 } cg_rank;
 
 static void *cg_run_rank(void *arg) {
     cg_rank *r = arg;
-    r->status = sk_cp_forward(&r->desc, r->plan, r->plan_bytes, r->comm, r->q, r->k, r->v, r->o,
-                              r->lse, r->ws, r->ws_bytes, (struct CUstream_st *)r->stream);
-    if (r->status == SK_STATUS_SUCCESS && cudaStreamSynchronize(r->stream) != cudaSuccess)
-        r->status = SK_STATUS_EXECUTION_FAILED;
-    strncpy(r->error, sk_last_error(), sizeof r->error - 1);
+    cpg_rank_done(&r->f, sk_cp_forward(&r->f.desc, r->f.plan, r->f.plan_bytes, r->f.comm, r->q,
+                                       r->k, r->v, r->o, r->lse, r->f.ws, r->f.ws_bytes,
+                                       (struct CUstream_st *)r->f.stream));
     return NULL;
 }
 
@@ -88,15 +74,7 @@ static int cg_reference(const cp_case *c, const sk_bsr *L, const void *q, const 
     const int64_t es = 2, nq = c->batch * c->seq * c->heads_q * c->head_dim;
     const int64_t nk = c->batch * c->seq * c->heads_kv * c->head_dim;
     sk_attention_desc a;
-    sk_attention_desc_init(&a, sizeof a);
-    a.backend = gt_opt.backend;
-    a.dtype = c->dtype;
-    a.batch = c->batch;
-    a.seq_q = a.seq_k = c->seq;
-    a.heads_q = c->heads_q;
-    a.heads_kv = c->heads_kv;
-    a.head_dim = c->head_dim;
-    a.mask = c->causal ? SK_MASK_CAUSAL : SK_MASK_NONE;
+    cpg_attention_desc(c, &a);
     sk_bsr dl;
     size_t wsb = 0;
     if (gt_bsr_to_device(L, &dl) != 0) return 1;
@@ -124,56 +102,43 @@ static int cg_run_ranks(const cp_case *c, cg_rank *rk, const void *q, const void
                         void *o, float *lse, const char *name) {
     const int64_t B = c->batch, S = c->seq, HQ = c->heads_q * c->head_dim;
     const int64_t HK = c->heads_kv * c->head_dim;
-    pthread_t th[8];
     for (int32_t r = 0; r < c->ranks; ++r) {
         cg_rank *x = &rk[r];
-        const int64_t nq = B * x->tokens * HQ, nk = B * x->tokens * HK;
+        const int64_t nq = B * x->f.tokens * HQ, nk = B * x->f.tokens * HK;
         void *hq = malloc((size_t)nq * 2), *hk = malloc((size_t)nk * 2),
              *hv = malloc((size_t)nk * 2);
         int64_t at = 0;
-        for (int32_t ch = 0; ch < x->chunks; at += x->lengths[ch], ++ch) {
-            cpc_rows(hq, q, 2, B, S, x->tokens, HQ, x->starts[ch], at, x->lengths[ch], 0);
-            cpc_rows(hk, k, 2, B, S, x->tokens, HK, x->starts[ch], at, x->lengths[ch], 0);
-            cpc_rows(hv, v, 2, B, S, x->tokens, HK, x->starts[ch], at, x->lengths[ch], 0);
+        for (int32_t ch = 0; ch < x->f.chunks; at += x->f.lengths[ch], ++ch) {
+            cpc_rows(hq, q, 2, B, S, x->f.tokens, HQ, x->f.starts[ch], at, x->f.lengths[ch], 0);
+            cpc_rows(hk, k, 2, B, S, x->f.tokens, HK, x->f.starts[ch], at, x->f.lengths[ch], 0);
+            cpc_rows(hv, v, 2, B, S, x->f.tokens, HK, x->f.starts[ch], at, x->f.lengths[ch], 0);
         }
         /* The NaN fills on the rank's own stream: a non-blocking stream
          * does not wait for the legacy default stream. */
         const int bad = gt_upload(x->q, hq, (size_t)nq * 2) ||
                         gt_upload(x->k, hk, (size_t)nk * 2) ||
                         gt_upload(x->v, hv, (size_t)nk * 2) ||
-                        cudaMemsetAsync(x->o, 0xff, (size_t)nq * 2, x->stream) != cudaSuccess ||
-                        cudaMemsetAsync(x->lse, 0xff, (size_t)(B * c->heads_q * x->tokens) * 4,
-                                        x->stream) != cudaSuccess ||
-                        cudaMemsetAsync(x->ws, 0xff, x->ws_bytes, x->stream) != cudaSuccess;
+                        cudaMemsetAsync(x->o, 0xff, (size_t)nq * 2, x->f.stream) != cudaSuccess ||
+                        cudaMemsetAsync(x->lse, 0xff, (size_t)(B * c->heads_q * x->f.tokens) * 4,
+                                        x->f.stream) != cudaSuccess;
         free(hq), free(hk), free(hv);
-        const sk_status st = bad ? SK_STATUS_EXECUTION_FAILED
-                                 : sk_cp_prepare(&x->desc, x->plan, x->plan_bytes, x->ws,
-                                                 x->ws_bytes, (struct CUstream_st *)x->stream);
-        CHECK(st == SK_STATUS_SUCCESS, "%s: rank %d upload / prepare: %s", name, (int)r,
-              sk_last_error());
-        if (st != SK_STATUS_SUCCESS) return 1;
+        if (cpg_rank_prepare(&x->f, bad, 0, r, name)) return 1;
     }
-    for (int32_t r = 0; r < c->ranks; ++r) pthread_create(&th[r], NULL, cg_run_rank, &rk[r]);
-    for (int32_t r = 0; r < c->ranks; ++r) pthread_join(th[r], NULL);
-    int failed = 0;
+    int failed = cpg_run_threads(c->ranks, cg_run_rank, rk, sizeof *rk, name);
     for (int32_t r = 0; r < c->ranks; ++r) {
         cg_rank *x = &rk[r];
-        CHECK(x->status == SK_STATUS_SUCCESS, "%s: rank %d: %s", name, (int)r, x->error);
-        if (x->status != SK_STATUS_SUCCESS) {
-            failed = 1;
-            continue;
-        }
-        const int64_t nq = B * x->tokens * HQ, nl = B * c->heads_q * x->tokens;
+        if (x->f.status != SK_STATUS_SUCCESS) continue;
+        const int64_t nq = B * x->f.tokens * HQ, nl = B * c->heads_q * x->f.tokens;
         void *ho = malloc((size_t)nq * 2);
         float *hl = malloc((size_t)nl * 4);
         const int bad =
             gt_download(ho, x->o, (size_t)nq * 2) || gt_download(hl, x->lse, (size_t)nl * 4);
         int64_t at = 0;
-        for (int32_t ch = 0; !bad && ch < x->chunks; at += x->lengths[ch], ++ch) {
-            cpc_rows(o, ho, 2, B, S, x->tokens, HQ, x->starts[ch], at, x->lengths[ch], 1);
+        for (int32_t ch = 0; !bad && ch < x->f.chunks; at += x->f.lengths[ch], ++ch) {
+            cpc_rows(o, ho, 2, B, S, x->f.tokens, HQ, x->f.starts[ch], at, x->f.lengths[ch], 1);
             for (int64_t bh = 0; bh < B * c->heads_q; ++bh)
-                memcpy(lse + bh * S + x->starts[ch], hl + bh * x->tokens + at,
-                       (size_t)x->lengths[ch] * 4);
+                memcpy(lse + bh * S + x->f.starts[ch], hl + bh * x->f.tokens + at,
+                       (size_t)x->f.lengths[ch] * 4);
         }
         free(ho), free(hl);
         failed |= bad;
@@ -187,11 +152,9 @@ static void cg_case_run(const cp_case *c) {
     if (gt_opt.backend == SK_BACKEND_CUDA_SM90 && c->block != 128) return; /* sm90: 128 only */
     const int64_t B = c->batch, S = c->seq, D = c->head_dim, nb = (S + c->block - 1) / c->block;
     const int64_t nq = B * S * c->heads_q * D, nk = B * S * c->heads_kv * D;
-    const sk_grid g = tu_grid(S, S, c->block, c->block, c->layout_batch, c->layout_heads);
-    sk_layout_t owned = cpc_layout(c->kind, c->causal, &g, c->seed);
-    REQUIRE(owned != NULL, "%s: layout: %s", name, sk_last_error());
     sk_bsr L;
-    sk_layout_view(owned, &L);
+    sk_layout_t owned = cpg_layout(c, &L);
+    REQUIRE(owned != NULL, "%s: layout: %s", name, sk_last_error());
 
     tu_rng rng;
     tu_rng_seed(&rng, c->seed);
@@ -216,30 +179,18 @@ static void cg_case_run(const cp_case *c) {
     sk_cp_desc d;
     cpg_desc(c, &d);
     int ok = cg_reference(c, &L, q, k, v, o_ref, lse_ref) == 0;
-    ok = ok && sk_cp_plan_size(&d, &L, &plan_bytes) == SK_STATUS_SUCCESS &&
-         (plan = malloc(plan_bytes)) != NULL &&
-         sk_cp_plan(&d, &L, plan, plan_bytes) == SK_STATUS_SUCCESS &&
-         sk_comm_create_simulated_cuda(c->ranks, comms) == SK_STATUS_SUCCESS;
+    ok = ok && cpg_plan(&d, &L, &plan, &plan_bytes, comms) == 0;
     CHECK(ok, "%s: setup: %s", name, sk_last_error());
     for (int32_t r = 0; ok && r < c->ranks; ++r) {
         cg_rank *x = &rk[r];
-        x->desc = d;
-        x->desc.rank = r;
-        x->plan = plan;
-        x->plan_bytes = plan_bytes;
-        x->comm = comms[r];
-        sk_cp_shard(&x->desc, r, c->block, &x->tokens, &x->chunks, x->starts, x->lengths);
-        ok = sk_cp_workspace_size(&x->desc, plan, plan_bytes, &x->ws_bytes) == SK_STATUS_SUCCESS;
-        CHECK(ok, "%s: rank %d workspace size: %s", name, (int)r, sk_last_error());
-        const int64_t sq = B * x->tokens * c->heads_q * D * 2,
-                      sk = B * x->tokens * c->heads_kv * D * 2;
+        ok = cpg_rank_init(&x->f, c, &d, r, plan, plan_bytes, comms[r], 0, name) == 0;
+        const int64_t sq = B * x->f.tokens * c->heads_q * D * 2,
+                      sk = B * x->f.tokens * c->heads_kv * D * 2;
         x->q = gt_device_alloc((size_t)sq);
         x->o = gt_device_alloc((size_t)sq);
         x->k = gt_device_alloc((size_t)sk);
         x->v = gt_device_alloc((size_t)sk);
-        x->lse = gt_device_alloc((size_t)(B * c->heads_q * x->tokens) * 4);
-        x->ws = gt_device_alloc(x->ws_bytes);
-        ok = ok && cudaStreamCreateWithFlags(&x->stream, cudaStreamNonBlocking) == cudaSuccess;
+        x->lse = gt_device_alloc((size_t)(B * c->heads_q * x->f.tokens) * 4);
     }
     ok = ok && cg_run_ranks(c, rk, q, k, v, o, lse, name) == 0 &&
          cg_run_ranks(c, rk, q, k, v, o2, lse2, name) == 0;
@@ -294,8 +245,8 @@ static void cg_case_run(const cp_case *c) {
     for (int32_t r = 0; r < c->ranks; ++r) {
         cg_rank *x = &rk[r];
         gt_device_free(x->q), gt_device_free(x->k), gt_device_free(x->v), gt_device_free(x->o);
-        gt_device_free(x->lse), gt_device_free(x->ws);
-        if (x->stream) cudaStreamDestroy(x->stream);
+        gt_device_free(x->lse);
+        cpg_rank_free(&x->f);
         sk_comm_destroy(comms[r]);
     }
     free(plan), free(q), free(k), free(v), free(o_ref), free(o), free(o2);

@@ -45,13 +45,15 @@ extern "C" sk_status sk_cuda_cp_rows(const sk_cp_rows_problem *p, struct CUstrea
 /* ---- sums ---------------------------------------------------------------- */
 
 /* One thread per 8 elements (16 bytes of the dtype, 32 of fp32). */
-template <typename T> __global__ void __launch_bounds__(kThreads) sk_cp_sum_kernel(sk_cp_sum_problem p) {
+template <typename T>
+__global__ void __launch_bounds__(kThreads) sk_cp_sum_kernel(sk_cp_sum_problem p) {
     const int64_t vecs = p.n / 8;
     for (int64_t i = (int64_t)blockIdx.x * kThreads + threadIdx.x; i < vecs;
          i += (int64_t)gridDim.x * kThreads) {
         float x[8];
         if (p.src32 != NULL) {
-            const float4 lo = ((const float4 *)p.src32)[2 * i], hi = ((const float4 *)p.src32)[2 * i + 1];
+            const float4 lo = ((const float4 *)p.src32)[2 * i],
+                         hi = ((const float4 *)p.src32)[2 * i + 1];
             x[0] = lo.x, x[1] = lo.y, x[2] = lo.z, x[3] = lo.w;
             x[4] = hi.x, x[5] = hi.y, x[6] = hi.z, x[7] = hi.w;
         } else {
