@@ -1760,18 +1760,28 @@ SK_API sk_status sk_cp_forward(const sk_cp_desc *desc, const void *plan, size_t 
  * chunk 1's (zigzag), then each peer's returned share in increasing peer
  * rank; a received unit's share = chunk 0's remote pass + chunk 1's.
  *
- * Accuracy: the shares are fp32 (CPU: fp64 accumulation inside a pass),
+ * Accuracy: CPU: the shares are fp32 (fp64 accumulation inside a pass),
  * each output rounded once to the dtype: within about one rounding of the
  * dtype of the single-process CPU backward plus fp32 noise
- * (tests/cpu/test_cp_backward.c states the rule).
+ * (tests/cpu/test_cp_backward.c states the rule). CUDA: each pass's share
+ * comes out of the CUDA attention backward in the dtype (rounded once),
+ * the shares are added in fp32 in the order above and the sum rounded
+ * once: |got - exact| <= u (|g| + sum of |share|) plus the kernels' own
+ * error, u the dtype's unit roundoff (tests/gpu/test_cp_bwd_gpu.c).
  *
- * Backends: CPU with the simulated communicator. The CUDA run is designed
- * (docs/perf/context_parallel.md, "Backward") but not built: CUDA
- * backends get SK_STATUS_NOT_SUPPORTED naming desc->backend, after the
- * descriptor and plan checks. Failures: every check runs before the
- * exchange, and nothing is written on failure; a rank that fails later (a
- * pass's host allocation) stops sending, so its peers wait for it as in
- * sk_cp_forward. Make the same call on every rank.
+ * Backends: CPU with the simulated communicator; CUDA (any CUDA backend,
+ * as sk_attention_backward: F16 / BF16, head_dim 64 or 128, blocks 64 or
+ * 128) with sk_comm_create_nccl or sk_comm_create_simulated_cuda, pointers
+ * 16-byte aligned, the workspace 256-byte aligned; run
+ * sk_cp_backward_prepare once per plan and workspace. An unsupported
+ * problem is SK_STATUS_NOT_SUPPORTED already in the workspace size. The
+ * CUDA run enqueues on `stream` and the communicator's side stream, never
+ * allocates or synchronises the host (graph safe with NCCL).
+ *
+ * Failures: every check runs before the exchange, and nothing is written
+ * on failure; a rank that fails later (a pass's host allocation on the
+ * CPU, a launch error on CUDA) stops sending, so its peers wait for it as
+ * in sk_cp_forward. Make the same call on every rank.
  */
 
 /* Workspace bytes of desc->rank's backward with the forward's plan. */
@@ -1779,8 +1789,9 @@ SK_API sk_status sk_cp_backward_workspace_size(const sk_cp_desc *desc, const voi
                                                size_t plan_bytes, size_t *workspace_bytes);
 
 /* Prepare a workspace for sk_cp_backward with this plan (as sk_cp_prepare
- * for the forward: the CUDA run will upload the plan and plan the passes'
- * backward here). A no-op after the checks on the CPU backend. */
+ * for the forward: CUDA uploads the plan into the workspace and plans the
+ * passes' backward there, enqueued on `stream`). A no-op after the checks
+ * on the CPU backend. */
 SK_API sk_status sk_cp_backward_prepare(const sk_cp_desc *desc, const void *plan,
                                         size_t plan_bytes, void *workspace,
                                         size_t workspace_size, struct CUstream_st *stream);

@@ -28,7 +28,11 @@
  *      returned partial in increasing peer rank. This order is fixed, so
  *      the run is bitwise repeatable. Each output element is rounded once.
  *
- * Workspace sections after the exchange's (cp_internal.h), 64-byte aligned:
+ * The CUDA run is cp_backward_cuda.c's (dtype shares out of the CUDA
+ * attention backward, fp32 sums in the same order); the checks and the
+ * entry points here serve both.
+ *
+ * CPU workspace sections after the exchange's (cp_internal.h), 64-byte aligned:
  * O32, dO32 [B, S_r, Hq, D]; LSE of each chunk packed [B, Hq, S_c] (chunk c
  * from B x Hq x q_start on: the attention backward takes a contiguous LSE);
  * dQ local, dQ remote [B, S_r, Hq, D]; dK, dV of each chunk's local pass
@@ -47,15 +51,16 @@
 
 enum { BW_O = SK_CP_WS_EXCHANGE, BW_DO, BW_LSE, BW_DQ, BW_DKL, BW_DKR, BW_GSEND, BW_GRECV, BW_END };
 
-/* Checks and the workspace sections of desc->rank's backward. */
-static sk_status open_bwd(const sk_cp_desc *d, const void *plan, size_t plan_bytes, sk_cp_ctx *c) {
-    SK_TRY(sk_cp_open(d, plan, plan_bytes, c, 1));
-    if (sk_backend_is_cuda(d->backend))
-        return sk_error(SK_STATUS_NOT_SUPPORTED,
-                        "desc->backend = %d: the context-parallel backward runs on "
-                        "SK_BACKEND_CPU only so far (the CUDA run is designed in "
-                        "docs/perf/context_parallel.md, not built)",
-                        (int)d->backend);
+/* Checks and the workspace sections of desc->rank's backward (api: the
+ * caller's name, restored after the CUDA passes' sizes named theirs). */
+static sk_status open_bwd(const sk_cp_desc *d, const void *plan, size_t plan_bytes, sk_cp_ctx *c,
+                          const char *api, int check_layouts) {
+    SK_TRY(sk_cp_open(d, plan, plan_bytes, c, check_layouts));
+    if (sk_backend_is_cuda(d->backend)) {
+        SK_TRY(sk_cp_cuda_bwd_workspace(c));
+        sk_enter(api);
+        return SK_STATUS_SUCCESS;
+    }
     SK_TRY(sk_cp_cpu_exchange_ws(c));
     const int64_t S = c->rp->tokens, RK = c->rp->remote_keys, es = c->esize;
     const int64_t B = d->batch, Hq = d->heads_q, Hkv = d->heads_kv, D = d->head_dim;
@@ -74,7 +79,7 @@ sk_status sk_cp_backward_workspace_size(const sk_cp_desc *desc, const void *plan
                                         size_t *workspace_bytes) {
     SK_ENTER("sk_cp_backward_workspace_size");
     sk_cp_ctx c;
-    SK_TRY(open_bwd(desc, plan, plan_bytes, &c));
+    SK_TRY(open_bwd(desc, plan, plan_bytes, &c, "sk_cp_backward_workspace_size", 1));
     SK_CHECK_NOT_NULL(workspace_bytes);
     *workspace_bytes = (size_t)c.offsets[c.parts];
     return SK_STATUS_SUCCESS;
@@ -85,15 +90,19 @@ sk_status sk_cp_backward_prepare(const sk_cp_desc *desc, const void *plan, size_
                                  struct CUstream_st *stream) {
     SK_ENTER("sk_cp_backward_prepare");
     sk_cp_ctx c;
-    (void)stream;
-    SK_TRY(open_bwd(desc, plan, plan_bytes, &c));
+    SK_TRY(open_bwd(desc, plan, plan_bytes, &c, "sk_cp_backward_prepare", 1));
     const size_t need = (size_t)c.offsets[c.parts];
     if (workspace == NULL || workspace_size < need)
         return sk_error(SK_STATUS_BAD_PARAM_WORKSPACE,
                         "workspace (%p, %zu bytes) must hold the %zu bytes "
                         "sk_cp_backward_workspace_size gives",
                         workspace, workspace_size, need);
-    return SK_STATUS_SUCCESS; /* the CPU backend plans nothing */
+    if (!sk_backend_is_cuda(desc->backend)) return SK_STATUS_SUCCESS; /* nothing to plan */
+    SK_TRY(sk_check_alignment(workspace, NULL, 1, 256, 0, "workspace"));
+    const sk_buffer bufs[] = {{"workspace", workspace, (int64_t)need, 1},
+                              {"plan", plan, (int64_t)plan_bytes, 0}};
+    SK_TRY(sk_check_no_alias(bufs, 2));
+    return sk_cp_cuda_bwd_prepare(&c, plan, workspace, stream);
 }
 
 /* Pointers, alignment, the workspace, aliasing, the communicator. */
@@ -106,18 +115,20 @@ static sk_status check_bwd_call(const sk_cp_ctx *c, sk_comm_t comm, const void *
     int64_t qb, kb, lb;
     SK_TRY(sk_cp_shard_bytes(c, &qb, &kb, &lb));
     const int64_t in_bytes[6] = {qb, kb, kb, qb, lb, qb}, out_bytes[3] = {qb, kb, kb};
+    const int cuda = sk_backend_is_cuda(c->d->backend);
+    const size_t ta = cuda ? 16 : (size_t)c->esize; /* CUDA: 16-byte vectors */
     sk_buffer bufs[11];
     for (int i = 0; i < 6; ++i) {
         if (in[i] == NULL)
             return sk_error(SK_STATUS_BAD_PARAM_NULL_POINTER, "%s must not be NULL%s", in_names[i],
                             i == 4 ? " (the backward needs the forward's LSE)" : "");
-        SK_TRY(sk_check_alignment(in[i], NULL, 1, i == 4 ? 4 : (size_t)c->esize, 0, in_names[i]));
+        SK_TRY(sk_check_alignment(in[i], NULL, 1, i == 4 ? 4 : ta, 0, in_names[i]));
         bufs[i] = (sk_buffer){in_names[i], in[i], in_bytes[i], 0};
     }
     for (int i = 0; i < 3; ++i) {
         if (out[i] == NULL)
             return sk_error(SK_STATUS_BAD_PARAM_NULL_POINTER, "%s must not be NULL", out_names[i]);
-        SK_TRY(sk_check_alignment(out[i], NULL, 1, (size_t)c->esize, 0, out_names[i]));
+        SK_TRY(sk_check_alignment(out[i], NULL, 1, ta, 0, out_names[i]));
         bufs[6 + i] = (sk_buffer){out_names[i], out[i], out_bytes[i], 1};
     }
     const size_t need = (size_t)c->offsets[c->parts];
@@ -126,7 +137,7 @@ static sk_status check_bwd_call(const sk_cp_ctx *c, sk_comm_t comm, const void *
                         "workspace (%p, %zu bytes) must hold the %zu bytes "
                         "sk_cp_backward_workspace_size gives",
                         workspace, workspace_size, need);
-    SK_TRY(sk_check_alignment(workspace, NULL, 1, 64, 0, "workspace"));
+    SK_TRY(sk_check_alignment(workspace, NULL, 1, cuda ? 256 : 64, 0, "workspace"));
     bufs[9] = (sk_buffer){"workspace", workspace, (int64_t)need, 1};
     bufs[10] = (sk_buffer){"plan", plan, (int64_t)plan_bytes, 0};
     SK_TRY(sk_check_no_alias(bufs, 11));
@@ -234,11 +245,15 @@ sk_status sk_cp_backward(const sk_cp_desc *desc, const void *plan, size_t plan_b
                          void *workspace, size_t workspace_size, struct CUstream_st *stream) {
     SK_ENTER("sk_cp_backward");
     sk_cp_ctx c;
-    SK_TRY(open_bwd(desc, plan, plan_bytes, &c));
+    const int cuda = sk_backend_is_cuda(desc->backend);
+    /* CUDA: the passes read the layouts of sk_cp_backward_prepare's
+     * checked device copy (as sk_cp_forward). */
+    SK_TRY(open_bwd(desc, plan, plan_bytes, &c, "sk_cp_backward", !cuda));
     const void *const in[6] = {q, k, v, o, lse, dout};
     void *const out[3] = {dq, dk, dv};
     SK_TRY(check_bwd_call(&c, comm, in, out, plan, plan_bytes, workspace, workspace_size));
     char *ws = workspace;
+    if (cuda) return sk_cp_cuda_backward(&c, comm, q, k, v, o, lse, dout, dq, dk, dv, ws, stream);
     SK_TRY(sk_cp_cpu_exchange(&c, comm, q, k, v, ws, stream));
     const int64_t S = c.rp->tokens, B = desc->batch, Hq = desc->heads_q;
     const int64_t nq = B * S * Hq * desc->head_dim;

@@ -112,4 +112,48 @@ sk_status sk_cp_cpu_exchange(const sk_cp_ctx *c, sk_comm_t comm, const void *q, 
 sk_status sk_cp_cpu_pass_desc(const sk_cp_ctx *c, const sk_cp_chunk_plan *cp, int64_t keys,
                               int64_t key_seq, int remote, sk_attention_desc *out, sk_bsr *L);
 
+/* What the CUDA backward (cp_backward_cuda.c) shares with the CUDA forward
+ * (cp_run_cuda.c): the exchange's workspace sections, first in both
+ * (256-byte aligned): the plan copy, send bytes, receive bytes, K and V
+ * remote [B, remote_keys, Hkv, D] in the dtype. */
+enum {
+    SK_CP_CW_PLAN,
+    SK_CP_CW_SEND,
+    SK_CP_CW_RECV,
+    SK_CP_CW_KR,
+    SK_CP_CW_VR,
+    SK_CP_CW_EXCHANGE /* the first section after them */
+};
+/* Append n sections of f[i][0] x .. x f[i][4] bytes, 256-byte aligned. */
+sk_status sk_cp_cuda_ws_add_all(sk_cp_ctx *c, const int64_t (*f)[5], int n);
+/* Append the exchange's sections to c (which has none yet). */
+sk_status sk_cp_cuda_exchange_ws(sk_cp_ctx *c);
+/* The forward's attention descriptor of chunk cp's local or remote pass
+ * (Q, K, V strides of the shard / remote buffers; O: the shard's for the
+ * local pass, the packed chunk part for the remote one). */
+sk_status sk_cp_cuda_pass_desc(const sk_cp_ctx *c, const sk_cp_chunk_plan *cp, int remote,
+                               sk_attention_desc *a);
+/* The pass's layout: a view into the plan's device copy at dev (the host
+ * plan when dev is NULL: geometry only). */
+void sk_cp_cuda_pass_layout(const sk_cp_ctx *c, const sk_cp_chunk_plan *cp, int remote,
+                            const char *dev, sk_bsr *L);
+/* Units of a pair with a whole block (the tail block's come last); -1 for
+ * a corrupt order. */
+int64_t sk_cp_cuda_whole_units(const sk_cp_plan_header *h, const sk_cp_pair *pair);
+/* Pack on `side`, one group of sends and receives there; `stream` waits
+ * for the packing. */
+sk_status sk_cp_cuda_exchange(const sk_cp_ctx *c, sk_comm_t comm, const void *k, const void *v,
+                              char *ws, struct CUstream_st *side, struct CUstream_st *stream);
+/* The received units from the receive buffer into the remote K, V. */
+sk_status sk_cp_cuda_unpack(const sk_cp_ctx *c, char *ws, struct CUstream_st *stream);
+/* The CUDA backward (cp_backward_cuda.c): its workspace sections after
+ * sk_cp_open, the prepare step (plan upload, the passes' backward plans)
+ * and the run; the call's checks are cp_backward.c's. */
+sk_status sk_cp_cuda_bwd_workspace(sk_cp_ctx *c);
+sk_status sk_cp_cuda_bwd_prepare(const sk_cp_ctx *c, const void *plan, char *ws,
+                                 struct CUstream_st *stream);
+sk_status sk_cp_cuda_backward(const sk_cp_ctx *c, sk_comm_t comm, const void *q, const void *k,
+                              const void *v, const void *o, const float *lse, const void *dout,
+                              void *dq, void *dk, void *dv, char *ws, struct CUstream_st *stream);
+
 #endif /* SK_CORE_CP_INTERNAL_H */

@@ -41,22 +41,23 @@
 #include "core/internal.h"
 #include "cuda/backend.h"
 
+/* The first five are the exchange's, shared with the backward
+ * (cp_internal.h, SK_CP_CW_*). */
 enum {
-    CW_PLAN,
-    CW_SEND,
-    CW_RECV,
-    CW_KR,
-    CW_VR,
-    CW_OB,
+    CW_PLAN = SK_CP_CW_PLAN,
+    CW_SEND = SK_CP_CW_SEND,
+    CW_RECV = SK_CP_CW_RECV,
+    CW_KR = SK_CP_CW_KR,
+    CW_VR = SK_CP_CW_VR,
+    CW_OB = SK_CP_CW_EXCHANGE,
     CW_LA,
     CW_LB,
     CW_ATT,
     CW_PARTS = CW_ATT + 4
 };
 
-/* The attention descriptor of chunk cp's local or remote pass. */
-static sk_status pass_desc(const sk_cp_ctx *c, const sk_cp_chunk_plan *cp, int remote,
-                           sk_attention_desc *a) {
+sk_status sk_cp_cuda_pass_desc(const sk_cp_ctx *c, const sk_cp_chunk_plan *cp, int remote,
+                               sk_attention_desc *a) {
     const sk_cp_desc *d = c->d;
     SK_TRY(sk_attention_desc_init(a, sizeof *a));
     const int64_t S = c->rp->tokens, keys = remote ? c->rp->remote_keys : cp->local_keys;
@@ -84,10 +85,8 @@ static sk_status pass_desc(const sk_cp_ctx *c, const sk_cp_chunk_plan *cp, int r
     return SK_STATUS_SUCCESS;
 }
 
-/* The pass's layout: a view into the plan's copy at dev (or the host plan
- * when dev is NULL: geometry only). */
-static void pass_layout(const sk_cp_ctx *c, const sk_cp_chunk_plan *cp, int remote, const char *dev,
-                        sk_bsr *L) {
+void sk_cp_cuda_pass_layout(const sk_cp_ctx *c, const sk_cp_chunk_plan *cp, int remote,
+                            const char *dev, sk_bsr *L) {
     sk_cp_chunk_layout(c->h, cp, remote ? c->rp->remote_keys : cp->local_keys, remote, L);
     if (dev == NULL) return;
     const char *host = (const char *)c->h;
@@ -109,8 +108,8 @@ static int pass_on_hopper(const sk_cp_ctx *c, int32_t i, int remote) {
     sk_attention_desc a;
     sk_bsr L;
     int yes = 0;
-    pass_layout(c, &c->rp->chunk[i], remote, NULL, &L);
-    return pass_desc(c, &c->rp->chunk[i], remote, &a) == SK_STATUS_SUCCESS &&
+    sk_cp_cuda_pass_layout(c, &c->rp->chunk[i], remote, NULL, &L);
+    return sk_cp_cuda_pass_desc(c, &c->rp->chunk[i], remote, &a) == SK_STATUS_SUCCESS &&
            sk_attention_carry_supported(&a, &L, &yes) == SK_STATUS_SUCCESS && yes;
 }
 
@@ -122,27 +121,39 @@ static int carry_everywhere(const sk_cp_ctx *c) {
     return 1;
 }
 
-sk_status sk_cp_cuda_workspace(sk_cp_ctx *c) {
-    const sk_cp_desc *d = c->d;
-    const sk_cp_rank_plan *rp = c->rp;
-    const int64_t B = d->batch, Hq = d->heads_q, Hkv = d->heads_kv, D = d->head_dim;
-    c->carry = carry_everywhere(c);
-    c->split = pass_on_hopper(c, 0, 0); /* first_local_pass's parts */
-    const int64_t f[CW_ATT][5] = {{c->h->total_bytes, 1, 1, 1, 1},
-                                  {rp->send_bytes, 1, 1, 1, 1},
-                                  {rp->recv_bytes, 1, 1, 1, 1},
-                                  {B, rp->remote_keys, Hkv, D, c->esize},
-                                  {B, rp->remote_keys, Hkv, D, c->esize},
-                                  {B, rp->tokens, Hq, D, c->carry ? 0 : c->esize},
-                                  {B, Hq, rp->tokens, 1, 4},
-                                  {B, Hq, rp->tokens, 1, 4}};
-    for (int p = 0; p < CW_ATT; ++p) {
+sk_status sk_cp_cuda_ws_add_all(sk_cp_ctx *c, const int64_t (*f)[5], int n) {
+    for (int p = 0; p < n; ++p) {
         int64_t bytes;
         if (!sk_product_i64(f[p], 5, &bytes))
             return sk_error(SK_STATUS_BAD_PARAM_OVERFLOW,
-                            "the workspace of rank %d does not fit int64", (int)d->rank);
+                            "the workspace of rank %d does not fit int64", (int)c->d->rank);
         SK_TRY(sk_cp_ws_add(c, bytes, 256));
     }
+    return SK_STATUS_SUCCESS;
+}
+
+sk_status sk_cp_cuda_exchange_ws(sk_cp_ctx *c) {
+    const sk_cp_rank_plan *rp = c->rp;
+    const int64_t B = c->d->batch, Hkv = c->d->heads_kv, D = c->d->head_dim;
+    const int64_t f[SK_CP_CW_EXCHANGE][5] = {{c->h->total_bytes, 1, 1, 1, 1},
+                                             {rp->send_bytes, 1, 1, 1, 1},
+                                             {rp->recv_bytes, 1, 1, 1, 1},
+                                             {B, rp->remote_keys, Hkv, D, c->esize},
+                                             {B, rp->remote_keys, Hkv, D, c->esize}};
+    return sk_cp_cuda_ws_add_all(c, f, SK_CP_CW_EXCHANGE);
+}
+
+sk_status sk_cp_cuda_workspace(sk_cp_ctx *c) {
+    const sk_cp_desc *d = c->d;
+    const sk_cp_rank_plan *rp = c->rp;
+    const int64_t B = d->batch, Hq = d->heads_q, D = d->head_dim;
+    c->carry = carry_everywhere(c);
+    c->split = pass_on_hopper(c, 0, 0); /* first_local_pass's parts */
+    SK_TRY(sk_cp_cuda_exchange_ws(c));
+    const int64_t f[CW_ATT - CW_OB][5] = {{B, rp->tokens, Hq, D, c->carry ? 0 : c->esize},
+                                          {B, Hq, rp->tokens, 1, 4},
+                                          {B, Hq, rp->tokens, 1, 4}};
+    SK_TRY(sk_cp_cuda_ws_add_all(c, f, CW_ATT - CW_OB));
     /* The passes: their geometry is checked here (head_dim, dtype,
      * backend), so an unsupported problem is refused before any exchange. */
     for (int i = 0; i < 4; ++i) {
@@ -151,8 +162,8 @@ sk_status sk_cp_cuda_workspace(sk_cp_ctx *c) {
         if (has_pass(c, i)) {
             sk_attention_desc a;
             sk_bsr L;
-            SK_TRY(pass_desc(c, &rp->chunk[chunk], remote, &a));
-            pass_layout(c, &rp->chunk[chunk], remote, NULL, &L);
+            SK_TRY(sk_cp_cuda_pass_desc(c, &rp->chunk[chunk], remote, &a));
+            sk_cp_cuda_pass_layout(c, &rp->chunk[chunk], remote, NULL, &L);
             SK_TRY(sk_attention_workspace_size(&a, &L, &c->att_bytes[i]));
         }
         SK_TRY(sk_cp_ws_add(c, (int64_t)c->att_bytes[i], 256));
@@ -163,7 +174,7 @@ sk_status sk_cp_cuda_workspace(sk_cp_ctx *c) {
 /* Units of one pair with a whole block (the rest, of the tail block, come
  * last in the plan's order, which the packed offsets rely on): -1 when a
  * tail unit precedes a whole one (a corrupt plan). */
-static int64_t whole_units(const sk_cp_plan_header *h, const sk_cp_pair *pair) {
+int64_t sk_cp_cuda_whole_units(const sk_cp_plan_header *h, const sk_cp_pair *pair) {
     const sk_cp_unit *u = sk_cp_plan_units(h) + pair->unit_start;
     const int64_t nb = (h->seq + h->block - 1) / h->block;
     const int tail = h->seq % h->block != 0;
@@ -186,8 +197,8 @@ sk_status sk_cp_cuda_check(const sk_cp_ctx *c, sk_comm_t comm) {
     const sk_cp_pair *pairs = sk_cp_plan_pairs(c->h);
     for (int32_t p = 0; p < R; ++p) {
         if (p == r) continue;
-        if (whole_units(c->h, &pairs[(int64_t)r * R + p]) < 0 ||
-            whole_units(c->h, &pairs[(int64_t)p * R + r]) < 0)
+        if (sk_cp_cuda_whole_units(c->h, &pairs[(int64_t)r * R + p]) < 0 ||
+            sk_cp_cuda_whole_units(c->h, &pairs[(int64_t)p * R + r]) < 0)
             return sk_error(SK_STATUS_BAD_PARAM_VALUE,
                             "plan is corrupt: the units rank %d exchanges with rank %d are not "
                             "in the plan's order (re-make it with sk_cp_plan)",
@@ -205,8 +216,8 @@ sk_status sk_cp_cuda_prepare(const sk_cp_ctx *c, const void *plan, char *ws,
         if (!has_pass(c, i)) continue;
         sk_attention_desc a;
         sk_bsr L;
-        SK_TRY(pass_desc(c, &c->rp->chunk[chunk], remote, &a));
-        pass_layout(c, &c->rp->chunk[chunk], remote, dev, &L);
+        SK_TRY(sk_cp_cuda_pass_desc(c, &c->rp->chunk[chunk], remote, &a));
+        sk_cp_cuda_pass_layout(c, &c->rp->chunk[chunk], remote, dev, &L);
         SK_TRY(sk_attention_plan(&a, &L, ws + c->offsets[CW_ATT + i], c->att_bytes[i], stream));
     }
     return SK_STATUS_SUCCESS;
@@ -222,7 +233,7 @@ static sk_status copy_pair(const sk_cp_ctx *c, const sk_cp_pair *pair, int unpac
     memset(&p, 0, sizeof p);
     p.units = ws + c->offsets[CW_PLAN] + h->units + pair->unit_start * (int64_t)sizeof(sk_cp_unit);
     p.count = pair->units;
-    p.full = whole_units(h, pair);
+    p.full = sk_cp_cuda_whole_units(h, pair);
     p.block = h->block;
     p.tail = (int32_t)(h->seq - (h->seq - 1) / h->block * h->block);
     p.row_bytes = (int32_t)(h->head_dim * c->esize);
@@ -248,8 +259,8 @@ static sk_status copy_pair(const sk_cp_ctx *c, const sk_cp_pair *pair, int unpac
  * which serialises the exchange behind the local passes (measured,
  * docs/perf/context_parallel.md). The side stream has the highest
  * priority, so NCCL's CTAs are dispatched first. */
-static sk_status exchange(const sk_cp_ctx *c, sk_comm_t comm, const void *k, const void *v,
-                          char *ws, struct CUstream_st *side, struct CUstream_st *stream) {
+sk_status sk_cp_cuda_exchange(const sk_cp_ctx *c, sk_comm_t comm, const void *k, const void *v,
+                              char *ws, struct CUstream_st *side, struct CUstream_st *stream) {
     const int32_t R = c->d->ranks, r = c->d->rank;
     const sk_cp_pair *pairs = sk_cp_plan_pairs(c->h);
     char *send = ws + c->offsets[CW_SEND], *recv = ws + c->offsets[CW_RECV];
@@ -278,6 +289,20 @@ static sk_status exchange(const sk_cp_ctx *c, sk_comm_t comm, const void *k, con
     return comm->ops->group_end(comm, side);
 }
 
+sk_status sk_cp_cuda_unpack(const sk_cp_ctx *c, char *ws, struct CUstream_st *stream) {
+    const int32_t R = c->d->ranks, r = c->d->rank;
+    const sk_cp_pair *pairs = sk_cp_plan_pairs(c->h);
+    int64_t ro = 0;
+    for (int32_t p = 0; p < R; ++p) {
+        const sk_cp_pair *in = &pairs[(int64_t)p * R + r];
+        if (p == r || in->bytes == 0) continue;
+        SK_TRY(copy_pair(c, in, 1, ws + c->offsets[CW_RECV] + ro, ws + c->offsets[CW_KR],
+                         ws + c->offsets[CW_VR], ws, stream));
+        ro += in->bytes;
+    }
+    return SK_STATUS_SUCCESS;
+}
+
 /* One pass of chunk i (remote: over the received blocks, into O_b, or with
  * carry into o in place, its LSE into lse_out; a local one may be a part
  * of its tiles). */
@@ -288,8 +313,8 @@ static sk_status pass(const sk_cp_ctx *c, int32_t i, int remote, int carry, cons
     const sk_cp_chunk_plan *cp = &c->rp->chunk[i];
     sk_attention_desc a;
     sk_bsr L;
-    SK_TRY(pass_desc(c, cp, remote, &a));
-    pass_layout(c, cp, remote, ws + c->offsets[CW_PLAN], &L);
+    SK_TRY(sk_cp_cuda_pass_desc(c, cp, remote, &a));
+    sk_cp_cuda_pass_layout(c, cp, remote, ws + c->offsets[CW_PLAN], &L);
     const int64_t row = d->heads_q * d->head_dim * c->esize; /* bytes of one token of Q / O */
     const char *qc = (const char *)q + cp->q_start * row;
     const int64_t lo = d->batch * cp->q_start * d->heads_q; /* the chunk's LSE part */
@@ -341,12 +366,11 @@ sk_status sk_cp_cuda_forward(const sk_cp_ctx *c, sk_comm_t comm, const void *q, 
                              struct CUstream_st *stream) {
     const sk_cp_desc *d = c->d;
     const sk_cp_rank_plan *rp = c->rp;
-    const int32_t R = d->ranks, r = d->rank;
     const int carry = c->carry; /* the remote passes merge in the kernel */
     struct CUstream_st *side = stream;
     if (rp->send_bytes > 0 || rp->recv_bytes > 0) {
         SK_TRY(sk_cuda_cp_fork(comm->streams, stream, &side));
-        SK_TRY(exchange(c, comm, k, v, ws, side, stream));
+        SK_TRY(sk_cp_cuda_exchange(c, comm, k, v, ws, side, stream));
     }
     /* Parts only while an exchange is in flight, on the Hopper kernel. */
     const int split = c->split && (rp->send_bytes > 0 || rp->recv_bytes > 0);
@@ -354,15 +378,7 @@ sk_status sk_cp_cuda_forward(const sk_cp_ctx *c, sk_comm_t comm, const void *q, 
         SK_TRY(i == 0 && split ? first_local_pass(c, q, k, v, o, ws, stream)
                                : pass(c, i, 0, 0, q, k, v, o, NULL, NULL, ws, stream));
     if (rp->recv_bytes > 0 || rp->send_bytes > 0) SK_TRY(sk_cuda_cp_join(comm->streams, stream));
-    const sk_cp_pair *pairs = sk_cp_plan_pairs(c->h);
-    int64_t ro = 0;
-    for (int32_t p = 0; p < R; ++p) {
-        const sk_cp_pair *in = &pairs[(int64_t)p * R + r];
-        if (p == r || in->bytes == 0) continue;
-        SK_TRY(copy_pair(c, in, 1, ws + c->offsets[CW_RECV] + ro, ws + c->offsets[CW_KR],
-                         ws + c->offsets[CW_VR], ws, stream));
-        ro += in->bytes;
-    }
+    SK_TRY(sk_cp_cuda_unpack(c, ws, stream));
     const int64_t row = d->heads_q * d->head_dim * c->esize;
     for (int32_t i = 0; i < rp->chunks; ++i) {
         const sk_cp_chunk_plan *cp = &rp->chunk[i];

@@ -242,6 +242,26 @@ sk_status sk_cuda_cp_merge(const sk_cp_merge_problem *p, struct CUstream_st *str
     return sk_error(SK_STATUS_NOT_SUPPORTED_BACKEND, SK_NO_CUDA_TEXT);
 }
 
+sk_status sk_cuda_cp_rows(const sk_cp_rows_problem *p, struct CUstream_st *stream) {
+    (void)p, (void)stream;
+    return sk_error(SK_STATUS_NOT_SUPPORTED_BACKEND, SK_NO_CUDA_TEXT);
+}
+
+sk_status sk_cuda_cp_sum(const sk_cp_sum_problem *p, struct CUstream_st *stream) {
+    (void)p, (void)stream;
+    return sk_error(SK_STATUS_NOT_SUPPORTED_BACKEND, SK_NO_CUDA_TEXT);
+}
+
+sk_status sk_cuda_cp_grad_units(const sk_cp_grad_problem *p, struct CUstream_st *stream) {
+    (void)p, (void)stream;
+    return sk_error(SK_STATUS_NOT_SUPPORTED_BACKEND, SK_NO_CUDA_TEXT);
+}
+
+sk_status sk_cuda_cp_zero(void *ptr, size_t bytes, struct CUstream_st *stream) {
+    (void)ptr, (void)bytes, (void)stream;
+    return sk_error(SK_STATUS_NOT_SUPPORTED_BACKEND, SK_NO_CUDA_TEXT);
+}
+
 #else
 /* Built with CUDA: src/cuda/ provides these. ISO C wants a declaration. */
 typedef int sk_no_cuda_unused;

@@ -183,6 +183,54 @@ typedef struct sk_cp_merge_problem {
 } sk_cp_merge_problem;
 sk_status sk_cuda_cp_merge(const sk_cp_merge_problem *p, struct CUstream_st *stream);
 
+/* Context-parallel backward (cp/cp_bwd.cu), for src/core/cp_backward_cuda.c.
+ * Problems arrive checked; every element count is a multiple of 8 (D is). */
+/* Copy `rows` runs of `tokens` fp32 values: src's run i starts at
+ * i x src_seq + src_start, dst's at i x dst_seq + dst_start (a chunk's
+ * LSE rows packed [B, Hq, S_c] for the attention backward). */
+typedef struct sk_cp_rows_problem {
+    int64_t rows, tokens, src_seq, src_start, dst_seq, dst_start;
+    const float *src;
+    float *dst;
+} sk_cp_rows_problem;
+sk_status sk_cuda_cp_rows(const sk_cp_rows_problem *p, struct CUstream_st *stream);
+/* Element-wise over n elements, in this order: x = src32[i] when src32 is
+ * not NULL, else x = a[i] widened (dtype); then x += b[i] widened when b
+ * is not NULL; then out[i] = x rounded to the dtype when out is not NULL,
+ * else dst32[i] = x. */
+typedef struct sk_cp_sum_problem {
+    sk_dtype dtype;
+    int64_t n;
+    const float *src32;
+    const void *a, *b;
+    void *out;
+    float *dst32;
+} sk_cp_sum_problem;
+sk_status sk_cuda_cp_sum(const sk_cp_sum_problem *p, struct CUstream_st *stream);
+/* The backward's gradient units (laid out as sk_cp_copy_problem's, fp32:
+ * dK rows then dV rows of each unit, `dim` floats a row). Pack (add = 0):
+ * from the receiver's remote-pass partials dk[c], dv[c] [B, seq, Hkv, D]
+ * in the dtype at the unit's slot, x = dk[0] + dk[1] in fp32 (dk[1] NULL:
+ * one chunk's). Add (add = 1): each packed row added to acc_k, acc_v [B,
+ * seq, Hkv, D] fp32 at the unit's block's rows of the owner's shard
+ * (chunks as sk_cp_copy_problem). The units of one call are distinct. */
+typedef struct sk_cp_grad_problem {
+    const void *units; /* device sk_cp_unit[count] */
+    int64_t count, full;
+    int32_t block, tail, dim, add;
+    sk_dtype dtype;
+    float *packed;
+    const void *dk[2], *dv[2];
+    float *acc_k, *acc_v;
+    int64_t seq, heads_kv;
+    int32_t chunks;
+    int32_t chunk_block[2];
+    int64_t chunk_token[2];
+} sk_cp_grad_problem;
+sk_status sk_cuda_cp_grad_units(const sk_cp_grad_problem *p, struct CUstream_st *stream);
+/* cudaMemsetAsync(ptr, 0, bytes) on the stream. */
+sk_status sk_cuda_cp_zero(void *ptr, size_t bytes, struct CUstream_st *stream);
+
 #ifdef __cplusplus
 }
 #endif

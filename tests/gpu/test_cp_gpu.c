@@ -24,7 +24,6 @@
  * same layout: bitwise equal.
  */
 #include <math.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -32,55 +31,30 @@
 #include "common/harness.h"
 #include "common/test_util.h"
 #include "cuda_api.h"
+#include "gpu/cp_gpu.h"
 #include "gpu_util.h"
 #include "sparsek.h"
 
-/* One rank: its device shard, outputs, workspace and stream. */
+/* One rank: the common part, its device shard and outputs. */
 typedef struct cg_rank {
-    const sk_cp_desc *base;
-    sk_cp_desc desc;
-    const void *plan;
-    size_t plan_bytes;
-    sk_comm_t comm;
-    void *q, *k, *v, *o, *ws;
+    cpg_rank f;
+    void *q, *k, *v, *o;
     float *lse;
-    size_t ws_bytes;
-    cudaStream_t stream;
-    int64_t tokens;
-    int32_t chunks;
-    int64_t starts[2], lengths[2];
-    sk_status status;
-    char error[512];
 } cg_rank;
 
 static void *cg_run_rank(void *arg) {
     cg_rank *r = arg;
-    r->status = sk_cp_forward(&r->desc, r->plan, r->plan_bytes, r->comm, r->q, r->k, r->v, r->o,
-                              r->lse, r->ws, r->ws_bytes, (struct CUstream_st *)r->stream);
-    if (r->status == SK_STATUS_SUCCESS && cudaStreamSynchronize(r->stream) != cudaSuccess)
-        r->status = SK_STATUS_EXECUTION_FAILED;
-    strncpy(r->error, sk_last_error(), sizeof r->error - 1);
+    cpg_rank_done(&r->f, sk_cp_forward(&r->f.desc, r->f.plan, r->f.plan_bytes, r->f.comm, r->q,
+                                       r->k, r->v, r->o, r->lse, r->f.ws, r->f.ws_bytes,
+                                       (struct CUstream_st *)r->f.stream));
     return NULL;
 }
 
-/* Whether slice s holds the rows of (batch b, query head hq). */
-static int cg_slice_covers(const cp_case *c, const sk_bsr *L, int64_t s, int64_t b, int64_t hq) {
-    if (L->grid.batch != 1 && b != s / L->grid.heads) return 0;
-    return cpc_slice_head(L, c->heads_q, c->heads_kv, hq) == s % L->grid.heads;
-}
-
-/* used[(b * Hkv + h) * nb + j]: some row of a slice covering (b, KV head h)
- * selects block j. vmax[(b * Hkv + h) * nb + j]: max |V| over the block. */
+/* used: cpg_used_units. vmax[(b * Hkv + h) * nb + j]: max |V| over the
+ * block. */
 static void cg_usage(const cp_case *c, const sk_bsr *L, const void *v, int64_t nb, uint8_t *used,
                      double *vmax) {
-    const int64_t slices = (int64_t)L->grid.batch * L->grid.heads, group = c->heads_q / c->heads_kv;
-    for (int64_t s = 0; s < slices; ++s)
-        for (int64_t b = 0; b < c->batch; ++b)
-            for (int64_t hq = 0; hq < c->heads_q; ++hq) {
-                if (!cg_slice_covers(c, L, s, b, hq)) continue;
-                for (int64_t e = L->row_offsets[s * nb]; e < L->row_offsets[(s + 1) * nb]; ++e)
-                    used[(b * c->heads_kv + hq / group) * nb + L->col_indices[e]] = 1;
-            }
+    cpg_used_units(c, L, used);
     for (int64_t b = 0; b < c->batch; ++b)
         for (int64_t h = 0; h < c->heads_kv; ++h)
             for (int64_t j = 0; j < nb; ++j) {
@@ -100,15 +74,7 @@ static int cg_reference(const cp_case *c, const sk_bsr *L, const void *q, const 
     const int64_t es = 2, nq = c->batch * c->seq * c->heads_q * c->head_dim;
     const int64_t nk = c->batch * c->seq * c->heads_kv * c->head_dim;
     sk_attention_desc a;
-    sk_attention_desc_init(&a, sizeof a);
-    a.backend = gt_opt.backend;
-    a.dtype = c->dtype;
-    a.batch = c->batch;
-    a.seq_q = a.seq_k = c->seq;
-    a.heads_q = c->heads_q;
-    a.heads_kv = c->heads_kv;
-    a.head_dim = c->head_dim;
-    a.mask = c->causal ? SK_MASK_CAUSAL : SK_MASK_NONE;
+    cpg_attention_desc(c, &a);
     sk_bsr dl;
     size_t wsb = 0;
     if (gt_bsr_to_device(L, &dl) != 0) return 1;
@@ -136,56 +102,43 @@ static int cg_run_ranks(const cp_case *c, cg_rank *rk, const void *q, const void
                         void *o, float *lse, const char *name) {
     const int64_t B = c->batch, S = c->seq, HQ = c->heads_q * c->head_dim;
     const int64_t HK = c->heads_kv * c->head_dim;
-    pthread_t th[8];
     for (int32_t r = 0; r < c->ranks; ++r) {
         cg_rank *x = &rk[r];
-        const int64_t nq = B * x->tokens * HQ, nk = B * x->tokens * HK;
+        const int64_t nq = B * x->f.tokens * HQ, nk = B * x->f.tokens * HK;
         void *hq = malloc((size_t)nq * 2), *hk = malloc((size_t)nk * 2),
              *hv = malloc((size_t)nk * 2);
         int64_t at = 0;
-        for (int32_t ch = 0; ch < x->chunks; at += x->lengths[ch], ++ch) {
-            cpc_rows(hq, q, 2, B, S, x->tokens, HQ, x->starts[ch], at, x->lengths[ch], 0);
-            cpc_rows(hk, k, 2, B, S, x->tokens, HK, x->starts[ch], at, x->lengths[ch], 0);
-            cpc_rows(hv, v, 2, B, S, x->tokens, HK, x->starts[ch], at, x->lengths[ch], 0);
+        for (int32_t ch = 0; ch < x->f.chunks; at += x->f.lengths[ch], ++ch) {
+            cpc_rows(hq, q, 2, B, S, x->f.tokens, HQ, x->f.starts[ch], at, x->f.lengths[ch], 0);
+            cpc_rows(hk, k, 2, B, S, x->f.tokens, HK, x->f.starts[ch], at, x->f.lengths[ch], 0);
+            cpc_rows(hv, v, 2, B, S, x->f.tokens, HK, x->f.starts[ch], at, x->f.lengths[ch], 0);
         }
         /* The NaN fills on the rank's own stream: a non-blocking stream
          * does not wait for the legacy default stream. */
         const int bad = gt_upload(x->q, hq, (size_t)nq * 2) ||
                         gt_upload(x->k, hk, (size_t)nk * 2) ||
                         gt_upload(x->v, hv, (size_t)nk * 2) ||
-                        cudaMemsetAsync(x->o, 0xff, (size_t)nq * 2, x->stream) != cudaSuccess ||
-                        cudaMemsetAsync(x->lse, 0xff, (size_t)(B * c->heads_q * x->tokens) * 4,
-                                        x->stream) != cudaSuccess ||
-                        cudaMemsetAsync(x->ws, 0xff, x->ws_bytes, x->stream) != cudaSuccess;
+                        cudaMemsetAsync(x->o, 0xff, (size_t)nq * 2, x->f.stream) != cudaSuccess ||
+                        cudaMemsetAsync(x->lse, 0xff, (size_t)(B * c->heads_q * x->f.tokens) * 4,
+                                        x->f.stream) != cudaSuccess;
         free(hq), free(hk), free(hv);
-        const sk_status st = bad ? SK_STATUS_EXECUTION_FAILED
-                                 : sk_cp_prepare(&x->desc, x->plan, x->plan_bytes, x->ws,
-                                                 x->ws_bytes, (struct CUstream_st *)x->stream);
-        CHECK(st == SK_STATUS_SUCCESS, "%s: rank %d upload / prepare: %s", name, (int)r,
-              sk_last_error());
-        if (st != SK_STATUS_SUCCESS) return 1;
+        if (cpg_rank_prepare(&x->f, bad, 0, r, name)) return 1;
     }
-    for (int32_t r = 0; r < c->ranks; ++r) pthread_create(&th[r], NULL, cg_run_rank, &rk[r]);
-    for (int32_t r = 0; r < c->ranks; ++r) pthread_join(th[r], NULL);
-    int failed = 0;
+    int failed = cpg_run_threads(c->ranks, cg_run_rank, rk, sizeof *rk, name);
     for (int32_t r = 0; r < c->ranks; ++r) {
         cg_rank *x = &rk[r];
-        CHECK(x->status == SK_STATUS_SUCCESS, "%s: rank %d: %s", name, (int)r, x->error);
-        if (x->status != SK_STATUS_SUCCESS) {
-            failed = 1;
-            continue;
-        }
-        const int64_t nq = B * x->tokens * HQ, nl = B * c->heads_q * x->tokens;
+        if (x->f.status != SK_STATUS_SUCCESS) continue;
+        const int64_t nq = B * x->f.tokens * HQ, nl = B * c->heads_q * x->f.tokens;
         void *ho = malloc((size_t)nq * 2);
         float *hl = malloc((size_t)nl * 4);
         const int bad =
             gt_download(ho, x->o, (size_t)nq * 2) || gt_download(hl, x->lse, (size_t)nl * 4);
         int64_t at = 0;
-        for (int32_t ch = 0; !bad && ch < x->chunks; at += x->lengths[ch], ++ch) {
-            cpc_rows(o, ho, 2, B, S, x->tokens, HQ, x->starts[ch], at, x->lengths[ch], 1);
+        for (int32_t ch = 0; !bad && ch < x->f.chunks; at += x->f.lengths[ch], ++ch) {
+            cpc_rows(o, ho, 2, B, S, x->f.tokens, HQ, x->f.starts[ch], at, x->f.lengths[ch], 1);
             for (int64_t bh = 0; bh < B * c->heads_q; ++bh)
-                memcpy(lse + bh * S + x->starts[ch], hl + bh * x->tokens + at,
-                       (size_t)x->lengths[ch] * 4);
+                memcpy(lse + bh * S + x->f.starts[ch], hl + bh * x->f.tokens + at,
+                       (size_t)x->f.lengths[ch] * 4);
         }
         free(ho), free(hl);
         failed |= bad;
@@ -195,21 +148,13 @@ static int cg_run_ranks(const cp_case *c, cg_rank *rk, const void *q, const void
 
 static void cg_case_run(const cp_case *c) {
     char name[256];
-    snprintf(name, sizeof name,
-             "R%d %s %s%s %s B%lld S%lld H%lld/%lld D%lld blk%d slices %dx%d seed %llu",
-             (int)c->ranks, c->sharding == SK_CP_SHARDING_ZIGZAG ? "zigzag" : "contiguous",
-             cpc_kind_names[c->kind], c->causal ? " causal" : "",
-             c->dtype == SK_DTYPE_BF16 ? "bf16" : "f16", (long long)c->batch, (long long)c->seq,
-             (long long)c->heads_q, (long long)c->heads_kv, (long long)c->head_dim, (int)c->block,
-             (int)c->layout_batch, (int)c->layout_heads, (unsigned long long)c->seed);
+    cpg_name(name, sizeof name, c, "");
     if (gt_opt.backend == SK_BACKEND_CUDA_SM90 && c->block != 128) return; /* sm90: 128 only */
     const int64_t B = c->batch, S = c->seq, D = c->head_dim, nb = (S + c->block - 1) / c->block;
     const int64_t nq = B * S * c->heads_q * D, nk = B * S * c->heads_kv * D;
-    const sk_grid g = tu_grid(S, S, c->block, c->block, c->layout_batch, c->layout_heads);
-    sk_layout_t owned = cpc_layout(c->kind, c->causal, &g, c->seed);
-    REQUIRE(owned != NULL, "%s: layout: %s", name, sk_last_error());
     sk_bsr L;
-    sk_layout_view(owned, &L);
+    sk_layout_t owned = cpg_layout(c, &L);
+    REQUIRE(owned != NULL, "%s: layout: %s", name, sk_last_error());
 
     tu_rng rng;
     tu_rng_seed(&rng, c->seed);
@@ -224,17 +169,7 @@ static void cg_case_run(const cp_case *c) {
     uint8_t *used = calloc((size_t)(B * c->heads_kv * nb), 1);
     double *vmax = calloc((size_t)(B * c->heads_kv * nb), sizeof(double));
     cg_usage(c, &L, v, nb, used, vmax);
-    /* Units nobody selects: NaN in K and V. */
-    for (int64_t b = 0; b < B; ++b)
-        for (int64_t h = 0; h < c->heads_kv; ++h)
-            for (int64_t j = 0; j < nb; ++j) {
-                if (used[(b * c->heads_kv + h) * nb + j]) continue;
-                for (int64_t t = j * c->block; t < S && t < (j + 1) * c->block; ++t) {
-                    const int64_t at = ((b * S + t) * c->heads_kv + h) * D;
-                    tu_fill_nan((uint16_t *)k + at, c->dtype, D);
-                    tu_fill_nan((uint16_t *)v + at, c->dtype, D);
-                }
-            }
+    cpg_poison_unused(c, used, k, v); /* units nobody selects */
 
     cg_rank rk[8];
     memset(rk, 0, sizeof rk);
@@ -242,42 +177,20 @@ static void cg_case_run(const cp_case *c) {
     void *plan = NULL;
     size_t plan_bytes = 0;
     sk_cp_desc d;
-    sk_cp_desc_init(&d, sizeof d);
-    d.ranks = c->ranks;
-    d.sharding = c->sharding;
-    d.backend = gt_opt.backend;
-    d.dtype = c->dtype;
-    d.batch = B;
-    d.seq = S;
-    d.heads_q = c->heads_q;
-    d.heads_kv = c->heads_kv;
-    d.head_dim = D;
-    d.mask = c->causal ? SK_MASK_CAUSAL : SK_MASK_NONE;
+    cpg_desc(c, &d);
     int ok = cg_reference(c, &L, q, k, v, o_ref, lse_ref) == 0;
-    ok = ok && sk_cp_plan_size(&d, &L, &plan_bytes) == SK_STATUS_SUCCESS &&
-         (plan = malloc(plan_bytes)) != NULL &&
-         sk_cp_plan(&d, &L, plan, plan_bytes) == SK_STATUS_SUCCESS &&
-         sk_comm_create_simulated_cuda(c->ranks, comms) == SK_STATUS_SUCCESS;
+    ok = ok && cpg_plan(&d, &L, &plan, &plan_bytes, comms) == 0;
     CHECK(ok, "%s: setup: %s", name, sk_last_error());
     for (int32_t r = 0; ok && r < c->ranks; ++r) {
         cg_rank *x = &rk[r];
-        x->desc = d;
-        x->desc.rank = r;
-        x->plan = plan;
-        x->plan_bytes = plan_bytes;
-        x->comm = comms[r];
-        sk_cp_shard(&x->desc, r, c->block, &x->tokens, &x->chunks, x->starts, x->lengths);
-        ok = sk_cp_workspace_size(&x->desc, plan, plan_bytes, &x->ws_bytes) == SK_STATUS_SUCCESS;
-        CHECK(ok, "%s: rank %d workspace size: %s", name, (int)r, sk_last_error());
-        const int64_t sq = B * x->tokens * c->heads_q * D * 2,
-                      sk = B * x->tokens * c->heads_kv * D * 2;
+        ok = cpg_rank_init(&x->f, c, &d, r, plan, plan_bytes, comms[r], 0, name) == 0;
+        const int64_t sq = B * x->f.tokens * c->heads_q * D * 2,
+                      sk = B * x->f.tokens * c->heads_kv * D * 2;
         x->q = gt_device_alloc((size_t)sq);
         x->o = gt_device_alloc((size_t)sq);
         x->k = gt_device_alloc((size_t)sk);
         x->v = gt_device_alloc((size_t)sk);
-        x->lse = gt_device_alloc((size_t)(B * c->heads_q * x->tokens) * 4);
-        x->ws = gt_device_alloc(x->ws_bytes);
-        ok = ok && cudaStreamCreateWithFlags(&x->stream, cudaStreamNonBlocking) == cudaSuccess;
+        x->lse = gt_device_alloc((size_t)(B * c->heads_q * x->f.tokens) * 4);
     }
     ok = ok && cg_run_ranks(c, rk, q, k, v, o, lse, name) == 0 &&
          cg_run_ranks(c, rk, q, k, v, o2, lse2, name) == 0;
@@ -291,7 +204,7 @@ static void cg_case_run(const cp_case *c) {
         for (int64_t b = 0; b < B; ++b)
             for (int64_t h = 0; h < c->heads_q; ++h) {
                 int64_t s = 0;
-                while (s < slices && !cg_slice_covers(c, &L, s, b, h)) ++s;
+                while (s < slices && !cpg_slice_covers(c, &L, s, b, h)) ++s;
                 const int64_t hk = h / (c->heads_q / c->heads_kv);
                 for (int64_t t = 0; t < S; ++t) {
                     const int64_t row = s * nb + t / c->block;
@@ -332,8 +245,8 @@ static void cg_case_run(const cp_case *c) {
     for (int32_t r = 0; r < c->ranks; ++r) {
         cg_rank *x = &rk[r];
         gt_device_free(x->q), gt_device_free(x->k), gt_device_free(x->v), gt_device_free(x->o);
-        gt_device_free(x->lse), gt_device_free(x->ws);
-        if (x->stream) cudaStreamDestroy(x->stream);
+        gt_device_free(x->lse);
+        cpg_rank_free(&x->f);
         sk_comm_destroy(comms[r]);
     }
     free(plan), free(q), free(k), free(v), free(o_ref), free(o), free(o2);
@@ -353,21 +266,7 @@ SK_TEST(gpu_cp_matches_single_gpu) {
                     if (gt_opt.quick && (kind != CPC_RANDOM || ri != 1)) continue;
                     cp_case c;
                     memset(&c, 0, sizeof c);
-                    c.ranks = rank_list[ri];
-                    c.sharding = zig ? SK_CP_SHARDING_ZIGZAG : SK_CP_SHARDING_CONTIGUOUS;
-                    c.causal = causal;
-                    c.kind = kind;
-                    c.dtype = (cases % 2) ? SK_DTYPE_F16 : SK_DTYPE_BF16;
-                    c.batch = 1 + cases % 2;
-                    c.heads_kv = 2;
-                    c.heads_q = (cases % 3) ? 4 : 2;
-                    c.head_dim = (cases % 5 == 3) ? 64 : 128;
-                    c.block = (cases % 7 == 5) ? 64 : 128;
-                    c.seq = (int64_t)c.block * (2 * c.ranks + 3) + (cases % 2 ? 37 : 0);
-                    c.layout_batch = (cases % 4 == 1) ? (int32_t)c.batch : 1;
-                    const int64_t heads[3] = {1, c.heads_kv, c.heads_q};
-                    c.layout_heads = (int32_t)heads[cases % 3];
-                    c.seed = tu_rng_next(&rng);
+                    cpg_sweep_case(cases, rank_list[ri], zig, causal, kind, tu_rng_next(&rng), &c);
                     cg_case_run(&c);
                     ++cases;
                 }

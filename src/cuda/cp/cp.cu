@@ -18,6 +18,7 @@
 #include "core/cp_plan.h"
 #include "cuda/backend.h"
 #include "cuda/common/cuda_check.cuh"
+#include "cuda/cp/convert.cuh"
 
 enum { kCopyThreads = 128, kMergeThreads = 256, kMaxGrid = 1 << 20 };
 
@@ -132,21 +133,6 @@ extern "C" sk_status sk_cuda_cp_copy_units(const sk_cp_copy_problem *p,
 }
 
 /* ---- LSE merge ----------------------------------------------------------- */
-
-template <typename T> __device__ __forceinline__ float sk_cp_to_f32(T x);
-template <> __device__ __forceinline__ float sk_cp_to_f32<__half>(__half x) {
-    return __half2float(x);
-}
-template <> __device__ __forceinline__ float sk_cp_to_f32<__nv_bfloat16>(__nv_bfloat16 x) {
-    return __bfloat162float(x);
-}
-template <typename T> __device__ __forceinline__ T sk_cp_from_f32(float x);
-template <> __device__ __forceinline__ __half sk_cp_from_f32<__half>(float x) {
-    return __float2half_rn(x);
-}
-template <> __device__ __forceinline__ __nv_bfloat16 sk_cp_from_f32<__nv_bfloat16>(float x) {
-    return __float2bfloat16_rn(x);
-}
 
 /* One thread per 8 elements of one (b, t, h) row: consecutive threads
  * walk O in memory order (measured faster than a CTA per (b, h) and run of
