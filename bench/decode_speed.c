@@ -6,7 +6,7 @@
  *
  * Build: make build/decode_speed
  * Run:   build/decode_speed [--reps N] [--commit HASH] [--backend cuda|sm80|sm90]
- *                           [--splits N] [--quick] [--case B,CONTEXT,HKV,QLEN]
+ *                           [--splits N] [--quick] [--case B,CONTEXT,HKV,QLEN] [--topk K]
  *
  * Per case: the caches are [num_pages, 64, Hkv, 128] bf16 with num_pages =
  * B x context / 64, every sequence's pages a random permutation of its own
@@ -19,6 +19,13 @@
  * to the first kernel is included, as for the peers' Python calls).
  * KV bytes read = B x context x Hkv x D x 2 bytes x 2 (K and V); TB/s =
  * bytes / median time. One JSON object per case on stdout.
+ *
+ * --topk K (issue 31's sparse row): instead of every page, a decode layout
+ * with blocks of 64 keys (one page each), per (sequence, KV head) the sink
+ * block 0, K distinct random blocks and the 2 most recent blocks (a
+ * Quest-style selection's shape; which blocks does not change the bytes).
+ * KV bytes read = the selected blocks' keys and values; the check holds as
+ * for the dense layout (equal keys and values wherever read).
  */
 #include <cuda_runtime_api.h>
 #include <stdint.h>
@@ -33,7 +40,7 @@
 enum { MAX_REPS = 1000, PAGE = 64, DIM = 128, HQ = 32 };
 
 typedef struct bench_opts {
-    int reps, quick, splits;
+    int reps, quick, splits, topk;
     sk_backend backend;
     const char *commit;
     int64_t only[4]; /* --case B,CONTEXT,HKV,QLEN; only[0] = 0: every case */
@@ -58,6 +65,8 @@ static int parse(int argc, char **argv, bench_opts *o) {
             o->commit = v;
         else if (strcmp(a, "--splits") == 0)
             o->splits = atoi(v);
+        else if (strcmp(a, "--topk") == 0)
+            o->topk = atoi(v);
         else if (strcmp(a, "--backend") == 0)
             o->backend = strcmp(v, "sm80") == 0   ? SK_BACKEND_CUDA_SM80
                          : strcmp(v, "sm90") == 0 ? SK_BACKEND_CUDA_SM90
@@ -97,6 +106,55 @@ static int32_t *make_table(int64_t batch, int64_t pages_per_seq) {
     return t;
 }
 
+/* The --topk layout on the device: per (sequence, KV head) row, block 0,
+ * topk distinct random blocks of 1 .. nb - 3 and blocks nb - 2, nb - 1,
+ * sorted; *selected = nnz. NULL when topk is 0. */
+static sk_bsr *make_topk_layout(int topk, int64_t batch, int64_t hkv, int64_t q_len,
+                                int64_t context, int64_t *selected) {
+    static sk_bsr lay;
+    const int64_t nb = context / PAGE, rows = batch * hkv;
+    const int64_t per_row = topk + 3 < nb ? topk + 3 : nb;
+    int32_t *off = (int32_t *)malloc((size_t)(rows + 1) * 4);
+    int32_t *idx = (int32_t *)malloc((size_t)(rows * per_row) * 4);
+    unsigned char *mark = (unsigned char *)malloc((size_t)nb);
+    if (!off || !idx || !mark) {
+        fprintf(stderr, "no host memory\n");
+        exit(1);
+    }
+    uint64_t st = 0x2545F4914F6CDD1Dull;
+    off[0] = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+        memset(mark, 0, (size_t)nb);
+        mark[0] = 1;
+        if (nb > 1) mark[nb - 1] = 1;
+        if (nb > 2) mark[nb - 2] = 1;
+        for (int64_t have = nb < 3 ? nb : 3; have < per_row;) {
+            st = st * 6364136223846793005ull + 1442695040888963407ull;
+            const int64_t c = 1 + (int64_t)((st >> 33) % (uint64_t)(nb - 3));
+            if (!mark[c]) mark[c] = 1, ++have;
+        }
+        int32_t n = off[r];
+        for (int64_t c = 0; c < nb; ++c)
+            if (mark[c]) idx[n++] = (int32_t)c;
+        off[r + 1] = n;
+    }
+    memset(&lay, 0, sizeof lay);
+    lay.grid.rows = q_len;
+    lay.grid.cols = context;
+    lay.grid.block_rows = 64;
+    lay.grid.block_cols = PAGE;
+    lay.grid.batch = (int32_t)batch;
+    lay.grid.heads = (int32_t)hkv;
+    lay.nnz = off[rows];
+    CUDA_OK(cudaMalloc((void **)&lay.row_offsets, (size_t)(rows + 1) * 4));
+    CUDA_OK(cudaMalloc((void **)&lay.col_indices, (size_t)lay.nnz * 4));
+    CUDA_OK(cudaMemcpy(lay.row_offsets, off, (size_t)(rows + 1) * 4, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(lay.col_indices, idx, (size_t)lay.nnz * 4, cudaMemcpyHostToDevice));
+    *selected = lay.nnz;
+    free(off), free(idx), free(mark);
+    return &lay;
+}
+
 static void run_case(const bench_opts *o, int64_t batch, int64_t context, int64_t hkv,
                      int64_t q_len) {
     sk_decode_desc d;
@@ -113,10 +171,13 @@ static void run_case(const bench_opts *o, int64_t batch, int64_t context, int64_
     d.max_pages = (int32_t)(context / PAGE);
     d.num_pages = batch * d.max_pages;
     d.num_splits = o->splits;
+    int64_t selected = 0;
+    const sk_bsr *lay =
+        o->topk > 0 ? make_topk_layout(o->topk, batch, hkv, q_len, context, &selected) : NULL;
     int32_t splits = 0;
     size_t ws_bytes = 0;
-    SK_OK(sk_decode_splits(&d, NULL, &splits));
-    SK_OK(sk_decode_workspace_size(&d, NULL, &ws_bytes));
+    SK_OK(sk_decode_splits(&d, lay, &splits));
+    SK_OK(sk_decode_workspace_size(&d, lay, &ws_bytes));
 
     const size_t cache_bytes = (size_t)d.num_pages * PAGE * (size_t)hkv * DIM * 2;
     const size_t q_bytes = (size_t)(batch * q_len * HQ * DIM) * 2;
@@ -149,7 +210,7 @@ static void run_case(const bench_opts *o, int64_t batch, int64_t context, int64_
 
     /* Check: every O element is the cached value (a softmax of equal
      * scores over equal values). */
-    SK_OK(sk_decode(&d, NULL, lens, table, q, k, v, out, lse, ws, ws_bytes, NULL));
+    SK_OK(sk_decode(&d, lay, lens, table, q, k, v, out, lse, ws, ws_bytes, NULL));
     CUDA_OK(cudaDeviceSynchronize());
     CUDA_OK(cudaMemcpy(host_o, out, q_bytes, cudaMemcpyDeviceToHost));
     int64_t bad = 0;
@@ -162,11 +223,11 @@ static void run_case(const bench_opts *o, int64_t batch, int64_t context, int64_
     CUDA_OK(cudaEventCreate(&e1));
     float ms[MAX_REPS];
     for (int i = 0; i < 3; ++i)
-        SK_OK(sk_decode_run(&d, NULL, lens, table, q, k, v, out, lse, ws, ws_bytes, NULL));
+        SK_OK(sk_decode_run(&d, lay, lens, table, q, k, v, out, lse, ws, ws_bytes, NULL));
     CUDA_OK(cudaDeviceSynchronize());
     for (int i = 0; i < o->reps; ++i) {
         CUDA_OK(cudaEventRecord(e0, NULL));
-        SK_OK(sk_decode_run(&d, NULL, lens, table, q, k, v, out, lse, ws, ws_bytes, NULL));
+        SK_OK(sk_decode_run(&d, lay, lens, table, q, k, v, out, lse, ws, ws_bytes, NULL));
         CUDA_OK(cudaEventRecord(e1, NULL));
         CUDA_OK(cudaEventSynchronize(e1));
         CUDA_OK(cudaEventElapsedTime(&ms[i], e0, e1));
@@ -175,14 +236,16 @@ static void run_case(const bench_opts *o, int64_t batch, int64_t context, int64_
     const double median_us = 1e3 * (o->reps % 2 ? ms[o->reps / 2]
                                                 : 0.5 * (ms[o->reps / 2 - 1] + ms[o->reps / 2]));
     const double min_us = 1e3 * ms[0];
-    const double kv_bytes = (double)batch * (double)context * (double)hkv * DIM * 2.0 * 2.0;
+    const double keys = lay != NULL ? (double)selected * PAGE : (double)batch * context * hkv;
+    const double kv_bytes = keys * DIM * 2.0 * 2.0;
     sk_device_info info;
     memset(&info, 0, sizeof info);
     sk_device_get_info(0, &info);
     printf("{\"name\": \"decode_b%lld_ctx%lld_gqa%d_%lld_q%lld\", \"commit\": \"%s\", \"gpu\": "
            "\"%s\", \"cc\": \"%d.%d\", \"backend\": \"%s\", \"batch\": %lld, \"context\": %lld, "
            "\"heads_q\": %d, \"heads_kv\": %lld, \"q_len\": %lld, \"page_size\": %d, "
-           "\"head_dim\": %d, \"dtype\": \"bf16\", \"layout\": \"dense\", \"splits\": %d, "
+           "\"head_dim\": %d, \"dtype\": \"bf16\", \"layout\": \"%s\", \"topk\": %d, "
+           "\"selected_blocks\": %lld, \"splits\": %d, "
            "\"workspace_bytes\": %zu, \"median_us\": %.2f, \"min_us\": %.2f, \"kv_bytes\": %.0f, "
            "\"tb_per_s\": %.3f, \"check\": \"%s\"}\n",
            (long long)batch, (long long)context, HQ, (long long)hkv, (long long)q_len, o->commit,
@@ -191,13 +254,14 @@ static void run_case(const bench_opts *o, int64_t batch, int64_t context, int64_
            : o->backend == SK_BACKEND_CUDA_SM90 ? "sm90"
                                                 : "cuda",
            (long long)batch, (long long)context, HQ, (long long)hkv, (long long)q_len, PAGE, DIM,
-           (int)splits, ws_bytes, median_us, min_us, kv_bytes, kv_bytes / (median_us * 1e-6) / 1e12,
+           lay != NULL ? "topk" : "dense", o->topk, (long long)selected, (int)splits, ws_bytes, median_us, min_us, kv_bytes, kv_bytes / (median_us * 1e-6) / 1e12,
            check);
     fflush(stdout);
     CUDA_OK(cudaEventDestroy(e0));
     CUDA_OK(cudaEventDestroy(e1));
     cudaFree(k), cudaFree(v), cudaFree(q), cudaFree(out), cudaFree(lse), cudaFree(lens);
     cudaFree(table), cudaFree(ws);
+    if (lay != NULL) cudaFree(lay->row_offsets), cudaFree(lay->col_indices);
     free(host_table), free(host_lens), free(host_o);
 }
 
@@ -205,7 +269,7 @@ int main(int argc, char **argv) {
     bench_opts o;
     if (parse(argc, argv, &o) != 0) {
         fprintf(stderr, "usage: decode_speed [--reps N] [--commit HASH] [--backend cuda|sm80|sm90] "
-                        "[--splits N] [--quick] [--case B,CONTEXT,HKV,QLEN]\n");
+                        "[--splits N] [--quick] [--case B,CONTEXT,HKV,QLEN] [--topk K]\n");
         return 2;
     }
     if (o.only[0] != 0) {
