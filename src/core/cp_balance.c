@@ -120,9 +120,9 @@ static void costs(const bal *b, const int32_t *owner, double *w, const bal_ranks
                     ++nr;
             }
             const int64_t t = (nl > 0) + (nr > 0);
-            const double ns = (double)b->pairs * ((double)nl * b->cost.local_block +
-                                                  (double)nr * b->cost.remote_block +
-                                                  (double)t * b->cost.tile);
+            const double ns =
+                (double)b->pairs * ((double)nl * b->cost.local_block +
+                                    (double)nr * b->cost.remote_block + (double)t * b->cost.tile);
             if (w != NULL) w[i] += ns;
             out->ns[r] += ns;
             out->local[r] += b->pairs * nl;

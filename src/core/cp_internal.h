@@ -159,9 +159,9 @@ sk_status sk_cp_cuda_backward(const sk_cp_ctx *c, sk_comm_t comm, const void *q,
 /* Balanced chunks and the first pass's SM reserve (issue 33, cp_plan.c):
  * the fields added to sk_cp_desc after the first version, whose size
  * (SK_CP_DESC_V1_SIZE) older callers pass and get the defaults for. */
-#define SK_CP_DESC_V1_SIZE offsetof(sk_cp_desc, chunk_starts)
+#define SK_CP_DESC_V1_SIZE        offsetof(sk_cp_desc, chunk_starts)
 #define SK_CP_RESERVE_SMS_DEFAULT 16
-#define SK_CP_RESERVE_SMS_MAX 1024
+#define SK_CP_RESERVE_SMS_MAX     1024
 /* desc->chunk_starts (NULL for a V1 descriptor) and desc->reserve_sms (the
  * default for V1). */
 const int32_t *sk_cp_desc_starts(const sk_cp_desc *d);

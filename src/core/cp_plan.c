@@ -55,7 +55,7 @@ int32_t sk_cp_desc_reserve(const sk_cp_desc *d) {
 
 sk_status sk_cp_check_desc(const sk_cp_desc *d) {
     static const char *const names[6] = {"batch", "seq", "seq", "heads_q", "heads_kv", "head_dim"};
-    SK_CHECK_NOT_NULL(d);
+    if (d == NULL) return sk_error(SK_STATUS_BAD_PARAM_NULL_POINTER, "desc must not be NULL");
     if (d->struct_size != SK_CP_DESC_V1_SIZE)
         SK_TRY(sk_check_desc_struct_size(d->struct_size, sizeof(sk_cp_desc), "desc",
                                          "sk_cp_desc_init"));
@@ -101,8 +101,8 @@ sk_status sk_cp_check_block(const sk_cp_desc *d, int32_t block, int64_t *blocks)
 sk_status sk_cp_check_starts(const int32_t *starts, int32_t chunks, int64_t nb, const char *name) {
     if (starts == NULL) return SK_STATUS_SUCCESS;
     if (starts[0] != 0)
-        return sk_error(SK_STATUS_BAD_PARAM_VALUE, "%s[0] = %d must be 0 (chunk 0 starts the sequence)",
-                        name, (int)starts[0]);
+        return sk_error(SK_STATUS_BAD_PARAM_VALUE,
+                        "%s[0] = %d must be 0 (chunk 0 starts the sequence)", name, (int)starts[0]);
     for (int32_t c = 1; c <= chunks; ++c)
         if (starts[c] <= starts[c - 1] || starts[c] > nb)
             return sk_error(SK_STATUS_BAD_PARAM_VALUE,
@@ -120,11 +120,12 @@ sk_status sk_cp_check_starts(const int32_t *starts, int32_t chunks, int64_t nb, 
 
 int64_t sk_cp_first_block(const sk_cp_desc *d, int64_t nb, int32_t c) {
     const int32_t *starts = sk_cp_desc_starts(d);
-    return starts != NULL ? starts[c] : sk_cp_chunk_start(nb, sk_cp_chunk_count(d->ranks, d->sharding), c);
+    return starts != NULL ? starts[c]
+                          : sk_cp_chunk_start(nb, sk_cp_chunk_count(d->ranks, d->sharding), c);
 }
 
-int64_t sk_cp_shard_of(const sk_cp_desc *d, int32_t block, int64_t nb, int32_t r,
-                       int32_t *count, int64_t starts[2], int64_t lengths[2]) {
+int64_t sk_cp_shard_of(const sk_cp_desc *d, int32_t block, int64_t nb, int32_t r, int32_t *count,
+                       int64_t starts[2], int64_t lengths[2]) {
     int32_t ch[2];
     const int32_t n = sk_cp_rank_chunks(d->ranks, d->sharding, r, ch);
     int64_t total = 0;
@@ -291,7 +292,9 @@ static void plan_receiver(const cp_geom *g, cp_scratch *w, int32_t r, sk_cp_unit
     if (ints) sweep_rows(g, w, r, rp, ints);
 }
 
-static int64_t align8(int64_t x) { return (x + 7) / 8 * 8; }
+static int64_t align8(int64_t x) {
+    return (x + 7) / 8 * 8;
+}
 
 /* Rank plans' shard fields, then the counting pass and the offsets.
  * Returns the plan's total bytes. */
@@ -462,8 +465,7 @@ sk_status sk_cp_plan_size(const sk_cp_desc *desc, const sk_bsr *layout, size_t *
     return SK_STATUS_SUCCESS;
 }
 
-sk_status sk_cp_plan(const sk_cp_desc *desc, const sk_bsr *layout, void *plan,
-                     size_t plan_bytes) {
+sk_status sk_cp_plan(const sk_cp_desc *desc, const sk_bsr *layout, void *plan, size_t plan_bytes) {
     SK_ENTER("sk_cp_plan");
     cp_geom g;
     SK_TRY(check_inputs(desc, layout, &g));
@@ -497,11 +499,11 @@ sk_status sk_cp_plan_bytes(const void *plan, size_t plan_bytes, int32_t src, int
     const sk_cp_plan_header *h;
     SK_TRY(sk_cp_plan_open(plan, plan_bytes, &h));
     if (src < 0 || src >= h->ranks)
-        return sk_error(SK_STATUS_BAD_PARAM_VALUE, "src = %d must be in [0, ranks = %d)",
-                        (int)src, (int)h->ranks);
+        return sk_error(SK_STATUS_BAD_PARAM_VALUE, "src = %d must be in [0, ranks = %d)", (int)src,
+                        (int)h->ranks);
     if (dst < 0 || dst >= h->ranks)
-        return sk_error(SK_STATUS_BAD_PARAM_VALUE, "dst = %d must be in [0, ranks = %d)",
-                        (int)dst, (int)h->ranks);
+        return sk_error(SK_STATUS_BAD_PARAM_VALUE, "dst = %d must be in [0, ranks = %d)", (int)dst,
+                        (int)h->ranks);
     const sk_cp_pair *p = &sk_cp_plan_pairs(h)[(int64_t)src * h->ranks + dst];
     if (bytes != NULL) *bytes = p->bytes;
     if (units != NULL) *units = p->units;
