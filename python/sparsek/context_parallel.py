@@ -129,7 +129,10 @@ class CpPlan:
     """sk_cp_plan over a global host Layout (seq x seq tokens, square
     blocks), for `ranks` ranks and the problem's sizes. dtype: a numpy dtype
     (float16, float32, or ml_dtypes' bfloat16), a torch dtype or "bfloat16",
-    which sets the bytes (and, for cp_attention, the tensors' dtype)."""
+    which sets the bytes (and, for cp_attention, the tensors' dtype).
+    chunk_starts: None (equal chunks), "balanced" (cp_balance with the
+    library's default costs) or the C + 1 chunk starts in blocks; the
+    shards (plan.shard), every rank's descriptor and the run follow them."""
 
     def __init__(self, layout: Layout, ranks, *, batch, heads_q, heads_kv, head_dim,
                  dtype=np.float16, causal=False, sharding="contiguous", scale=None,
