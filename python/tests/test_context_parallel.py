@@ -11,6 +11,12 @@ import pytest
 import sparsek
 
 
+def _qkv(seed, B, S, Hq, Hkv, D, dtype):
+    """Seeded normal q [B, S, Hq, D], k and v [B, S, Hkv, D]."""
+    rng = np.random.default_rng(seed)
+    return tuple(rng.standard_normal((B, S, h, D)).astype(dtype) for h in (Hq, Hkv, Hkv))
+
+
 def test_shards_cover_the_sequence_in_chunks_of_blocks():
     seq, block = 64 * 13 + 5, 64
     for ranks in (1, 2, 3, 4):
@@ -35,11 +41,8 @@ def test_bad_sharding_and_too_short_sequences_are_refused():
 @pytest.mark.parametrize("ranks,sharding,causal", [(2, "zigzag", True), (3, "contiguous", False),
                                                    (4, "zigzag", False)])
 def test_simulated_run_matches_the_single_process_forward(ranks, sharding, causal):
-    rng = np.random.default_rng(1234 + ranks)
     B, S, Hq, Hkv, D = 2, 64 * 11 + 17, 4, 2, 16
-    q = rng.standard_normal((B, S, Hq, D)).astype(np.float16)
-    k = rng.standard_normal((B, S, Hkv, D)).astype(np.float16)
-    v = rng.standard_normal((B, S, Hkv, D)).astype(np.float16)
+    q, k, v = _qkv(1234 + ranks, B, S, Hq, Hkv, D, np.float16)
     layout = sparsek.Layout.random(S, k=3, seed=7, causal=False, block=64, batch=1, heads=Hkv)
     ref, ref_lse = sparsek.attention(q, k, v, layout, causal=causal, return_lse=True)
     o, lse, plan = sparsek.cp_attention_simulated(q, k, v, layout, ranks, causal=causal,
@@ -143,11 +146,8 @@ def test_balance_gives_later_chunks_fewer_blocks_and_plans_follow_it(sharding):
 @pytest.mark.parametrize("ranks,sharding,causal", [(2, "zigzag", True), (3, "contiguous", True),
                                                    (4, "zigzag", False)])
 def test_simulated_run_with_balanced_chunks_matches_the_single_process(ranks, sharding, causal):
-    rng = np.random.default_rng(99 + ranks)
     B, S, Hq, Hkv, D = 1, 64 * 23 + 9, 4, 2, 16
-    q = rng.standard_normal((B, S, Hq, D)).astype(np.float32)
-    k = rng.standard_normal((B, S, Hkv, D)).astype(np.float32)
-    v = rng.standard_normal((B, S, Hkv, D)).astype(np.float32)
+    q, k, v = _qkv(99 + ranks, B, S, Hq, Hkv, D, np.float32)
     layout = sparsek.Layout.sinks_window(S, sink_tokens=64, window_tokens=300, block=64)
     starts = sparsek.cp_balance(layout, ranks, batch=B, heads_q=Hq, heads_kv=Hkv, head_dim=D,
                                 dtype=np.float32, causal=causal, sharding=sharding,

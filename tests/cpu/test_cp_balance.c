@@ -37,6 +37,18 @@ static sk_cp_desc make_desc(int32_t ranks, sk_cp_sharding sh, int64_t seq, int c
     return d;
 }
 
+/* A layout over d's grid (blocks of 64, one slice per batch, `heads`
+ * slices): create(&out, grid), e.g. sk_layout_create_causal; its view in
+ * *L. */
+static sk_layout_t grid_layout(const sk_cp_desc *d, int32_t heads,
+                               sk_status (*create)(sk_layout_t *, const sk_grid *), sk_bsr *L) {
+    const sk_grid g = tu_grid(d->seq, d->seq, 64, 64, 1, heads);
+    sk_layout_t owned = NULL;
+    if (create(&owned, &g) != SK_STATUS_SUCCESS) return NULL;
+    sk_layout_view(owned, L);
+    return owned;
+}
+
 static int32_t chunk_count(const sk_cp_desc *d) {
     return d->sharding == SK_CP_SHARDING_ZIGZAG ? 2 * d->ranks : d->ranks;
 }
@@ -120,11 +132,9 @@ SK_TEST(cp_balance_uniform_layout_gives_equal_chunks) {
         for (int sh = 0; sh < 2; ++sh) {
             const sk_cp_desc d =
                 make_desc(R, sh ? SK_CP_SHARDING_ZIGZAG : SK_CP_SHARDING_CONTIGUOUS, 64 * 48, 0);
-            const sk_grid g = tu_grid(d.seq, d.seq, 64, 64, 1, 1);
-            sk_layout_t owned = NULL;
-            REQUIRE(sk_layout_create_dense(&owned, &g) == SK_STATUS_SUCCESS, "%s", sk_last_error());
             sk_bsr L;
-            sk_layout_view(owned, &L);
+            sk_layout_t owned = grid_layout(&d, 1, sk_layout_create_dense, &L);
+            REQUIRE(owned != NULL, "layout: %s", sk_last_error());
             int32_t starts[MAX_C];
             double b[8], e[8];
             if (balance(&d, &L, NULL, starts, b, e)) {
@@ -147,12 +157,9 @@ SK_TEST(cp_balance_causal_dense_makes_later_chunks_shorter) {
         for (int sh = 0; sh < 2; ++sh) {
             const sk_cp_desc d = make_desc(
                 R, sh ? SK_CP_SHARDING_ZIGZAG : SK_CP_SHARDING_CONTIGUOUS, 64 * 256 - 5, 1);
-            const sk_grid g = tu_grid(d.seq, d.seq, 64, 64, 1, 2);
-            sk_layout_t owned = NULL;
-            REQUIRE(sk_layout_create_causal(&owned, &g) == SK_STATUS_SUCCESS, "%s",
-                    sk_last_error());
             sk_bsr L;
-            sk_layout_view(owned, &L);
+            sk_layout_t owned = grid_layout(&d, 2, sk_layout_create_causal, &L);
+            REQUIRE(owned != NULL, "layout: %s", sk_last_error());
             int32_t starts[MAX_C];
             double b[8], e[8];
             sk_cp_cost cost;
@@ -313,11 +320,9 @@ static void expect_fail(const char *what, sk_status got, sk_status want, const c
  * them, nothing written; a V1 descriptor never reads the new fields. */
 SK_TEST(cp_bad_chunk_starts) {
     sk_cp_desc d = make_desc(2, SK_CP_SHARDING_ZIGZAG, 64 * 10 - 3, 1);
-    const sk_grid g = tu_grid(d.seq, d.seq, 64, 64, 1, 1);
-    sk_layout_t owned = NULL;
-    REQUIRE(sk_layout_create_causal(&owned, &g) == SK_STATUS_SUCCESS, "%s", sk_last_error());
     sk_bsr L;
-    sk_layout_view(owned, &L);
+    sk_layout_t owned = grid_layout(&d, 1, sk_layout_create_causal, &L);
+    REQUIRE(owned != NULL, "layout: %s", sk_last_error());
     static const struct {
         int32_t s[5];
         const char *needle;
@@ -384,11 +389,9 @@ SK_TEST(cp_bad_chunk_starts) {
 SK_TEST(cp_bad_plan_of_other_chunk_starts) {
     sk_cp_desc d = make_desc(2, SK_CP_SHARDING_CONTIGUOUS, 64 * 6, 1);
     d.dtype = SK_DTYPE_F32;
-    const sk_grid g = tu_grid(d.seq, d.seq, 64, 64, 1, 1);
-    sk_layout_t owned = NULL;
-    REQUIRE(sk_layout_create_causal(&owned, &g) == SK_STATUS_SUCCESS, "%s", sk_last_error());
     sk_bsr L;
-    sk_layout_view(owned, &L);
+    sk_layout_t owned = grid_layout(&d, 1, sk_layout_create_causal, &L);
+    REQUIRE(owned != NULL, "layout: %s", sk_last_error());
     size_t pb = 0;
     REQUIRE(sk_cp_plan_size(&d, &L, &pb) == SK_STATUS_SUCCESS, "%s", sk_last_error());
     void *plan = malloc(pb);
@@ -430,11 +433,9 @@ SK_TEST(cp_bad_plan_of_other_chunk_starts) {
 /* sk_cp_balance / sk_cp_predict / sk_cp_cost_default arguments. */
 SK_TEST(cp_bad_balance_arguments) {
     sk_cp_desc d = make_desc(3, SK_CP_SHARDING_ZIGZAG, 64 * 20, 1);
-    const sk_grid g = tu_grid(d.seq, d.seq, 64, 64, 1, 1);
-    sk_layout_t owned = NULL;
-    REQUIRE(sk_layout_create_causal(&owned, &g) == SK_STATUS_SUCCESS, "%s", sk_last_error());
     sk_bsr L;
-    sk_layout_view(owned, &L);
+    sk_layout_t owned = grid_layout(&d, 1, sk_layout_create_causal, &L);
+    REQUIRE(owned != NULL, "layout: %s", sk_last_error());
     int32_t starts[MAX_C];
     for (int i = 0; i < MAX_C; ++i) starts[i] = -3;
 #define UNTOUCHED                                                                                  \
