@@ -7,6 +7,7 @@
  * Run (libnccl.so.2 on the loader path, e.g. the nvidia-nccl wheel's lib):
  *   build/cp_speed [--seq 1048576] [--ranks 2] [--sharding contiguous|zigzag]
  *                  [--single] [--check] [--graph] [--reps 10] [--seed 33]
+ *                  [--balance off|on|both] [--reserve 16[,0...]] [--cost L,R,T]
  * The problem: B = 1, H 32/8, D 128, bf16, blocks of 128, causal; a layout
  * per KV head: the sink block, the causal window of 4096 tokens (32
  * blocks), and 16 more blocks per row drawn at random (seeded) from the
@@ -27,7 +28,17 @@
  * tests/gpu/test_cp_gpu.c, with vmax the largest |V|): small --seq only.
  * TFLOPS count 4 D 128 x 128 per selected block and query head (the
  * layout's entries: partial diagonal blocks counted whole, as every
- * SparseK bench counts). One JSON object on stdout.
+ * SparseK bench counts).
+ *
+ * Variants, timed one after the other in one process (the single-GPU run
+ * once): --balance on uses sk_cp_balance's chunk starts (desc->chunk_starts)
+ * with the costs of --cost (ns per local block, remote block, tile;
+ * default sk_cp_cost_default), off the equal chunks, both each in turn;
+ * --reserve takes a list of desc->reserve_sms values (SMs the first local
+ * pass leaves to NCCL; default 16), each timed with each chunk choice.
+ * One JSON object per variant, one per line, with the chunk starts and, per
+ * rank, its local / remote blocks, tiles and predicted ms (sk_cp_predict)
+ * beside the measured ms.
  */
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
@@ -73,11 +84,16 @@ static void nccl_open(void) {
     memcpy(&nccl_comm_destroy, &c, sizeof c);
 }
 
+enum { MAX_RESERVES = 8 };
+
 typedef struct opts {
     int64_t seq;
     int ranks, reps, single, check, graph;
     sk_cp_sharding sharding;
     uint64_t seed;
+    int balance_from, balance_to; /* 0 = equal chunks, 1 = balanced */
+    int reserves, reserve[MAX_RESERVES];
+    sk_cp_cost cost;
 } opts;
 
 static uint64_t mix(uint64_t x) {
@@ -367,12 +383,136 @@ static int check_shards(const opts *o, const sk_cp_desc *d, rank_ctx *ctx, const
 
 static void usage(void) {
     fprintf(stderr, "usage: cp_speed [--seq N] [--ranks R] [--sharding contiguous|zigzag] "
-                    "[--single] [--check] [--graph] [--reps N] [--seed N]\n");
+                    "[--single] [--check] [--graph] [--reps N] [--seed N] "
+                    "[--balance off|on|both] [--reserve N[,N...]] [--cost L,R,T]\n");
     exit(BENCH_ERROR_EXIT);
 }
 
+static void parse_reserves(opts *o, const char *list) {
+    o->reserves = 0;
+    for (const char *p = list; *p != '\0';) {
+        char *end = NULL;
+        const long v = strtol(p, &end, 10);
+        if (end == p || o->reserves == MAX_RESERVES || v < 0 || v > 1024) usage();
+        o->reserve[o->reserves++] = (int)v;
+        p = *end == ',' ? end + 1 : end;
+        if (*end != ',' && *end != '\0') usage();
+    }
+    if (o->reserves == 0) usage();
+}
+
+static void parse_cost(opts *o, const char *text) {
+    if (sscanf(text, "%lf,%lf,%lf", &o->cost.local_block, &o->cost.remote_block, &o->cost.tile) !=
+        3)
+        usage();
+}
+
+/* One variant (chunk starts or NULL, the reserve): its plan, every rank's
+ * run, one JSON line. Returns the --check verdict (0 good). */
+static int run_variant(const opts *o, const sk_bsr *L, sk_cp_desc d, const int32_t *starts,
+                       int reserve, const void *pattern, const void *const qkv[3],
+                       const uint16_t *o_ref, const float *lse_ref, float single_ms) {
+    d.chunk_starts = starts;
+    d.reserve_sms = reserve;
+    size_t plan_bytes = 0;
+    SK_OK(sk_cp_plan_size(&d, L, &plan_bytes));
+    void *plan = malloc(plan_bytes);
+    SK_OK(sk_cp_plan(&d, L, plan, plan_bytes));
+    double pred[MAX_RANKS];
+    int64_t local[MAX_RANKS], remote[MAX_RANKS], tiles[MAX_RANKS];
+    SK_OK(sk_cp_predict(&d, L, &o->cost, pred, local, remote, tiles));
+
+    nccl_id id;
+    if (nccl_get_unique_id(&id) != 0) {
+        fprintf(stderr, "cp_speed: ncclGetUniqueId failed\n");
+        exit(BENCH_ERROR_EXIT);
+    }
+    pthread_barrier_t barrier;
+    pthread_barrier_init(&barrier, NULL, (unsigned)o->ranks);
+    rank_ctx ctx[MAX_RANKS];
+    pthread_t th[MAX_RANKS];
+    memset(ctx, 0, sizeof ctx);
+    for (int r = 0; r < o->ranks; ++r) {
+        ctx[r] = (rank_ctx){.o = o,
+                            .base = &d,
+                            .plan = plan,
+                            .plan_bytes = plan_bytes,
+                            .id = &id,
+                            .barrier = &barrier,
+                            .pattern_host = pattern,
+                            .rank = r};
+        for (int t = 0; t < 3; ++t) ctx[r].qkv_host[t] = qkv[t];
+        pthread_create(&th[r], NULL, rank_main, &ctx[r]);
+    }
+    for (int r = 0; r < o->ranks; ++r) pthread_join(th[r], NULL);
+    pthread_barrier_destroy(&barrier);
+
+    /* A run's time is its slowest rank's. */
+    float run_ms[BENCH_MAX_REPS];
+    for (int i = 0; i < o->reps; ++i) {
+        run_ms[i] = 0;
+        for (int r = 0; r < o->ranks; ++r) run_ms[i] = fmaxf(run_ms[i], ctx[r].ms[i]);
+    }
+    qsort(run_ms, (size_t)o->reps, sizeof run_ms[0], bench_cmp_float);
+    const double flops = 4.0 * DIM * BLOCK * BLOCK * (double)L->nnz * (HQ / HKV);
+    const int32_t C = o->sharding == SK_CP_SHARDING_ZIGZAG ? 2 * o->ranks : o->ranks;
+    const int64_t nb = (o->seq + BLOCK - 1) / BLOCK;
+    printf("{\"seq\": %lld, \"ranks\": %d, \"graph\": %d, \"sharding\": \"%s\", \"layout\": "
+           "\"causal sink + window 4096 + 16 random past blocks per row, per KV head\", "
+           "\"heads\": \"%d/%d\", \"dim\": %d, \"nnz\": %d, \"tflop\": %.3f, "
+           "\"balance\": %d, \"reserve_sms\": %d, \"cost_ns\": [%g, %g, %g], "
+           "\"chunk_starts\": [",
+           (long long)o->seq, o->ranks, o->graph,
+           o->sharding == SK_CP_SHARDING_ZIGZAG ? "zigzag" : "contiguous", HQ, HKV, DIM,
+           (int)L->nnz, flops * 1e-12, starts != NULL, reserve, o->cost.local_block,
+           o->cost.remote_block, o->cost.tile);
+    for (int32_t c = 0; c <= C; ++c)
+        printf("%s%lld", c ? ", " : "", (long long)(starts ? starts[c] : (int64_t)c * nb / C));
+    printf("], \"sharded_ms\": %.3f, \"sharded_ms_min\": %.3f, \"sharded_tflops\": %.1f",
+           run_ms[o->reps / 2], run_ms[0], flops / (run_ms[o->reps / 2] * 1e-3) * 1e-12);
+    if (single_ms > 0)
+        printf(", \"single_ms\": %.3f, \"single_tflops\": %.1f, \"speedup\": %.3f", single_ms,
+               flops / (single_ms * 1e-3) * 1e-12, single_ms / run_ms[o->reps / 2]);
+    printf(", \"ranks_detail\": [");
+    for (int r = 0; r < o->ranks; ++r) {
+        int64_t sent = 0, recv = 0, units = 0, b = 0, u = 0;
+        for (int p = 0; p < o->ranks; ++p) {
+            SK_OK(sk_cp_plan_bytes(plan, plan_bytes, r, p, &b, &u));
+            sent += b;
+            units += u;
+            SK_OK(sk_cp_plan_bytes(plan, plan_bytes, p, r, &b, NULL));
+            recv += b;
+        }
+        float m[BENCH_MAX_REPS];
+        memcpy(m, ctx[r].ms, sizeof(float) * (size_t)o->reps);
+        qsort(m, (size_t)o->reps, sizeof m[0], bench_cmp_float);
+        printf("%s{\"rank\": %d, \"tokens\": %lld, \"ms\": %.3f, \"predicted_ms\": %.3f, "
+               "\"local_blocks\": %lld, \"remote_blocks\": %lld, \"tiles\": %lld, "
+               "\"plan_send_bytes\": %lld, \"plan_recv_bytes\": %lld, \"units_sent\": %lld, "
+               "\"comm_bytes_sent\": %lld}",
+               r ? ", " : "", r, (long long)ctx[r].tokens, m[o->reps / 2], pred[r] * 1e-6,
+               (long long)local[r], (long long)remote[r], (long long)tiles[r], (long long)sent,
+               (long long)recv, (long long)units,
+               (long long)(ctx[r].bytes_sent / (WARMUP + o->reps)));
+    }
+    printf("]");
+    int rc = 0;
+    if (o->check) {
+        double worst = 0;
+        const int bad = check_shards(o, &d, ctx, o_ref, lse_ref, 2.0, &worst);
+        printf(", \"check\": {\"bad\": %d, \"worst_of_tolerance\": %.4f}", bad, worst);
+        rc = bad != 0;
+    }
+    printf("}\n");
+    fflush(stdout);
+    for (int r = 0; r < o->ranks; ++r) free(ctx[r].o_host), free(ctx[r].lse_host);
+    free(plan);
+    return rc;
+}
+
 int main(int argc, char **argv) {
-    opts o = {1 << 20, 2, 10, 0, 0, 0, SK_CP_SHARDING_CONTIGUOUS, 33};
+    opts o = {1 << 20, 2, 10, 0, 0, 0, SK_CP_SHARDING_CONTIGUOUS, 33, 0, 0, 1, {16}, {0, 0, 0}};
+    SK_OK(sk_cp_cost_default(&o.cost));
     for (int i = 1; i < argc; ++i) {
         const char *a = argv[i];
         if (!strcmp(a, "--seq") && i + 1 < argc)
@@ -386,6 +526,20 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--sharding") && i + 1 < argc)
             o.sharding =
                 !strcmp(argv[++i], "zigzag") ? SK_CP_SHARDING_ZIGZAG : SK_CP_SHARDING_CONTIGUOUS;
+        else if (!strcmp(a, "--balance") && i + 1 < argc) {
+            const char *m = argv[++i];
+            if (!strcmp(m, "off"))
+                o.balance_from = o.balance_to = 0;
+            else if (!strcmp(m, "on"))
+                o.balance_from = o.balance_to = 1;
+            else if (!strcmp(m, "both"))
+                o.balance_from = 0, o.balance_to = 1;
+            else
+                usage();
+        } else if (!strcmp(a, "--reserve") && i + 1 < argc)
+            parse_reserves(&o, argv[++i]);
+        else if (!strcmp(a, "--cost") && i + 1 < argc)
+            parse_cost(&o, argv[++i]);
         else if (!strcmp(a, "--single"))
             o.single = 1;
         else if (!strcmp(a, "--graph"))
@@ -413,10 +567,8 @@ int main(int argc, char **argv) {
     d.heads_kv = HKV;
     d.head_dim = DIM;
     d.mask = SK_MASK_CAUSAL;
-    size_t plan_bytes = 0;
-    SK_OK(sk_cp_plan_size(&d, &L, &plan_bytes));
-    void *plan = malloc(plan_bytes);
-    SK_OK(sk_cp_plan(&d, &L, plan, plan_bytes));
+    int32_t starts[2 * MAX_RANKS + 1];
+    if (o.balance_to) SK_OK(sk_cp_balance(&d, &L, &o.cost, starts, 2 * MAX_RANKS + 1));
 
     uint16_t *pattern = malloc((size_t)PATTERN * 2);
     uint64_t s = o.seed;
@@ -429,7 +581,6 @@ int main(int argc, char **argv) {
     }
     /* --check: the global inputs, whole, from the pattern's generator. */
     void *qkv[3] = {NULL, NULL, NULL};
-    double vmax = 2.0;
     uint16_t *o_ref = NULL;
     float *lse_ref = NULL;
     if (o.check) {
@@ -447,81 +598,13 @@ int main(int argc, char **argv) {
         single_ms =
             single_gpu(&o, &L, pattern, o.check ? (const void *const *)qkv : NULL, o_ref, lse_ref);
 
-    nccl_id id;
-    if (nccl_get_unique_id(&id) != 0) {
-        fprintf(stderr, "cp_speed: ncclGetUniqueId failed\n");
-        return BENCH_ERROR_EXIT;
-    }
-    pthread_barrier_t barrier;
-    pthread_barrier_init(&barrier, NULL, (unsigned)o.ranks);
-    rank_ctx ctx[MAX_RANKS];
-    pthread_t th[MAX_RANKS];
-    memset(ctx, 0, sizeof ctx);
-    for (int r = 0; r < o.ranks; ++r) {
-        ctx[r] = (rank_ctx){.o = &o,
-                            .base = &d,
-                            .plan = plan,
-                            .plan_bytes = plan_bytes,
-                            .id = &id,
-                            .barrier = &barrier,
-                            .pattern_host = pattern,
-                            .rank = r};
-        for (int t = 0; t < 3; ++t) ctx[r].qkv_host[t] = qkv[t];
-        pthread_create(&th[r], NULL, rank_main, &ctx[r]);
-    }
-    for (int r = 0; r < o.ranks; ++r) pthread_join(th[r], NULL);
-
-    /* A run's time is its slowest rank's. */
-    float run_ms[BENCH_MAX_REPS];
-    for (int i = 0; i < o.reps; ++i) {
-        run_ms[i] = 0;
-        for (int r = 0; r < o.ranks; ++r) run_ms[i] = fmaxf(run_ms[i], ctx[r].ms[i]);
-    }
-    qsort(run_ms, (size_t)o.reps, sizeof run_ms[0], bench_cmp_float);
-    const double flops = 4.0 * DIM * BLOCK * BLOCK * (double)L.nnz * (HQ / HKV);
-    printf("{\"seq\": %lld, \"ranks\": %d, \"graph\": %d, \"sharding\": \"%s\", \"layout\": "
-           "\"causal sink + "
-           "window 4096 + 16 random past blocks per row, per KV head\", \"heads\": \"%d/%d\", "
-           "\"dim\": %d, \"nnz\": %d, \"tflop\": %.3f,\n",
-           (long long)o.seq, o.ranks, o.graph,
-           o.sharding == SK_CP_SHARDING_ZIGZAG ? "zigzag" : "contiguous", HQ, HKV, DIM, (int)L.nnz,
-           flops * 1e-12);
-    printf(" \"sharded_ms\": %.3f, \"sharded_ms_min\": %.3f, \"sharded_tflops\": %.1f",
-           run_ms[o.reps / 2], run_ms[0], flops / (run_ms[o.reps / 2] * 1e-3) * 1e-12);
-    if (single_ms > 0)
-        printf(", \"single_ms\": %.3f, \"single_tflops\": %.1f, \"speedup\": %.3f", single_ms,
-               flops / (single_ms * 1e-3) * 1e-12, single_ms / run_ms[o.reps / 2]);
-    printf(",\n \"ranks_detail\": [");
-    for (int r = 0; r < o.ranks; ++r) {
-        int64_t sent = 0, recv = 0, units = 0, b = 0, u = 0;
-        for (int p = 0; p < o.ranks; ++p) {
-            SK_OK(sk_cp_plan_bytes(plan, plan_bytes, r, p, &b, &u));
-            sent += b;
-            units += u;
-            SK_OK(sk_cp_plan_bytes(plan, plan_bytes, p, r, &b, NULL));
-            recv += b;
-        }
-        float m[BENCH_MAX_REPS];
-        memcpy(m, ctx[r].ms, sizeof(float) * (size_t)o.reps);
-        qsort(m, (size_t)o.reps, sizeof m[0], bench_cmp_float);
-        printf("%s{\"rank\": %d, \"tokens\": %lld, \"ms\": %.3f, \"plan_send_bytes\": %lld, "
-               "\"plan_recv_bytes\": %lld, \"units_sent\": %lld, \"comm_bytes_sent\": %lld}",
-               r ? ", " : "", r, (long long)ctx[r].tokens, m[o.reps / 2], (long long)sent,
-               (long long)recv, (long long)units,
-               (long long)(ctx[r].bytes_sent / (WARMUP + o.reps)));
-    }
-    printf("]");
     int rc = 0;
-    if (o.check) {
-        double worst = 0;
-        const int bad = check_shards(&o, &d, ctx, o_ref, lse_ref, vmax, &worst);
-        printf(",\n \"check\": {\"bad\": %d, \"worst_of_tolerance\": %.4f}", bad, worst);
-        rc = bad != 0;
-    }
-    printf("}\n");
-    for (int r = 0; r < o.ranks; ++r) free(ctx[r].o_host), free(ctx[r].lse_host);
+    for (int b = o.balance_from; b <= o.balance_to; ++b)
+        for (int v = 0; v < o.reserves; ++v)
+            rc |= run_variant(&o, &L, d, b ? starts : NULL, o.reserve[v], pattern,
+                              (const void *const *)qkv, o_ref, lse_ref, single_ms);
     for (int t = 0; t < 3; ++t) free(qkv[t]);
-    free(o_ref), free(lse_ref), free(pattern), free(plan);
+    free(o_ref), free(lse_ref), free(pattern);
     sk_layout_destroy(owned);
     return rc;
 }

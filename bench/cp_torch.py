@@ -37,7 +37,9 @@ them, the check and the single-GPU lines as a JSON list):
   was handed to torch.distributed) and the plan's, needed_ratio (sent over
   plan bytes: 1.0), xchg_ms (the exchange alone), local_blocks /
   remote_blocks (selected blocks of its rows: own keys / received), the
-  shape, layout and torch / NCCL versions.
+  shape, layout and torch / NCCL versions. --balance: the plan's chunk
+  boundaries from sparsek.cp_balance (CpPlan(chunk_starts="balanced")),
+  for the check and the timing alike.
 """
 
 from __future__ import annotations
@@ -112,7 +114,7 @@ def make_plan(args, seq, dtype) -> tuple:
     layout = issue_layout(seq, args.block, args.sinks, args.window, args.topk, args.heads_kv, args.seed)
     plan = sparsek.CpPlan(layout, dist.get_world_size(), batch=args.batch, heads_q=args.heads_q,
                           heads_kv=args.heads_kv, head_dim=args.dim, dtype=dtype, causal=True,
-                          sharding=args.sharding)
+                          sharding=args.sharding, chunk_starts="balanced" if args.balance else None)
     return layout, plan
 
 
@@ -279,6 +281,8 @@ def main() -> int:
     ap.add_argument("--topk", type=int, default=16, help="random blocks per row below the window")
     ap.add_argument("--sharding", choices=["zigzag", "contiguous"], default="zigzag")
     ap.add_argument("--exchange", choices=["all_to_all", "p2p", "library"], default="all_to_all")
+    ap.add_argument("--balance", action="store_true",
+                    help="chunk boundaries from sparsek.cp_balance (default: equal chunks)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--repeat", type=int, default=10)
@@ -305,7 +309,7 @@ def main() -> int:
     dtype = DTYPES[args.dtype]
     common = {"batch": args.batch, "heads_q": args.heads_q, "heads_kv": args.heads_kv, "dim": args.dim,
               "dtype": args.dtype, "block": args.block, "sinks": args.sinks, "window": args.window,
-              "topk": args.topk, "sharding": args.sharding, "torch": torch.__version__}
+              "topk": args.topk, "sharding": args.sharding, "balance": args.balance, "torch": torch.__version__}
     if not args.cpu:
         common.update(device=torch.cuda.get_device_name(device),
                       nccl=".".join(map(str, torch.cuda.nccl.version())))

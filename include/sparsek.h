@@ -1558,7 +1558,8 @@ SK_API sk_status sk_device_get_info(int32_t device, sk_device_info *info);
  * whole blocks: chunk c holds blocks floor(c nb / C) .. floor((c + 1) nb /
  * C) - 1, with C = R (SK_CP_SHARDING_CONTIGUOUS: rank r holds chunk r) or
  * C = 2R (SK_CP_SHARDING_ZIGZAG: rank r holds chunks r and 2R - 1 - r, which
- * balances causal work). nb >= C is required. A rank's shard is its chunks'
+ * balances causal work), or at the caller's boundaries (desc->chunk_starts,
+ * e.g. from sk_cp_balance, below). nb >= C is required. A rank's shard is its chunks'
  * tokens, in increasing order, packed:
  *   q  [B, S_r, Hq,  D]   the rank's queries; read
  *   k  [B, S_r, Hkv, D]   its keys; read (and sent to the ranks that need them)
@@ -1631,6 +1632,16 @@ typedef struct sk_cp_desc {
     int64_t head_dim;        /* D */
     float scale;             /* as sk_attention_desc: 0 (default) means 1/sqrt(D) */
     sk_mask mask;            /* default SK_MASK_NONE */
+    /* Added later; a caller passing the earlier struct_size (offsetof
+     * chunk_starts) gets the defaults. */
+    const int32_t *chunk_starts; /* [C + 1] host: chunk c is global blocks chunk_starts[c] ..
+                                    chunk_starts[c + 1] - 1 (blocks of the layout's size): 0 =
+                                    [0] < [1] < ... < [C] = nb. NULL (default): equal chunks,
+                                    floor(c nb / C). sk_cp_balance fills one; every sk_cp_* call
+                                    reads it, so plan and run with the same array */
+    int32_t reserve_sms;         /* CUDA, Hopper kernel: SMs the first local pass leaves to the
+                                    exchange during its first part (an eighth of its tiles),
+                                    0 .. 1024; 0 keeps the two parts on every SM. Default 16 */
 } sk_cp_desc;
 
 SK_API sk_status sk_cp_desc_init(sk_cp_desc *desc, size_t struct_size);
@@ -1725,6 +1736,52 @@ SK_API sk_status sk_cp_forward(const sk_cp_desc *desc, const void *plan, size_t 
                                sk_comm_t comm, const void *q, const void *k, const void *v,
                                void *o, float *lse, void *workspace, size_t workspace_size,
                                struct CUstream_st *stream);
+
+/* Chunk boundaries balanced by a cost model (desc->chunk_starts).
+ *
+ * Equal chunks give every rank the same blocks, not the same time: a
+ * remote pass runs its few blocks per row at a lower rate than a local
+ * pass (each (query block, head) tile pays a fixed cost), and with causal
+ * the ranks holding later rows read more remote blocks. The model: rank
+ * r's predicted time is
+ *   local x local_block + remote x remote_block + tiles x tile
+ * with local / remote its rows' selected blocks (one query block against
+ * one key block for one batch and query head; causal: blocks above the
+ * diagonal dropped) whose key block it owns / receives, and tiles its
+ * passes' (query block, batch, query head) rows holding at least one block
+ * (a row with local and remote blocks counts twice). sk_cp_balance chooses
+ * the C + 1 chunk starts that give every CHUNK the same predicted cost
+ * (so every rank, contiguous or zigzag, the same time), iterating because
+ * the cost of a row depends on who owns its key blocks; it keeps the best
+ * candidate by the slowest rank's prediction, the equal chunks included,
+ * so it never predicts worse than them. Host only; the layout is the
+ * global one sk_cp_plan takes (validated here too). */
+typedef struct sk_cp_cost {
+    double local_block;  /* ns per block of a local pass; default 13.25 */
+    double remote_block; /* ns per block of a remote pass; default 13.25 */
+    double tile;         /* ns per tile of either pass; default 61.4 */
+} sk_cp_cost;
+
+/* The default costs: measured on 2 x H200, B1 H32/8 D128 bf16, blocks of
+ * 128, causal (docs/perf/context_parallel.md section 10). Only their ratios
+ * matter to the balance. */
+SK_API sk_status sk_cp_cost_default(sk_cp_cost *cost);
+
+/* Every rank's prediction for desc's chunks (desc->chunk_starts or the
+ * equal ones) over the global host layout: rank_ns[r], local_blocks[r],
+ * remote_blocks[r], tiles[r] (arrays of desc->ranks; any may be NULL).
+ * cost NULL: the defaults. */
+SK_API sk_status sk_cp_predict(const sk_cp_desc *desc, const sk_bsr *layout,
+                               const sk_cp_cost *cost, double *rank_ns, int64_t *local_blocks,
+                               int64_t *remote_blocks, int64_t *tiles);
+
+/* Balanced chunk starts for desc's ranks, sharding, mask and sizes over
+ * the global host layout (its blocks): chunk_starts[0 .. C] (count >= C +
+ * 1 entries; C = R contiguous, 2R zigzag), ready for desc->chunk_starts
+ * (which this call ignores). cost NULL: the defaults; every cost >= 0 and
+ * finite, not all 0. Deterministic. Allocates host scratch. */
+SK_API sk_status sk_cp_balance(const sk_cp_desc *desc, const sk_bsr *layout,
+                               const sk_cp_cost *cost, int32_t *chunk_starts, int32_t count);
 
 /* ---------------------------------------------------------------------------
  * Context parallel backward

@@ -184,3 +184,9 @@ __all__ += ["topk_paged", "topk_varlen"]
 from .varlen_backward import attention_varlen_backward  # noqa: E402
 
 __all__ += ["attention_varlen_backward"]
+
+# Balanced context-parallel chunks (context_parallel.py: sk_cp_balance);
+# CpPlan(chunk_starts=...) takes them.
+from .context_parallel import cp_balance  # noqa: E402
+
+__all__ += ["cp_balance"]

@@ -22,6 +22,7 @@ from ctypes import (
     POINTER,
     c_char,
     c_char_p,
+    c_double,
     c_float,
     c_int,
     c_int32,
@@ -361,6 +362,8 @@ class SkCpDesc(CheckedStructure):
         ("head_dim", c_int64),
         ("scale", c_float),
         ("mask", c_int),  # sk_mask
+        ("chunk_starts", c_void_p),  # const int32_t * [C + 1], host; NULL: equal chunks
+        ("reserve_sms", c_int32),
     ]
 
 
@@ -418,6 +421,15 @@ class SkAttentionVarlenBackwardDesc(CheckedStructure):
         ("dv_strides", c_int64 * 2),
     ]
 
+class SkCpCost(CheckedStructure):
+    _c_name_ = "sk_cp_cost"
+    _fields_ = [
+        ("local_block", c_double),
+        ("remote_block", c_double),
+        ("tile", c_double),
+    ]
+
+
 # The fields of each struct, for the ABI test that compares offsets with a C
 # compiler's view of sparsek.h.
 STRUCTS = {
@@ -438,6 +450,7 @@ STRUCTS = {
     "sk_cp_desc": SkCpDesc,
     "sk_topk_varlen_desc": SkTopkVarlenDesc,
     "sk_attention_varlen_backward_desc": SkAttentionVarlenBackwardDesc,
+    "sk_cp_cost": SkCpCost,
 }
 
 # ---------------------------------------------------------------------------
@@ -700,6 +713,13 @@ SIGNATURES = {
         _st,
         [POINTER(SkCpDesc), c_void_p, c_size_t, c_void_p] + [c_void_p] * 10 + [c_size_t, _stream],
     ),
+    # Balanced context-parallel chunks (chunk starts as an int32 array)
+    "sk_cp_cost_default": (_st, [POINTER(SkCpCost)]),
+    "sk_cp_predict": (
+        _st,
+        [POINTER(SkCpDesc), _bsr_p, POINTER(SkCpCost), c_void_p, c_void_p, c_void_p, c_void_p],
+    ),
+    "sk_cp_balance": (_st, [POINTER(SkCpDesc), _bsr_p, POINTER(SkCpCost), _i32_p, c_int32]),
     # Top-k on varlen / paged inputs
     "sk_topk_varlen_desc_init": (_st, [POINTER(SkTopkVarlenDesc), c_size_t]),
     "sk_topk_varlen_layout_capacity": (_st, [POINTER(SkTopkVarlenDesc), _grid_p, _i32_p]),

@@ -4,6 +4,9 @@ One self-attention (Sq = Sk = seq) with the token axis split over R ranks
 (include/sparsek.h "Context parallel", docs/perf/context_parallel.md):
 
 - ``cp_shard``: a rank's chunks as global token ranges;
+- ``cp_balance``: chunk boundaries balanced by the library's cost model
+  (sk_cp_balance), for ``CpPlan(chunk_starts=...)``; ``CpPlan.predict``
+  gives each rank's predicted time and blocks (sk_cp_predict);
 - ``CpPlan``: from the GLOBAL layout, which remote K/V blocks each rank
   needs (deduplicated), and the bytes every ordered pair of ranks
   exchanges;
@@ -27,7 +30,18 @@ from ctypes import byref, c_int32, c_int64, c_size_t, c_void_p, sizeof
 import numpy as np
 
 from ._arrays import _numpy_dtype, _torch_dtype
-from ._lib import Backend, CpSharding, DType, F, Mask, SkCpDesc, SparseKError, check, status_name
+from ._lib import (
+    Backend,
+    CpSharding,
+    DType,
+    F,
+    Mask,
+    SkCpCost,
+    SkCpDesc,
+    SparseKError,
+    check,
+    status_name,
+)
 from .cp_blob import PlanBlob
 from .layout import Layout
 
@@ -57,7 +71,10 @@ def _plan_dtype(dtype) -> DType:
     return sk
 
 
-def _desc(ranks, rank, sharding, batch, seq, heads_q, heads_kv, head_dim, dtype, causal, scale):
+def _desc(ranks, rank, sharding, batch, seq, heads_q, heads_kv, head_dim, dtype, causal, scale,
+          chunk_starts=None):
+    """chunk_starts: None (equal chunks) or a C-contiguous int32 numpy
+    array the caller keeps alive while the descriptor is used."""
     d = SkCpDesc()
     check(F.sk_cp_desc_init(byref(d), sizeof(d)))
     d.ranks = ranks
@@ -72,13 +89,36 @@ def _desc(ranks, rank, sharding, batch, seq, heads_q, heads_kv, head_dim, dtype,
     d.head_dim = head_dim
     d.scale = 0.0 if scale is None else scale
     d.mask = Mask.CAUSAL if causal else Mask.NONE
+    if chunk_starts is not None:
+        d.chunk_starts = chunk_starts.ctypes.data
     return d
 
 
-def cp_shard(seq, ranks, rank, block=128, sharding="contiguous") -> list:
+def _starts_array(chunk_starts, ranks, sharding):
+    """chunk_starts as an int32 array of C + 1 entries (C = ranks, or
+    2 ranks for zigzag), or None; the library checks the values."""
+    if chunk_starts is None:
+        return None
+    want = (2 if _sharding(sharding) == CpSharding.ZIGZAG else 1) * ranks + 1
+    try:
+        values = [int(x) for x in chunk_starts]
+    except TypeError:
+        raise TypeError(f"chunk_starts must be None, 'balanced' or a sequence of {want} block "
+                        f"indices, got {type(chunk_starts).__name__}") from None
+    if len(values) != want:
+        raise ValueError(f"chunk_starts has {len(values)} entries; {ranks} ranks "
+                         f"({sharding}) need C + 1 = {want}")
+    if any(v < -2**31 or v >= 2**31 for v in values):
+        raise ValueError(f"chunk_starts = {values} must be int32 block indices")
+    return np.ascontiguousarray(values, dtype=np.int32)
+
+
+def cp_shard(seq, ranks, rank, block=128, sharding="contiguous", chunk_starts=None) -> list:
     """Rank `rank`'s chunks, in its local order, as (start, length) global
-    token ranges (their lengths add up to its shard's tokens)."""
-    d = _desc(ranks, rank, sharding, 1, seq, 1, 1, 64, 1, False, None)
+    token ranges (their lengths add up to its shard's tokens). chunk_starts:
+    None for equal chunks, or the C + 1 chunk starts in blocks (cp_balance)."""
+    starts = _starts_array(chunk_starts, ranks, sharding)
+    d = _desc(ranks, rank, sharding, 1, seq, 1, 1, 64, 1, False, None, starts)
     tokens, n = c_int64(), c_int32()
     starts, lengths = (c_int64 * 2)(), (c_int64 * 2)()
     check(F.sk_cp_shard(byref(d), rank, block, byref(tokens), byref(n), starts, lengths))
@@ -89,10 +129,14 @@ class CpPlan:
     """sk_cp_plan over a global host Layout (seq x seq tokens, square
     blocks), for `ranks` ranks and the problem's sizes. dtype: a numpy dtype
     (float16, float32, or ml_dtypes' bfloat16), a torch dtype or "bfloat16",
-    which sets the bytes (and, for cp_attention, the tensors' dtype)."""
+    which sets the bytes (and, for cp_attention, the tensors' dtype).
+    chunk_starts: None (equal chunks), "balanced" (cp_balance with the
+    library's default costs) or the C + 1 chunk starts in blocks; the
+    shards (plan.shard), every rank's descriptor and the run follow them."""
 
     def __init__(self, layout: Layout, ranks, *, batch, heads_q, heads_kv, head_dim,
-                 dtype=np.float16, causal=False, sharding="contiguous", scale=None):
+                 dtype=np.float16, causal=False, sharding="contiguous", scale=None,
+                 chunk_starts=None):
         if not isinstance(layout, Layout):
             raise TypeError(f"layout must be a sparsek.Layout, got {type(layout).__name__}")
         sk_dtype = _plan_dtype(dtype)
@@ -105,6 +149,17 @@ class CpPlan:
         self.sharding = sharding
         self.causal = causal
         self.dims = (batch, heads_q, heads_kv, head_dim, sk_dtype, scale)
+        # The chunk boundaries every rank's descriptor points at (kept alive
+        # with the plan): None = equal chunks.
+        self._starts = None
+        if isinstance(chunk_starts, str):
+            if chunk_starts != "balanced":
+                raise ValueError(f"chunk_starts = {chunk_starts!r}: None, 'balanced' or a "
+                                 "sequence of block indices")
+            chunk_starts = cp_balance(layout, ranks, batch=batch, heads_q=heads_q,
+                                      heads_kv=heads_kv, head_dim=head_dim, dtype=dtype,
+                                      causal=causal, sharding=sharding)
+        self._starts = _starts_array(chunk_starts, ranks, sharding)
         d = self.desc(0)
         size = c_size_t()
         view = layout.view()
@@ -115,9 +170,31 @@ class CpPlan:
         check(F.sk_cp_plan(byref(d), byref(view), self._buf.ctypes.data, self.nbytes))
 
     def desc(self, rank) -> SkCpDesc:
+        """Rank's descriptor (it points at the plan's chunk starts: keep
+        the plan alive while it is used)."""
         batch, hq, hkv, dim, sk_dtype, scale = self.dims
         return _desc(self.ranks, rank, self.sharding, batch, self.seq, hq, hkv, dim, sk_dtype,
-                     self.causal, scale)
+                     self.causal, scale, self._starts)
+
+    @property
+    def chunk_starts(self):
+        """The chunk starts in blocks (C + 1 of them), or None for equal
+        chunks."""
+        return None if self._starts is None else [int(x) for x in self._starts]
+
+    def predict(self, cost=None) -> list:
+        """sk_cp_predict for every rank under this plan's chunks: a list of
+        dicts (ns, local_blocks, remote_blocks, tiles). cost: None for
+        the library's defaults or (local_block, remote_block, tile) ns."""
+        R = self.ranks
+        ns = np.zeros(R, dtype=np.float64)
+        counts = [np.zeros(R, dtype=np.int64) for _ in range(3)]
+        view = self.layout.view()
+        check(F.sk_cp_predict(byref(self.desc(0)), byref(view), _cost(cost), ns.ctypes.data,
+                              *(c.ctypes.data for c in counts)))
+        return [{"ns": float(ns[r]), "local_blocks": int(counts[0][r]),
+                 "remote_blocks": int(counts[1][r]), "tiles": int(counts[2][r])}
+                for r in range(R)]
 
     @property
     def address(self) -> int:
@@ -137,7 +214,7 @@ class CpPlan:
         return sum(self.pair(rank, dst)[0] for dst in range(self.ranks))
 
     def shard(self, rank) -> list:
-        return cp_shard(self.seq, self.ranks, rank, self.block, self.sharding)
+        return cp_shard(self.seq, self.ranks, rank, self.block, self.sharding, self.chunk_starts)
 
     def blob(self) -> PlanBlob:
         """The plan's contents (cp_blob.PlanBlob: units, chunks, layouts)."""
@@ -151,6 +228,38 @@ class CpPlan:
         sk_cp_workspace_size on the CPU backend (its size is not used)."""
         ws = c_size_t()
         check(F.sk_cp_workspace_size(byref(self.desc(rank)), self.address, self.nbytes, byref(ws)))
+
+
+def _cost(cost):
+    """None, or an SkCpCost from (local_block, remote_block, tile) ns."""
+    if cost is None:
+        return None
+    try:
+        local, remote, tile = (float(x) for x in cost)
+    except (TypeError, ValueError):
+        raise TypeError(f"cost must be None or (local_block, remote_block, tile) in ns, "
+                        f"got {cost!r}") from None
+    return byref(SkCpCost(local, remote, tile))
+
+
+def cp_balance(layout: Layout, ranks, *, batch, heads_q, heads_kv, head_dim, dtype=np.float16,
+               causal=False, sharding="contiguous", cost=None) -> list:
+    """Chunk starts (C + 1 block indices, C = ranks or 2 ranks for zigzag)
+    that give every chunk the same predicted time under the library's cost
+    model (sk_cp_balance, include/sparsek.h): local and remote blocks and
+    per-(query block, head) tiles of each rank's rows over the GLOBAL
+    layout. Pass them as CpPlan(chunk_starts=...) (or say
+    chunk_starts="balanced"); every rank must use the same ones. cost: None
+    for the library's defaults, or (local_block, remote_block, tile) ns."""
+    if not isinstance(layout, Layout):
+        raise TypeError(f"layout must be a sparsek.Layout, got {type(layout).__name__}")
+    d = _desc(ranks, 0, sharding, batch, layout.grid.rows, heads_q, heads_kv, head_dim,
+              _plan_dtype(dtype), causal, None)
+    n = (2 if _sharding(sharding) == CpSharding.ZIGZAG else 1) * ranks + 1
+    out = (c_int32 * n)()
+    view = layout.view()
+    check(F.sk_cp_balance(byref(d), byref(view), _cost(cost), out, n))
+    return list(out)
 
 
 def _simulated(plan, ranks, size_fn, make_job, call) -> list:
@@ -198,17 +307,18 @@ def _simulated(plan, ranks, size_fn, make_job, call) -> list:
 
 
 def cp_attention_simulated(q, k, v, layout: Layout, ranks, *, causal=False,
-                           sharding="contiguous", scale=None):
+                           sharding="contiguous", scale=None, chunk_starts=None):
     """The R-rank run on the CPU backend with the simulated communicator:
     shards the global numpy arrays q [B, S, Hq, D], k, v [B, S, Hkv, D],
     runs every rank's sk_cp_forward on its own thread, and returns the
     global (o, lse, plan). Equals sparsek.attention on the same layout up to
-    one rounding of the dtype (see include/sparsek.h)."""
+    one rounding of the dtype (see include/sparsek.h). chunk_starts: as
+    CpPlan's."""
     q, k, v = (np.ascontiguousarray(x) for x in (q, k, v))
     B, S, Hq, D = q.shape
     Hkv = k.shape[2]
     plan = CpPlan(layout, ranks, batch=B, heads_q=Hq, heads_kv=Hkv, head_dim=D, dtype=q.dtype,
-                  causal=causal, sharding=sharding, scale=scale)
+                  causal=causal, sharding=sharding, scale=scale, chunk_starts=chunk_starts)
     o = np.full_like(q, np.nan)
     lse = np.full((B, Hq, S), np.nan, dtype=np.float32)
 
@@ -230,7 +340,7 @@ def cp_attention_simulated(q, k, v, layout: Layout, ranks, *, causal=False,
 
 
 def cp_attention_backward_simulated(q, k, v, o, lse, do, layout: Layout, ranks, *, causal=False,
-                                    sharding="contiguous", scale=None):
+                                    sharding="contiguous", scale=None, chunk_starts=None):
     """The R-rank backward on the CPU backend with the simulated
     communicator: shards the global numpy arrays (q, o, do [B, S, Hq, D];
     k, v [B, S, Hkv, D]; the forward's GLOBAL lse [B, Hq, S] fp32), runs
@@ -244,7 +354,7 @@ def cp_attention_backward_simulated(q, k, v, o, lse, do, layout: Layout, ranks, 
     B, S, Hq, D = q.shape
     Hkv = k.shape[2]
     plan = CpPlan(layout, ranks, batch=B, heads_q=Hq, heads_kv=Hkv, head_dim=D, dtype=q.dtype,
-                  causal=causal, sharding=sharding, scale=scale)
+                  causal=causal, sharding=sharding, scale=scale, chunk_starts=chunk_starts)
     grads = [np.full_like(q, np.nan), np.full_like(k, np.nan), np.full_like(v, np.nan)]
 
     def make_job(r, rows):

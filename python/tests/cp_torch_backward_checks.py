@@ -25,6 +25,7 @@ import test_cp_torch as base
 
 BSEED = 3311
 ZERO_DO = "zero_do_rank0"
+BALANCED = "balanced"
 
 
 def cases(ranks):
@@ -41,6 +42,9 @@ def cases(ranks):
             variant = ("strided", "out", None)[(i + 2 * j) % 3]
             out.append((name, causal, sharding, dtype, exchange, variant))
     out.append(("sinks_window", True, "contiguous", "float32", "all_to_all", ZERO_DO))
+    # With sk_cp_balance's chunk boundaries (test_cp_torch._plan).
+    out.append(("causal", True, "zigzag", "float32", "all_to_all", BALANCED))
+    out.append(("sinks_window", True, "contiguous", "float32", "p2p", BALANCED))
     return out
 
 
@@ -71,7 +75,7 @@ def run_rank(rank, ranks, group, log, out_dir):
         bad_inputs(rank, ranks, log, group)
     for ci, case in enumerate(cases(ranks)):
         name, causal, sharding, dtype, exchange, variant = case
-        plan = base._plan(base._layout(name), ranks, causal, sharding, dtype)
+        plan = base._plan(base._layout(name), ranks, causal, sharding, dtype, variant == BALANCED)
         rows = base._rows(plan, rank)
         q, k, v, do, o, lse = (x[:, rows] if x.dim() == 4 else x[:, :, rows].contiguous()
                                for x in global_inputs(ci, ranks, case))
@@ -151,7 +155,7 @@ def bad_inputs(rank, ranks, log, group):
 def check_case(ci, case, ranks, out_dir):
     name, causal, sharding, dtype, exchange, variant = case
     layout = base._layout(name)
-    plan = base._plan(layout, ranks, causal, sharding, dtype)
+    plan = base._plan(layout, ranks, causal, sharding, dtype, variant == BALANCED)
     q, k, v, do, o, lse = global_inputs(ci, ranks, case)
     f = [x.float() for x in (q, k, v, o, do)]
     ref = sparsek.attention_backward(*f[:3], f[3], f[4], lse, layout, causal=causal)
@@ -193,7 +197,8 @@ def check_case(ci, case, ranks, out_dir):
         assert (err <= _tol(w64, dtype, ranks)).all(), f"{where} {n}: max excess {(err - _tol(w64, dtype, ranks)).max():.3g}"
     if dtype == "float32":  # the C library's own CPU run, same order: bitwise
         sim = sparsek.cp_attention_backward_simulated(*(x.numpy() for x in (q, k, v, o)), lse.numpy(), do.numpy(),
-                                                      layout, ranks, causal=causal, sharding=sharding)
+                                                      layout, ranks, causal=causal, sharding=sharding,
+                                                      chunk_starts=plan.chunk_starts)
         for g, s, n in zip(got, sim[:3], ("dq", "dk", "dv")):
             assert np.array_equal(g.float().numpy(), s), f"{where} {n}: not the C run's bits"
     return got

@@ -4,7 +4,8 @@ single-process sparsek.attention on the global tensors, the bytes each rank
 handed to torch.distributed against the plan and against the units the
 layout needs (counted here from the layout on its own), NaN-poisoned
 outputs, inputs that must not be read (NaN beside strided views), and bad
-inputs refused before any communication. One spawn keeps it short; it
+inputs refused before any communication; the same with balanced chunk
+boundaries (sparsek.cp_balance). One spawn keeps it short; it
 also runs sparsek.cp_attention_backward and cp_attention's autograd at
 R = 2 and 3 (cp_torch_backward_checks.py).
 
@@ -38,7 +39,8 @@ if HAVE_TORCH:
 B, S, HQ, HKV, D, BLOCK = 2, 64 * 13 + 17, 4, 2, 16, 64
 SEED = 3303
 
-# (name, mask causal, sharding, dtype, exchange, strided inputs)
+# (name, mask causal, sharding, dtype, exchange, strided inputs, balanced
+# chunk boundaries)
 def _cases(ranks):
     out = []
     layouts = ("window", "sinks_window", "random", "causal")
@@ -48,7 +50,14 @@ def _cases(ranks):
             causal = name != "window" and (name, sharding) != ("random", "contiguous")
             dtype = {3: "float16", 4: "bfloat16"}.get(ranks, "float32") if (i + j) % 3 == 0 else "float32"
             exchange = "p2p" if (i + j + ranks) % 2 else "all_to_all"
-            out.append((name, causal, sharding, dtype, exchange, (i + j) % 2 == 1))
+            out.append((name, causal, sharding, dtype, exchange, (i + j) % 2 == 1, False))
+    # The same run with sk_cp_balance's boundaries (CpPlan(chunk_starts=...)).
+    for i, (name, causal, sharding) in enumerate((("sinks_window", True, "zigzag"),
+                                                  ("random", True, "contiguous"),
+                                                  ("causal", True, "zigzag"),
+                                                  ("window", False, "contiguous"))):
+        dtype = "bfloat16" if i == 2 and ranks > 2 else "float32"
+        out.append((name, causal, sharding, dtype, ("all_to_all", "p2p")[i % 2], i == 1, True))
     return out
 
 
@@ -75,9 +84,20 @@ def _rows(plan, rank):
     return torch.cat([torch.arange(s, s + n) for s, n in plan.shard(rank)])
 
 
-def _plan(layout, ranks, causal, sharding, dtype):
+def _plan(layout, ranks, causal, sharding, dtype, balanced=False):
+    """The plan; balanced: with sk_cp_balance's chunk starts, a remote block
+    costing 4 local ones so that these short sequences move too."""
+    starts = None
+    if balanced:
+        starts = sparsek.cp_balance(layout, ranks, batch=B, heads_q=HQ, heads_kv=HKV, head_dim=D,
+                                    dtype=getattr(torch, dtype), causal=causal, sharding=sharding,
+                                    cost=(1.0, 4.0, 0.0))
+        C = ranks * (2 if sharding == "zigzag" else 1)
+        # With causal the later rows cost more: the boundaries move.
+        assert not causal or starts != [c * (-(-S // BLOCK)) // C for c in range(C + 1)], starts
     return sparsek.CpPlan(layout, ranks, batch=B, heads_q=HQ, heads_kv=HKV, head_dim=D,
-                          dtype=getattr(torch, dtype), causal=causal, sharding=sharding)
+                          dtype=getattr(torch, dtype), causal=causal, sharding=sharding,
+                          chunk_starts=starts)
 
 
 class _CommLog:
@@ -173,8 +193,10 @@ def _worker(rank, world, init_file, out_dir):
 def _run_group(rank, ranks, group, log, out_dir):
     if ranks == 2:
         _bad_inputs(rank, ranks, log, group)
-    for ci, (name, causal, sharding, dtype, exchange, strided) in enumerate(_cases(ranks)):
-        plan = _plan(_layout(name), ranks, causal, sharding, dtype)
+    for ci, (name, causal, sharding, dtype, exchange, strided, balanced) in enumerate(_cases(ranks)):
+        plan = _plan(_layout(name), ranks, causal, sharding, dtype, balanced)
+        if balanced:
+            plan.check(rank)  # the library's whole-plan check against this rank's descriptor
         rows = _rows(plan, rank)
         q, k, v = (x[:, rows] for x in _global_qkv(ci, dtype))
         if strided:  # views beside NaN: what must not be read
@@ -227,9 +249,9 @@ def _needed_bytes(layout, plan, ranks, causal, esize):
 
 
 def _check_case(ci, case, ranks, out_dir):
-    name, causal, sharding, dtype, exchange, _ = case
+    name, causal, sharding, dtype, exchange, _, balanced = case
     layout = _layout(name)
-    plan = _plan(layout, ranks, causal, sharding, dtype)
+    plan = _plan(layout, ranks, causal, sharding, dtype, balanced)
     q, k, v = _global_qkv(ci, dtype)
     ref, ref_lse = sparsek.attention(q.float(), k.float(), v.float(), layout, causal=causal, return_lse=True)
     o = torch.full((B, S, HQ, D), float("nan"), dtype=torch.float64)
@@ -280,6 +302,7 @@ def test_cp_attention_over_gloo_matches_the_single_process_forward(ranks, result
     for ci, case in enumerate(cases):
         _check_case(ci, case, ranks, results)
     assert {c[2] for c in cases} == {"contiguous", "zigzag"} and {c[4] for c in cases} == {"all_to_all", "p2p"}
+    assert {c[6] for c in cases} == {False, True}
     # The allocated outputs (no out=): the causal zigzag case.
     layout = _layout("causal")
     plan = _plan(layout, ranks, True, "zigzag", "float32")
@@ -304,6 +327,7 @@ def test_cp_attention_backward_over_gloo_matches_the_single_process_backward(ran
         checks.check_case(ci, case, ranks, results)
     assert {c[3] for c in cases} == {"float32", "bfloat16"} and {c[2] for c in cases} == {"contiguous", "zigzag"}
     assert {c[4] for c in cases} == {"all_to_all", "p2p"} and checks.ZERO_DO in {c[5] for c in cases}
+    assert checks.BALANCED in {c[5] for c in cases}
 
 
 def test_bench_layout_is_the_issues():

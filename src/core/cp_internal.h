@@ -156,4 +156,26 @@ sk_status sk_cp_cuda_backward(const sk_cp_ctx *c, sk_comm_t comm, const void *q,
                               const void *v, const void *o, const float *lse, const void *dout,
                               void *dq, void *dk, void *dv, char *ws, struct CUstream_st *stream);
 
+/* Balanced chunks and the first pass's SM reserve (issue 33, cp_plan.c):
+ * the fields added to sk_cp_desc after the first version, whose size
+ * (SK_CP_DESC_V1_SIZE) older callers pass and get the defaults for. */
+#define SK_CP_DESC_V1_SIZE        offsetof(sk_cp_desc, chunk_starts)
+#define SK_CP_RESERVE_SMS_DEFAULT 16
+#define SK_CP_RESERVE_SMS_MAX     1024
+/* desc->chunk_starts (NULL for a V1 descriptor) and desc->reserve_sms (the
+ * default for V1). */
+const int32_t *sk_cp_desc_starts(const sk_cp_desc *d);
+int32_t sk_cp_desc_reserve(const sk_cp_desc *d);
+/* Chunk starts (NULL: the equal ones, fine) for `chunks` chunks of nb
+ * blocks: [0] = 0, strictly increasing, [chunks] = nb; messages name
+ * `name`. */
+sk_status sk_cp_check_starts(const int32_t *starts, int32_t chunks, int64_t nb, const char *name);
+/* The first global block of chunk c (c = C gives nb) under d's
+ * boundaries (checked). */
+int64_t sk_cp_first_block(const sk_cp_desc *d, int64_t nb, int32_t c);
+/* sk_cp_plan's input checks (desc, the layout validated, its geometry
+ * against desc): the layout's block and its blocks nb. */
+sk_status sk_cp_check_layout(const sk_cp_desc *d, const sk_bsr *layout, int32_t *block,
+                             int64_t *nb);
+
 #endif /* SK_CORE_CP_INTERNAL_H */

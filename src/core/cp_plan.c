@@ -41,13 +41,24 @@ sk_status sk_cp_desc_init(sk_cp_desc *desc, size_t struct_size) {
     desc->backend = SK_BACKEND_CUDA;
     desc->dtype = SK_DTYPE_F16;
     desc->mask = SK_MASK_NONE;
+    desc->reserve_sms = SK_CP_RESERVE_SMS_DEFAULT;
     return SK_STATUS_SUCCESS;
+}
+
+const int32_t *sk_cp_desc_starts(const sk_cp_desc *d) {
+    return d->struct_size == sizeof(sk_cp_desc) ? d->chunk_starts : NULL;
+}
+
+int32_t sk_cp_desc_reserve(const sk_cp_desc *d) {
+    return d->struct_size == sizeof(sk_cp_desc) ? d->reserve_sms : SK_CP_RESERVE_SMS_DEFAULT;
 }
 
 sk_status sk_cp_check_desc(const sk_cp_desc *d) {
     static const char *const names[6] = {"batch", "seq", "seq", "heads_q", "heads_kv", "head_dim"};
-    SK_CHECK_NOT_NULL(d);
-    SK_TRY(sk_check_desc_struct_size(d->struct_size, sizeof(sk_cp_desc), "desc", "sk_cp_desc_init"));
+    if (d == NULL) return sk_error(SK_STATUS_BAD_PARAM_NULL_POINTER, "desc must not be NULL");
+    if (d->struct_size != SK_CP_DESC_V1_SIZE)
+        SK_TRY(sk_check_desc_struct_size(d->struct_size, sizeof(sk_cp_desc), "desc",
+                                         "sk_cp_desc_init"));
     if (d->ranks < 1 || d->ranks > SK_CP_MAX_RANKS)
         return sk_error(SK_STATUS_BAD_PARAM_VALUE, "desc->ranks = %d must be in [1, %d]",
                         (int)d->ranks, SK_CP_MAX_RANKS);
@@ -58,6 +69,10 @@ sk_status sk_cp_check_desc(const sk_cp_desc *d) {
         return sk_error(SK_STATUS_BAD_PARAM_VALUE,
                         "desc->sharding = %d is not an sk_cp_sharding (CONTIGUOUS=1, ZIGZAG=2)",
                         (int)d->sharding);
+    const int32_t reserve = sk_cp_desc_reserve(d);
+    if (reserve < 0 || reserve > SK_CP_RESERVE_SMS_MAX)
+        return sk_error(SK_STATUS_BAD_PARAM_VALUE, "desc->reserve_sms = %d must be in [0, %d]",
+                        (int)reserve, SK_CP_RESERVE_SMS_MAX);
     const int64_t sizes[6] = {d->batch, d->seq, d->seq, d->heads_q, d->heads_kv, d->head_dim};
     SK_TRY(sk_check_attention_shape_named(d->backend, d->dtype, sizes, names));
     return sk_attention_check_scale_mask(d->scale, d->mask);
@@ -78,21 +93,47 @@ sk_status sk_cp_check_block(const sk_cp_desc *d, int32_t block, int64_t *blocks)
         return sk_error(SK_STATUS_BAD_LAYOUT_OVERFLOW,
                         "desc->seq = %lld has %lld blocks of %d tokens, more than INT32_MAX",
                         (long long)d->seq, (long long)nb, (int)block);
+    SK_TRY(sk_cp_check_starts(sk_cp_desc_starts(d), chunks, nb, "desc->chunk_starts"));
     *blocks = nb;
     return SK_STATUS_SUCCESS;
 }
 
-int64_t sk_cp_shard_of(const sk_cp_desc *d, int32_t block, int64_t nb, int32_t r,
-                       int32_t *count, int64_t starts[2], int64_t lengths[2]) {
+sk_status sk_cp_check_starts(const int32_t *starts, int32_t chunks, int64_t nb, const char *name) {
+    if (starts == NULL) return SK_STATUS_SUCCESS;
+    if (starts[0] != 0)
+        return sk_error(SK_STATUS_BAD_PARAM_VALUE,
+                        "%s[0] = %d must be 0 (chunk 0 starts the sequence)", name, (int)starts[0]);
+    for (int32_t c = 1; c <= chunks; ++c)
+        if (starts[c] <= starts[c - 1] || starts[c] > nb)
+            return sk_error(SK_STATUS_BAD_PARAM_VALUE,
+                            "%s[%d] = %d must be in (%s[%d] = %d, %lld]: chunks of whole blocks, "
+                            "each non-empty, inside the %lld blocks",
+                            name, (int)c, (int)starts[c], name, (int)(c - 1), (int)starts[c - 1],
+                            (long long)nb, (long long)nb);
+    if (starts[chunks] != nb)
+        return sk_error(SK_STATUS_BAD_PARAM_VALUE,
+                        "%s[%d] = %d must be nb = %lld, the blocks of desc->seq (the last chunk "
+                        "ends the sequence; blocks of the layout's size)",
+                        name, (int)chunks, (int)starts[chunks], (long long)nb);
+    return SK_STATUS_SUCCESS;
+}
+
+int64_t sk_cp_first_block(const sk_cp_desc *d, int64_t nb, int32_t c) {
+    const int32_t *starts = sk_cp_desc_starts(d);
+    return starts != NULL ? starts[c]
+                          : sk_cp_chunk_start(nb, sk_cp_chunk_count(d->ranks, d->sharding), c);
+}
+
+int64_t sk_cp_shard_of(const sk_cp_desc *d, int32_t block, int64_t nb, int32_t r, int32_t *count,
+                       int64_t starts[2], int64_t lengths[2]) {
     int32_t ch[2];
     const int32_t n = sk_cp_rank_chunks(d->ranks, d->sharding, r, ch);
-    const int32_t chunks = sk_cp_chunk_count(d->ranks, d->sharding);
     int64_t total = 0;
     for (int32_t c = 0; c < 2; ++c) {
         starts[c] = lengths[c] = 0;
         if (c >= n) continue;
-        const int64_t t0 = sk_cp_chunk_start(nb, chunks, ch[c]) * block;
-        int64_t t1 = sk_cp_chunk_start(nb, chunks, ch[c] + 1) * block;
+        const int64_t t0 = sk_cp_first_block(d, nb, ch[c]) * block;
+        int64_t t1 = sk_cp_first_block(d, nb, ch[c] + 1) * block;
         if (t1 > d->seq) t1 = d->seq;
         starts[c] = t0;
         lengths[c] = t1 - t0;
@@ -251,7 +292,9 @@ static void plan_receiver(const cp_geom *g, cp_scratch *w, int32_t r, sk_cp_unit
     if (ints) sweep_rows(g, w, r, rp, ints);
 }
 
-static int64_t align8(int64_t x) { return (x + 7) / 8 * 8; }
+static int64_t align8(int64_t x) {
+    return (x + 7) / 8 * 8;
+}
 
 /* Rank plans' shard fields, then the counting pass and the offsets.
  * Returns the plan's total bytes. */
@@ -374,6 +417,15 @@ static sk_status check_inputs(const sk_cp_desc *d, const sk_bsr *layout, cp_geom
     return SK_STATUS_SUCCESS;
 }
 
+sk_status sk_cp_check_layout(const sk_cp_desc *d, const sk_bsr *layout, int32_t *block,
+                             int64_t *nb) {
+    cp_geom g;
+    SK_TRY(check_inputs(d, layout, &g));
+    *block = g.block;
+    *nb = g.nb;
+    return SK_STATUS_SUCCESS;
+}
+
 static void scratch_free(cp_scratch *w) {
     free(w->owner);
     free(w->lblock);
@@ -413,8 +465,7 @@ sk_status sk_cp_plan_size(const sk_cp_desc *desc, const sk_bsr *layout, size_t *
     return SK_STATUS_SUCCESS;
 }
 
-sk_status sk_cp_plan(const sk_cp_desc *desc, const sk_bsr *layout, void *plan,
-                     size_t plan_bytes) {
+sk_status sk_cp_plan(const sk_cp_desc *desc, const sk_bsr *layout, void *plan, size_t plan_bytes) {
     SK_ENTER("sk_cp_plan");
     cp_geom g;
     SK_TRY(check_inputs(desc, layout, &g));
@@ -448,11 +499,11 @@ sk_status sk_cp_plan_bytes(const void *plan, size_t plan_bytes, int32_t src, int
     const sk_cp_plan_header *h;
     SK_TRY(sk_cp_plan_open(plan, plan_bytes, &h));
     if (src < 0 || src >= h->ranks)
-        return sk_error(SK_STATUS_BAD_PARAM_VALUE, "src = %d must be in [0, ranks = %d)",
-                        (int)src, (int)h->ranks);
+        return sk_error(SK_STATUS_BAD_PARAM_VALUE, "src = %d must be in [0, ranks = %d)", (int)src,
+                        (int)h->ranks);
     if (dst < 0 || dst >= h->ranks)
-        return sk_error(SK_STATUS_BAD_PARAM_VALUE, "dst = %d must be in [0, ranks = %d)",
-                        (int)dst, (int)h->ranks);
+        return sk_error(SK_STATUS_BAD_PARAM_VALUE, "dst = %d must be in [0, ranks = %d)", (int)dst,
+                        (int)h->ranks);
     const sk_cp_pair *p = &sk_cp_plan_pairs(h)[(int64_t)src * h->ranks + dst];
     if (bytes != NULL) *bytes = p->bytes;
     if (units != NULL) *units = p->units;

@@ -61,6 +61,32 @@ static sk_status check_plan(const sk_cp_desc *d, const sk_cp_plan_header *h) {
     return SK_STATUS_SUCCESS;
 }
 
+/* The plan's chunks against desc's boundaries (desc->chunk_starts or the
+ * equal ones): a plan made with other boundaries shards other rows. The
+ * sections are inside the blob (sk_cp_plan_open); a record that is not a
+ * chunk is left to sk_cp_plan_check. */
+static sk_status check_plan_chunks(const sk_cp_desc *d, const sk_cp_plan_header *h) {
+    int64_t nb;
+    if (h->block != 64 && h->block != 128) return SK_STATUS_SUCCESS;
+    SK_TRY(sk_cp_check_block(d, h->block, &nb));
+    const sk_cp_rank_plan *ranks = sk_cp_plan_ranks(h);
+    for (int32_t r = 0; r < h->ranks; ++r) {
+        int32_t ch[2];
+        const int32_t n = sk_cp_rank_chunks(d->ranks, d->sharding, r, ch);
+        for (int32_t i = 0; i < n && i < ranks[r].chunks; ++i) {
+            const int64_t first = sk_cp_first_block(d, nb, ch[i]);
+            if (ranks[r].chunk[i].global_block != first)
+                return sk_error(SK_STATUS_BAD_PARAM_VALUE,
+                                "plan was made with other chunk boundaries: chunk %d starts at "
+                                "block %d there, at %lld by desc->chunk_starts%s: re-plan with "
+                                "this desc",
+                                (int)ch[i], (int)ranks[r].chunk[i].global_block, (long long)first,
+                                sk_cp_desc_starts(d) == NULL ? " (NULL: equal chunks)" : "");
+        }
+    }
+    return SK_STATUS_SUCCESS;
+}
+
 sk_status sk_cp_ws_add(sk_cp_ctx *c, int64_t bytes, int64_t align) {
     int64_t at = c->offsets[c->parts];
     if (c->parts >= SK_CP_WS_MAX || bytes < 0 || !sk_add_i64(at, bytes, &at) ||
@@ -76,6 +102,7 @@ sk_status sk_cp_open(const sk_cp_desc *d, const void *plan, size_t plan_bytes, s
     SK_TRY(sk_cp_check_desc(d));
     SK_TRY(sk_cp_plan_open(plan, plan_bytes, &c->h));
     SK_TRY(check_plan(d, c->h));
+    SK_TRY(check_plan_chunks(d, c->h));
     SK_TRY(sk_cp_plan_check(c->h, d, check_layouts));
     c->d = d;
     c->rp = &sk_cp_plan_ranks(c->h)[d->rank];

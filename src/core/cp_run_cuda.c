@@ -339,24 +339,26 @@ static sk_status pass(const sk_cp_ctx *c, int32_t i, int remote, int carry, cons
                             c->att_bytes[2 * i + remote], stream);
 }
 
-/* SMs the first local pass leaves to NCCL, and the share of its tiles it
- * runs so (measured: whichever of NCCL's kernel and the persistent
- * attention kernel is dispatched first takes the SMs; when the attention
- * wins, the exchange waits for the whole pass). The traces show NCCL's
- * kernel starting at the boundary between the two parts, not on the free
- * SMs: the boundary is what works; whether the reserve earns its cost is
- * not measured yet (docs/perf/context_parallel.md section 9). */
-enum { kNcclSms = 16, kFirstPartShare = 8 };
+/* The share of its tiles the first local pass runs in its first part,
+ * on a grid leaving desc->reserve_sms SMs to NCCL (default 16; measured:
+ * whichever of NCCL's kernel and the persistent attention kernel is
+ * dispatched first takes the SMs; when the attention wins, the exchange
+ * waits for the whole pass). The traces show NCCL's kernel starting at the
+ * boundary between the two parts, not on the free SMs: the boundary is
+ * what works; reserve_sms = 0 keeps the boundary without the reserve, to
+ * measure what the reserve costs (docs/perf/context_parallel.md section
+ * 10). */
+enum { kFirstPartShare = 8 };
 
 /* The local pass of chunk 0 while the exchange is in flight, on the
- * Hopper kernel: its first tiles on a grid that leaves NCCL kNcclSms SMs,
- * then the rest on the whole GPU. */
+ * Hopper kernel: its first tiles on a grid that leaves NCCL reserve_sms
+ * SMs, then the rest on the whole GPU. */
 static sk_status first_local_pass(const sk_cp_ctx *c, const void *q, const void *k, const void *v,
                                   void *o, char *ws, struct CUstream_st *stream) {
     const int64_t tiles = c->d->batch * c->d->heads_q * c->rp->chunk[0].blocks;
     const int64_t first = tiles / kFirstPartShare;
     if (first < 1) return pass(c, 0, 0, 0, q, k, v, o, NULL, NULL, ws, stream);
-    const sk_attention_part a = {0, first, kNcclSms}, b = {first, tiles - first, 0};
+    const sk_attention_part a = {0, first, sk_cp_desc_reserve(c->d)}, b = {first, tiles - first, 0};
     SK_TRY(pass(c, 0, 0, 0, q, k, v, o, NULL, &a, ws, stream));
     return pass(c, 0, 0, 0, q, k, v, o, NULL, &b, ws, stream);
 }

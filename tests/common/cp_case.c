@@ -86,8 +86,10 @@ void cpc_sweep(uint64_t base, int kinds, void (*run)(int idx, cp_case *c)) {
 
 void cpc_case_name(char *name, size_t n, const cp_case *c, const char *kind_name,
                    const char *extra) {
-    snprintf(name, n, "R=%d %s %s %s %s S=%lld block %d H %lld/%lld slices %dx%d seed %llu%s",
+    static const char *const starts[3] = {"", " balanced", " skewed"};
+    snprintf(name, n, "R=%d %s%s %s %s %s S=%lld block %d H %lld/%lld slices %dx%d seed %llu%s",
              (int)c->ranks, c->sharding == SK_CP_SHARDING_ZIGZAG ? "zigzag" : "contiguous",
+             starts[c->starts >= 0 && c->starts < 3 ? c->starts : 0],
              c->causal ? "causal" : "non-causal", kind_name,
              c->dtype == SK_DTYPE_F16    ? "f16"
              : c->dtype == SK_DTYPE_BF16 ? "bf16"
@@ -112,4 +114,36 @@ void cpc_rows(void *dst, const void *src, int64_t esize, int64_t B, int64_t S, i
 int64_t cpc_slice_head(const sk_bsr *L, int64_t heads_q, int64_t heads_kv, int64_t hq) {
     if (L->grid.heads == 1) return 0;
     return L->grid.heads == heads_q ? hq : hq / (heads_q / heads_kv);
+}
+
+const int32_t *cpc_chunk_starts(const cp_case *c, const sk_cp_desc *d, const sk_bsr *L,
+                                int32_t *starts, int *ok) {
+    const int32_t C = c->sharding == SK_CP_SHARDING_ZIGZAG ? 2 * c->ranks : c->ranks;
+    const int32_t nb = (int32_t)((c->seq + c->block - 1) / c->block);
+    *ok = 1;
+    if (c->starts == CPC_STARTS_BALANCED) {
+        const sk_cp_cost cost = {1.0, 4.0, 0.0};
+        sk_cp_desc e = *d;
+        e.chunk_starts = NULL;
+        if (sk_cp_balance(&e, L, &cost, starts, C + 1) != SK_STATUS_SUCCESS) *ok = 0;
+        return *ok ? starts : NULL;
+    }
+    if (c->starts != CPC_STARTS_SKEWED) return NULL;
+    const int long_first = (int)(c->seed % 2);
+    for (int32_t i = 0; i <= C; ++i)
+        starts[i] = i == 0 ? 0 : i == C ? nb : long_first ? nb - C + i : i;
+    return starts;
+}
+
+static void (*starts_run)(int idx, cp_case *c);
+
+static void starts_case(int idx, cp_case *c) {
+    if (c->ranks < 2 || c->ranks > 4) return;
+    c->starts = idx % 2 ? CPC_STARTS_SKEWED : CPC_STARTS_BALANCED;
+    starts_run(idx, c);
+}
+
+void cpc_sweep_starts(uint64_t base, int kinds, void (*run)(int idx, cp_case *c)) {
+    starts_run = run;
+    cpc_sweep(base, kinds, starts_case);
 }

@@ -22,6 +22,7 @@ typedef struct cp_case {
     int64_t batch, seq, heads_q, heads_kv, head_dim;
     int32_t block, layout_batch, layout_heads;
     uint64_t seed;
+    int starts; /* chunk boundaries: CPC_STARTS_* (0: equal) */
 } cp_case;
 
 /* The layout kinds both tests draw (test_cp.c adds top-k of its own). */
@@ -62,5 +63,19 @@ void cpc_rows(void *dst, const void *src, int64_t esize, int64_t B, int64_t S, i
 /* The layout slice head that query head hq reads (slices per batch:
  * layout heads 1, heads_kv or heads_q). */
 int64_t cpc_slice_head(const sk_bsr *L, int64_t heads_q, int64_t heads_kv, int64_t hq);
+
+/* Chunk boundaries of a case (desc->chunk_starts): equal (NULL), from
+ * sk_cp_balance (with a remote block 4x a local one and no tile cost, so
+ * that small problems move too), or skewed by hand (chunks of one block
+ * then a long last one, or a long first one, by the seed). */
+enum { CPC_STARTS_EQUAL, CPC_STARTS_BALANCED, CPC_STARTS_SKEWED };
+/* Fill starts [C + 1] for c over the global layout L with d's geometry;
+ * returns starts for desc->chunk_starts, NULL for equal chunks (or on a
+ * failure, with *ok = 0 and sk_last_error saying why). */
+const int32_t *cpc_chunk_starts(const cp_case *c, const sk_cp_desc *d, const sk_bsr *L,
+                                int32_t *starts, int *ok);
+/* The sweep restricted to R = 2, 3, 4, each case with balanced or skewed
+ * boundaries in turn (CPC_STARTS_BALANCED when idx is even). */
+void cpc_sweep_starts(uint64_t base, int kinds, void (*run)(int idx, cp_case *c));
 
 #endif /* SK_TESTS_CP_CASE_H */

@@ -151,6 +151,10 @@ static void run_case(const cp_case *c, const char *name) {
     d.heads_kv = Hkv;
     d.head_dim = D;
     d.mask = a.mask;
+    int32_t starts[2 * 8 + 1];
+    int starts_ok = 1;
+    d.chunk_starts = cpc_chunk_starts(c, &d, &L, starts, &starts_ok);
+    CHECK(starts_ok, "%s: chunk starts: %s", name, sk_last_error());
     size_t plan_bytes = 0;
     st = sk_cp_plan_size(&d, &L, &plan_bytes);
     CHECK(st == SK_STATUS_SUCCESS, "%s: plan size: %s", name, sk_last_error());
@@ -173,6 +177,12 @@ static void run_case(const cp_case *c, const char *name) {
         int64_t s0[2], len[2], l0 = 0;
         int32_t nch;
         sk_cp_shard(&descs[r], r, c->block, &tokens[r], &nch, s0, len);
+        for (int32_t ch = 0; ch < nch && d.chunk_starts != NULL; ++ch) {
+            const int32_t id = ch == 0 ? r : 2 * R - 1 - r;
+            CHECK(s0[ch] == (int64_t)starts[id] * c->block,
+                  "%s: rank %d chunk %d starts at token %lld, chunk_starts[%d] = %d blocks", name,
+                  (int)r, (int)ch, (long long)s0[ch], (int)id, (int)starts[id]);
+        }
         const int64_t Sr = tokens[r];
         rank_job *j = &jobs[r];
         j->desc = &descs[r];
@@ -293,6 +303,13 @@ static void sweep_case(int idx, cp_case *c) {
 
 SK_TEST(cp_forward_matches_single_process) {
     cpc_sweep(tu_base_seed(), L_KINDS, sweep_case);
+}
+
+/* The same run with the caller's chunk boundaries (desc->chunk_starts):
+ * sk_cp_balance's or skewed ones, R = 2, 3, 4, both shardings; the shards
+ * must start where the boundaries say. */
+SK_TEST(cp_forward_given_chunk_starts_match_single_process) {
+    cpc_sweep_starts(tu_base_seed() ^ 0xba1, L_KINDS, sweep_case);
 }
 
 /* The shards against the formula: chunk c is blocks floor(c nb / C) ..

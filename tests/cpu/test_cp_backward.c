@@ -117,6 +117,10 @@ static int64_t run_case(const cp_case *c, const char *name, int remote_only, int
     d.heads_kv = Hkv;
     d.head_dim = D;
     d.mask = c->causal ? SK_MASK_CAUSAL : SK_MASK_NONE;
+    int32_t starts[2 * 8 + 1];
+    int starts_ok = 1;
+    d.chunk_starts = cpc_chunk_starts(c, &d, &L, starts, &starts_ok);
+    CHECK(starts_ok, "%s: chunk starts: %s", name, sk_last_error());
     int64_t s0[2], len[2];
     int32_t nch;
     if (remote_only) {
@@ -162,6 +166,12 @@ static int64_t run_case(const cp_case *c, const char *name, int remote_only, int
         descs[r].rank = r;
         int64_t Sr, l0 = 0;
         sk_cp_shard(&d, r, c->block, &Sr, &nch, s0, len);
+        for (int32_t ch = 0; ch < nch && d.chunk_starts != NULL; ++ch) {
+            const int32_t id = ch == 0 ? r : 2 * R - 1 - r;
+            CHECK(s0[ch] == (int64_t)starts[id] * c->block,
+                  "%s: rank %d chunk %d starts at token %lld, chunk_starts[%d] = %d blocks", name,
+                  (int)r, (int)ch, (long long)s0[ch], (int)id, (int)starts[id]);
+        }
         bwd_job *j = &jobs[r];
         j->desc = &descs[r];
         j->plan = plan;
@@ -310,6 +320,11 @@ static void sweep_case(int idx, cp_case *c) {
 
 SK_TEST(cp_backward_matches_single_process) {
     cpc_sweep(tu_base_seed(), L_KINDS, sweep_case);
+}
+
+/* With the caller's chunk boundaries (sk_cp_balance's or skewed ones). */
+SK_TEST(cp_backward_given_chunk_starts_match_single_process) {
+    cpc_sweep_starts(tu_base_seed() ^ 0xba1, L_KINDS, sweep_case);
 }
 
 /* dO zero on rank 0's rows: its dK / dV come only from the other ranks'

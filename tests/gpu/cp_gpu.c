@@ -14,12 +14,14 @@
 #include "gpu_util.h"
 
 void cpg_name(char *name, size_t n, const cp_case *c, const char *prefix) {
-    snprintf(name, n, "%sR%d %s %s%s %s B%lld S%lld H%lld/%lld D%lld blk%d slices %dx%d seed %llu",
-             prefix, (int)c->ranks, c->sharding == SK_CP_SHARDING_ZIGZAG ? "zigzag" : "contiguous",
-             cpc_kind_names[c->kind], c->causal ? " causal" : "",
-             c->dtype == SK_DTYPE_BF16 ? "bf16" : "f16", (long long)c->batch, (long long)c->seq,
-             (long long)c->heads_q, (long long)c->heads_kv, (long long)c->head_dim, (int)c->block,
-             (int)c->layout_batch, (int)c->layout_heads, (unsigned long long)c->seed);
+    static const char *const starts[3] = {"", " balanced", " skewed"};
+    snprintf(
+        name, n, "%sR%d %s%s %s%s %s B%lld S%lld H%lld/%lld D%lld blk%d slices %dx%d seed %llu",
+        prefix, (int)c->ranks, c->sharding == SK_CP_SHARDING_ZIGZAG ? "zigzag" : "contiguous",
+        starts[c->starts >= 0 && c->starts < 3 ? c->starts : 0], cpc_kind_names[c->kind],
+        c->causal ? " causal" : "", c->dtype == SK_DTYPE_BF16 ? "bf16" : "f16", (long long)c->batch,
+        (long long)c->seq, (long long)c->heads_q, (long long)c->heads_kv, (long long)c->head_dim,
+        (int)c->block, (int)c->layout_batch, (int)c->layout_heads, (unsigned long long)c->seed);
 }
 
 void cpg_sweep_case(int idx, int32_t ranks, int zigzag, int causal, int kind, uint64_t seed,

@@ -228,7 +228,10 @@ static void cb_case_run(const cp_case *c) {
     size_t plan_bytes = 0;
     sk_cp_desc d;
     cpg_desc(c, &d);
-    int ok = cb_reference(c, &L, &h, g[0][0], g[0][1], g[0][2]) == 0;
+    int32_t starts[2 * 8 + 1];
+    int ok = 1;
+    d.chunk_starts = cpc_chunk_starts(c, &d, &L, starts, &ok); /* NULL unless c->starts */
+    ok = ok && cb_reference(c, &L, &h, g[0][0], g[0][1], g[0][2]) == 0;
     ok = ok && cpg_plan(&d, &L, &plan, &plan_bytes, comms) == 0;
     CHECK(ok, "%s: setup: %s", name, sk_last_error());
     for (int32_t r = 0; ok && r < c->ranks; ++r) {
@@ -297,4 +300,23 @@ SK_TEST(gpu_cp_backward_matches_single_gpu) {
                     cb_case_run(&c);
                     ++cases;
                 }
+}
+
+/* The caller's chunk boundaries (sk_cp_balance's or skewed ones,
+ * common/cp_case.c) at R = 2 and 3: the checks above. */
+SK_TEST(gpu_cp_backward_given_chunk_starts_match_single_gpu) {
+    tu_rng rng;
+    tu_rng_seed(&rng, tu_base_seed() ^ 0xb9ba);
+    int cases = 0;
+    for (int32_t ranks = 2; ranks <= 3; ++ranks)
+        for (int zig = 0; zig < 2; ++zig)
+            for (int kind = 0; kind < CPC_KINDS; ++kind) {
+                if (gt_opt.quick && (kind != CPC_SINKS_WINDOW || ranks != 2)) continue;
+                cp_case c;
+                memset(&c, 0, sizeof c);
+                cpg_sweep_case(cases, ranks, zig, 1, kind, tu_rng_next(&rng), &c);
+                c.starts = cases % 2 ? CPC_STARTS_SKEWED : CPC_STARTS_BALANCED;
+                cb_case_run(&c);
+                ++cases;
+            }
 }

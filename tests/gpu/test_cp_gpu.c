@@ -21,7 +21,9 @@
  * dtype rounding (fp32 row sums of unrounded P): |got - ref| <= 1e-4 (1 +
  * |ref|), which a missing or extra block (a weight of at least ~1e-4 of
  * the row) breaks. With R = 1 the run is the single-GPU forward over the
- * same layout: bitwise equal.
+ * same layout: bitwise equal. gpu_cp_given_chunk_starts_match_single_gpu
+ * runs the same checks with the caller's chunk boundaries and with
+ * reserve_sms = 0.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -146,7 +148,8 @@ static int cg_run_ranks(const cp_case *c, cg_rank *rk, const void *q, const void
     return failed;
 }
 
-static void cg_case_run(const cp_case *c) {
+/* reserve: desc->reserve_sms (-1: the default). */
+static void cg_case_run(const cp_case *c, int reserve) {
     char name[256];
     cpg_name(name, sizeof name, c, "");
     if (gt_opt.backend == SK_BACKEND_CUDA_SM90 && c->block != 128) return; /* sm90: 128 only */
@@ -178,12 +181,22 @@ static void cg_case_run(const cp_case *c) {
     size_t plan_bytes = 0;
     sk_cp_desc d;
     cpg_desc(c, &d);
-    int ok = cg_reference(c, &L, q, k, v, o_ref, lse_ref) == 0;
+    int32_t starts[2 * 8 + 1];
+    int ok = 1;
+    d.chunk_starts = cpc_chunk_starts(c, &d, &L, starts, &ok);
+    if (reserve >= 0) d.reserve_sms = reserve;
+    ok = ok && cg_reference(c, &L, q, k, v, o_ref, lse_ref) == 0;
     ok = ok && cpg_plan(&d, &L, &plan, &plan_bytes, comms) == 0;
     CHECK(ok, "%s: setup: %s", name, sk_last_error());
     for (int32_t r = 0; ok && r < c->ranks; ++r) {
         cg_rank *x = &rk[r];
         ok = cpg_rank_init(&x->f, c, &d, r, plan, plan_bytes, comms[r], 0, name) == 0;
+        for (int32_t ch = 0; ok && d.chunk_starts != NULL && ch < x->f.chunks; ++ch) {
+            const int32_t id = ch == 0 ? r : 2 * c->ranks - 1 - r;
+            CHECK(x->f.starts[ch] == (int64_t)starts[id] * c->block,
+                  "%s: rank %d chunk %d starts at token %lld, chunk_starts[%d] = %d blocks", name,
+                  (int)r, (int)ch, (long long)x->f.starts[ch], (int)id, (int)starts[id]);
+        }
         const int64_t sq = B * x->f.tokens * c->heads_q * D * 2,
                       sk = B * x->f.tokens * c->heads_kv * D * 2;
         x->q = gt_device_alloc((size_t)sq);
@@ -267,7 +280,29 @@ SK_TEST(gpu_cp_matches_single_gpu) {
                     cp_case c;
                     memset(&c, 0, sizeof c);
                     cpg_sweep_case(cases, rank_list[ri], zig, causal, kind, tu_rng_next(&rng), &c);
-                    cg_case_run(&c);
+                    cg_case_run(&c, -1);
+                    ++cases;
+                }
+}
+
+/* The caller's chunk boundaries (desc->chunk_starts: sk_cp_balance's or
+ * skewed ones, common/cp_case.c) at R = 2 .. 4, and the first local pass
+ * with no SM reserve (desc->reserve_sms = 0) every other case, against the
+ * single-GPU forward as above. */
+SK_TEST(gpu_cp_given_chunk_starts_match_single_gpu) {
+    tu_rng rng;
+    tu_rng_seed(&rng, tu_base_seed() ^ 0xba1c);
+    int cases = 0;
+    for (int32_t R = 2; R <= 4; ++R)
+        for (int zig = 0; zig < 2; ++zig)
+            for (int causal = 0; causal < 2; ++causal)
+                for (int kind = 0; kind < CPC_KINDS; ++kind) {
+                    if (gt_opt.quick && (kind != CPC_SINKS_WINDOW || R != 2)) continue;
+                    cp_case c;
+                    memset(&c, 0, sizeof c);
+                    cpg_sweep_case(cases, R, zig, causal, kind, tu_rng_next(&rng), &c);
+                    c.starts = cases % 2 ? CPC_STARTS_SKEWED : CPC_STARTS_BALANCED;
+                    cg_case_run(&c, cases % 4 < 2 ? 0 : -1);
                     ++cases;
                 }
 }
