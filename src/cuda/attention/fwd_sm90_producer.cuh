@@ -15,7 +15,8 @@
  * Producer warpgroup: the scheduler warp and the TMA warp
  * ------------------------------------------------------------------------- */
 
-/* L: the shared layout (sk90_smem<HD>, or the FP8 kernel's sk98_smem). */
+/* L: the shared layout (sk90_smem<HD, ...>, or the FP8 kernel's
+ * sk98_smem); its block of L::kBN keys c, slabs L::kKVSlab apart. */
 template <class L>
 __device__ __forceinline__ void sk90_load_kv(const CUtensorMap *tm, uint32_t dst, uint32_t bar,
                                              int hk, int c, int b) {
@@ -25,7 +26,7 @@ __device__ __forceinline__ void sk90_load_kv(const CUtensorMap *tm, uint32_t dst
     sk_mbar_arrive_expect_tx(bar, L::kBlockBytes);
 #pragma unroll
     for (int s = 0; s < L::kSlabs; ++s)
-        sk_tma_load_4d(dst + s * L::kSlab128, tm, s * L::kBoxCols, hk, c * kBlockN, b, bar, policy);
+        sk_tma_load_4d(dst + s * L::kKVSlab, tm, s * L::kBoxCols, hk, c * L::kBN, b, bar, policy);
 }
 
 /* Tuning knob (compile-time, an A/B build for the measurement): 1, the
@@ -195,7 +196,7 @@ struct sk90_cursor {
     int cval;
 };
 
-template <int MODE>
+template <int MODE, int BN = kBlockN>
 __device__ __forceinline__ bool sk90_cursor_next(const sk90_params &p, const sk90_tile &t,
                                                  sk90_cursor &cur, int *c) {
     const int lane = threadIdx.x % 32;
@@ -203,7 +204,7 @@ __device__ __forceinline__ bool sk90_cursor_next(const sk90_params &p, const sk9
         if (cur.pos >= cur.end) return false;
         const int k = cur.pos + lane;
         cur.cval = k < cur.end ? __ldg(p.col_indices + k) : -1;
-        cur.mask = __ballot_sync(0xffffffffu, k < cur.end && sk90_visit<MODE>(p, t, cur.cval));
+        cur.mask = __ballot_sync(0xffffffffu, k < cur.end && sk90_visit<MODE, BN>(p, t, cur.cval));
         cur.pos += 32;
     }
     const int bit = __ffs(cur.mask) - 1;
@@ -285,7 +286,7 @@ __device__ void sk90_producer(const sk90_params &p, const sk90_vparams &v, uint3
 
         sk90_cursor cur = {t.start, tile >= 0 ? t.end : t.start, 0u, 0};
         int c0 = 0, c1 = 0;
-        const bool has0 = sk90_cursor_next<MODE>(p, t, cur, &c0);
+        const bool has0 = sk90_cursor_next<MODE, L::kBN>(p, t, cur, &c0);
         /* Paged: lane j's pages of blocks c0, c1 and c2 (sk90_page_of_lane),
          * each read a block before its K load; c0's under the tile-slot and
          * Q waits. */
@@ -345,7 +346,7 @@ __device__ void sk90_producer(const sk90_params &p, const sk90_vparams &v, uint3
          * for its S GEMM before V_j for its P V GEMM. Each K stage carries
          * its block index and whether another block follows (written before
          * the stage's arrival, which releases it). */
-        bool has1 = sk90_cursor_next<MODE>(p, t, cur, &c1);
+        bool has1 = sk90_cursor_next<MODE, L::kBN>(p, t, cur, &c1);
         if constexpr (MODE == kSk90Paged) {
             if (SK90_PAGE_LOOKAHEAD && has1) pg1 = sk90_page_of_lane(v, sq, c1);
             sk90_issue_pages<L>(v, &p.tm_k, base + L::kK + kp.stage * L::kBlockBytes,
@@ -369,7 +370,7 @@ __device__ void sk90_producer(const sk90_params &p, const sk90_vparams &v, uint3
             int c2 = 0;
             bool has2 = false;
             if (has1) {
-                has2 = sk90_cursor_next<MODE>(p, t, cur, &c2);
+                has2 = sk90_cursor_next<MODE, L::kBN>(p, t, cur, &c2);
                 if constexpr (MODE == kSk90Paged) {
                     if (SK90_PAGE_LOOKAHEAD && has2) pg2 = sk90_page_of_lane(v, sq, c2);
                     sk90_issue_pages<L>(v, &p.tm_k, base + L::kK + kp.stage * L::kBlockBytes,
