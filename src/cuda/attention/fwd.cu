@@ -150,7 +150,9 @@ extern "C" sk_status sk_cuda_attention_carry_supported(const sk_attention_proble
                                                        int *supported) {
     sk_kernel_choice choice;
     SK_TRY(sk_choose_kernel(p, &choice));
-    *supported = choice == SK_KERNEL_SM90;
+    /* block_q 64 on the Hopper kernel runs pairs of query blocks, which
+     * take no carry-in and no part (sk_attention_sm90_supports). */
+    *supported = choice == SK_KERNEL_SM90 && p->block_q == 128;
     return SK_STATUS_SUCCESS;
 }
 

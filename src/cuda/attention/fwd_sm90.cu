@@ -124,6 +124,15 @@ __global__ void __launch_bounds__(kThreads, 1)
     sk90_kernel_body<DT, HD, kSk90Fixed, true, 64>(p, v);
 }
 
+/* Layouts with block_q = 64 (issue 28): a tile is two consecutive 64-row
+ * query blocks of one (batch, head), warpgroup h computing block 2i + h
+ * over the blocks its row selected (fwd_sm90_pair.cuh); keys in blocks
+ * of BN = 128 or 64. No carry-in and no parts (supports()). */
+template <sk_dtype DT, int HD, int BN>
+__global__ void __launch_bounds__(kThreads, 1) sk_attention_sm90_pair_kernel(const __grid_constant__ sk90_params p) {
+    sk90_kernel_body<DT, HD, kSk90Fixed, false, BN, true>(p, sk90_no_vparams);
+}
+
 /* ---------------------------------------------------------------------------
  * Host side
  * ------------------------------------------------------------------------- */
@@ -131,8 +140,14 @@ __global__ void __launch_bounds__(kThreads, 1)
 int sk_attention_sm90_supports(const sk_attention_problem *p) {
     if (p->dtype != SK_DTYPE_F16 && p->dtype != SK_DTYPE_BF16) return 0;
     if (p->head_dim != 64 && p->head_dim != 128) return 0;
-    /* Query blocks of 128 rows (the tile); key blocks of 128 or 64. */
-    if (p->block_q != kBlockM || (p->block_k != kBlockN && p->block_k != 64)) return 0;
+    /* Query blocks of 128 rows (the tile) or 64 (pairs of them); key blocks
+     * of 128 or 64. Pairs take no carry-in and no part of the order (a part
+     * of a 64-row order would split pairs): context parallel keeps the
+     * portable kernel there (fwd.cu, sk_cuda_attention_carry_supported). */
+    if (p->block_q != kBlockM && p->block_q != 64) return 0;
+    if (p->block_k != kBlockN && p->block_k != 64) return 0;
+    if (p->block_q == 64 && (p->lse_carry != NULL || p->tile_count > 0 || p->reserve_sms > 0))
+        return 0;
     if (!sk90_limits_ok(p, 2, 2)) return 0;
     /* Let the driver judge the geometry, with a placeholder 1024-B aligned address. */
     sk90_params prm;
@@ -165,6 +180,30 @@ static sk_status sk90_launch_carry(const sk90_params &prm, const sk90_vparams &v
                 "cudaFuncSetAttribute");
     kernel<<<grid, kThreads, L::kDynamicBytes, stream>>>(prm, v);
     return sk_cuda_status(cudaGetLastError(), "sm90 attention kernel launch (carry-in)");
+}
+
+/* Pairs of 64-row query blocks: their kernel, with the scheduler slots'
+ * extension (the layout's varlen part, kVDynamicBytes). */
+template <sk_dtype DT, int HD, int BN>
+static sk_status sk90_launch_pair(const sk90_params &prm, int grid, cudaStream_t stream) {
+    using L = sk90_layout<HD, kSk90Fixed, BN>;
+    SK_CUDA_TRY(cudaFuncSetAttribute(sk_attention_sm90_pair_kernel<DT, HD, BN>,
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     (int)L::kVDynamicBytes),
+                "cudaFuncSetAttribute");
+    sk_attention_sm90_pair_kernel<DT, HD, BN><<<grid, kThreads, L::kVDynamicBytes, stream>>>(prm);
+    return sk_cuda_status(cudaGetLastError(), "sm90 attention kernel launch (block_q 64)");
+}
+
+template <int BN>
+static sk_status sk90_dispatch_pair(const sk_attention_problem *p, const sk90_params &prm,
+                                    int grid, cudaStream_t stream) {
+    const bool bf16 = p->dtype == SK_DTYPE_BF16;
+    if (p->head_dim == 128)
+        return bf16 ? sk90_launch_pair<SK_DTYPE_BF16, 128, BN>(prm, grid, stream)
+                    : sk90_launch_pair<SK_DTYPE_F16, 128, BN>(prm, grid, stream);
+    return bf16 ? sk90_launch_pair<SK_DTYPE_BF16, 64, BN>(prm, grid, stream)
+                : sk90_launch_pair<SK_DTYPE_F16, 64, BN>(prm, grid, stream);
 }
 
 /* The kernel for the dtype, head dim and key block width (carry-in or not). */
@@ -216,6 +255,9 @@ sk_status sk_attention_sm90_launch(const sk_attention_problem *p, const sk_atten
     SK_TRY(sk90_fill_params(&prm, p, s, &grid));
     if (grid <= 0) return SK_STATUS_SUCCESS;
     if (p->lse_carry != NULL) return sk90_dispatch_carry(p, prm, grid, stream);
+    if (p->block_q == 64)
+        return p->block_k == 64 ? sk90_dispatch_pair<64>(p, prm, grid, stream)
+                                : sk90_dispatch_pair<kBlockN>(p, prm, grid, stream);
     return p->block_k == 64 ? sk90_dispatch<64>(p, prm, NULL, grid, stream)
                             : sk90_dispatch<kBlockN>(p, prm, NULL, grid, stream);
 }

@@ -376,6 +376,33 @@ __device__ __forceinline__ sk90_seq sk90_tile_seq(const sk90_params &p, sk90_til
 }
 
 /* ---------------------------------------------------------------------------
+ * Pairs of 64-row query blocks (block_q = 64, the fixed mode only;
+ * fwd_sm90_pair.cuh)
+ * ------------------------------------------------------------------------- */
+
+/* With block_q = 64 a tile is two consecutive query blocks 2i and 2i + 1 of
+ * one (batch, head): the 128 rows of a block_q = 128 tile i, consumer
+ * warpgroup h owning block 2i + h. The plan's order lists the 64-row
+ * blocks; the scheduler takes the even ones as pairs (an odd one comes
+ * with its partner) and decodes both rows. The producer merges the two
+ * sorted column lists and each K stage's block info carries which row
+ * selected the block (kInfoSel0 / kInfoSel1; the block index stays below
+ * kSk90MaxSeq / 64 = 2^24). An odd last block has no partner: row 2i + 1
+ * is an empty range. The second row's range {start, end} travels in the
+ * scheduler slot's extension at L::kVSched (16 ints a slot, unused in the
+ * fixed mode otherwise). */
+enum {
+    kInfoSel0 = 1 << 29,        /* block info: query block 2i selected it */
+    kInfoSel1 = 1 << 30,        /* block info: query block 2i + 1 selected it */
+    kInfoBlock = (1 << 29) - 1  /* block info: the block index */
+};
+
+/* The key limit (sk90_tile::key_limit, causal) of 64-row query block i. */
+__device__ __forceinline__ int sk90_key_limit64(const sk90_params &p, int i) {
+    return min((i + 1) * 64, p.seq_q) - 1 + (p.seq_k - p.seq_q);
+}
+
+/* ---------------------------------------------------------------------------
  * Host side shared by the kernels
  * ------------------------------------------------------------------------- */
 

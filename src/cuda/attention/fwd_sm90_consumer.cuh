@@ -378,15 +378,26 @@ __device__ __forceinline__ void sk90_carry_end(float o[HD / 2], const float m[2]
     }
 }
 
+/* The block steps of a tile of two 64-row query blocks (fwd_sm90_pair.cuh,
+ * included after this file). */
+template <sk_dtype DT, int HD, int BN>
+__device__ __forceinline__ void sk90_pair_steps(
+    const sk90_params &p, uint32_t base, const volatile int32_t *block_info, int wg,
+    uint32_t q_base, uint32_t q_empty, sk90_pipe<sk90_layout<HD, kSk90Fixed, BN>::kKStages> &kp,
+    sk90_pipe<sk90_layout<HD, kSk90Fixed, BN>::kVStages> &vp, float o[HD / 2], float m[2],
+    float l[2], int wg_first_row, int row0);
+
 /* A consumer warpgroup (wg 0 or 1: query rows 64 wg .. 64 wg + 63 of each
  * tile): per tile, the first S alone, the steady steps (S_j with
  * P_{j-1} V_{j-1}), the last P V alone, then the epilogue. CARRY: each
  * tile continues a carried partial result (sk90_carry_start / _end). BN:
- * keys per block (64: the fixed mode only). */
-template <sk_dtype DT, int HD, int MODE, bool CARRY = false, int BN = kBlockN>
+ * keys per block (64: the fixed mode only). PAIR: a tile is two 64-row
+ * query blocks (block_q = 64, fixed mode, no carry), t.i the pair. */
+template <sk_dtype DT, int HD, int MODE, bool CARRY = false, int BN = kBlockN, bool PAIR = false>
 __device__ void sk90_consumer(const sk90_params &p, const sk90_vparams &v, uint32_t base, const int32_t *tile_ids,
                               const volatile int32_t *block_info, int wg) {
     static_assert(MODE == kSk90Fixed || BN == kBlockN, "varlen / paged: blocks of 128 keys");
+    static_assert(!PAIR || (MODE == kSk90Fixed && !CARRY), "pairs: fixed mode, no carry-in");
     using L = sk90_layout<HD, MODE, BN>; /* the paged mode's stages (fwd_sm90_common.cuh) */
     constexpr int kOAcc = HD / 2; /* O accumulator registers per thread */
     constexpr int kS = BN / 2;    /* S / P fp32 registers per thread */
@@ -424,6 +435,7 @@ __device__ void sk90_consumer(const sk90_params &p, const sk90_vparams &v, uint3
         sk90_tile t = sk90_tile_coords(p, has_blocks ? slot_value : kTileEmptyBase - slot_value);
         sk90_seq sq = {0, vt[0], vt[1], 0, vt[2]}; /* varlen: seq and k0 unused here */
         if constexpr (MODE != kSk90Fixed) t.i = vt[3];
+        if constexpr (PAIR) t.i >>= 1; /* the tile id names the pair's first block */
         const int row0 = t.i * kBlockM + wg * kWgRows + 16 * warp + g; /* query of o[i], (i>>1)&1 == 0 */
         const int row1 = row0 + 8;
         const int wg_first_row = t.i * kBlockM + wg * kWgRows;
@@ -439,94 +451,101 @@ __device__ void sk90_consumer(const sk90_params &p, const sk90_vparams &v, uint3
             const uint32_t q_empty = base + L::kBarQEmpty + 8 * qp.stage;
             sk_mbar_wait(base + L::kBarQFull + 8 * qp.stage, qp.phase, "Q full");
             qp.advance();
-            float s[kS];
-            uint32_t pf[kP];
-            float corr[2];
+            if constexpr (PAIR) {
+                /* Two query blocks: each warpgroup computes the blocks its
+                 * own row selected (fwd_sm90_pair.cuh). */
+                sk90_pair_steps<DT, HD, BN>(p, base, block_info, wg, q_base, q_empty, kp, vp, o,
+                                            m, l, wg_first_row, row0);
+            } else {
+                float s[kS];
+                uint32_t pf[kP];
+                float corr[2];
 
-            /* Prologue: S_0 alone. (The three phases are written out: ptxas
-             * serializes wgmma issued under run-time conditions.) The block
-             * index and whether another block follows come with the K stage. */
-            sk_mbar_wait(base + L::kBarKFull + 8 * kp.stage, kp.phase, "K full");
-            int info = sk90_read_info(block_info, kp.stage, lane);
-            int absent = 0; /* paged: the boxes of the block not loaded */
-            if constexpr (MODE == kSk90Paged)
-                absent = sk90_read_info(sk90_shared_ptr<int32_t>(base + L::kVAbsent), kp.stage, lane);
-            sk_bar_sync(bar_mine, 256);
-            sk_wgmma_fence();
-            sk90_gemm_qk<DT, HD, BN>(s, q_base, base + L::kK + kp.stage * L::kBlockBytes);
-            sk_bar_arrive(bar_other, 256);
-            sk_wgmma_wait<0>();
-#pragma unroll
-            for (int i = 0; i < kS; ++i) sk_reg_fence(s[i]);
-            sk90_release_k(base + L::kBarKEmpty + 8 * kp.stage, lane);
-            if (leader && !(info & kInfoMore)) sk_mbar_arrive(q_empty); /* last use of Q */
-            kp.advance();
-            sk90_mask_tile<MODE, BN>(s, p, v, sq, info & ~kInfoMore, absent, wg_first_row, row0, t4);
-            sk90_softmax<0, kS>(s, m, l, corr, scale_log2); /* O = 0: nothing to rescale */
-            sk90_pack_p<DT, kS>(pf, s);
-
-            /* Steady state: S_j and P_{j-1} V_{j-1} in flight together. */
-            while (info & kInfoMore) {
-                /* V_{j-1} was loaded right after K_j: waiting for both before
-                 * the issue keeps the two GEMMs in one fenced sequence. */
+                /* Prologue: S_0 alone. (The three phases are written out: ptxas
+                 * serializes wgmma issued under run-time conditions.) The block
+                 * index and whether another block follows come with the K stage. */
                 sk_mbar_wait(base + L::kBarKFull + 8 * kp.stage, kp.phase, "K full");
-                sk_mbar_wait(base + L::kBarVFull + 8 * vp.stage, vp.phase, "V full");
-                sk90_zero_v<HD, MODE>(v, sq, base + L::kV + vp.stage * L::kBlockBytes,
-                                      info & ~kInfoMore, absent);
-                info = sk90_read_info(block_info, kp.stage, lane);
+                int info = sk90_read_info(block_info, kp.stage, lane);
+                int absent = 0; /* paged: the boxes of the block not loaded */
                 if constexpr (MODE == kSk90Paged)
-                    absent = sk90_read_info(sk90_shared_ptr<int32_t>(base + L::kVAbsent), kp.stage,
-                                            lane);
+                    absent = sk90_read_info(sk90_shared_ptr<int32_t>(base + L::kVAbsent), kp.stage, lane);
                 sk_bar_sync(bar_mine, 256);
-                sk90_fence_operands<HD, kP>(o, pf);
                 sk_wgmma_fence();
                 sk90_gemm_qk<DT, HD, BN>(s, q_base, base + L::kK + kp.stage * L::kBlockBytes);
-                if constexpr (L::kRescaleEarly) {
-                    /* O is not in flight: rescale it for the previous block's
-                     * max while S_j runs, off the softmax's critical path. */
-#pragma unroll
-                    for (int i = 0; i < kOAcc; ++i) o[i] *= corr[(i >> 1) & 1];
-                    sk90_fence_operands<HD, kP>(o, pf);
-                    sk_wgmma_fence();
-                }
-                sk90_gemm_pv<DT, HD, BN>(o, pf, base + L::kV + vp.stage * L::kBlockBytes);
                 sk_bar_arrive(bar_other, 256);
-                sk_wgmma_wait<1>(); /* S_j done; P V still running */
+                sk_wgmma_wait<0>();
 #pragma unroll
                 for (int i = 0; i < kS; ++i) sk_reg_fence(s[i]);
                 sk90_release_k(base + L::kBarKEmpty + 8 * kp.stage, lane);
-                if (leader && !(info & kInfoMore)) sk_mbar_arrive(q_empty);
+                if (leader && !(info & kInfoMore)) sk_mbar_arrive(q_empty); /* last use of Q */
                 kp.advance();
                 sk90_mask_tile<MODE, BN>(s, p, v, sq, info & ~kInfoMore, absent, wg_first_row, row0, t4);
-                sk90_softmax<0, kS>(s, m, l, corr, scale_log2);
-                sk_wgmma_wait<0>(); /* P_{j-1} V_{j-1} done */
-                sk90_fence_operands<HD, kP>(o, pf);
-                if (leader) sk_mbar_arrive(base + L::kBarVEmpty + 8 * vp.stage);
-                vp.advance();
-                if constexpr (!L::kRescaleEarly) {
+                sk90_softmax<0, kS>(s, m, l, corr, scale_log2); /* O = 0: nothing to rescale */
+                sk90_pack_p<DT, kS>(pf, s);
+
+                /* Steady state: S_j and P_{j-1} V_{j-1} in flight together. */
+                while (info & kInfoMore) {
+                    /* V_{j-1} was loaded right after K_j: waiting for both before
+                     * the issue keeps the two GEMMs in one fenced sequence. */
+                    sk_mbar_wait(base + L::kBarKFull + 8 * kp.stage, kp.phase, "K full");
+                    sk_mbar_wait(base + L::kBarVFull + 8 * vp.stage, vp.phase, "V full");
+                    sk90_zero_v<HD, MODE>(v, sq, base + L::kV + vp.stage * L::kBlockBytes,
+                                          info & ~kInfoMore, absent);
+                    info = sk90_read_info(block_info, kp.stage, lane);
+                    if constexpr (MODE == kSk90Paged)
+                        absent = sk90_read_info(sk90_shared_ptr<int32_t>(base + L::kVAbsent), kp.stage,
+                                                lane);
+                    sk_bar_sync(bar_mine, 256);
+                    sk90_fence_operands<HD, kP>(o, pf);
+                    sk_wgmma_fence();
+                    sk90_gemm_qk<DT, HD, BN>(s, q_base, base + L::kK + kp.stage * L::kBlockBytes);
+                    if constexpr (L::kRescaleEarly) {
+                        /* O is not in flight: rescale it for the previous block's
+                         * max while S_j runs, off the softmax's critical path. */
+#pragma unroll
+                        for (int i = 0; i < kOAcc; ++i) o[i] *= corr[(i >> 1) & 1];
+                        sk90_fence_operands<HD, kP>(o, pf);
+                        sk_wgmma_fence();
+                    }
+                    sk90_gemm_pv<DT, HD, BN>(o, pf, base + L::kV + vp.stage * L::kBlockBytes);
+                    sk_bar_arrive(bar_other, 256);
+                    sk_wgmma_wait<1>(); /* S_j done; P V still running */
+#pragma unroll
+                    for (int i = 0; i < kS; ++i) sk_reg_fence(s[i]);
+                    sk90_release_k(base + L::kBarKEmpty + 8 * kp.stage, lane);
+                    if (leader && !(info & kInfoMore)) sk_mbar_arrive(q_empty);
+                    kp.advance();
+                    sk90_mask_tile<MODE, BN>(s, p, v, sq, info & ~kInfoMore, absent, wg_first_row, row0, t4);
+                    sk90_softmax<0, kS>(s, m, l, corr, scale_log2);
+                    sk_wgmma_wait<0>(); /* P_{j-1} V_{j-1} done */
+                    sk90_fence_operands<HD, kP>(o, pf);
+                    if (leader) sk_mbar_arrive(base + L::kBarVEmpty + 8 * vp.stage);
+                    vp.advance();
+                    if constexpr (!L::kRescaleEarly) {
+#pragma unroll
+                        for (int i = 0; i < kOAcc; ++i) o[i] *= corr[(i >> 1) & 1];
+                    }
+                    sk90_pack_p<DT, kS>(pf, s);
+                }
+
+                /* Tail: the last P V. */
+                sk_mbar_wait(base + L::kBarVFull + 8 * vp.stage, vp.phase, "V full");
+                sk90_zero_v<HD, MODE>(v, sq, base + L::kV + vp.stage * L::kBlockBytes, info & ~kInfoMore,
+                                      absent);
+                sk_bar_sync(bar_mine, 256);
+                if constexpr (L::kRescaleEarly) {
 #pragma unroll
                     for (int i = 0; i < kOAcc; ++i) o[i] *= corr[(i >> 1) & 1];
                 }
-                sk90_pack_p<DT, kS>(pf, s);
+                sk90_fence_operands<HD, kP>(o, pf);
+                sk_wgmma_fence();
+                sk90_gemm_pv<DT, HD, BN>(o, pf, base + L::kV + vp.stage * L::kBlockBytes);
+                sk_bar_arrive(bar_other, 256);
+                sk_wgmma_wait<0>();
+                sk90_fence_operands<HD, kP>(o, pf);
+                if (leader) sk_mbar_arrive(base + L::kBarVEmpty + 8 * vp.stage);
+                vp.advance();
             }
-
-            /* Tail: the last P V. */
-            sk_mbar_wait(base + L::kBarVFull + 8 * vp.stage, vp.phase, "V full");
-            sk90_zero_v<HD, MODE>(v, sq, base + L::kV + vp.stage * L::kBlockBytes, info & ~kInfoMore,
-                                  absent);
-            sk_bar_sync(bar_mine, 256);
-            if constexpr (L::kRescaleEarly) {
-#pragma unroll
-                for (int i = 0; i < kOAcc; ++i) o[i] *= corr[(i >> 1) & 1];
-            }
-            sk90_fence_operands<HD, kP>(o, pf);
-            sk_wgmma_fence();
-            sk90_gemm_pv<DT, HD, BN>(o, pf, base + L::kV + vp.stage * L::kBlockBytes);
-            sk_bar_arrive(bar_other, 256);
-            sk_wgmma_wait<0>();
-            sk90_fence_operands<HD, kP>(o, pf);
-            if (leader) sk_mbar_arrive(base + L::kBarVEmpty + 8 * vp.stage);
-            vp.advance();
         }
 
         /* Epilogue. Row sums: reduce over the quad holding each row. */
