@@ -13,9 +13,11 @@
  * dispatch's choice on an SM90 device.
  *   build/sk_gpu_tests --backend sm90 blocks64
  * Also: the carry-in (context parallel's remote pass) is not offered for
- * block_q = 64, and offered for block_q = 128 with block_k = 64.
+ * block_q = 64, and offered for block_q = 128 with block_k = 64, where a
+ * split run (pass A, then pass B carried in) gives the reference result.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "common/harness.h"
@@ -25,25 +27,14 @@
 
 static gt_case b64_case(sk_dtype dtype, int64_t d, int32_t bq, int32_t bk, int causal,
                         int64_t sq, int64_t sk, uint64_t salt) {
-    gt_case c;
-    memset(&c, 0, sizeof c);
-    c.dtype = dtype;
-    c.batch = 2;
-    c.seq_q = sq;
-    c.seq_k = sk;
-    c.heads_q = 4;
-    c.heads_kv = 2;
-    c.head_dim = d;
-    c.block_q = bq;
-    c.block_k = bk;
-    c.causal = causal;
-    c.layout_batch = 2;
-    c.layout_heads = 4; /* a row per (batch, head): partners differ */
-    c.k_per_row = 2;    /* 2 random blocks a row: the two rows of a pair differ */
-    c.empty_rows = 0.3; /* one row of a pair empty, or both */
-    c.with_lse = 1;
-    c.q_amp = 3.0f;
-    c.seed = tu_base_seed() ^ salt;
+    /* B 2, Hq 4 over Hkv 2, a layout row per (batch, head) so that partner
+     * rows differ; 2 random blocks a row, 30 % of the rows empty (one row of
+     * a pair empty, or both); a sharper softmax. */
+    const gt_case c = {.dtype = dtype, .batch = 2, .seq_q = sq, .seq_k = sk, .heads_q = 4,
+                       .heads_kv = 2, .head_dim = d, .block_q = bq, .block_k = bk,
+                       .causal = causal, .layout_batch = 2, .layout_heads = 4, .k_per_row = 2,
+                       .empty_rows = 0.3, .with_lse = 1, .q_amp = 3.0f,
+                       .seed = tu_base_seed() ^ salt};
     return c;
 }
 
@@ -126,4 +117,79 @@ SK_TEST(gpu_blocks64_carry_offer) {
     }
     CHECK(offered[1], "block_q 128, block_k 64: carry-in not offered");
     CHECK(!offered[2], "block_q 64: carry-in offered (pairs take none)");
+}
+
+/* The carry-in kernel with key blocks of 64 (block_q 128): each row's
+ * blocks split in two layouts, A's forward, then B's run carried in from
+ * A's O and LSE, must give the whole layout's attention (the CPU
+ * reference, within the tolerance rule). Context parallelism uses square
+ * blocks, so this is where that kernel runs. */
+SK_TEST(gpu_blocks64_carry_k64) {
+    gt_case c = b64_case(SK_DTYPE_BF16, 128, 128, 64, 1, 300, 500, 0xb64d0u);
+    c.k_per_row = 5;
+    c.empty_rows = 0.2;
+    gt_inst x;
+    REQUIRE(gt_inst_create(&x, &c, 1) == 0, "setup");
+    REQUIRE(gt_inst_cpu_reference(&x) == SK_STATUS_SUCCESS, "CPU reference: %s", sk_last_error());
+    sk_attention_desc d;
+    gt_inst_desc(&x, gt_opt.backend, &d);
+    int offered = 0;
+    if (sk_attention_carry_supported(&d, &x.layout, &offered) != SK_STATUS_SUCCESS || !offered) {
+        printf("    no Hopper kernel here: carry-in not run\n");
+        gt_inst_destroy(&x);
+        return;
+    }
+    /* A: the first half of each row's blocks; B: the rest. */
+    const int64_t rows = (int64_t)x.slices * x.rb;
+    const int32_t *ro = x.layout.row_offsets, *ci = x.layout.col_indices;
+    sk_bsr a = x.layout, b = x.layout;
+    a.row_offsets = malloc((size_t)(rows + 1) * 4);
+    b.row_offsets = malloc((size_t)(rows + 1) * 4);
+    a.col_indices = malloc((size_t)(x.layout.nnz + 1) * 4);
+    b.col_indices = malloc((size_t)(x.layout.nnz + 1) * 4);
+    REQUIRE(a.row_offsets && b.row_offsets && a.col_indices && b.col_indices, "host memory");
+    a.nnz = b.nnz = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+        a.row_offsets[r] = a.nnz;
+        b.row_offsets[r] = b.nnz;
+        const int32_t half = ro[r] + (ro[r + 1] - ro[r]) / 2;
+        for (int32_t k = ro[r]; k < ro[r + 1]; ++k) {
+            if (k < half)
+                a.col_indices[a.nnz++] = ci[k];
+            else
+                b.col_indices[b.nnz++] = ci[k];
+        }
+    }
+    a.row_offsets[rows] = a.nnz;
+    b.row_offsets[rows] = b.nnz;
+    sk_bsr da, db;
+    REQUIRE(gt_bsr_to_device(&a, &da) == 0 && gt_bsr_to_device(&b, &db) == 0, "upload layouts");
+    float *carry = gt_device_alloc((size_t)x.lse_elems * 4);
+    float *lse_h = malloc((size_t)x.lse_elems * 4);
+    void *o = malloc(x.o.bytes);
+    REQUIRE(carry != NULL && lse_h != NULL && o != NULL, "memory");
+    CHECK(gt_inst_poison_outputs(&x) == 0, "upload");
+    sk_status st = sk_attention_forward(&d, &da, x.dq, x.dk, x.dv, x.dout, x.dlse, x.dws,
+                                        x.ws_bytes, NULL);
+    CHECK(st == SK_STATUS_SUCCESS, "pass A: %s %s", sk_status_name(st), sk_last_error());
+    CHECK(gt_sync() == 0 && gt_download(lse_h, x.dlse, (size_t)x.lse_elems * 4) == 0 &&
+              gt_upload(carry, lse_h, (size_t)x.lse_elems * 4) == 0,
+          "carried LSE");
+    st = sk_attention_plan(&d, &db, x.dws, x.ws_bytes, NULL);
+    CHECK(st == SK_STATUS_SUCCESS, "plan B: %s %s", sk_status_name(st), sk_last_error());
+    st = sk_attention_run_carry(&d, &db, x.dq, x.dk, x.dv, x.dout, x.dlse, carry, x.dws,
+                                x.ws_bytes, NULL);
+    CHECK(st == SK_STATUS_SUCCESS, "pass B (carry-in): %s %s", sk_status_name(st),
+          sk_last_error());
+    CHECK(gt_sync() == 0 && gt_inst_fetch_outputs(&x, o, lse_h) == 0, "download");
+    const int errors = gt_inst_compare(&x, o, lse_h, "carry-in 128x64 vs reference");
+    CHECK(errors == 0, "%d elements outside the tolerance", errors);
+    printf("    carry-in, blocks 128 x 64: %lld + %lld blocks, %d errors\n", (long long)a.nnz,
+           (long long)b.nnz, errors);
+    gt_device_free(carry);
+    gt_bsr_free_device(&da);
+    gt_bsr_free_device(&db);
+    free(a.row_offsets), free(b.row_offsets), free(a.col_indices), free(b.col_indices);
+    free(lse_h), free(o);
+    gt_inst_destroy(&x);
 }

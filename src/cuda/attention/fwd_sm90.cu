@@ -9,7 +9,11 @@
  * the _k64 kernels, the same code with the key block width BN = 64 a
  * compile-time parameter: K / V boxes of 64 rows, S = Q K^T as m64n64k16,
  * P V with k = 64, masks per 64 keys, and twice the K / V stages of half
- * the size, so the bytes in flight stay those of BN = 128).
+ * the size, so the bytes in flight stay those of BN = 128). With block_q
+ * = 64 a tile is two query blocks 2i, 2i + 1 (the same 128 rows), each
+ * consumer warpgroup computing only its own row's blocks out of the union
+ * the producer streams (the _pair kernels; fwd_sm90_pair.cuh and
+ * fwd_sm90_common.cuh, "Pairs").
  *   - Warpgroup 0 is the producer; it gives registers away (setmaxnreg).
  *     Its warp 1 (the scheduler) takes tiles from the schedule and decodes
  *     them (clamped block range) up to kSchedSlots ahead. Its warp 0 reads

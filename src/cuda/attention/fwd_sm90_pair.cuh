@@ -31,6 +31,18 @@
 #ifndef SK_CUDA_ATTENTION_FWD_SM90_PAIR_CUH
 #define SK_CUDA_ATTENTION_FWD_SM90_PAIR_CUH
 
+/* O rescaled for block j - 1's max, then O += P_{j-1} V_{j-1} issued (after
+ * the fences that order the rescale and P before the wgmma reads them). */
+template <sk_dtype DT, int HD, int BN>
+__device__ __forceinline__ void sk90_pair_issue_pv(float o[HD / 2], uint32_t pf[BN / 4],
+                                                   const float corr[2], uint32_t v_stage) {
+#pragma unroll
+    for (int i = 0; i < HD / 2; ++i) o[i] *= corr[(i >> 1) & 1];
+    sk90_fence_operands<HD, BN / 4>(o, pf);
+    sk_wgmma_fence();
+    sk90_gemm_pv<DT, HD, BN>(o, pf, v_stage);
+}
+
 template <sk_dtype DT, int HD, int BN>
 __device__ __forceinline__ void sk90_pair_steps(
     const sk90_params &p, uint32_t base, const volatile int32_t *block_info, int wg,
@@ -38,7 +50,7 @@ __device__ __forceinline__ void sk90_pair_steps(
     sk90_pipe<sk90_layout<HD, kSk90Fixed, BN>::kVStages> &vp, float o[HD / 2], float m[2],
     float l[2], int wg_first_row, int row0) {
     using L = sk90_layout<HD, kSk90Fixed, BN>;
-    constexpr int kOAcc = HD / 2, kS = BN / 2, kP = BN / 4;
+    constexpr int kS = BN / 2, kP = BN / 4;
     const int wtid = threadIdx.x % 128, lane = wtid % 32, t4 = lane % 4;
     const bool leader = wtid == 0;
     const uint32_t bar_mine = wg == 0 ? kBarTurn0 : kBarTurn1;
@@ -69,11 +81,7 @@ __device__ __forceinline__ void sk90_pair_steps(
             sk90_fence_operands<HD, kP>(o, pf);
             sk_wgmma_fence();
             sk90_gemm_qk<DT, HD, BN>(s, q_base, k_stage);
-#pragma unroll
-            for (int i = 0; i < kOAcc; ++i) o[i] *= corr[(i >> 1) & 1];
-            sk90_fence_operands<HD, kP>(o, pf);
-            sk_wgmma_fence();
-            sk90_gemm_pv<DT, HD, BN>(o, pf, v_stage);
+            sk90_pair_issue_pv<DT, HD, BN>(o, pf, corr, v_stage);
             sk_bar_arrive(bar_other, 256);
             sk_wgmma_wait<1>(); /* S_j done; P V still running */
 #pragma unroll
@@ -99,11 +107,7 @@ __device__ __forceinline__ void sk90_pair_steps(
             sk90_softmax<0, kS>(s, m, l, corr, scale_log2); /* corr: applied at its P V */
             sk90_pack_p<DT, kS>(pf, s);
         } else if (prev_mine) {
-#pragma unroll
-            for (int i = 0; i < kOAcc; ++i) o[i] *= corr[(i >> 1) & 1];
-            sk90_fence_operands<HD, kP>(o, pf);
-            sk_wgmma_fence();
-            sk90_gemm_pv<DT, HD, BN>(o, pf, v_stage);
+            sk90_pair_issue_pv<DT, HD, BN>(o, pf, corr, v_stage);
             sk_bar_arrive(bar_other, 256);
             sk_wgmma_wait<0>();
             sk90_fence_operands<HD, kP>(o, pf);
