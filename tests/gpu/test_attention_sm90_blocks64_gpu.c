@@ -117,6 +117,26 @@ SK_TEST(gpu_blocks64_carry_offer) {
     }
     CHECK(offered[1], "block_q 128, block_k 64: carry-in not offered");
     CHECK(!offered[2], "block_q 64: carry-in offered (pairs take none)");
+
+    /* Forced anyway: the Hopper backend declines, says why, writes nothing. */
+    const gt_case c = b64_case(SK_DTYPE_F16, 64, 64, 64, 0, 200, 300, 0xb64c8u);
+    gt_inst x;
+    REQUIRE(gt_inst_create(&x, &c, 0) == 0, "setup");
+    sk_attention_desc d;
+    gt_inst_desc(&x, SK_BACKEND_CUDA_SM90, &d);
+    float *carry = gt_device_alloc((size_t)x.lse_elems * 4);
+    REQUIRE(carry != NULL, "memory");
+    CHECK(gt_upload(carry, x.lse_nan, (size_t)x.lse_elems * 4) == 0, "upload");
+    sk_status st = sk_attention_plan(&d, &x.dlayout, x.dws, x.ws_bytes, NULL);
+    CHECK(st == SK_STATUS_SUCCESS, "plan: %s %s", sk_status_name(st), sk_last_error());
+    CHECK(gt_inst_poison_outputs(&x) == 0, "upload");
+    st = sk_attention_run_carry(&d, &x.dlayout, x.dq, x.dk, x.dv, x.dout, x.dlse, carry, x.dws,
+                                x.ws_bytes, NULL);
+    CHECK(st == SK_STATUS_NOT_SUPPORTED, "carry-in at block_q 64: %s", sk_status_name(st));
+    CHECK(strstr(sk_last_error(), "block_q 64") != NULL, "message: %s", sk_last_error());
+    CHECK(gt_sync() == 0 && gt_inst_outputs_untouched(&x), "outputs written on decline");
+    gt_device_free(carry);
+    gt_inst_destroy(&x);
 }
 
 /* The carry-in kernel with key blocks of 64 (block_q 128): each row's
