@@ -77,9 +77,9 @@ extern int gt_cases_run, gt_cases_failed, gt_cases_declined;
 /* Of those, the BSR GEMM cases (test_gemm_gpu.c). */
 extern int gt_gemm_cases_run, gt_gemm_cases_failed, gt_gemm_cases_declined;
 
-/* Whether the backend under test covers the case: every CUDA backend does,
- * except SK_BACKEND_CUDA_SM90, which covers 128 x 128 blocks only (the
- * dispatch of SK_BACKEND_CUDA falls back to the portable kernel there). */
+/* Whether the backend under test covers the case: every CUDA backend does
+ * (SK_BACKEND_CUDA_SM90, the Hopper kernel: blocks of 64 or 128 each way,
+ * issue 28; what it declines, head_dim 96 for one, has its own tests). */
 int gt_backend_covers(const gt_case *c);
 
 /* The softmax scale a case resolves to (as the library does). */

@@ -90,9 +90,14 @@ static sk_status sk_choose_kernel(const sk_attention_problem *p, sk_kernel_choic
             return sk_error(SK_STATUS_NOT_SUPPORTED,
                             "backend SK_BACKEND_CUDA_SM90: the Hopper kernel does not cover this "
                             "problem (dtype %d, head_dim %lld, blocks %d x %d, %lld tiles: at "
-                            "most 2^31 - 3); use SK_BACKEND_CUDA",
+                            "most 2^31 - 3%s); use SK_BACKEND_CUDA",
                             (int)p->dtype, (long long)p->head_dim, (int)p->block_q,
-                            (int)p->block_k, (long long)(p->batch * p->heads_q * p->row_blocks));
+                            (int)p->block_k, (long long)(p->batch * p->heads_q * p->row_blocks),
+                            p->block_q == 64 && (p->lse_carry != NULL || p->tile_count > 0 ||
+                                                 p->reserve_sms > 0)
+                                ? "; block_q 64 (pairs of query blocks) takes no carried-in "
+                                  "result and no part of the tiles"
+                                : "");
         *choice = SK_KERNEL_SM90;
         return SK_STATUS_SUCCESS;
     case SK_BACKEND_CUDA:
@@ -150,7 +155,9 @@ extern "C" sk_status sk_cuda_attention_carry_supported(const sk_attention_proble
                                                        int *supported) {
     sk_kernel_choice choice;
     SK_TRY(sk_choose_kernel(p, &choice));
-    *supported = choice == SK_KERNEL_SM90;
+    /* block_q 64 on the Hopper kernel runs pairs of query blocks, which
+     * take no carry-in and no part (sk_attention_sm90_supports). */
+    *supported = choice == SK_KERNEL_SM90 && p->block_q == 128;
     return SK_STATUS_SUCCESS;
 }
 

@@ -5,7 +5,15 @@
  * Algorithm. A CTA of 384 threads (one per SM) runs tiles taken from the
  * plan's schedule (tile = tile_order[atomicAdd(tile_counter, 1)], longest
  * rows first). A tile is 128 query rows of one (batch, query head) and the
- * key blocks of one layout row, each 128 keys wide.
+ * key blocks of one layout row, each 128 keys wide, or 64 (block_k = 64:
+ * the _k64 kernels, the same code with the key block width BN = 64 a
+ * compile-time parameter: K / V boxes of 64 rows, S = Q K^T as m64n64k16,
+ * P V with k = 64, masks per 64 keys, and twice the K / V stages of half
+ * the size, so the bytes in flight stay those of BN = 128). With block_q
+ * = 64 a tile is two query blocks 2i, 2i + 1 (the same 128 rows), each
+ * consumer warpgroup computing only its own row's blocks out of the union
+ * the producer streams (the _pair kernels; fwd_sm90_pair.cuh and
+ * fwd_sm90_common.cuh, "Pairs").
  *   - Warpgroup 0 is the producer; it gives registers away (setmaxnreg).
  *     Its warp 1 (the scheduler) takes tiles from the schedule and decodes
  *     them (clamped block range) up to kSchedSlots ahead. Its warp 0 reads
@@ -104,6 +112,31 @@ __global__ void __launch_bounds__(kThreads, 1)
     sk90_kernel_body<DT, HD, kSk90Fixed, true>(p, v);
 }
 
+/* Layouts with block_k = 64 (issue 28): the same body with blocks of 64
+ * keys (K / V boxes of 64 rows, S as m64n64, P V with k = 64, twice the
+ * stages of half the size). Kernels of their own, so that the names and
+ * the code of the 128-key kernels above stay as they were. */
+template <sk_dtype DT, int HD>
+__global__ void __launch_bounds__(kThreads, 1) sk_attention_sm90_k64_kernel(const __grid_constant__ sk90_params p) {
+    sk90_kernel_body<DT, HD, kSk90Fixed, false, 64>(p, sk90_no_vparams);
+}
+
+template <sk_dtype DT, int HD>
+__global__ void __launch_bounds__(kThreads, 1)
+    sk_attention_sm90_carry_k64_kernel(const __grid_constant__ sk90_params p,
+                                       const __grid_constant__ sk90_vparams v) {
+    sk90_kernel_body<DT, HD, kSk90Fixed, true, 64>(p, v);
+}
+
+/* Layouts with block_q = 64 (issue 28): a tile is two consecutive 64-row
+ * query blocks of one (batch, head), warpgroup h computing block 2i + h
+ * over the blocks its row selected (fwd_sm90_pair.cuh); keys in blocks
+ * of BN = 128 or 64. No carry-in and no parts (supports()). */
+template <sk_dtype DT, int HD, int BN>
+__global__ void __launch_bounds__(kThreads, 1) sk_attention_sm90_pair_kernel(const __grid_constant__ sk90_params p) {
+    sk90_kernel_body<DT, HD, kSk90Fixed, false, BN, true>(p, sk90_no_vparams);
+}
+
 /* ---------------------------------------------------------------------------
  * Host side
  * ------------------------------------------------------------------------- */
@@ -111,7 +144,14 @@ __global__ void __launch_bounds__(kThreads, 1)
 int sk_attention_sm90_supports(const sk_attention_problem *p) {
     if (p->dtype != SK_DTYPE_F16 && p->dtype != SK_DTYPE_BF16) return 0;
     if (p->head_dim != 64 && p->head_dim != 128) return 0;
-    if (p->block_q != kBlockM || p->block_k != kBlockN) return 0;
+    /* Query blocks of 128 rows (the tile) or 64 (pairs of them); key blocks
+     * of 128 or 64. Pairs take no carry-in and no part of the order (a part
+     * of a 64-row order would split pairs): context parallel keeps the
+     * portable kernel there (fwd.cu, sk_cuda_attention_carry_supported). */
+    if (p->block_q != kBlockM && p->block_q != 64) return 0;
+    if (p->block_k != kBlockN && p->block_k != 64) return 0;
+    if (p->block_q == 64 && (p->lse_carry != NULL || p->tile_count > 0 || p->reserve_sms > 0))
+        return 0;
     if (!sk90_limits_ok(p, 2, 2)) return 0;
     /* Let the driver judge the geometry, with a placeholder 1024-B aligned address. */
     sk90_params prm;
@@ -119,27 +159,74 @@ int sk_attention_sm90_supports(const sk_attention_problem *p) {
     return sk90_encode_all(&prm, p, dummy, dummy, dummy, dummy) == CUDA_SUCCESS;
 }
 
-template <sk_dtype DT, int HD>
+/* BN: keys per block (the kernel of that block width). */
+template <sk_dtype DT, int HD, int BN>
 static sk_status sk90_launch(const sk90_params &prm, int grid, cudaStream_t stream) {
-    using L = sk90_smem<HD>;
-    SK_CUDA_TRY(cudaFuncSetAttribute(sk_attention_sm90_kernel<DT, HD>,
-                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
+    using L = sk90_layout<HD, kSk90Fixed, BN>;
+    void (*kernel)(const sk90_params) =
+        BN == 64 ? sk_attention_sm90_k64_kernel<DT, HD> : sk_attention_sm90_kernel<DT, HD>;
+    SK_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      (int)L::kDynamicBytes),
                 "cudaFuncSetAttribute");
-    sk_attention_sm90_kernel<DT, HD><<<grid, kThreads, L::kDynamicBytes, stream>>>(prm);
+    kernel<<<grid, kThreads, L::kDynamicBytes, stream>>>(prm);
     return sk_cuda_status(cudaGetLastError(), "sm90 attention kernel launch");
 }
 
-template <sk_dtype DT, int HD>
+template <sk_dtype DT, int HD, int BN>
 static sk_status sk90_launch_carry(const sk90_params &prm, const sk90_vparams &v, int grid,
                                    cudaStream_t stream) {
-    using L = sk90_smem<HD>;
-    SK_CUDA_TRY(cudaFuncSetAttribute(sk_attention_sm90_carry_kernel<DT, HD>,
-                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
+    using L = sk90_layout<HD, kSk90Fixed, BN>;
+    void (*kernel)(const sk90_params, const sk90_vparams) =
+        BN == 64 ? sk_attention_sm90_carry_k64_kernel<DT, HD>
+                 : sk_attention_sm90_carry_kernel<DT, HD>;
+    SK_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      (int)L::kDynamicBytes),
                 "cudaFuncSetAttribute");
-    sk_attention_sm90_carry_kernel<DT, HD><<<grid, kThreads, L::kDynamicBytes, stream>>>(prm, v);
+    kernel<<<grid, kThreads, L::kDynamicBytes, stream>>>(prm, v);
     return sk_cuda_status(cudaGetLastError(), "sm90 attention kernel launch (carry-in)");
+}
+
+/* Pairs of 64-row query blocks: their kernel, with the scheduler slots'
+ * extension (the layout's varlen part, kVDynamicBytes). */
+template <sk_dtype DT, int HD, int BN>
+static sk_status sk90_launch_pair(const sk90_params &prm, int grid, cudaStream_t stream) {
+    using L = sk90_layout<HD, kSk90Fixed, BN>;
+    SK_CUDA_TRY(cudaFuncSetAttribute(sk_attention_sm90_pair_kernel<DT, HD, BN>,
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     (int)L::kVDynamicBytes),
+                "cudaFuncSetAttribute");
+    sk_attention_sm90_pair_kernel<DT, HD, BN><<<grid, kThreads, L::kVDynamicBytes, stream>>>(prm);
+    return sk_cuda_status(cudaGetLastError(), "sm90 attention kernel launch (block_q 64)");
+}
+
+template <int BN>
+static sk_status sk90_dispatch_pair(const sk_attention_problem *p, const sk90_params &prm,
+                                    int grid, cudaStream_t stream) {
+    const bool bf16 = p->dtype == SK_DTYPE_BF16;
+    if (p->head_dim == 128)
+        return bf16 ? sk90_launch_pair<SK_DTYPE_BF16, 128, BN>(prm, grid, stream)
+                    : sk90_launch_pair<SK_DTYPE_F16, 128, BN>(prm, grid, stream);
+    return bf16 ? sk90_launch_pair<SK_DTYPE_BF16, 64, BN>(prm, grid, stream)
+                : sk90_launch_pair<SK_DTYPE_F16, 64, BN>(prm, grid, stream);
+}
+
+/* The kernel for the dtype, head dim and key block width (carry-in or not). */
+template <int BN>
+static sk_status sk90_dispatch(const sk_attention_problem *p, const sk90_params &prm,
+                               const sk90_vparams *carry, int grid, cudaStream_t stream) {
+    const bool bf16 = p->dtype == SK_DTYPE_BF16;
+    if (carry != NULL) {
+        if (p->head_dim == 128)
+            return bf16 ? sk90_launch_carry<SK_DTYPE_BF16, 128, BN>(prm, *carry, grid, stream)
+                        : sk90_launch_carry<SK_DTYPE_F16, 128, BN>(prm, *carry, grid, stream);
+        return bf16 ? sk90_launch_carry<SK_DTYPE_BF16, 64, BN>(prm, *carry, grid, stream)
+                    : sk90_launch_carry<SK_DTYPE_F16, 64, BN>(prm, *carry, grid, stream);
+    }
+    if (p->head_dim == 128)
+        return bf16 ? sk90_launch<SK_DTYPE_BF16, 128, BN>(prm, grid, stream)
+                    : sk90_launch<SK_DTYPE_F16, 128, BN>(prm, grid, stream);
+    return bf16 ? sk90_launch<SK_DTYPE_BF16, 64, BN>(prm, grid, stream)
+                : sk90_launch<SK_DTYPE_F16, 64, BN>(prm, grid, stream);
 }
 
 static sk_status sk90_dispatch_carry(const sk_attention_problem *p, const sk90_params &prm,
@@ -151,12 +238,8 @@ static sk_status sk90_dispatch_carry(const sk_attention_problem *p, const sk90_p
     v.o_token_stride = p->o_stride[1];
     v.o_head_stride = p->o_stride[2];
     v.lse_carry = p->lse_carry;
-    const bool bf16 = p->dtype == SK_DTYPE_BF16;
-    if (p->head_dim == 128)
-        return bf16 ? sk90_launch_carry<SK_DTYPE_BF16, 128>(prm, v, grid, stream)
-                    : sk90_launch_carry<SK_DTYPE_F16, 128>(prm, v, grid, stream);
-    return bf16 ? sk90_launch_carry<SK_DTYPE_BF16, 64>(prm, v, grid, stream)
-                : sk90_launch_carry<SK_DTYPE_F16, 64>(prm, v, grid, stream);
+    return p->block_k == 64 ? sk90_dispatch<64>(p, prm, &v, grid, stream)
+                            : sk90_dispatch<kBlockN>(p, prm, &v, grid, stream);
 }
 
 sk_status sk_attention_sm90_launch(const sk_attention_problem *p, const sk_attention_schedule *s,
@@ -176,11 +259,9 @@ sk_status sk_attention_sm90_launch(const sk_attention_problem *p, const sk_atten
     SK_TRY(sk90_fill_params(&prm, p, s, &grid));
     if (grid <= 0) return SK_STATUS_SUCCESS;
     if (p->lse_carry != NULL) return sk90_dispatch_carry(p, prm, grid, stream);
-
-    const bool bf16 = p->dtype == SK_DTYPE_BF16;
-    if (p->head_dim == 128)
-        return bf16 ? sk90_launch<SK_DTYPE_BF16, 128>(prm, grid, stream)
-                    : sk90_launch<SK_DTYPE_F16, 128>(prm, grid, stream);
-    return bf16 ? sk90_launch<SK_DTYPE_BF16, 64>(prm, grid, stream)
-                : sk90_launch<SK_DTYPE_F16, 64>(prm, grid, stream);
+    if (p->block_q == 64)
+        return p->block_k == 64 ? sk90_dispatch_pair<64>(p, prm, grid, stream)
+                                : sk90_dispatch_pair<kBlockN>(p, prm, grid, stream);
+    return p->block_k == 64 ? sk90_dispatch<64>(p, prm, NULL, grid, stream)
+                            : sk90_dispatch<kBlockN>(p, prm, NULL, grid, stream);
 }

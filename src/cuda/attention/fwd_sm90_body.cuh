@@ -13,11 +13,14 @@
  * consumers (GEMMs, softmax, epilogue). */
 #include "cuda/attention/fwd_sm90_producer.cuh"
 #include "cuda/attention/fwd_sm90_consumer.cuh"
+#include "cuda/attention/fwd_sm90_pair.cuh"
 
-/* v: the varlen mode's parameters (the fixed kernel passes one never read). */
-template <sk_dtype DT, int HD, int MODE, bool CARRY = false>
+/* v: the varlen mode's parameters (the fixed kernel passes one never read);
+ * BN: keys per K / V block (64 in the fixed mode only); PAIR: tiles of two
+ * 64-row query blocks (block_q = 64, fixed mode, fwd_sm90_pair.cuh). */
+template <sk_dtype DT, int HD, int MODE, bool CARRY = false, int BN = kBlockN, bool PAIR = false>
 __device__ __forceinline__ void sk90_kernel_body(const sk90_params &p, const sk90_vparams &v) {
-    using L = sk90_layout<HD, MODE>;
+    using L = sk90_layout<HD, MODE, BN>;
     extern __shared__ uint8_t sk90_smem_raw[];
     const uint32_t raw = (uint32_t)__cvta_generic_to_shared(sk90_smem_raw);
     const uint32_t base = (raw + kSwizzleAtom - 1) & ~(uint32_t)(kSwizzleAtom - 1);
@@ -32,11 +35,12 @@ __device__ __forceinline__ void sk90_kernel_body(const sk90_params &p, const sk9
     if (wg == 0) {
         sk_setmaxnreg_dec<kProducerRegs>();
         const int warp = threadIdx.x / 32;
-        if (warp == 0) sk90_producer<L, MODE>(p, v, base, tile_ids, block_info, nullptr, sched);
-        if (warp == 1) sk90_scheduler<L, MODE>(p, v, base, sched);
+        if (warp == 0)
+            sk90_producer<L, MODE, PAIR>(p, v, base, tile_ids, block_info, nullptr, sched);
+        if (warp == 1) sk90_scheduler<L, MODE, PAIR>(p, v, base, sched);
     } else {
         sk_setmaxnreg_inc<kConsumerRegs>();
-        sk90_consumer<DT, HD, MODE, CARRY>(p, v, base, tile_ids, block_info, wg - 1);
+        sk90_consumer<DT, HD, MODE, CARRY, BN, PAIR>(p, v, base, tile_ids, block_info, wg - 1);
     }
 }
 

@@ -74,22 +74,26 @@ static_assert(kBlockM == 2 * kWgRows, "two consumer warpgroups of 64 rows");
 
 /* Byte offsets inside the 1024-aligned dynamic shared memory, per head dim;
  * KS, VS: the K and V stages (the defaults are every kernel's but the paged
- * one's, sk90_layout below). */
+ * one's, sk90_layout below); BN: the keys of a K / V block, the layout's
+ * block_k (128, or 64: issue 28's blocks of 64; a K / V stage then holds
+ * 64 rows, so its 64-column slabs are 8 KB apart instead of 16 KB). */
 template <int HD, int KS = (HD == 128 ? SK90_KSTAGES_D128 : SK90_STAGES_D64),
-          int VS = (HD == 128 ? SK90_VSTAGES_D128 : SK90_STAGES_D64)>
+          int VS = (HD == 128 ? SK90_VSTAGES_D128 : SK90_STAGES_D64), int BN = kBlockN>
 struct sk90_smem {
     static constexpr int kSlabs = HD / kSlabCols;
     static constexpr int kKStages = KS;
     static constexpr int kVStages = VS;
+    static constexpr int kBN = BN;
     /* With 2, the next tile's Q loads while this tile runs; with 1, once
      * both consumers' last S GEMMs of this tile are done. */
     static constexpr int kQBufs = HD == 128 ? SK90_QBUFS_D128 : 2;
     /* Rescale O for the previous block's max while the next S GEMM runs
      * (measured: +1-2.5% at D = 128, -2% at D = 64, docs/perf/hopper.md). */
     static constexpr bool kRescaleEarly = HD == 128;
-    static constexpr uint32_t kBlockBytes = kBlockN * HD * 2; /* one K or V block */
+    static constexpr uint32_t kBlockBytes = BN * HD * 2;      /* one K or V block */
     static constexpr uint32_t kQBytes = kBlockM * HD * 2;     /* one of kQBufs Q tiles */
-    static constexpr uint32_t kSlab128 = 128 * kSlabRowBytes;  /* a slab of 128 rows */
+    static constexpr uint32_t kSlab128 = 128 * kSlabRowBytes;  /* a slab of 128 rows (Q) */
+    static constexpr uint32_t kKVSlab = BN * kSlabRowBytes;    /* a slab of a K / V block */
     static constexpr int kBoxCols = kSlabCols;                  /* a TMA box's width, elements */
     static constexpr bool kTransposeV = false;                  /* see the FP8 layout */
     static constexpr uint32_t kOWgBytes = kWgRows * HD * 2;    /* one warpgroup's O */
@@ -127,6 +131,7 @@ struct sk90_smem {
     static constexpr uint32_t kVDynamicBytes = kVUsed + kSwizzleAtom;
 
     static_assert(HD == 64 || HD == 128, "head dim 64 or 128");
+    static_assert(BN == 64 || BN == 128, "key blocks of 64 or 128");
     static_assert(kKStages >= 2 && kVStages >= 2 && (kQBufs == 1 || kQBufs == 2),
                   "pipeline depths");
     static_assert(kK % kSwizzleAtom == 0 && kV % kSwizzleAtom == 0 && kO % kSwizzleAtom == 0,
@@ -221,12 +226,13 @@ __device__ __forceinline__ sk90_tile sk90_decode(const sk90_params &p, int tile)
     return t;
 }
 
-/* Whether block c is loaded and computed: an index in range and, when
- * causal, with at least one key some row of the tile can see. */
+/* Whether block c (of BN keys) is loaded and computed: an index in range
+ * and, when causal, with at least one key some row of the tile can see. */
+template <int BN = kBlockN>
 __device__ __forceinline__ bool sk90_block_visible(const sk90_params &p, const sk90_tile &t,
                                                    int c) {
     if ((unsigned)c >= (unsigned)p.col_blocks) return false;
-    return !p.causal || c * kBlockN <= t.key_limit;
+    return !p.causal || c * BN <= t.key_limit;
 }
 
 /* K stage release: lane 0 of every consumer warp arrives (2 warpgroups x 4
@@ -321,8 +327,11 @@ __host__ __device__ constexpr int sk90_vstages(int hd, int mode) {
     return mode != kSk90Paged ? (hd == 128 ? SK90_VSTAGES_D128 : SK90_STAGES_D64)
                               : (hd == 128 ? SK90_PAGED_VSTAGES_D128 : SK90_PAGED_STAGES_D64);
 }
-template <int HD, int MODE>
-using sk90_layout = sk90_smem<HD, sk90_kstages(HD, MODE), sk90_vstages(HD, MODE)>;
+/* Blocks of BN = 64 keys (fixed mode only) keep the bytes in flight of
+ * BN = 128: twice the stages of half the size (kKStages counts blocks). */
+template <int HD, int MODE, int BN = kBlockN>
+using sk90_layout = sk90_smem<HD, sk90_kstages(HD, MODE) * (kBlockN / BN),
+                              sk90_vstages(HD, MODE) * (kBlockN / BN), BN>;
 
 /* A generic pointer to a shared-memory address (the varlen parts of the
  * layout, reached from `base`). */
@@ -342,10 +351,10 @@ struct sk90_seq {
  * varlen mode t.key_limit is the last key the tile may see: the sequence's
  * bottom-right causal limit, or len_k - 1 (c * 128 <= len_k - 1 is c <
  * ceil(len_k / 128)), so one comparison covers both. */
-template <int MODE>
+template <int MODE, int BN = kBlockN>
 __device__ __forceinline__ bool sk90_visit(const sk90_params &p, const sk90_tile &t, int c) {
     if constexpr (MODE == kSk90Fixed) {
-        return sk90_block_visible(p, t, c);
+        return sk90_block_visible<BN>(p, t, c);
     } else {
         if ((unsigned)c >= (unsigned)p.col_blocks) return false;
         return c * kBlockN <= t.key_limit;
@@ -364,6 +373,33 @@ __device__ __forceinline__ sk90_seq sk90_tile_seq(const sk90_params &p, sk90_til
     sq.len_k = len_k;
     t.key_limit = p.causal ? min((t.i + 1) * kBlockM, len_q) - 1 + (len_k - len_q) : len_k - 1;
     return sq;
+}
+
+/* ---------------------------------------------------------------------------
+ * Pairs of 64-row query blocks (block_q = 64, the fixed mode only;
+ * fwd_sm90_pair.cuh)
+ * ------------------------------------------------------------------------- */
+
+/* With block_q = 64 a tile is two consecutive query blocks 2i and 2i + 1 of
+ * one (batch, head): the 128 rows of a block_q = 128 tile i, consumer
+ * warpgroup h owning block 2i + h. The plan's order lists the 64-row
+ * blocks; the scheduler takes the even ones as pairs (an odd one comes
+ * with its partner) and decodes both rows. The producer merges the two
+ * sorted column lists and each K stage's block info carries which row
+ * selected the block (kInfoSel0 / kInfoSel1; the block index stays below
+ * kSk90MaxSeq / 64 = 2^24). An odd last block has no partner: row 2i + 1
+ * is an empty range. The second row's range {start, end} travels in the
+ * scheduler slot's extension at L::kVSched (16 ints a slot, unused in the
+ * fixed mode otherwise). */
+enum {
+    kInfoSel0 = 1 << 29,        /* block info: query block 2i selected it */
+    kInfoSel1 = 1 << 30,        /* block info: query block 2i + 1 selected it */
+    kInfoBlock = (1 << 29) - 1  /* block info: the block index */
+};
+
+/* The key limit (sk90_tile::key_limit, causal) of 64-row query block i. */
+__device__ __forceinline__ int sk90_key_limit64(const sk90_params &p, int i) {
+    return min((i + 1) * 64, p.seq_q) - 1 + (p.seq_k - p.seq_q);
 }
 
 /* ---------------------------------------------------------------------------
@@ -430,8 +466,10 @@ static inline CUresult sk90_encode_all(sk90_params *prm, const sk_attention_prob
                                 const void *k, const void *v, const void *o) {
     const sk_dtype dt = p->dtype;
     CUresult r = sk90_encode(&prm->tm_q, p, dt, kSlabCols, q, p->seq_q, p->heads_q, p->q_stride, kBlockM);
-    if (r == CUDA_SUCCESS) r = sk90_encode(&prm->tm_k, p, dt, kSlabCols, k, p->seq_k, p->heads_kv, p->k_stride, kBlockN);
-    if (r == CUDA_SUCCESS) r = sk90_encode(&prm->tm_v, p, dt, kSlabCols, v, p->seq_k, p->heads_kv, p->v_stride, kBlockN);
+    /* K / V boxes of one key block: 64 rows when block_k is 64. */
+    const int bn = p->block_k == 64 ? 64 : kBlockN;
+    if (r == CUDA_SUCCESS) r = sk90_encode(&prm->tm_k, p, dt, kSlabCols, k, p->seq_k, p->heads_kv, p->k_stride, bn);
+    if (r == CUDA_SUCCESS) r = sk90_encode(&prm->tm_v, p, dt, kSlabCols, v, p->seq_k, p->heads_kv, p->v_stride, bn);
     if (r == CUDA_SUCCESS) r = sk90_encode(&prm->tm_o, p, dt, kSlabCols, o, p->seq_q, p->heads_q, p->o_stride, kWgRows);
     return r;
 }

@@ -36,19 +36,36 @@ __device__ __forceinline__ void sk90_unpack(uint32_t w, float &lo, float &hi) {
     }
 }
 
-/* S (64 x 128, fp32) = Q (64 x D) K^T: D/16 wgmma, one commit group. The
+/* S (64 x BN, fp32) = Q (64 x D) K^T: D/16 wgmma, one commit group. The
  * descriptors are made once; a K step adds its byte offset >> 4 to the start
- * address field (no carry: shared addresses stay below 2^18). */
-template <sk_dtype DT, int HD>
-__device__ __forceinline__ void sk90_gemm_qk(float s[64], uint32_t q_base, uint32_t k_base) {
-    using L = sk90_smem<HD>;
+ * address field (no carry: shared addresses stay below 2^18). BN = 64: K's
+ * slabs hold 64 rows, so its slab step differs from Q's. */
+template <sk_dtype DT, int HD, int BN = kBlockN>
+__device__ __forceinline__ void sk90_gemm_qk(float s[BN / 2], uint32_t q_base, uint32_t k_base) {
+    using L = sk90_smem<HD, 2, 2, BN>;
     const uint64_t da0 = sk_wgmma_desc_sw128(q_base, 16, kSwizzleAtom);
     const uint64_t db0 = sk_wgmma_desc_sw128(k_base, 16, kSwizzleAtom);
 #pragma unroll
     for (int kk = 0; kk < HD / 16; ++kk) {
         /* K step of 16 columns: +32 B inside the swizzle atom, a new slab every 4. */
         const uint32_t off = ((kk / 4) * L::kSlab128 + (kk % 4) * 32) >> 4;
-        const uint64_t da = da0 + off, db = db0 + off;
+        const uint64_t da = da0 + off;
+        if constexpr (BN == 64) {
+            const uint64_t db = db0 + (((kk / 4) * L::kKVSlab + (kk % 4) * 32) >> 4);
+            if constexpr (DT == SK_DTYPE_BF16) {
+                if (kk == 0)
+                    sk_wgmma_m64n64k16_ss_bf16_zero(s, da, db);
+                else
+                    sk_wgmma_m64n64k16_ss_bf16(s, da, db, 1);
+            } else {
+                if (kk == 0)
+                    sk_wgmma_m64n64k16_ss_f16_zero(s, da, db);
+                else
+                    sk_wgmma_m64n64k16_ss_f16(s, da, db, 1);
+            }
+            continue;
+        }
+        const uint64_t db = db0 + off;
         if constexpr (DT == SK_DTYPE_BF16) {
             if (kk == 0)
                 sk_wgmma_m64n128k16_ss_bf16_zero(s, da, db);
@@ -64,15 +81,15 @@ __device__ __forceinline__ void sk90_gemm_qk(float s[64], uint32_t q_base, uint3
     sk_wgmma_commit();
 }
 
-/* O (64 x D) += P (64 x 128, registers) V (128 x D, N-major): 8 wgmma. */
-template <sk_dtype DT, int HD>
-__device__ __forceinline__ void sk90_gemm_pv(float o[HD / 2], const uint32_t pf[32],
+/* O (64 x D) += P (64 x BN, registers) V (BN x D, N-major): BN/16 wgmma. */
+template <sk_dtype DT, int HD, int BN = kBlockN>
+__device__ __forceinline__ void sk90_gemm_pv(float o[HD / 2], const uint32_t pf[BN / 4],
                                              uint32_t v_base) {
-    using L = sk90_smem<HD>;
-    /* The 64-column slabs of V are kSlab128 apart (the leading byte offset). */
-    const uint64_t db0 = sk_wgmma_desc_sw128(v_base, L::kSlab128, kSwizzleAtom);
+    using L = sk90_smem<HD, 2, 2, BN>;
+    /* The 64-column slabs of V are kKVSlab apart (the leading byte offset). */
+    const uint64_t db0 = sk_wgmma_desc_sw128(v_base, L::kKVSlab, kSwizzleAtom);
 #pragma unroll
-    for (int kk = 0; kk < kBlockN / 16; ++kk) {
+    for (int kk = 0; kk < BN / 16; ++kk) {
         /* 16 keys = two 8-row groups of 1024 B. */
         const uint64_t db = db0 + ((kk * 2 * kSwizzleAtom) >> 4);
         if constexpr (HD == 128) {
@@ -96,10 +113,11 @@ __device__ __forceinline__ void sk90_gemm_pv(float o[HD / 2], const uint32_t pf[
 
 /* Set to -inf the scores of keys past Sk or, when causal, past a row's
  * diagonal. lim0/lim1: the last visible key column (relative to the block)
- * of the thread's two rows. */
-__device__ __forceinline__ void sk90_mask(float s[64], int lim0, int lim1, int t4) {
+ * of the thread's two rows. NS: scores per thread (a block of 2 NS keys). */
+template <int NS = 64>
+__device__ __forceinline__ void sk90_mask(float s[NS], int lim0, int lim1, int t4) {
 #pragma unroll
-    for (int i = 0; i < 64; ++i) {
+    for (int i = 0; i < NS; ++i) {
         const int col = 8 * (i >> 2) + 2 * t4 + (i & 1);
         const int lim = ((i >> 1) & 1) ? lim1 : lim0;
         if (col > lim) s[i] = -INFINITY;
@@ -112,34 +130,37 @@ __device__ __forceinline__ void sk90_mask(float s[64], int lim0, int lim1, int t
  * Sk) and, when causal, the diagonal. Blocks needing none are untouched.
  * (sk90_mask_block_seq is the same with a sequence's lengths; one shared
  * helper changed this kernel's SASS, so the fixed one stays as it was.) */
-__device__ __forceinline__ void sk90_mask_block(float s[64], const sk90_params &p, int c,
+template <int BN = kBlockN>
+__device__ __forceinline__ void sk90_mask_block(float s[BN / 2], const sk90_params &p, int c,
                                                 int wg_first_row, int row0, int t4) {
     if (p.negate) {
 #pragma unroll
-        for (int i = 0; i < 64; ++i) s[i] = -s[i];
+        for (int i = 0; i < BN / 2; ++i) s[i] = -s[i];
     }
-    const int kbase = c * kBlockN, diag = p.seq_k - p.seq_q;
-    const bool tail = kbase + kBlockN > p.seq_k;
-    const bool cross = p.causal && kbase + kBlockN - 1 > wg_first_row + diag;
+    const int kbase = c * BN, diag = p.seq_k - p.seq_q;
+    const bool tail = kbase + BN > p.seq_k;
+    const bool cross = p.causal && kbase + BN - 1 > wg_first_row + diag;
     if (!tail && !cross) return;
     int lim0 = p.seq_k - 1 - kbase, lim1 = lim0;
     if (p.causal) {
         lim0 = min(lim0, row0 + diag - kbase);
         lim1 = min(lim1, row0 + 8 + diag - kbase);
     }
-    sk90_mask(s, lim0, lim1, t4);
+    sk90_mask<BN / 2>(s, lim0, lim1, t4);
 }
 
 /* Online softmax of one block, in place: new row maxima, p = 2^(s *
  * scale_log2 - m'), per-thread row sums, and corr[r] = 2^(m_old' - m_new'),
  * the factor for O and the row sum. (Measured and dropped: FA4's lazy
  * rescaling and tree reductions of the max, docs/perf/hopper.md.) */
-template <int kOffset = 0> /* the FP8 kernel's p = 2^(... + kOffset): see fwd_sm90_fp8.cu */
-__device__ __forceinline__ void sk90_softmax(float s[64], float m[2], float l[2], float corr[2],
+/* kOffset: the FP8 kernel's p = 2^(... + kOffset), see fwd_sm90_fp8.cu; NS:
+ * scores per thread (64 for blocks of 128 keys, 32 for 64). */
+template <int kOffset = 0, int NS = 64>
+__device__ __forceinline__ void sk90_softmax(float s[NS], float m[2], float l[2], float corr[2],
                                              float scale_log2) {
     float mx[2] = {m[0], m[1]};
 #pragma unroll
-    for (int i = 0; i < 64; ++i) mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], s[i]);
+    for (int i = 0; i < NS; ++i) mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], s[i]);
     float ms[2];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -153,7 +174,7 @@ __device__ __forceinline__ void sk90_softmax(float s[64], float m[2], float l[2]
     }
     float sum[2] = {0.0f, 0.0f};
 #pragma unroll
-    for (int i = 0; i < 64; ++i) {
+    for (int i = 0; i < NS; ++i) {
         const int r = (i >> 1) & 1;
         if constexpr (kOffset == 0)
             s[i] = sk_ex2(fmaf(s[i], scale_log2, -ms[r]));
@@ -165,24 +186,24 @@ __device__ __forceinline__ void sk90_softmax(float s[64], float m[2], float l[2]
     for (int r = 0; r < 2; ++r) l[r] = l[r] * corr[r] + sum[r];
 }
 
-template <sk_dtype DT>
-__device__ __forceinline__ void sk90_pack_p(uint32_t pf[32], const float s[64]) {
+template <sk_dtype DT, int NS = 64>
+__device__ __forceinline__ void sk90_pack_p(uint32_t pf[NS / 2], const float s[NS]) {
     /* The register-A fragment of keys 16kk..16kk+15 is accumulator registers
      * 8kk..8kk+7, pairwise. */
 #pragma unroll
-    for (int j = 0; j < 32; ++j) pf[j] = sk90_pack<DT>(s[2 * j], s[2 * j + 1]);
+    for (int j = 0; j < NS / 2; ++j) pf[j] = sk90_pack<DT>(s[2 * j], s[2 * j + 1]);
 }
 
 /* Compiler barriers on the P*V operands: before the wgmma fence, so that the
  * O rescale and the P packing are complete when the wgmma reads them; after
  * its wait, so that nothing reuses P's registers or reads O while the wgmma
  * is in flight. */
-template <int HD>
-__device__ __forceinline__ void sk90_fence_operands(float o[HD / 2], uint32_t pf[32]) {
+template <int HD, int NP = 32>
+__device__ __forceinline__ void sk90_fence_operands(float o[HD / 2], uint32_t pf[NP]) {
 #pragma unroll
     for (int i = 0; i < HD / 2; ++i) sk_reg_fence(o[i]);
 #pragma unroll
-    for (int i = 0; i < 32; ++i) sk_reg_fence_u32(pf[i]);
+    for (int i = 0; i < NP; ++i) sk_reg_fence_u32(pf[i]);
 }
 
 /* K stage release: lane 0 of every consumer warp arrives, after the warp
@@ -237,14 +258,14 @@ __device__ __forceinline__ void sk90_mask_block_seq(float s[64], const sk90_para
     }
 }
 
-/* The masks of block c, by mode. */
-template <int MODE>
-__device__ __forceinline__ void sk90_mask_tile(float s[64], const sk90_params &p,
+/* The masks of block c, by mode (blocks of BN = 64 keys: fixed mode only). */
+template <int MODE, int BN = kBlockN>
+__device__ __forceinline__ void sk90_mask_tile(float s[BN / 2], const sk90_params &p,
                                                const sk90_vparams &v,
                                                const sk90_seq &sq, int c, uint32_t absent,
                                                int wg_first_row, int row0, int t4) {
     if constexpr (MODE == kSk90Fixed)
-        sk90_mask_block(s, p, c, wg_first_row, row0, t4);
+        sk90_mask_block<BN>(s, p, c, wg_first_row, row0, t4);
     else
         sk90_mask_block_seq(s, p, v, sq, c, MODE == kSk90Paged ? absent : 0u, wg_first_row, row0, t4);
 }
@@ -357,15 +378,30 @@ __device__ __forceinline__ void sk90_carry_end(float o[HD / 2], const float m[2]
     }
 }
 
+/* The block steps of a tile of two 64-row query blocks (fwd_sm90_pair.cuh,
+ * included after this file). */
+template <sk_dtype DT, int HD, int BN>
+__device__ __forceinline__ void sk90_pair_steps(
+    const sk90_params &p, uint32_t base, const volatile int32_t *block_info, int wg,
+    uint32_t q_base, uint32_t q_empty, sk90_pipe<sk90_layout<HD, kSk90Fixed, BN>::kKStages> &kp,
+    sk90_pipe<sk90_layout<HD, kSk90Fixed, BN>::kVStages> &vp, float o[HD / 2], float m[2],
+    float l[2], int wg_first_row, int row0);
+
 /* A consumer warpgroup (wg 0 or 1: query rows 64 wg .. 64 wg + 63 of each
  * tile): per tile, the first S alone, the steady steps (S_j with
  * P_{j-1} V_{j-1}), the last P V alone, then the epilogue. CARRY: each
- * tile continues a carried partial result (sk90_carry_start / _end). */
-template <sk_dtype DT, int HD, int MODE, bool CARRY = false>
+ * tile continues a carried partial result (sk90_carry_start / _end). BN:
+ * keys per block (64: the fixed mode only). PAIR: a tile is two 64-row
+ * query blocks (block_q = 64, fixed mode, no carry), t.i the pair. */
+template <sk_dtype DT, int HD, int MODE, bool CARRY = false, int BN = kBlockN, bool PAIR = false>
 __device__ void sk90_consumer(const sk90_params &p, const sk90_vparams &v, uint32_t base, const int32_t *tile_ids,
                               const volatile int32_t *block_info, int wg) {
-    using L = sk90_layout<HD, MODE>; /* the paged mode's stages (fwd_sm90_common.cuh) */
+    static_assert(MODE == kSk90Fixed || BN == kBlockN, "varlen / paged: blocks of 128 keys");
+    static_assert(!PAIR || (MODE == kSk90Fixed && !CARRY), "pairs: fixed mode, no carry-in");
+    using L = sk90_layout<HD, MODE, BN>; /* the paged mode's stages (fwd_sm90_common.cuh) */
     constexpr int kOAcc = HD / 2; /* O accumulator registers per thread */
+    constexpr int kS = BN / 2;    /* S / P fp32 registers per thread */
+    constexpr int kP = BN / 4;    /* P as packed pairs (the P V GEMM's A fragments) */
     const int wtid = threadIdx.x % 128;
     const int warp = wtid / 32, lane = wtid % 32;
     const int g = lane / 4, t4 = lane % 4;
@@ -399,6 +435,7 @@ __device__ void sk90_consumer(const sk90_params &p, const sk90_vparams &v, uint3
         sk90_tile t = sk90_tile_coords(p, has_blocks ? slot_value : kTileEmptyBase - slot_value);
         sk90_seq sq = {0, vt[0], vt[1], 0, vt[2]}; /* varlen: seq and k0 unused here */
         if constexpr (MODE != kSk90Fixed) t.i = vt[3];
+        if constexpr (PAIR) t.i >>= 1; /* the tile id names the pair's first block */
         const int row0 = t.i * kBlockM + wg * kWgRows + 16 * warp + g; /* query of o[i], (i>>1)&1 == 0 */
         const int row1 = row0 + 8;
         const int wg_first_row = t.i * kBlockM + wg * kWgRows;
@@ -414,94 +451,101 @@ __device__ void sk90_consumer(const sk90_params &p, const sk90_vparams &v, uint3
             const uint32_t q_empty = base + L::kBarQEmpty + 8 * qp.stage;
             sk_mbar_wait(base + L::kBarQFull + 8 * qp.stage, qp.phase, "Q full");
             qp.advance();
-            float s[64];
-            uint32_t pf[32];
-            float corr[2];
+            if constexpr (PAIR) {
+                /* Two query blocks: each warpgroup computes the blocks its
+                 * own row selected (fwd_sm90_pair.cuh). */
+                sk90_pair_steps<DT, HD, BN>(p, base, block_info, wg, q_base, q_empty, kp, vp, o,
+                                            m, l, wg_first_row, row0);
+            } else {
+                float s[kS];
+                uint32_t pf[kP];
+                float corr[2];
 
-            /* Prologue: S_0 alone. (The three phases are written out: ptxas
-             * serializes wgmma issued under run-time conditions.) The block
-             * index and whether another block follows come with the K stage. */
-            sk_mbar_wait(base + L::kBarKFull + 8 * kp.stage, kp.phase, "K full");
-            int info = sk90_read_info(block_info, kp.stage, lane);
-            int absent = 0; /* paged: the boxes of the block not loaded */
-            if constexpr (MODE == kSk90Paged)
-                absent = sk90_read_info(sk90_shared_ptr<int32_t>(base + L::kVAbsent), kp.stage, lane);
-            sk_bar_sync(bar_mine, 256);
-            sk_wgmma_fence();
-            sk90_gemm_qk<DT, HD>(s, q_base, base + L::kK + kp.stage * L::kBlockBytes);
-            sk_bar_arrive(bar_other, 256);
-            sk_wgmma_wait<0>();
-#pragma unroll
-            for (int i = 0; i < 64; ++i) sk_reg_fence(s[i]);
-            sk90_release_k(base + L::kBarKEmpty + 8 * kp.stage, lane);
-            if (leader && !(info & kInfoMore)) sk_mbar_arrive(q_empty); /* last use of Q */
-            kp.advance();
-            sk90_mask_tile<MODE>(s, p, v, sq, info & ~kInfoMore, absent, wg_first_row, row0, t4);
-            sk90_softmax(s, m, l, corr, scale_log2); /* O = 0: nothing to rescale */
-            sk90_pack_p<DT>(pf, s);
-
-            /* Steady state: S_j and P_{j-1} V_{j-1} in flight together. */
-            while (info & kInfoMore) {
-                /* V_{j-1} was loaded right after K_j: waiting for both before
-                 * the issue keeps the two GEMMs in one fenced sequence. */
+                /* Prologue: S_0 alone. (The three phases are written out: ptxas
+                 * serializes wgmma issued under run-time conditions.) The block
+                 * index and whether another block follows come with the K stage. */
                 sk_mbar_wait(base + L::kBarKFull + 8 * kp.stage, kp.phase, "K full");
-                sk_mbar_wait(base + L::kBarVFull + 8 * vp.stage, vp.phase, "V full");
-                sk90_zero_v<HD, MODE>(v, sq, base + L::kV + vp.stage * L::kBlockBytes,
-                                      info & ~kInfoMore, absent);
-                info = sk90_read_info(block_info, kp.stage, lane);
+                int info = sk90_read_info(block_info, kp.stage, lane);
+                int absent = 0; /* paged: the boxes of the block not loaded */
                 if constexpr (MODE == kSk90Paged)
-                    absent = sk90_read_info(sk90_shared_ptr<int32_t>(base + L::kVAbsent), kp.stage,
-                                            lane);
+                    absent = sk90_read_info(sk90_shared_ptr<int32_t>(base + L::kVAbsent), kp.stage, lane);
                 sk_bar_sync(bar_mine, 256);
-                sk90_fence_operands<HD>(o, pf);
                 sk_wgmma_fence();
-                sk90_gemm_qk<DT, HD>(s, q_base, base + L::kK + kp.stage * L::kBlockBytes);
+                sk90_gemm_qk<DT, HD, BN>(s, q_base, base + L::kK + kp.stage * L::kBlockBytes);
+                sk_bar_arrive(bar_other, 256);
+                sk_wgmma_wait<0>();
+#pragma unroll
+                for (int i = 0; i < kS; ++i) sk_reg_fence(s[i]);
+                sk90_release_k(base + L::kBarKEmpty + 8 * kp.stage, lane);
+                if (leader && !(info & kInfoMore)) sk_mbar_arrive(q_empty); /* last use of Q */
+                kp.advance();
+                sk90_mask_tile<MODE, BN>(s, p, v, sq, info & ~kInfoMore, absent, wg_first_row, row0, t4);
+                sk90_softmax<0, kS>(s, m, l, corr, scale_log2); /* O = 0: nothing to rescale */
+                sk90_pack_p<DT, kS>(pf, s);
+
+                /* Steady state: S_j and P_{j-1} V_{j-1} in flight together. */
+                while (info & kInfoMore) {
+                    /* V_{j-1} was loaded right after K_j: waiting for both before
+                     * the issue keeps the two GEMMs in one fenced sequence. */
+                    sk_mbar_wait(base + L::kBarKFull + 8 * kp.stage, kp.phase, "K full");
+                    sk_mbar_wait(base + L::kBarVFull + 8 * vp.stage, vp.phase, "V full");
+                    sk90_zero_v<HD, MODE>(v, sq, base + L::kV + vp.stage * L::kBlockBytes,
+                                          info & ~kInfoMore, absent);
+                    info = sk90_read_info(block_info, kp.stage, lane);
+                    if constexpr (MODE == kSk90Paged)
+                        absent = sk90_read_info(sk90_shared_ptr<int32_t>(base + L::kVAbsent), kp.stage,
+                                                lane);
+                    sk_bar_sync(bar_mine, 256);
+                    sk90_fence_operands<HD, kP>(o, pf);
+                    sk_wgmma_fence();
+                    sk90_gemm_qk<DT, HD, BN>(s, q_base, base + L::kK + kp.stage * L::kBlockBytes);
+                    if constexpr (L::kRescaleEarly) {
+                        /* O is not in flight: rescale it for the previous block's
+                         * max while S_j runs, off the softmax's critical path. */
+#pragma unroll
+                        for (int i = 0; i < kOAcc; ++i) o[i] *= corr[(i >> 1) & 1];
+                        sk90_fence_operands<HD, kP>(o, pf);
+                        sk_wgmma_fence();
+                    }
+                    sk90_gemm_pv<DT, HD, BN>(o, pf, base + L::kV + vp.stage * L::kBlockBytes);
+                    sk_bar_arrive(bar_other, 256);
+                    sk_wgmma_wait<1>(); /* S_j done; P V still running */
+#pragma unroll
+                    for (int i = 0; i < kS; ++i) sk_reg_fence(s[i]);
+                    sk90_release_k(base + L::kBarKEmpty + 8 * kp.stage, lane);
+                    if (leader && !(info & kInfoMore)) sk_mbar_arrive(q_empty);
+                    kp.advance();
+                    sk90_mask_tile<MODE, BN>(s, p, v, sq, info & ~kInfoMore, absent, wg_first_row, row0, t4);
+                    sk90_softmax<0, kS>(s, m, l, corr, scale_log2);
+                    sk_wgmma_wait<0>(); /* P_{j-1} V_{j-1} done */
+                    sk90_fence_operands<HD, kP>(o, pf);
+                    if (leader) sk_mbar_arrive(base + L::kBarVEmpty + 8 * vp.stage);
+                    vp.advance();
+                    if constexpr (!L::kRescaleEarly) {
+#pragma unroll
+                        for (int i = 0; i < kOAcc; ++i) o[i] *= corr[(i >> 1) & 1];
+                    }
+                    sk90_pack_p<DT, kS>(pf, s);
+                }
+
+                /* Tail: the last P V. */
+                sk_mbar_wait(base + L::kBarVFull + 8 * vp.stage, vp.phase, "V full");
+                sk90_zero_v<HD, MODE>(v, sq, base + L::kV + vp.stage * L::kBlockBytes, info & ~kInfoMore,
+                                      absent);
+                sk_bar_sync(bar_mine, 256);
                 if constexpr (L::kRescaleEarly) {
-                    /* O is not in flight: rescale it for the previous block's
-                     * max while S_j runs, off the softmax's critical path. */
 #pragma unroll
                     for (int i = 0; i < kOAcc; ++i) o[i] *= corr[(i >> 1) & 1];
-                    sk90_fence_operands<HD>(o, pf);
-                    sk_wgmma_fence();
                 }
-                sk90_gemm_pv<DT, HD>(o, pf, base + L::kV + vp.stage * L::kBlockBytes);
+                sk90_fence_operands<HD, kP>(o, pf);
+                sk_wgmma_fence();
+                sk90_gemm_pv<DT, HD, BN>(o, pf, base + L::kV + vp.stage * L::kBlockBytes);
                 sk_bar_arrive(bar_other, 256);
-                sk_wgmma_wait<1>(); /* S_j done; P V still running */
-#pragma unroll
-                for (int i = 0; i < 64; ++i) sk_reg_fence(s[i]);
-                sk90_release_k(base + L::kBarKEmpty + 8 * kp.stage, lane);
-                if (leader && !(info & kInfoMore)) sk_mbar_arrive(q_empty);
-                kp.advance();
-                sk90_mask_tile<MODE>(s, p, v, sq, info & ~kInfoMore, absent, wg_first_row, row0, t4);
-                sk90_softmax(s, m, l, corr, scale_log2);
-                sk_wgmma_wait<0>(); /* P_{j-1} V_{j-1} done */
-                sk90_fence_operands<HD>(o, pf);
+                sk_wgmma_wait<0>();
+                sk90_fence_operands<HD, kP>(o, pf);
                 if (leader) sk_mbar_arrive(base + L::kBarVEmpty + 8 * vp.stage);
                 vp.advance();
-                if constexpr (!L::kRescaleEarly) {
-#pragma unroll
-                    for (int i = 0; i < kOAcc; ++i) o[i] *= corr[(i >> 1) & 1];
-                }
-                sk90_pack_p<DT>(pf, s);
             }
-
-            /* Tail: the last P V. */
-            sk_mbar_wait(base + L::kBarVFull + 8 * vp.stage, vp.phase, "V full");
-            sk90_zero_v<HD, MODE>(v, sq, base + L::kV + vp.stage * L::kBlockBytes, info & ~kInfoMore,
-                                  absent);
-            sk_bar_sync(bar_mine, 256);
-            if constexpr (L::kRescaleEarly) {
-#pragma unroll
-                for (int i = 0; i < kOAcc; ++i) o[i] *= corr[(i >> 1) & 1];
-            }
-            sk90_fence_operands<HD>(o, pf);
-            sk_wgmma_fence();
-            sk90_gemm_pv<DT, HD>(o, pf, base + L::kV + vp.stage * L::kBlockBytes);
-            sk_bar_arrive(bar_other, 256);
-            sk_wgmma_wait<0>();
-            sk90_fence_operands<HD>(o, pf);
-            if (leader) sk_mbar_arrive(base + L::kBarVEmpty + 8 * vp.stage);
-            vp.advance();
         }
 
         /* Epilogue. Row sums: reduce over the quad holding each row. */

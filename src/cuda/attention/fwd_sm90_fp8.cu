@@ -87,6 +87,8 @@ struct sk98_smem {
      * row, a V word per stage for the transposer. */
     static constexpr int kSlabs = 1, kBoxCols = HD;
     static constexpr uint32_t kSlab128 = kTileBytes, kBlockBytes = kTileBytes;
+    static constexpr uint32_t kKVSlab = kTileBytes; /* K / V: blocks of kBN = 128 keys */
+    static constexpr int kBN = kF8Keys;
     static constexpr uint32_t kQBytes = kTileBytes;
     static constexpr bool kTransposeV = true;
     static constexpr int kOSlabs = HD / kSlabCols;                /* O: 2-byte, 64-column slabs */

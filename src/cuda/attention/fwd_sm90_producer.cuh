@@ -15,7 +15,8 @@
  * Producer warpgroup: the scheduler warp and the TMA warp
  * ------------------------------------------------------------------------- */
 
-/* L: the shared layout (sk90_smem<HD>, or the FP8 kernel's sk98_smem). */
+/* L: the shared layout (sk90_smem<HD, ...>, or the FP8 kernel's
+ * sk98_smem); its block of L::kBN keys c, slabs L::kKVSlab apart. */
 template <class L>
 __device__ __forceinline__ void sk90_load_kv(const CUtensorMap *tm, uint32_t dst, uint32_t bar,
                                              int hk, int c, int b) {
@@ -25,7 +26,7 @@ __device__ __forceinline__ void sk90_load_kv(const CUtensorMap *tm, uint32_t dst
     sk_mbar_arrive_expect_tx(bar, L::kBlockBytes);
 #pragma unroll
     for (int s = 0; s < L::kSlabs; ++s)
-        sk_tma_load_4d(dst + s * L::kSlab128, tm, s * L::kBoxCols, hk, c * kBlockN, b, bar, policy);
+        sk_tma_load_4d(dst + s * L::kKVSlab, tm, s * L::kBoxCols, hk, c * L::kBN, b, bar, policy);
 }
 
 /* Tuning knob (compile-time, an A/B build for the measurement): 1, the
@@ -147,13 +148,52 @@ __device__ __forceinline__ int sk90_schedule_varlen(const sk90_params &p, const 
     return w[0];
 }
 
+/* Pairs (block_q = 64) scheduler step (lane 0): the next even query block
+ * of the plan's order (an odd one is skipped: it runs with its partner),
+ * both rows' clamped ranges decoded, the second row's into the slot's
+ * extension at L::kVSched (fwd_sm90_common.cuh, "Pairs"). */
+template <class L>
+__device__ __forceinline__ int sk90_schedule_pair(const sk90_params &p, uint32_t base,
+                                                  uint32_t slot, uint32_t phase,
+                                                  volatile int32_t *sched) {
+    int tile;
+    do {
+        tile = kTileEnd;
+        const int idx = atomicAdd(p.tile_counter, 1);
+        if (idx < p.order_count) {
+            tile = __ldg(p.tile_order + idx);
+            if (tile < 0 || tile >= p.num_tiles) tile = kTileSkip;
+        }
+    } while (tile >= 0 && (tile % p.row_blocks) % 2 != 0);
+    int r[4] = {0, 0, 0, 0};
+    if (tile >= 0) {
+        const sk90_tile a = sk90_decode(p, tile);
+        r[0] = a.start;
+        r[1] = a.end;
+        if (a.i + 1 < p.row_blocks) { /* the partner: same slice, next layout row */
+            const sk90_tile b = sk90_decode(p, tile + 1);
+            r[2] = b.start;
+            r[3] = b.end;
+        }
+    }
+    volatile int32_t *ext = sk90_shared_ptr<int32_t>(base + L::kVSched) + 16 * slot;
+    sk_mbar_wait(base + L::kBarSchedEmpty + 8 * slot, phase ^ 1, "sched empty");
+    sched[4 * slot + 0] = tile;
+    sched[4 * slot + 1] = r[0];
+    sched[4 * slot + 2] = r[1];
+    ext[0] = r[2];
+    ext[1] = r[3];
+    sk_mbar_arrive(base + L::kBarSchedFull + 8 * slot); /* release */
+    return tile;
+}
+
 /* The scheduler warp: takes tiles from the schedule and decodes them (tile
  * id, clamped block range) up to kSchedSlots ahead of the TMA warp, so that
  * the chain of dependent global reads (counter, tile order, row offsets)
  * never sits between two tiles' loads. Lane 0 works; the warp stays
  * converged. L: the shared layout (its kBarSched* barriers); v: the varlen
  * mode's parameters (never read in the fixed mode). */
-template <class L, int MODE>
+template <class L, int MODE, bool PAIR = false>
 __device__ void sk90_scheduler(const sk90_params &p, const sk90_vparams &v, uint32_t base,
                                volatile int32_t *sched) {
     const int lane = threadIdx.x % 32;
@@ -164,6 +204,10 @@ __device__ void sk90_scheduler(const sk90_params &p, const sk90_vparams &v, uint
             (void)start;
             (void)end;
             if (lane == 0) tile = sk90_schedule_varlen<L>(p, v, base, slot, phase);
+        } else if constexpr (PAIR) {
+            (void)start;
+            (void)end;
+            if (lane == 0) tile = sk90_schedule_pair<L>(p, base, slot, phase, sched);
         } else if (lane == 0) {
             const int idx = atomicAdd(p.tile_counter, 1);
             if (idx < p.order_count) {
@@ -195,7 +239,7 @@ struct sk90_cursor {
     int cval;
 };
 
-template <int MODE>
+template <int MODE, int BN = kBlockN>
 __device__ __forceinline__ bool sk90_cursor_next(const sk90_params &p, const sk90_tile &t,
                                                  sk90_cursor &cur, int *c) {
     const int lane = threadIdx.x % 32;
@@ -203,12 +247,44 @@ __device__ __forceinline__ bool sk90_cursor_next(const sk90_params &p, const sk9
         if (cur.pos >= cur.end) return false;
         const int k = cur.pos + lane;
         cur.cval = k < cur.end ? __ldg(p.col_indices + k) : -1;
-        cur.mask = __ballot_sync(0xffffffffu, k < cur.end && sk90_visit<MODE>(p, t, cur.cval));
+        cur.mask = __ballot_sync(0xffffffffu, k < cur.end && sk90_visit<MODE, BN>(p, t, cur.cval));
         cur.pos += 32;
     }
     const int bit = __ffs(cur.mask) - 1;
     cur.mask &= cur.mask - 1;
     *c = __shfl_sync(0xffffffffu, cur.cval, bit);
+    return true;
+}
+
+/* Pairs: the sorted union of the two rows' visible blocks (each row's
+ * cursor, its own causal key limit), each block with the rows that select
+ * it (kInfoSel0 / kInfoSel1). Each row's blocks come out in its own order
+ * whatever the layout holds, so a warpgroup sees exactly its row's
+ * sequence. */
+struct sk90_pair_cursor {
+    sk90_cursor a, b;
+    sk90_tile ta, tb; /* the rows' views: start, end, key limit */
+    int ca, cb;       /* each row's next block, when va / vb */
+    bool va, vb;
+};
+
+template <int BN>
+__device__ __forceinline__ void sk90_pair_start(const sk90_params &p, sk90_pair_cursor &pc) {
+    pc.a = {pc.ta.start, pc.ta.end, 0u, 0};
+    pc.b = {pc.tb.start, pc.tb.end, 0u, 0};
+    pc.va = sk90_cursor_next<kSk90Fixed, BN>(p, pc.ta, pc.a, &pc.ca);
+    pc.vb = sk90_cursor_next<kSk90Fixed, BN>(p, pc.tb, pc.b, &pc.cb);
+}
+
+template <int BN>
+__device__ __forceinline__ bool sk90_pair_next(const sk90_params &p, sk90_pair_cursor &pc,
+                                               int *c) {
+    if (!pc.va && !pc.vb) return false;
+    const int k = !pc.vb ? pc.ca : !pc.va ? pc.cb : min(pc.ca, pc.cb);
+    const bool in_a = pc.va && pc.ca == k, in_b = pc.vb && pc.cb == k;
+    *c = k | (in_a ? kInfoSel0 : 0) | (in_b ? kInfoSel1 : 0);
+    if (in_a) pc.va = sk90_cursor_next<kSk90Fixed, BN>(p, pc.ta, pc.a, &pc.ca);
+    if (in_b) pc.vb = sk90_cursor_next<kSk90Fixed, BN>(p, pc.tb, pc.b, &pc.cb);
     return true;
 }
 
@@ -219,7 +295,7 @@ __device__ __forceinline__ bool sk90_cursor_next(const sk90_params &p, const sk9
  * V stage, a plain arrival with no bytes, carries kVInfoEnd: the
  * transposer sees no tiles, so that is how it learns the end. v: the
  * varlen mode's parameters (never read in the fixed mode). */
-template <class L, int MODE>
+template <class L, int MODE, bool PAIR = false>
 __device__ void sk90_producer(const sk90_params &p, const sk90_vparams &v, uint32_t base,
                               int32_t *tile_ids,
                               volatile int32_t *block_info, volatile int32_t *v_info,
@@ -280,12 +356,40 @@ __device__ void sk90_producer(const sk90_params &p, const sk90_vparams &v, uint3
             t.i = w[1];
             sq = sk90_tile_seq(p, t, w[0], w[2], w[3], w[4], w[5]);
         }
+        /* Pairs: the second row's range, read by the same lane before the
+         * same release; the rows' key limits; t.i becomes the pair (the Q
+         * load's 128 rows from 128 t.i). */
+        sk90_pair_cursor pc;
+        (void)pc;
+        if constexpr (PAIR) {
+            const volatile int32_t *ext = sk90_shared_ptr<int32_t>(base + L::kVSched) + 16 * sslot;
+            int e0 = 0, e1 = 0;
+            if (lead) {
+                e0 = ext[0];
+                e1 = ext[1];
+            }
+            pc.ta = t;
+            pc.ta.key_limit = sk90_key_limit64(p, t.i);
+            pc.tb = t;
+            pc.tb.start = __shfl_sync(0xffffffffu, e0, lead_lane);
+            pc.tb.end = __shfl_sync(0xffffffffu, e1, lead_lane);
+            pc.tb.key_limit = sk90_key_limit64(p, t.i + 1);
+            if (tile < 0) pc.ta.end = pc.ta.start, pc.tb.end = pc.tb.start;
+            t.i >>= 1;
+        }
         __syncwarp();
         if (lead) sk_mbar_arrive(base + L::kBarSchedEmpty + 8 * sslot);
 
         sk90_cursor cur = {t.start, tile >= 0 ? t.end : t.start, 0u, 0};
+        (void)cur; /* pairs: pc instead */
         int c0 = 0, c1 = 0;
-        const bool has0 = sk90_cursor_next<MODE>(p, t, cur, &c0);
+        bool has0;
+        if constexpr (PAIR) {
+            sk90_pair_start<L::kBN>(p, pc);
+            has0 = sk90_pair_next<L::kBN>(p, pc, &c0);
+        } else {
+            has0 = sk90_cursor_next<MODE, L::kBN>(p, t, cur, &c0);
+        }
         /* Paged: lane j's pages of blocks c0, c1 and c2 (sk90_page_of_lane),
          * each read a block before its K load; c0's under the tile-slot and
          * Q waits. */
@@ -345,7 +449,11 @@ __device__ void sk90_producer(const sk90_params &p, const sk90_vparams &v, uint3
          * for its S GEMM before V_j for its P V GEMM. Each K stage carries
          * its block index and whether another block follows (written before
          * the stage's arrival, which releases it). */
-        bool has1 = sk90_cursor_next<MODE>(p, t, cur, &c1);
+        bool has1;
+        if constexpr (PAIR)
+            has1 = sk90_pair_next<L::kBN>(p, pc, &c1);
+        else
+            has1 = sk90_cursor_next<MODE, L::kBN>(p, t, cur, &c1);
         if constexpr (MODE == kSk90Paged) {
             if (SK90_PAGE_LOOKAHEAD && has1) pg1 = sk90_page_of_lane(v, sq, c1);
             sk90_issue_pages<L>(v, &p.tm_k, base + L::kK + kp.stage * L::kBlockBytes,
@@ -359,7 +467,8 @@ __device__ void sk90_producer(const sk90_params &p, const sk90_vparams &v, uint3
             block_info[kp.stage] = c0 | (has1 ? kInfoMore : 0);
             if constexpr (MODE == kSk90Fixed)
                 sk90_load_kv<L>(&p.tm_k, base + L::kK + kp.stage * L::kBlockBytes,
-                                base + L::kBarKFull + 8 * kp.stage, hk, c0, t.b);
+                                base + L::kBarKFull + 8 * kp.stage, hk,
+                                PAIR ? c0 & kInfoBlock : c0, t.b);
             else
                 sk90_load_seq_block<L>(&p.tm_k, base + L::kK + kp.stage * L::kBlockBytes,
                                        base + L::kBarKFull + 8 * kp.stage, sq, hk, c0);
@@ -369,7 +478,10 @@ __device__ void sk90_producer(const sk90_params &p, const sk90_vparams &v, uint3
             int c2 = 0;
             bool has2 = false;
             if (has1) {
-                has2 = sk90_cursor_next<MODE>(p, t, cur, &c2);
+                if constexpr (PAIR)
+                    has2 = sk90_pair_next<L::kBN>(p, pc, &c2);
+                else
+                    has2 = sk90_cursor_next<MODE, L::kBN>(p, t, cur, &c2);
                 if constexpr (MODE == kSk90Paged) {
                     if (SK90_PAGE_LOOKAHEAD && has2) pg2 = sk90_page_of_lane(v, sq, c2);
                     sk90_issue_pages<L>(v, &p.tm_k, base + L::kK + kp.stage * L::kBlockBytes,
@@ -383,7 +495,8 @@ __device__ void sk90_producer(const sk90_params &p, const sk90_vparams &v, uint3
                     block_info[kp.stage] = c1 | (has2 ? kInfoMore : 0);
                     if constexpr (MODE == kSk90Fixed)
                         sk90_load_kv<L>(&p.tm_k, base + L::kK + kp.stage * L::kBlockBytes,
-                                        base + L::kBarKFull + 8 * kp.stage, hk, c1, t.b);
+                                        base + L::kBarKFull + 8 * kp.stage, hk,
+                                        PAIR ? c1 & kInfoBlock : c1, t.b);
                     else
                         sk90_load_seq_block<L>(&p.tm_k, base + L::kK + kp.stage * L::kBlockBytes,
                                                base + L::kBarKFull + 8 * kp.stage, sq, hk, c1);
@@ -400,7 +513,8 @@ __device__ void sk90_producer(const sk90_params &p, const sk90_vparams &v, uint3
                 if constexpr (L::kTransposeV) v_info[vp.stage] = 0;
                 if constexpr (MODE == kSk90Fixed)
                     sk90_load_kv<L>(&p.tm_v, base + L::kV + vp.stage * L::kBlockBytes,
-                                    base + L::kBarVFull + 8 * vp.stage, hk, c0, t.b);
+                                    base + L::kBarVFull + 8 * vp.stage, hk,
+                                    PAIR ? c0 & kInfoBlock : c0, t.b);
                 else
                     sk90_load_seq_block<L>(&p.tm_v, base + L::kV + vp.stage * L::kBlockBytes,
                                            base + L::kBarVFull + 8 * vp.stage, sq, hk, c0);
