@@ -4,8 +4,9 @@
  * naive_bwd.c) on each sequence's unpacked copy, against central finite
  * differences of the varlen forward on a tiny case, bitwise repeatability
  * over thread counts, and every bad argument (a status, a message naming
- * the argument, nothing written; the CUDA backends: the same statuses, and
- * NOT_SUPPORTED naming the backend for the valid call).
+ * the argument, nothing written; the CUDA backends: the same statuses,
+ * NOT_SUPPORTED naming head_dim for a valid call the kernels do not take,
+ * and the workspace's size and placement checked before any device).
  *
  * The cases are tests/common/varlen_case.h's (lengths with empty sequences,
  * per-sequence random block masks, bottom-right causal per sequence, GQA,
@@ -376,14 +377,14 @@ typedef struct vb_fix {
     sk_attention_varlen_backward_desc bwd;
 } vb_fix;
 
-static int fix_make(vb_fix *f, sk_dtype dtype, uint64_t seed) {
+static int fix_make_d(vb_fix *f, sk_dtype dtype, uint64_t seed, int64_t head_dim) {
     static const int32_t lq[3] = {5, 0, 7};
     static const int32_t lk[3] = {9, 3, 4};
     memset(f, 0, sizeof *f);
     f->c = vc_base_case(dtype, 3, lq, lk);
     f->c.heads_q = 2;
     f->c.heads_kv = 1;
-    f->c.head_dim = 8;
+    f->c.head_dim = head_dim;
     f->c.causal = 1;
     f->c.with_lse = 1;
     tu_rng rng;
@@ -391,6 +392,10 @@ static int fix_make(vb_fix *f, sk_dtype dtype, uint64_t seed) {
     if (!vc_make(&f->c, &rng, &f->x) || !bufs_make(&f->c, &f->x, &rng, &f->t)) return 0;
     make_descs(&f->c, &f->x, &f->desc, &f->bwd);
     return vc_call_varlen(&f->c, &f->x) == SK_STATUS_SUCCESS;
+}
+
+static int fix_make(vb_fix *f, sk_dtype dtype, uint64_t seed) {
+    return fix_make_d(f, dtype, seed, 8);
 }
 
 static void fix_free(vb_fix *f) {
@@ -520,8 +525,10 @@ static void expect(vb_fix *f, const vb_snap *s, const vb_args *a, sk_status want
 }
 
 /* Each bad argument alone, on the CPU and on every CUDA backend (the
- * core's checks come first); the valid call on CUDA: NOT_SUPPORTED naming
- * the backend, nothing written; on the CPU it succeeds. */
+ * core's checks come first); the valid call on CUDA, head_dim 8, which the
+ * CUDA kernels do not take: NOT_SUPPORTED naming head_dim (in a build
+ * without CUDA, NOT_SUPPORTED_BACKEND), nothing written; on the CPU it
+ * succeeds. */
 SK_TEST(varlen_bwd_bad_inputs_name_the_argument) {
     static const sk_backend backends[4] = {SK_BACKEND_CPU, SK_BACKEND_CUDA, SK_BACKEND_CUDA_SM80,
                                            SK_BACKEND_CUDA_SM90};
@@ -600,18 +607,91 @@ SK_TEST(varlen_bwd_bad_inputs_name_the_argument) {
             CHECK(st == SK_STATUS_SUCCESS && bytes == 0, "CPU workspace: %s, %zu bytes",
                   sk_status_name(st), bytes);
         } else {
+            /* sk_build_info() ends "no CUDA" in a build without CUDA. */
+            const int has_cuda = strstr(sk_build_info(), "no CUDA") == NULL;
+            const sk_status want = has_cuda ? SK_STATUS_NOT_SUPPORTED : SK_STATUS_NOT_SUPPORTED_BACKEND;
+            const char *why = has_cuda ? "head_dim = 8" : "without CUDA";
             a = args_of(&f);
-            expect(&f, &s, &a, SK_STATUS_NOT_SUPPORTED, backend_names[bi], "valid call on CUDA");
+            expect(&f, &s, &a, want, why, "valid call on CUDA, head_dim 8");
             size_t bytes = 7;
             sk_status st =
                 sk_attention_varlen_backward_workspace_size(&f.desc, &f.bwd, &f.x.layout, &bytes);
-            CHECK(st == SK_STATUS_NOT_SUPPORTED && bytes == 7 &&
-                      strstr(sk_last_error(), backend_names[bi]) != NULL,
-                  "CUDA workspace: %s, %zu bytes: %s", sk_status_name(st), bytes, sk_last_error());
+            CHECK(st == want && bytes == 7 && strstr(sk_last_error(), why) != NULL,
+                  "%s workspace: %s, %zu bytes: %s", backend_names[bi], sk_status_name(st), bytes,
+                  sk_last_error());
             st = sk_attention_varlen_backward_plan(&f.desc, &f.bwd, &f.x.layout, f.x.cu_q,
                                                    f.x.cu_k, NULL, 0, NULL);
-            CHECK(st == SK_STATUS_NOT_SUPPORTED, "CUDA plan: %s", sk_status_name(st));
+            CHECK(st == want, "%s plan: %s", backend_names[bi], sk_status_name(st));
         }
+    next:
+        for (int i = 0; i < 3; ++i) free(s.g[i]);
+        fix_free(&f);
+    }
+}
+
+/* The CUDA backends with a call the kernels take (head_dim 64), no device
+ * needed: the workspace size (> 0; in a build without CUDA,
+ * NOT_SUPPORTED_BACKEND), then run, one-shot and plan with a workspace one
+ * byte short (BAD_PARAM_WORKSPACE naming the size call: checked before the
+ * device) and with a workspace over dq (named), nothing written. */
+SK_TEST(varlen_bwd_cuda_workspace_checked_before_the_device) {
+    static const sk_backend backends[3] = {SK_BACKEND_CUDA, SK_BACKEND_CUDA_SM80,
+                                           SK_BACKEND_CUDA_SM90};
+    const int has_cuda = strstr(sk_build_info(), "no CUDA") == NULL;
+    for (int bi = 0; bi < 3; ++bi) {
+        vb_fix f;
+        vb_snap s;
+        memset(&s, 0, sizeof s);
+        if (!fix_make_d(&f, SK_DTYPE_BF16, case_seed(6, (uint64_t)bi), 64) || !snap_take(&f, &s)) {
+            CHECK(0, "fixture failed: %s", sk_last_error());
+            goto next;
+        }
+        f.desc.backend = backends[bi];
+        size_t bytes = 0;
+        sk_status st =
+            sk_attention_varlen_backward_workspace_size(&f.desc, &f.bwd, &f.x.layout, &bytes);
+        if (!has_cuda) {
+            CHECK(st == SK_STATUS_NOT_SUPPORTED_BACKEND, "without CUDA: %s",
+                  sk_status_name(st));
+            goto next;
+        }
+        CHECK(st == SK_STATUS_SUCCESS && bytes > 0, "head_dim 64: %s, %zu bytes (%s)",
+              sk_status_name(st), bytes, sk_last_error());
+        if (st != SK_STATUS_SUCCESS) goto next;
+        {
+            unsigned char *ws = malloc(bytes);
+            if (ws == NULL) {
+                CHECK(0, "out of memory");
+                goto next;
+            }
+            for (int call = 0; call < 3; ++call) {
+                st = call == 0 ? sk_attention_varlen_backward_run(
+                                     &f.desc, &f.bwd, &f.x.layout, f.x.cu_q, f.x.cu_k, f.x.q,
+                                     f.x.k, f.x.v, f.x.o, f.t.dout, f.x.lse, f.t.dq, f.t.dk,
+                                     f.t.dv, ws, bytes - 1, NULL)
+                     : call == 1 ? sk_attention_varlen_backward(
+                                       &f.desc, &f.bwd, &f.x.layout, f.x.cu_q, f.x.cu_k, f.x.q,
+                                       f.x.k, f.x.v, f.x.o, f.t.dout, f.x.lse, f.t.dq, f.t.dk,
+                                       f.t.dv, ws, bytes - 1, NULL)
+                                 : sk_attention_varlen_backward_plan(&f.desc, &f.bwd,
+                                                                     &f.x.layout, f.x.cu_q,
+                                                                     f.x.cu_k, ws, bytes - 1,
+                                                                     NULL);
+                CHECK(st == SK_STATUS_BAD_PARAM_WORKSPACE &&
+                          strstr(sk_last_error(), "sk_attention_varlen_backward_workspace_size") !=
+                              NULL,
+                      "call %d, workspace one byte short: %s (%s)", call, sk_status_name(st),
+                      sk_last_error());
+            }
+            free(ws);
+        }
+        st = sk_attention_varlen_backward_run(&f.desc, &f.bwd, &f.x.layout, f.x.cu_q, f.x.cu_k,
+                                              f.x.q, f.x.k, f.x.v, f.x.o, f.t.dout, f.x.lse,
+                                              f.t.dq, f.t.dk, f.t.dv, f.t.dq, bytes, NULL);
+        CHECK(st == SK_STATUS_BAD_PARAM_STRIDE && strstr(sk_last_error(), "workspace") != NULL &&
+                  strstr(sk_last_error(), "dq") != NULL,
+              "workspace over dq: %s (%s)", sk_status_name(st), sk_last_error());
+        CHECK(snap_same(&f, &s), "%s: an output was written", "CUDA workspace checks");
     next:
         for (int i = 0; i < 3; ++i) free(s.g[i]);
         fix_free(&f);

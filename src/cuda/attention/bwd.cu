@@ -177,7 +177,7 @@ extern "C" sk_status sk_cuda_attention_backward_run(const sk_attention_backward_
     char *base;
     int hopper = 0;
     SK_TRY(sk_bwd_prepare_enqueue(bp, workspace, workspace_size, &s, &w, &base, &hopper));
-    sk_bwd_plan_view v;
+    sk_bwd_plan_view v = {}; /* no varlen tables: the fixed mode */
     v.dq_info = (const int4 *)(base + w.dq_at + w.dq.info);
     v.dkv_info = (const int4 *)(base + w.dkv_at + w.dkv.info);
     v.t_entries = (const int32_t *)(base + w.t_entries);

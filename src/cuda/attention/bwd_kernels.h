@@ -53,6 +53,20 @@ typedef struct sk_bwd_shape {
 sk_status sk_bwd_transpose_enqueue(const sk_attention_problem *p, const sk_bwd_shape *s,
                                    int32_t *t_offsets, int32_t *t_entries, cudaStream_t stream);
 
+/* The varlen form of T (bwd_varlen.cu's plan): T slices are the T heads
+ * (the varlen layout has one batch), T row c of a slice is key column c
+ * of the varlen plan's column table (cols[c] = {b, j}: sequence b's key
+ * block j), its entries h_local * R + i for the query blocks i of sequence
+ * b (layout row row_start[b] + i < R) whose row selects j and visits it
+ * under b's own lengths (causal bottom-right per sequence). The same three
+ * kernels; t_rows = t_slices * col_cap. The tables are the plan's, written
+ * earlier on the same stream. */
+sk_status sk_bwd_transpose_varlen_enqueue(const sk_attention_problem *p, const sk_bwd_shape *s,
+                                          const int4 *seqs, const int32_t *row_start,
+                                          const int2 *cols, int32_t batch, int32_t col_cap,
+                                          int32_t *t_offsets,
+                                          int32_t *t_entries, cudaStream_t stream);
+
 /* What the run's kernels read from the workspace. */
 typedef struct sk_bwd_plan_view {
     const int4 *dq_info;      /* [dq_tiles] dQ schedule: {tile, first entry, end, first col} */
@@ -61,6 +75,12 @@ typedef struct sk_bwd_plan_view {
     float *lse2;              /* [B * Hq, sq_pad] LSE * log2(e), written by the pre-pass */
     float *dl;                /* [B * Hq, sq_pad] Dl = rowsum(dO * O), the same */
     int hopper;               /* the run may use the Hopper kernels (bwd.cu) */
+    /* Varlen mode (bwd_varlen.cu): the varlen plan's tables
+     * (varlen_plan.h); seqs NULL in the fixed backward. */
+    const int4 *seqs;
+    const int32_t *row_start;
+    const int2 *rows, *cols;
+    int32_t batch, col_cap;
 } sk_bwd_plan_view;
 
 /* The portable backward (mma.sync, ldmatrix, cp.async), compute capability
