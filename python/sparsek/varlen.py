@@ -458,8 +458,8 @@ def attention_varlen(
     Returns out, or (out, lse) with lse float32 [Hq, total_q] (natural log;
     -inf and O = 0 for a query with no admissible key).
 
-    torch CPU tensors requiring grad: differentiable with respect to q, k
-    and v (lse carries no gradient); CUDA ones are refused for now.
+    torch tensors requiring grad (CPU or CUDA): differentiable with respect
+    to q, k and v (lse carries no gradient).
     """
     aq, ak, av = check_packed_tensors(q, k, v)
     if aq.kind == "torch" and needs_grad(q, k, v):
