@@ -425,7 +425,8 @@ SK_TEST(varlen_bwd_bad_inputs_name_the_argument) {
  * needed: the workspace size (> 0; in a build without CUDA,
  * NOT_SUPPORTED_BACKEND), then run, one-shot and plan with a workspace one
  * byte short (BAD_PARAM_WORKSPACE naming the size call: checked before the
- * device) and with a workspace over dq (named), nothing written. */
+ * device) and with a workspace over dq (named), and F32 (BAD_PARAM_DTYPE
+ * naming dtype); nothing written. */
 SK_TEST(varlen_bwd_cuda_workspace_checked_before_the_device) {
     static const sk_backend backends[3] = {SK_BACKEND_CUDA, SK_BACKEND_CUDA_SM80,
                                            SK_BACKEND_CUDA_SM90};
@@ -484,6 +485,28 @@ SK_TEST(varlen_bwd_cuda_workspace_checked_before_the_device) {
                   strstr(sk_last_error(), "dq") != NULL,
               "workspace over dq: %s (%s)", sk_status_name(st), sk_last_error());
         CHECK(snap_same(&f, &s), "%s: an output was written", "CUDA workspace checks");
+        {
+            /* F32: the core refuses it for CUDA, from every call. */
+            vb_fix g;
+            vb_snap gs;
+            memset(&gs, 0, sizeof gs);
+            if (fix_make_d(&g, SK_DTYPE_F32, case_seed(7, (uint64_t)bi), 64) &&
+                snap_take(&g, &gs)) {
+                g.desc.backend = backends[bi];
+                vb_args a = args_of(&g);
+                expect(&g, &gs, &a, SK_STATUS_BAD_PARAM_DTYPE, "dtype", "F32 on CUDA");
+                bytes = 7;
+                st = sk_attention_varlen_backward_workspace_size(&g.desc, &g.bwd, &g.x.layout,
+                                                                 &bytes);
+                CHECK(st == SK_STATUS_BAD_PARAM_DTYPE && bytes == 7 &&
+                          strstr(sk_last_error(), "dtype") != NULL,
+                      "F32 workspace on CUDA: %s (%s)", sk_status_name(st), sk_last_error());
+            } else {
+                CHECK(0, "F32 fixture failed: %s", sk_last_error());
+            }
+            for (int i = 0; i < 3; ++i) free(gs.g[i]);
+            fix_free(&g);
+        }
     next:
         for (int i = 0; i < 3; ++i) free(s.g[i]);
         fix_free(&f);

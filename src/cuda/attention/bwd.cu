@@ -103,19 +103,33 @@ static sk_status sk_bwd_workspace_of(const sk_attention_problem *p, const sk_bwd
     const sk_schedule_geometry gk = sk_bwd_t_geometry(p, s, NULL, NULL);
     SK_TRY(sk_schedule_layout_of(&gq, &w->dq));
     SK_TRY(sk_schedule_layout_of(&gk, &w->dkv));
-    int64_t rows_bytes;
-    const int64_t f[4] = {p->batch, p->heads_q, s->sq_pad, (int64_t)sizeof(float)};
-    if (!sk_product_i64(f, 4, &rows_bytes) || rows_bytes > INT64_MAX / 4)
-        return sk_error(SK_STATUS_BAD_PARAM_OVERFLOW,
-                        "the backward workspace (batch * heads_q * seq_q floats) overflows int64");
-    const size_t nnz = (size_t)(p->nnz > 0 ? p->nnz : 1);
     w->dq_at = 0;
     w->dkv_at = w->dq_at + w->dq.total;
-    w->t_offsets = w->dkv_at + w->dkv.total;
-    w->t_entries = w->t_offsets + sk_sched_align(((size_t)s->t_rows + 1) * sizeof(int32_t));
-    w->lse2 = w->t_entries + sk_sched_align(nnz * sizeof(int32_t));
-    w->dl = w->lse2 + sk_sched_align((size_t)rows_bytes);
-    w->total = w->dl + sk_sched_align((size_t)rows_bytes) + SK_SCHED_ALIGN;
+    sk_bwd_tail tail;
+    SK_TRY(sk_bwd_workspace_tail(p, s, p->batch * p->heads_q, w->dkv_at + w->dkv.total, &tail));
+    w->t_offsets = tail.t_offsets;
+    w->t_entries = tail.t_entries;
+    w->lse2 = tail.lse2;
+    w->dl = tail.dl;
+    w->total = tail.total;
+    return SK_STATUS_SUCCESS;
+}
+
+sk_status sk_bwd_workspace_tail(const sk_attention_problem *p, const sk_bwd_shape *s,
+                                int64_t lse_rows, size_t at, sk_bwd_tail *t) {
+    int64_t rows_bytes;
+    const int64_t f[3] = {lse_rows, s->sq_pad, (int64_t)sizeof(float)};
+    if (!sk_product_i64(f, 3, &rows_bytes) || rows_bytes > INT64_MAX / 4)
+        return sk_error(SK_STATUS_BAD_PARAM_OVERFLOW,
+                        "the backward workspace (%lld rows of %lld LSE and Dl floats) overflows "
+                        "int64",
+                        (long long)lse_rows, (long long)s->sq_pad);
+    const size_t nnz = (size_t)(p->nnz > 0 ? p->nnz : 1);
+    t->t_offsets = at;
+    t->t_entries = t->t_offsets + sk_sched_align(((size_t)s->t_rows + 1) * sizeof(int32_t));
+    t->lse2 = t->t_entries + sk_sched_align(nnz * sizeof(int32_t));
+    t->dl = t->lse2 + sk_sched_align((size_t)rows_bytes);
+    t->total = t->dl + sk_sched_align((size_t)rows_bytes) + SK_SCHED_ALIGN;
     return SK_STATUS_SUCCESS;
 }
 

@@ -48,6 +48,16 @@ typedef struct sk_bwd_shape {
     int32_t dq_tiles, dkv_tiles; /* B * Hq * row_blocks, B * Hkv * col_blocks */
 } sk_bwd_shape;
 
+/* The workspace parts after the schedules (bwd.cu), from byte `at` of the
+ * aligned base: T's offsets and entries, then lse2 and Dl of lse_rows rows
+ * of sq_pad floats each; total is the whole workspace with the alignment
+ * slack. SK_STATUS_BAD_PARAM_OVERFLOW when the rows overflow int64. */
+typedef struct sk_bwd_tail {
+    size_t t_offsets, t_entries, lse2, dl, total;
+} sk_bwd_tail;
+sk_status sk_bwd_workspace_tail(const sk_attention_problem *p, const sk_bwd_shape *s,
+                                int64_t lse_rows, size_t at, sk_bwd_tail *t);
+
 /* Enqueue the build of T (three kernels: count, scan, place). t_offsets
  * has t_rows + 1 entries, t_entries p->nnz (at least one). */
 sk_status sk_bwd_transpose_enqueue(const sk_attention_problem *p, const sk_bwd_shape *s,

@@ -142,19 +142,14 @@ static sk_status sk_vbwd_prepare(const sk_attention_varlen_backward_problem *vp,
     SK_TRY(sk_vbwd_shape_of(p, w->plan.col_cap, s));
     const sk_schedule_geometry gk = sk_vbwd_t_geometry(p, s, w->plan.col_cap, NULL, NULL);
     SK_TRY(sk_schedule_layout_of(&gk, &w->dkv));
-    int64_t rows_bytes;
-    const int64_t f[3] = {p->heads_q, s->sq_pad, (int64_t)sizeof(float)};
-    if (!sk_product_i64(f, 3, &rows_bytes) || rows_bytes > INT64_MAX / 4)
-        return sk_error(SK_STATUS_BAD_PARAM_OVERFLOW,
-                        "the varlen backward workspace (heads_q * layout rows * block_q floats) "
-                        "overflows int64");
-    const size_t nnz = (size_t)(p->nnz > 0 ? p->nnz : 1);
     w->dkv_at = w->plan.total - SK_SCHED_ALIGN; /* the plan's parts end, aligned */
-    w->t_offsets = w->dkv_at + w->dkv.total;
-    w->t_entries = w->t_offsets + sk_sched_align(((size_t)s->t_rows + 1) * sizeof(int32_t));
-    w->lse2 = w->t_entries + sk_sched_align(nnz * sizeof(int32_t));
-    w->dl = w->lse2 + sk_sched_align((size_t)rows_bytes);
-    w->total = w->dl + sk_sched_align((size_t)rows_bytes) + SK_SCHED_ALIGN;
+    sk_bwd_tail tail;
+    SK_TRY(sk_bwd_workspace_tail(p, s, p->heads_q, w->dkv_at + w->dkv.total, &tail));
+    w->t_offsets = tail.t_offsets;
+    w->t_entries = tail.t_entries;
+    w->lse2 = tail.lse2;
+    w->dl = tail.dl;
+    w->total = tail.total;
     return SK_STATUS_SUCCESS;
 }
 
