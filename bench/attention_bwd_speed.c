@@ -131,15 +131,8 @@ int main(int argc, char **argv) {
 
     bench_call c;
     memset(&c, 0, sizeof c);
-    void *pattern;
-    CUDA_OK(cudaMalloc(&pattern, (size_t)PATTERN * 2));
-    {
-        void *h = malloc((size_t)PATTERN * 2);
-        if (h == NULL) return BENCH_ERROR_EXIT;
-        host_fill_normal(h, o.dtype, PATTERN, 29, 1);
-        CUDA_OK(cudaMemcpy(pattern, h, (size_t)PATTERN * 2, cudaMemcpyHostToDevice));
-        free(h);
-    }
+    void *pattern = bench_device_pattern(o.dtype, PATTERN, 29);
+    if (pattern == NULL) return BENCH_ERROR_EXIT;
     void **bufs[8] = {&c.q, &c.o, &c.dout, &c.dq, &c.k, &c.v, &c.dk, &c.dv};
     for (int i = 0; i < 8; ++i) CUDA_OK(cudaMalloc(bufs[i], (size_t)(i < 4 ? nq : nk) * 2));
     CUDA_OK(cudaMalloc((void **)&c.lse, (size_t)(o.batch * o.heads * o.seq) * 4));

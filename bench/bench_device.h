@@ -1,8 +1,8 @@
 /*
  * bench_device.h - device-side helpers of the attention timing programs
  * (attention_bwd_speed.c, varlen_speed.c, varlen_bwd_speed.c): a host
- * layout's arrays copied to the device, and the finiteness spot check of an
- * output. Include after bench_check.h (CUDA_OK), host_data.h (host_load),
+ * layout's arrays copied to the device, the finiteness spot check of an
+ * output, the random input pattern on the device. Include after bench_check.h (CUDA_OK), host_data.h (host_load),
  * sparsek.h and <cuda_runtime_api.h>.
  */
 #ifndef SK_BENCH_DEVICE_H
@@ -43,6 +43,18 @@ static inline int64_t bench_non_finite(const void *dev, int64_t n, int64_t sampl
     for (int64_t i = 0; i < m; ++i) bad += !isfinite(host_load(h, dtype, i));
     free(h);
     return bad;
+}
+
+/* n normal values of dtype (seeded, host_fill_normal) in a new device
+ * buffer (cudaMalloc'd); NULL when host memory runs out. */
+static inline void *bench_device_pattern(sk_dtype dtype, int64_t n, uint64_t seed) {
+    void *h = malloc((size_t)n * 2), *d = NULL;
+    if (h == NULL) return NULL;
+    host_fill_normal(h, dtype, n, seed, 1);
+    CUDA_OK(cudaMalloc(&d, (size_t)n * 2));
+    CUDA_OK(cudaMemcpy(d, h, (size_t)n * 2, cudaMemcpyHostToDevice));
+    free(h);
+    return d;
 }
 
 #endif /* SK_BENCH_DEVICE_H */

@@ -204,12 +204,8 @@ int main(int argc, char **argv) {
         }
     }
     if (g_reps < 1 || g_reps > BENCH_MAX_REPS) g_reps = 10;
-    CUDA_OK(cudaMalloc(&g_pattern, (size_t)PATTERN * 2));
-    void *h = malloc((size_t)PATTERN * 2);
-    if (h == NULL) return BENCH_ERROR_EXIT;
-    host_fill_normal(h, SK_DTYPE_BF16, PATTERN, 30, 1);
-    CUDA_OK(cudaMemcpy(g_pattern, h, (size_t)PATTERN * 2, cudaMemcpyHostToDevice));
-    free(h);
+    g_pattern = bench_device_pattern(SK_DTYPE_BF16, PATTERN, 30);
+    if (g_pattern == NULL) return BENCH_ERROR_EXIT;
     static const row rows[4] = {
         {"fixed", 1, 0, {4096, 4096, 4096, 4096, 4096, 4096, 4096, 4096}},
         {"fixed_sm80", 1, 1, {4096, 4096, 4096, 4096, 4096, 4096, 4096, 4096}},

@@ -424,14 +424,8 @@ int main(int argc, char **argv) {
         fprintf(stderr, "usage: see the header of bench/varlen_speed.c\n");
         return BENCH_ERROR_EXIT;
     }
-    CUDA_OK(cudaMalloc(&g_pattern, (size_t)PATTERN * 2));
-    {
-        void *h = malloc((size_t)PATTERN * 2);
-        if (h == NULL) return BENCH_ERROR_EXIT;
-        host_fill_normal(h, SK_DTYPE_BF16, PATTERN, 30, 1);
-        CUDA_OK(cudaMemcpy(g_pattern, h, (size_t)PATTERN * 2, cudaMemcpyHostToDevice));
-        free(h);
-    }
+    g_pattern = bench_device_pattern(SK_DTYPE_BF16, PATTERN, 30);
+    if (g_pattern == NULL) return BENCH_ERROR_EXIT;
     sk_device_info info;
     SK_OK(sk_device_get_info(0, &info));
     const char *w = g_opt.which;

@@ -146,6 +146,14 @@ static int vbg_fetch(const vbg_dev *g, vbc_bufs *t) {
            gt_download(t->dv, g->dv, g->k_bytes);
 }
 
+/* Everything a case holds (keep: three host copies, or NULL). */
+static void vbg_case_free(vc_data *x, vbc_bufs *t, vbg_dev *g, void **keep) {
+    for (int i = 0; keep != NULL && i < 3; ++i) free(keep[i]);
+    vbg_free(g);
+    vbc_bufs_free(t);
+    vc_data_free(x);
+}
+
 /* A case's host side: lengths, layout, tensors, dO, the CPU forward's O
  * and LSE. 0 on success. */
 static int vbg_host(vc_case *c, uint64_t seed, vc_data *x, vbc_bufs *t, char *label,
@@ -210,10 +218,7 @@ static int vbg_run_case(vc_case c, uint64_t seed) {
         if (pass == 0) vbc_check(&c, &x, &t, label);
     }
 done:
-    for (int i = 0; i < 3; ++i) free(first[i]);
-    vbg_free(&g);
-    vbc_bufs_free(&t);
-    vc_data_free(&x);
+    vbg_case_free(&x, &t, &g, first);
     ++vbg_cases;
     const int failed = sk_test_failures() != before;
     vbg_failed += failed;
@@ -381,10 +386,7 @@ done:
     if (exec != NULL) cudaGraphExecDestroy(exec);
     if (graph != NULL) cudaGraphDestroy(graph);
     if (s != NULL) cudaStreamDestroy(s);
-    for (int i = 0; i < 3; ++i) free(direct[i]);
-    vbg_free(&g);
-    vbc_bufs_free(&t);
-    vc_data_free(&x);
+    vbg_case_free(&x, &t, &g, direct);
 }
 
 /* Length arrays that break the contract (the host cannot check device
@@ -442,7 +444,5 @@ SK_TEST(gpu_varlen_bwd_garbage_arrays) {
                   (long long)pq, (long long)pk);
         }
 done:
-    vbg_free(&g);
-    vbc_bufs_free(&t);
-    vc_data_free(&x);
+    vbg_case_free(&x, &t, &g, NULL);
 }

@@ -37,7 +37,8 @@
 /* Byte offsets of the workspace parts from the aligned base. */
 typedef struct sk_bwd_workspace {
     sk_plan_layout dq, dkv; /* each schedule's parts, from its own start */
-    size_t dq_at, dkv_at, t_offsets, t_entries, lse2, dl, total;
+    size_t dq_at, dkv_at;
+    sk_bwd_tail tail; /* T, lse2, Dl and the total (bwd_kernels.h) */
 } sk_bwd_workspace;
 
 static sk_status sk_bwd_shape_of(const sk_attention_problem *p, sk_bwd_shape *s) {
@@ -105,14 +106,8 @@ static sk_status sk_bwd_workspace_of(const sk_attention_problem *p, const sk_bwd
     SK_TRY(sk_schedule_layout_of(&gk, &w->dkv));
     w->dq_at = 0;
     w->dkv_at = w->dq_at + w->dq.total;
-    sk_bwd_tail tail;
-    SK_TRY(sk_bwd_workspace_tail(p, s, p->batch * p->heads_q, w->dkv_at + w->dkv.total, &tail));
-    w->t_offsets = tail.t_offsets;
-    w->t_entries = tail.t_entries;
-    w->lse2 = tail.lse2;
-    w->dl = tail.dl;
-    w->total = tail.total;
-    return SK_STATUS_SUCCESS;
+    return sk_bwd_workspace_tail(p, s, p->batch * p->heads_q, w->dkv_at + w->dkv.total,
+                                 &w->tail);
 }
 
 sk_status sk_bwd_workspace_tail(const sk_attention_problem *p, const sk_bwd_shape *s,
@@ -149,7 +144,7 @@ static sk_status sk_bwd_prepare_enqueue(const sk_attention_backward_problem *bp,
     SK_TRY(sk_bwd_prepare(bp, s, w));
     SK_TRY(sk_cuda_check_arch(bp->fwd.backend, hopper));
     sk_plan_layout whole = {};
-    whole.total = w->total;
+    whole.total = w->tail.total;
     SK_TRY(sk_schedule_check_workspace(&whole, workspace, workspace_size,
                                        "sk_attention_backward_workspace_size"));
     *base = sk_schedule_base(workspace);
@@ -161,7 +156,7 @@ extern "C" sk_status sk_cuda_attention_backward_workspace_size(
     sk_bwd_shape s;
     sk_bwd_workspace w;
     SK_TRY(sk_bwd_prepare(bp, &s, &w));
-    *bytes = w.total;
+    *bytes = w.tail.total;
     return SK_STATUS_SUCCESS;
 }
 
@@ -174,8 +169,8 @@ extern "C" sk_status sk_cuda_attention_backward_plan(const sk_attention_backward
     int hopper = 0;
     SK_TRY(sk_bwd_prepare_enqueue(bp, workspace, workspace_size, &s, &w, &base, &hopper));
     const sk_attention_problem *p = &bp->fwd;
-    int32_t *t_offsets = (int32_t *)(base + w.t_offsets);
-    int32_t *t_entries = (int32_t *)(base + w.t_entries);
+    int32_t *t_offsets = (int32_t *)(base + w.tail.t_offsets);
+    int32_t *t_entries = (int32_t *)(base + w.tail.t_entries);
     SK_TRY(sk_bwd_transpose_enqueue(p, &s, t_offsets, t_entries, stream));
     const sk_schedule_geometry gq = sk_attention_schedule_geometry(p);
     SK_TRY(sk_schedule_enqueue(&gq, &w.dq, base + w.dq_at, stream));
@@ -194,9 +189,9 @@ extern "C" sk_status sk_cuda_attention_backward_run(const sk_attention_backward_
     sk_bwd_plan_view v = {}; /* no varlen tables: the fixed mode */
     v.dq_info = (const int4 *)(base + w.dq_at + w.dq.info);
     v.dkv_info = (const int4 *)(base + w.dkv_at + w.dkv.info);
-    v.t_entries = (const int32_t *)(base + w.t_entries);
-    v.lse2 = (float *)(base + w.lse2);
-    v.dl = (float *)(base + w.dl);
+    v.t_entries = (const int32_t *)(base + w.tail.t_entries);
+    v.lse2 = (float *)(base + w.tail.lse2);
+    v.dl = (float *)(base + w.tail.dl);
     v.hopper = hopper && bp->fwd.backend != SK_BACKEND_CUDA_SM80;
     return sk_attention_bwd_sm80_launch(bp, &s, &v, stream);
 }

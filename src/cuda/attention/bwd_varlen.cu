@@ -48,7 +48,8 @@
 typedef struct sk_vbwd_workspace {
     sk_varlen_plan_layout plan; /* its parts from the base */
     sk_plan_layout dkv;         /* the dK/dV order's parts, from dkv_at */
-    size_t dkv_at, t_offsets, t_entries, lse2, dl, total;
+    size_t dkv_at;
+    sk_bwd_tail tail; /* T, lse2, Dl and the total (bwd_kernels.h) */
 } sk_vbwd_workspace;
 
 /* The packed call as the fixed backward problem of batch 1 that the
@@ -143,83 +144,74 @@ static sk_status sk_vbwd_prepare(const sk_attention_varlen_backward_problem *vp,
     const sk_schedule_geometry gk = sk_vbwd_t_geometry(p, s, w->plan.col_cap, NULL, NULL);
     SK_TRY(sk_schedule_layout_of(&gk, &w->dkv));
     w->dkv_at = w->plan.total - SK_SCHED_ALIGN; /* the plan's parts end, aligned */
-    sk_bwd_tail tail;
-    SK_TRY(sk_bwd_workspace_tail(p, s, p->heads_q, w->dkv_at + w->dkv.total, &tail));
-    w->t_offsets = tail.t_offsets;
-    w->t_entries = tail.t_entries;
-    w->lse2 = tail.lse2;
-    w->dl = tail.dl;
-    w->total = tail.total;
-    return SK_STATUS_SUCCESS;
+    return sk_bwd_workspace_tail(p, s, p->heads_q, w->dkv_at + w->dkv.total, &w->tail);
 }
 
+/* A planned or run call: the problem as the fixed one, shapes, parts. */
+typedef struct sk_vbwd_call {
+    sk_attention_backward_problem bp;
+    sk_bwd_shape s;
+    sk_vbwd_workspace w;
+    char *base; /* the aligned workspace */
+} sk_vbwd_call;
+
 /* The checks plan and run both make before enqueuing anything (the
- * workspace before the device, so that its size is checked anywhere), and
- * the aligned base. */
+ * workspace before the device, so that its size is checked anywhere). */
 static sk_status sk_vbwd_prepare_enqueue(const sk_attention_varlen_backward_problem *vp,
                                          void *workspace, size_t workspace_size,
-                                         sk_attention_backward_problem *bp, sk_bwd_shape *s,
-                                         sk_vbwd_workspace *w, char **base) {
-    SK_TRY(sk_vbwd_prepare(vp, bp, s, w));
+                                         sk_vbwd_call *c) {
+    SK_TRY(sk_vbwd_prepare(vp, &c->bp, &c->s, &c->w));
     sk_plan_layout whole;
     memset(&whole, 0, sizeof whole);
-    whole.total = w->total;
+    whole.total = c->w.tail.total;
     SK_TRY(sk_schedule_check_workspace(&whole, workspace, workspace_size,
                                        "sk_attention_varlen_backward_workspace_size"));
     int hopper = 0;
-    SK_TRY(sk_cuda_check_arch(bp->fwd.backend, &hopper));
-    *base = sk_schedule_base(workspace);
+    SK_TRY(sk_cuda_check_arch(c->bp.fwd.backend, &hopper));
+    c->base = sk_schedule_base(workspace);
     return SK_STATUS_SUCCESS;
 }
 
 extern "C" sk_status sk_cuda_attention_varlen_backward_workspace_size(
     const sk_attention_varlen_backward_problem *vp, size_t *bytes) {
-    sk_attention_backward_problem bp;
-    sk_bwd_shape s;
-    sk_vbwd_workspace w;
-    SK_TRY(sk_vbwd_prepare(vp, &bp, &s, &w));
-    *bytes = w.total;
+    sk_vbwd_call c;
+    SK_TRY(sk_vbwd_prepare(vp, &c.bp, &c.s, &c.w));
+    *bytes = c.w.tail.total;
     return SK_STATUS_SUCCESS;
 }
 
 extern "C" sk_status sk_cuda_attention_varlen_backward_plan(
     const sk_attention_varlen_backward_problem *vp, void *workspace, size_t workspace_size,
     cudaStream_t stream) {
-    sk_attention_backward_problem bp;
-    sk_bwd_shape s;
-    sk_vbwd_workspace w;
-    char *base;
-    SK_TRY(sk_vbwd_prepare_enqueue(vp, workspace, workspace_size, &bp, &s, &w, &base));
+    sk_vbwd_call c;
+    SK_TRY(sk_vbwd_prepare_enqueue(vp, workspace, workspace_size, &c));
     sk_varlen_plan_source src;
     src.v = &vp->v;
     src.seq_lens_k = NULL;
-    SK_TRY(sk_varlen_plan_enqueue(&src, &w.plan, base, stream));
-    const sk_varlen_plan_view plan = sk_varlen_plan_view_of(&w.plan, base);
-    int32_t *t_offsets = (int32_t *)(base + w.t_offsets);
-    int32_t *t_entries = (int32_t *)(base + w.t_entries);
-    SK_TRY(sk_bwd_transpose_varlen_enqueue(&bp.fwd, &s, plan.seqs, plan.row_start, plan.cols,
+    SK_TRY(sk_varlen_plan_enqueue(&src, &c.w.plan, c.base, stream));
+    const sk_varlen_plan_view plan = sk_varlen_plan_view_of(&c.w.plan, c.base);
+    int32_t *t_offsets = (int32_t *)(c.base + c.w.tail.t_offsets);
+    int32_t *t_entries = (int32_t *)(c.base + c.w.tail.t_entries);
+    SK_TRY(sk_bwd_transpose_varlen_enqueue(&c.bp.fwd, &c.s, plan.seqs, plan.row_start, plan.cols,
                                            plan.batch, plan.col_cap, t_offsets, t_entries,
                                            stream));
     const sk_schedule_geometry gk =
-        sk_vbwd_t_geometry(&bp.fwd, &s, w.plan.col_cap, t_offsets, t_entries);
-    return sk_schedule_enqueue(&gk, &w.dkv, base + w.dkv_at, stream);
+        sk_vbwd_t_geometry(&c.bp.fwd, &c.s, c.w.plan.col_cap, t_offsets, t_entries);
+    return sk_schedule_enqueue(&gk, &c.w.dkv, c.base + c.w.dkv_at, stream);
 }
 
 extern "C" sk_status sk_cuda_attention_varlen_backward_run(
     const sk_attention_varlen_backward_problem *vp, void *workspace, size_t workspace_size,
     cudaStream_t stream) {
-    sk_attention_backward_problem bp;
-    sk_bwd_shape s;
-    sk_vbwd_workspace w;
-    char *base;
-    SK_TRY(sk_vbwd_prepare_enqueue(vp, workspace, workspace_size, &bp, &s, &w, &base));
-    const sk_varlen_plan_view plan = sk_varlen_plan_view_of(&w.plan, base);
+    sk_vbwd_call c;
+    SK_TRY(sk_vbwd_prepare_enqueue(vp, workspace, workspace_size, &c));
+    const sk_varlen_plan_view plan = sk_varlen_plan_view_of(&c.w.plan, c.base);
     sk_bwd_plan_view v = {};
     v.dq_info = plan.tile_info; /* {t = h R + r, first entry, end, first col} */
-    v.dkv_info = (const int4 *)(base + w.dkv_at + w.dkv.info);
-    v.t_entries = (const int32_t *)(base + w.t_entries);
-    v.lse2 = (float *)(base + w.lse2);
-    v.dl = (float *)(base + w.dl);
+    v.dkv_info = (const int4 *)(c.base + c.w.dkv_at + c.w.dkv.info);
+    v.t_entries = (const int32_t *)(c.base + c.w.tail.t_entries);
+    v.lse2 = (float *)(c.base + c.w.tail.lse2);
+    v.dl = (float *)(c.base + c.w.tail.dl);
     v.hopper = 0;
     v.seqs = plan.seqs;
     v.row_start = plan.row_start;
@@ -227,5 +219,5 @@ extern "C" sk_status sk_cuda_attention_varlen_backward_run(
     v.cols = plan.cols;
     v.batch = plan.batch;
     v.col_cap = plan.col_cap;
-    return sk_attention_bwd_sm80_launch(&bp, &s, &v, stream);
+    return sk_attention_bwd_sm80_launch(&c.bp, &c.s, &v, stream);
 }
