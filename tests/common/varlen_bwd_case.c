@@ -98,7 +98,7 @@ int vbc_mismatch(sk_dtype dt, double got, double ref, double bound) {
 /* One sequence's unpacked problem for nr_attention_backward and its
  * comparison (varlen_bwd_case.h). */
 int64_t vbc_compare_sequence(const vc_case *c, const vc_data *x, const vbc_bufs *t, int32_t b,
-                                vbc_seq_ref *r, const char *label) {
+                             vbc_seq_ref *r, int mma, const char *label) {
     const int64_t Hq = c->heads_q, Hkv = c->heads_kv, D = c->head_dim, group = Hq / Hkv;
     const int64_t lq = c->len_q[b], lk = c->len_k[b];
     const double scale = c->scale != 0.0f ? (double)c->scale : 1.0 / sqrt((double)D);
@@ -121,8 +121,12 @@ int64_t vbc_compare_sequence(const vc_case *c, const vc_data *x, const vbc_bufs 
         for (int64_t qq = 0; qq < lq; ++qq)
             for (int64_t kk = 0; kk < lk; ++kk)
                 r->allow[(h * lq + qq) * lk + kk] = (uint8_t)vc_allowed(c, x, b, h, qq, kk);
-    nr_attention_backward(1, lq, lk, Hq, D, scale, c->dtype, r->q, r->k, r->v, r->dout, r->allow,
-                          r->dq, r->dk, r->dv, r->eq, r->ek, r->ev);
+    if (mma)
+        nr_attention_backward_mma(1, lq, lk, Hq, D, scale, c->dtype, r->q, r->k, r->v, r->dout,
+                                  r->allow, r->dq, r->dk, r->dv, r->eq, r->ek, r->ev);
+    else
+        nr_attention_backward(1, lq, lk, Hq, D, scale, c->dtype, r->q, r->k, r->v, r->dout,
+                              r->allow, r->dq, r->dk, r->dv, r->eq, r->ek, r->ev);
     int64_t bad = 0;
     for (int64_t qq = 0; qq < lq; ++qq)
         for (int64_t h = 0; h < Hq; ++h)
@@ -171,7 +175,8 @@ int64_t vbc_padding_written(const void *buf, sk_dtype dt, int64_t span, int64_t 
 }
 
 
-int64_t vbc_check(const vc_case *c, const vc_data *x, const vbc_bufs *t, const char *label) {
+int64_t vbc_check(const vc_case *c, const vc_data *x, const vbc_bufs *t, int mma,
+                  const char *label) {
     int64_t lq = 1, lk = 1;
     vc_max_lengths(c, &lq, &lk);
     const int64_t Hq = c->heads_q, D = c->head_dim;
@@ -194,7 +199,7 @@ int64_t vbc_check(const vc_case *c, const vc_data *x, const vbc_bufs *t, const c
         CHECK(0, "%s out of memory", label);
         bad = 1;
     } else {
-        for (int32_t b = 0; b < c->batch; ++b) bad += vbc_compare_sequence(c, x, t, b, &r, label);
+        for (int32_t b = 0; b < c->batch; ++b) bad += vbc_compare_sequence(c, x, t, b, &r, mma, label);
         const int64_t pq =
             vbc_padding_written(t->dq, c->dtype, x->q_span, x->total_q, Hq, D, x->ts_q, x->hs);
         const int64_t pk = vbc_padding_written(t->dk, c->dtype, x->k_span, x->total_k,

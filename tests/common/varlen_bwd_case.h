@@ -47,18 +47,22 @@ typedef struct vbc_seq_ref {
 } vbc_seq_ref;
 
 /* Sequence b's gradients in t against the naive reference; failures
- * recorded under label (at most 3 lines). Returns the mismatches. */
+ * recorded under label (at most 3 lines). mma: the bound of an
+ * implementation that rounds P and dS to the dtype as MMA operands (the
+ * CUDA kernels; nr_attention_backward_mma), else the CPU backend's.
+ * Returns the mismatches. */
 int64_t vbc_compare_sequence(const vc_case *c, const vc_data *x, const vbc_bufs *t, int32_t b,
-                             vbc_seq_ref *r, const char *label);
+                             vbc_seq_ref *r, int mma, const char *label);
 
 /* Elements of buf outside the rows of `rows` tokens x heads x D (token
  * stride ts, head stride hs) that are not NaN. */
 int64_t vbc_padding_written(const void *buf, sk_dtype dt, int64_t span, int64_t rows,
                             int64_t heads, int64_t D, int64_t ts, int64_t hs);
 
-/* Every sequence of t against the naive reference and every padding
- * element still NaN, failures recorded under label. Returns the
- * mismatches (0: passed). */
-int64_t vbc_check(const vc_case *c, const vc_data *x, const vbc_bufs *t, const char *label);
+/* Every sequence of t against the naive reference (mma as above) and
+ * every padding element still NaN, failures recorded under label. Returns
+ * the mismatches (0: passed). */
+int64_t vbc_check(const vc_case *c, const vc_data *x, const vbc_bufs *t, int mma,
+                  const char *label);
 
 #endif /* SK_TESTS_VARLEN_BWD_CASE_H */

@@ -71,7 +71,7 @@ static int run_case(vc_case c, uint64_t seed, void **keep) {
     CHECK(st == SK_STATUS_SUCCESS, "%s backward %s: %s", label, sk_status_name(st),
           sk_last_error());
     if (st != SK_STATUS_SUCCESS) goto done;
-    vbc_check(&c, &x, &t, label);
+    vbc_check(&c, &x, &t, 0, label);
     if (keep != NULL) {
         const size_t es = vc_elem_size(c.dtype);
         void *src[3] = {t.dq, t.dk, t.dv};
