@@ -11,9 +11,8 @@ varlen calls take them.
   [total_q, Hq, D], k and v [total_k, Hkv, D]; numpy arrays and torch CPU
   tensors run on the CPU backend, torch CUDA tensors on the CUDA backend
   (the portable kernel; "cuda_sm90" answers NOT_SUPPORTED for now).
-  Differentiable on torch CPU tensors (varlen_autograd.py: the backward
-  is attention_varlen_backward); CUDA tensors that require grad are
-  refused (no CUDA varlen backward yet), as is out= with grad.
+  Differentiable on torch CPU and CUDA tensors (varlen_autograd.py: the
+  backward is attention_varlen_backward); out= with grad is refused.
 
 The length arrays are int32 [B + 1] (lists and other integer arrays are
 converted on the host; on CUDA they must be int32 tensors on q's device,
