@@ -2,8 +2,8 @@
  * bench_device.h - device-side helpers of the attention timing programs
  * (attention_bwd_speed.c, varlen_speed.c, varlen_bwd_speed.c): a host
  * layout's arrays copied to the device, the finiteness spot check of an
- * output, the random input pattern on the device. Include after bench_check.h (CUDA_OK), host_data.h (host_load),
- * sparsek.h and <cuda_runtime_api.h>.
+ * output, the random input pattern on the device. Include after bench_check.h (CUDA_OK),
+ * host_data.h (host_load), sparsek.h and <cuda_runtime_api.h>.
  */
 #ifndef SK_BENCH_DEVICE_H
 #define SK_BENCH_DEVICE_H
@@ -33,8 +33,7 @@ static inline void bench_bsr_free(sk_bsr *d) {
 
 /* Non-finite values among the first min(n, sample) 2-byte elements of a
  * device tensor of `dtype`. */
-static inline int64_t bench_non_finite(const void *dev, int64_t n, int64_t sample,
-                                       sk_dtype dtype) {
+static inline int64_t bench_non_finite(const void *dev, int64_t n, int64_t sample, sk_dtype dtype) {
     const int64_t m = n < sample ? n : sample;
     uint16_t *h = (uint16_t *)malloc((size_t)m * 2);
     if (h == NULL) return m;

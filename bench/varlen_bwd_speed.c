@@ -177,8 +177,8 @@ static int run(const row *r, int first) {
            "\"selected_blocks\": %d, \"bwd_plan_ms\": %.4f, \"bwd_ms\": %.4f, "
            "\"bwd_min_ms\": %.4f, \"bwd_tflops\": %.1f, \"non_finite_in_sample\": %lld}",
            first ? "" : ", ", r->name, r->sm80 ? "sm80" : "as --backend", r->len[0], r->len[1],
-           r->len[2], r->len[3], r->len[4], r->len[5], r->len[6], r->len[7], (int)hl.nnz,
-           plan_med, med, best, flops / med * 1e-9, (long long)bad);
+           r->len[2], r->len[3], r->len[4], r->len[5], r->len[6], r->len[7], (int)hl.nnz, plan_med,
+           med, best, flops / med * 1e-9, (long long)bad);
     fflush(stdout);
     for (int i = 0; i < 8; ++i) CUDA_OK(cudaFree(*bufs[i]));
     CUDA_OK(cudaFree(c.lse));

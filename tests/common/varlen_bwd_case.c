@@ -14,7 +14,6 @@
 #include "common/harness.h"
 #include "common/naive_bwd.h"
 
-
 void vbc_bufs_free(vbc_bufs *t) {
     free(t->dout);
     free(t->dq);
@@ -63,7 +62,7 @@ int vbc_bufs_make(const vc_case *c, const vc_data *x, tu_rng *rng, vbc_bufs *t) 
 
 /* The case's descriptors (CPU backend; the tests change what they test). */
 void vbc_descs(const vc_case *c, const vc_data *x, sk_attention_varlen_desc *desc,
-                       sk_attention_varlen_backward_desc *bwd) {
+               sk_attention_varlen_backward_desc *bwd) {
     sk_attention_varlen_desc_init(desc, sizeof *desc);
     desc->backend = SK_BACKEND_CPU;
     desc->dtype = c->dtype;
@@ -83,8 +82,7 @@ void vbc_descs(const vc_case *c, const vc_data *x, sk_attention_varlen_desc *des
         desc->q_strides[1] = desc->k_strides[1] = desc->v_strides[1] = desc->o_strides[1] = x->hs;
         bwd->dout_strides[0] = bwd->dq_strides[0] = x->ts_q;
         bwd->dk_strides[0] = bwd->dv_strides[0] = x->ts_k;
-        bwd->dout_strides[1] = bwd->dq_strides[1] = bwd->dk_strides[1] = bwd->dv_strides[1] =
-            x->hs;
+        bwd->dout_strides[1] = bwd->dq_strides[1] = bwd->dk_strides[1] = bwd->dv_strides[1] = x->hs;
     }
 }
 
@@ -135,8 +133,8 @@ int64_t vbc_compare_sequence(const vc_case *c, const vc_data *x, const vbc_bufs 
                 const int64_t i = (qq * Hq + h) * D + d;
                 const double got = tu_load(t->dq, c->dtype, at);
                 if (vbc_mismatch(c->dtype, got, r->dq[i], r->eq[i]) && bad++ < 3)
-                    CHECK(0, "%s dQ[seq %d, q %lld, h %lld, d %lld] = %.9g, reference %.9g",
-                          label, (int)b, (long long)qq, (long long)h, (long long)d, got, r->dq[i]);
+                    CHECK(0, "%s dQ[seq %d, q %lld, h %lld, d %lld] = %.9g, reference %.9g", label,
+                          (int)b, (long long)qq, (long long)h, (long long)d, got, r->dq[i]);
             }
     for (int64_t kk = 0; kk < lk; ++kk)
         for (int64_t hk = 0; hk < Hkv; ++hk)
@@ -152,19 +150,19 @@ int64_t vbc_compare_sequence(const vc_case *c, const vc_data *x, const vbc_bufs 
                 const int64_t at = (x->cu_k[b] + kk) * x->ts_k + hk * x->hs + d;
                 const double gk = tu_load(t->dk, c->dtype, at), gv = tu_load(t->dv, c->dtype, at);
                 if (vbc_mismatch(c->dtype, gk, rk, ek) && bad++ < 3)
-                    CHECK(0, "%s dK[seq %d, k %lld, hk %lld, d %lld] = %.9g, reference %.9g",
-                          label, (int)b, (long long)kk, (long long)hk, (long long)d, gk, rk);
+                    CHECK(0, "%s dK[seq %d, k %lld, hk %lld, d %lld] = %.9g, reference %.9g", label,
+                          (int)b, (long long)kk, (long long)hk, (long long)d, gk, rk);
                 if (vbc_mismatch(c->dtype, gv, rv, ev) && bad++ < 3)
-                    CHECK(0, "%s dV[seq %d, k %lld, hk %lld, d %lld] = %.9g, reference %.9g",
-                          label, (int)b, (long long)kk, (long long)hk, (long long)d, gv, rv);
+                    CHECK(0, "%s dV[seq %d, k %lld, hk %lld, d %lld] = %.9g, reference %.9g", label,
+                          (int)b, (long long)kk, (long long)hk, (long long)d, gv, rv);
             }
     return bad;
 }
 
 /* Every element of buf outside the rows of `rows` tokens x heads x D
  * (token stride ts, head stride hs) is still NaN. */
-int64_t vbc_padding_written(const void *buf, sk_dtype dt, int64_t span, int64_t rows,
-                               int64_t heads, int64_t D, int64_t ts, int64_t hs) {
+int64_t vbc_padding_written(const void *buf, sk_dtype dt, int64_t span, int64_t rows, int64_t heads,
+                            int64_t D, int64_t ts, int64_t hs) {
     int64_t bad = 0;
     for (int64_t e = 0; e < span; ++e) {
         const int64_t tok = e / ts, rem = e % ts, h = rem / hs, d = rem % hs;
@@ -173,7 +171,6 @@ int64_t vbc_padding_written(const void *buf, sk_dtype dt, int64_t span, int64_t 
     }
     return bad;
 }
-
 
 int64_t vbc_check(const vc_case *c, const vc_data *x, const vbc_bufs *t, int mma,
                   const char *label) {
@@ -199,13 +196,14 @@ int64_t vbc_check(const vc_case *c, const vc_data *x, const vbc_bufs *t, int mma
         CHECK(0, "%s out of memory", label);
         bad = 1;
     } else {
-        for (int32_t b = 0; b < c->batch; ++b) bad += vbc_compare_sequence(c, x, t, b, &r, mma, label);
+        for (int32_t b = 0; b < c->batch; ++b)
+            bad += vbc_compare_sequence(c, x, t, b, &r, mma, label);
         const int64_t pq =
             vbc_padding_written(t->dq, c->dtype, x->q_span, x->total_q, Hq, D, x->ts_q, x->hs);
-        const int64_t pk = vbc_padding_written(t->dk, c->dtype, x->k_span, x->total_k,
-                                               c->heads_kv, D, x->ts_k, x->hs);
-        const int64_t pv = vbc_padding_written(t->dv, c->dtype, x->k_span, x->total_k,
-                                               c->heads_kv, D, x->ts_k, x->hs);
+        const int64_t pk = vbc_padding_written(t->dk, c->dtype, x->k_span, x->total_k, c->heads_kv,
+                                               D, x->ts_k, x->hs);
+        const int64_t pv = vbc_padding_written(t->dv, c->dtype, x->k_span, x->total_k, c->heads_kv,
+                                               D, x->ts_k, x->hs);
         CHECK(pq + pk + pv == 0, "%s padding written: dq %lld, dk %lld, dv %lld", label,
               (long long)pq, (long long)pk, (long long)pv);
         CHECK(bad == 0, "%s %lld gradient mismatches", label, (long long)bad);

@@ -56,8 +56,8 @@ int64_t vbc_compare_sequence(const vc_case *c, const vc_data *x, const vbc_bufs 
 
 /* Elements of buf outside the rows of `rows` tokens x heads x D (token
  * stride ts, head stride hs) that are not NaN. */
-int64_t vbc_padding_written(const void *buf, sk_dtype dt, int64_t span, int64_t rows,
-                            int64_t heads, int64_t D, int64_t ts, int64_t hs);
+int64_t vbc_padding_written(const void *buf, sk_dtype dt, int64_t span, int64_t rows, int64_t heads,
+                            int64_t D, int64_t ts, int64_t hs);
 
 /* Every sequence of t against the naive reference (mma as above) and
  * every padding element still NaN, failures recorded under label. Returns

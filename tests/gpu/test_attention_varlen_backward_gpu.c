@@ -42,7 +42,7 @@ typedef struct vbg_dev {
     void *q, *k, *v, *o, *dout, *dq, *dk, *dv, *ws;
     float *lse;
     int32_t *cu_q, *cu_k;
-    sk_bsr layout; /* device arrays */
+    sk_bsr layout;       /* device arrays */
     void *nan_q, *nan_k; /* host NaN images of dQ and dK / dV */
     size_t q_bytes, k_bytes, ws_bytes;
 } vbg_dev;
@@ -100,8 +100,8 @@ static int vbg_make(const vc_case *c, const vc_data *x, const vbc_bufs *t, vbg_d
     sk_attention_varlen_desc d;
     sk_attention_varlen_backward_desc bd;
     vbg_descs(c, x, &d, &bd);
-    const sk_status st = sk_attention_varlen_backward_workspace_size(&d, &bd, &g->layout,
-                                                                     &g->ws_bytes);
+    const sk_status st =
+        sk_attention_varlen_backward_workspace_size(&d, &bd, &g->layout, &g->ws_bytes);
     if (st != SK_STATUS_SUCCESS) {
         printf("    workspace size: %s (%s)\n", sk_status_name(st), sk_last_error());
         return -1;
@@ -127,17 +127,17 @@ static sk_status vbg_call(const vc_case *c, const vc_data *x, vbg_dev *g, int pl
     sk_attention_varlen_backward_desc bd;
     vbg_descs(c, x, &d, &bd);
     if (plan == 2)
-        return sk_attention_varlen_backward(&d, &bd, &g->layout, g->cu_q, g->cu_k, g->q, g->k,
-                                            g->v, g->o, g->dout, g->lse, g->dq, g->dk, g->dv,
-                                            g->ws, g->ws_bytes, s);
+        return sk_attention_varlen_backward(&d, &bd, &g->layout, g->cu_q, g->cu_k, g->q, g->k, g->v,
+                                            g->o, g->dout, g->lse, g->dq, g->dk, g->dv, g->ws,
+                                            g->ws_bytes, s);
     if (plan) {
         const sk_status st = sk_attention_varlen_backward_plan(&d, &bd, &g->layout, g->cu_q,
                                                                g->cu_k, g->ws, g->ws_bytes, s);
         if (st != SK_STATUS_SUCCESS || !run) return st;
     }
-    return sk_attention_varlen_backward_run(&d, &bd, &g->layout, g->cu_q, g->cu_k, g->q, g->k,
-                                            g->v, g->o, g->dout, g->lse, g->dq, g->dk, g->dv,
-                                            g->ws, g->ws_bytes, s);
+    return sk_attention_varlen_backward_run(&d, &bd, &g->layout, g->cu_q, g->cu_k, g->q, g->k, g->v,
+                                            g->o, g->dout, g->lse, g->dq, g->dk, g->dv, g->ws,
+                                            g->ws_bytes, s);
 }
 
 /* Device gradients into t. 0 on success. */
@@ -158,7 +158,7 @@ static void vbg_case_free(vc_data *x, vbc_bufs *t, vbg_dev *g, void **keep) {
  * and LSE. 0 on success. */
 static int vbg_host(vc_case *c, uint64_t seed, vc_data *x, vbc_bufs *t, char *label,
                     size_t label_size) {
-    c->with_lse = 1;  /* the backward needs it */
+    c->with_lse = 1;     /* the backward needs it */
     c->kernel_rules = 0; /* K / V NaN per key: the backward loads no key without a pair */
     vc_label(c, seed, label, label_size);
     tu_rng rng;
@@ -212,7 +212,10 @@ static int vbg_run_case(vc_case c, uint64_t seed) {
                 if (first[i] != NULL) memcpy(first[i], now[i], bytes[i]);
             } else {
                 CHECK(first[i] != NULL && memcmp(first[i], now[i], bytes[i]) == 0,
-                      "%s %s differs between two runs", label, i == 0 ? "dQ" : i == 1 ? "dK" : "dV");
+                      "%s %s differs between two runs", label,
+                      i == 0   ? "dQ"
+                      : i == 1 ? "dK"
+                               : "dV");
             }
         }
         if (pass == 0) vbc_check(&c, &x, &t, 1, label); /* P, dS rounded as MMA operands */
@@ -226,8 +229,8 @@ done:
 }
 
 static void vbg_report(const char *what, int before) {
-    printf("  %s: %d cases (%d failed so far), backend %d\n", what, vbg_cases - before,
-           vbg_failed, (int)gt_opt.backend);
+    printf("  %s: %d cases (%d failed so far), backend %d\n", what, vbg_cases - before, vbg_failed,
+           (int)gt_opt.backend);
 }
 
 /* A random case the CUDA kernels take: F16 / BF16, D 64 / 128, 16-byte
@@ -252,9 +255,8 @@ SK_TEST(gpu_varlen_bwd_random) {
         tu_rng rng;
         tu_rng_seed(&rng, seed ^ 0x5eed);
         const int32_t max_b = gt_opt.quick ? 3 : 8;
-        vbg_run_case(vbg_random_case(&rng, max_b, gt_opt.quick ? 150 : 400,
-                                     gt_opt.quick ? 200 : 600),
-                     seed);
+        vbg_run_case(
+            vbg_random_case(&rng, max_b, gt_opt.quick ? 150 : 400, gt_opt.quick ? 200 : 600), seed);
     }
     vbg_report("gpu_varlen_bwd_random", before);
 }
@@ -380,7 +382,9 @@ SK_TEST(gpu_varlen_bwd_graph) {
         for (int i = 0; i < 3; ++i)
             CHECK(memcmp(direct[i], got[i], bytes[i]) == 0,
                   "%s graph replay %d: %s differs from the direct call", label, rep,
-                  i == 0 ? "dQ" : i == 1 ? "dK" : "dV");
+                  i == 0   ? "dQ"
+                  : i == 1 ? "dK"
+                           : "dV");
     }
 done:
     if (exec != NULL) cudaGraphExecDestroy(exec);
@@ -423,8 +427,7 @@ SK_TEST(gpu_varlen_bwd_garbage_arrays) {
     for (int a = 0; a < 6; ++a)
         for (int which = 0; which < 2; ++which) {
             const size_t cu = 5 * sizeof(int32_t);
-            if (vbg_poison(&g, 0x99) ||
-                gt_upload(which ? g.cu_k : g.cu_q, bad[a], cu) ||
+            if (vbg_poison(&g, 0x99) || gt_upload(which ? g.cu_k : g.cu_q, bad[a], cu) ||
                 gt_upload(which ? g.cu_q : g.cu_k, which ? x.cu_q : x.cu_k, cu)) {
                 CHECK(0, "%s upload failed", label);
                 goto done;
@@ -438,8 +441,8 @@ SK_TEST(gpu_varlen_bwd_garbage_arrays) {
             const int64_t Hq = c.heads_q, D = c.head_dim;
             const int64_t pq =
                 vbc_padding_written(t.dq, c.dtype, x.q_span, x.total_q, Hq, D, x.ts_q, x.hs);
-            const int64_t pk = vbc_padding_written(t.dk, c.dtype, x.k_span, x.total_k,
-                                                   c.heads_kv, D, x.ts_k, x.hs);
+            const int64_t pk = vbc_padding_written(t.dk, c.dtype, x.k_span, x.total_k, c.heads_kv,
+                                                   D, x.ts_k, x.hs);
             CHECK(pq + pk == 0, "%s garbage #%d: padding written (dq %lld, dk %lld)", label, a,
                   (long long)pq, (long long)pk);
         }

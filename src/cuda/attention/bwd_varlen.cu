@@ -69,8 +69,7 @@ static void sk_vbwd_flat(const sk_attention_varlen_backward_problem *vp,
     bp->dv = vp->dv;
 }
 
-static sk_status sk_vbwd_shape_of(const sk_attention_problem *p, int32_t col_cap,
-                                  sk_bwd_shape *s) {
+static sk_status sk_vbwd_shape_of(const sk_attention_problem *p, int32_t col_cap, sk_bwd_shape *s) {
     const int merge = p->layout_heads == p->heads_q;
     s->t_heads = merge ? (int32_t)p->heads_kv : p->layout_heads;
     s->t_group = merge ? p->group : 1;
@@ -92,8 +91,8 @@ static sk_status sk_vbwd_shape_of(const sk_attention_problem *p, int32_t col_cap
     for (int i = 0; i < 5; ++i)
         if (ctas[i] > INT32_MAX)
             return sk_error(SK_STATUS_NOT_SUPPORTED,
-                            "%s = %lld: the CUDA varlen backward takes at most 2^31 - 1",
-                            what[i], (long long)ctas[i]);
+                            "%s = %lld: the CUDA varlen backward takes at most 2^31 - 1", what[i],
+                            (long long)ctas[i]);
     s->t_rows = (int32_t)t_rows;
     s->dq_tiles = (int32_t)dq_tiles;
     s->dkv_tiles = (int32_t)dkv_tiles;
@@ -105,9 +104,8 @@ static sk_status sk_vbwd_shape_of(const sk_attention_problem *p, int32_t col_cap
  * slices are the T heads, rows the key columns, columns (h_local, query
  * block); every entry of T is visited (causal = 0: T holds visited entries
  * only, so the lengths never enter). */
-static sk_schedule_geometry sk_vbwd_t_geometry(const sk_attention_problem *p,
-                                               const sk_bwd_shape *s, int32_t col_cap,
-                                               const int32_t *t_offsets,
+static sk_schedule_geometry sk_vbwd_t_geometry(const sk_attention_problem *p, const sk_bwd_shape *s,
+                                               int32_t col_cap, const int32_t *t_offsets,
                                                const int32_t *t_entries) {
     sk_schedule_geometry g;
     memset(&g, 0, sizeof g);
@@ -158,8 +156,7 @@ typedef struct sk_vbwd_call {
 /* The checks plan and run both make before enqueuing anything (the
  * workspace before the device, so that its size is checked anywhere). */
 static sk_status sk_vbwd_prepare_enqueue(const sk_attention_varlen_backward_problem *vp,
-                                         void *workspace, size_t workspace_size,
-                                         sk_vbwd_call *c) {
+                                         void *workspace, size_t workspace_size, sk_vbwd_call *c) {
     SK_TRY(sk_vbwd_prepare(vp, &c->bp, &c->s, &c->w));
     sk_plan_layout whole;
     memset(&whole, 0, sizeof whole);
@@ -172,17 +169,19 @@ static sk_status sk_vbwd_prepare_enqueue(const sk_attention_varlen_backward_prob
     return SK_STATUS_SUCCESS;
 }
 
-extern "C" sk_status sk_cuda_attention_varlen_backward_workspace_size(
-    const sk_attention_varlen_backward_problem *vp, size_t *bytes) {
+extern "C" sk_status
+sk_cuda_attention_varlen_backward_workspace_size(const sk_attention_varlen_backward_problem *vp,
+                                                 size_t *bytes) {
     sk_vbwd_call c;
     SK_TRY(sk_vbwd_prepare(vp, &c.bp, &c.s, &c.w));
     *bytes = c.w.tail.total;
     return SK_STATUS_SUCCESS;
 }
 
-extern "C" sk_status sk_cuda_attention_varlen_backward_plan(
-    const sk_attention_varlen_backward_problem *vp, void *workspace, size_t workspace_size,
-    cudaStream_t stream) {
+extern "C" sk_status
+sk_cuda_attention_varlen_backward_plan(const sk_attention_varlen_backward_problem *vp,
+                                       void *workspace, size_t workspace_size,
+                                       cudaStream_t stream) {
     sk_vbwd_call c;
     SK_TRY(sk_vbwd_prepare_enqueue(vp, workspace, workspace_size, &c));
     sk_varlen_plan_source src;
@@ -193,16 +192,15 @@ extern "C" sk_status sk_cuda_attention_varlen_backward_plan(
     int32_t *t_offsets = (int32_t *)(c.base + c.w.tail.t_offsets);
     int32_t *t_entries = (int32_t *)(c.base + c.w.tail.t_entries);
     SK_TRY(sk_bwd_transpose_varlen_enqueue(&c.bp.fwd, &c.s, plan.seqs, plan.row_start, plan.cols,
-                                           plan.batch, plan.col_cap, t_offsets, t_entries,
-                                           stream));
+                                           plan.batch, plan.col_cap, t_offsets, t_entries, stream));
     const sk_schedule_geometry gk =
         sk_vbwd_t_geometry(&c.bp.fwd, &c.s, c.w.plan.col_cap, t_offsets, t_entries);
     return sk_schedule_enqueue(&gk, &c.w.dkv, c.base + c.w.dkv_at, stream);
 }
 
-extern "C" sk_status sk_cuda_attention_varlen_backward_run(
-    const sk_attention_varlen_backward_problem *vp, void *workspace, size_t workspace_size,
-    cudaStream_t stream) {
+extern "C" sk_status
+sk_cuda_attention_varlen_backward_run(const sk_attention_varlen_backward_problem *vp,
+                                      void *workspace, size_t workspace_size, cudaStream_t stream) {
     sk_vbwd_call c;
     SK_TRY(sk_vbwd_prepare_enqueue(vp, workspace, workspace_size, &c));
     const sk_varlen_plan_view plan = sk_varlen_plan_view_of(&c.w.plan, c.base);
