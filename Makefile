@@ -159,6 +159,10 @@ $(BUILD)/decode_speed: $(BUILD)/obj/bench/decode_speed.o $(BUILD)/libsparsek.a
 $(BUILD)/varlen_speed: $(BUILD)/obj/bench/varlen_speed.o $(BUILD)/libsparsek.a
 	$(CC) -o $@ $^ $(CUDA_LIBS) $(LDLIBS)
 
+# The varlen backward against the fixed backward (issue 30): make build/varlen_bwd_speed.
+$(BUILD)/varlen_bwd_speed: $(BUILD)/obj/bench/varlen_bwd_speed.o $(BUILD)/libsparsek.a
+	$(CC) -o $@ $^ $(CUDA_LIBS) $(LDLIBS)
+
 $(BUILD)/decode_select_speed: $(BUILD)/obj/bench/decode_select_speed.o $(BUILD)/libsparsek.a
 	$(CC) -o $@ $^ $(CUDA_LIBS) $(LDLIBS)
 

@@ -31,6 +31,7 @@
 #include "bench_check.h"
 #include "bench_timing.h"
 #include "host_data.h"
+#include "bench_device.h"
 
 enum { WARMUP = 2, PATTERN = 1 << 24, SAMPLE = 1 << 20 };
 
@@ -114,18 +115,6 @@ static void time_calls(const bench_call *c, int what, int reps, float *median, f
     bench_time(call_timed, &t, WARMUP, reps, median, best);
 }
 
-/* Non-finite values in the first SAMPLE elements of a device tensor. */
-static int64_t non_finite(const void *dev, int64_t n, sk_dtype dtype) {
-    const int64_t m = n < SAMPLE ? n : SAMPLE;
-    uint16_t *h = malloc((size_t)m * 2);
-    if (h == NULL) return m;
-    CUDA_OK(cudaMemcpy(h, dev, (size_t)m * 2, cudaMemcpyDeviceToHost));
-    int64_t bad = 0;
-    for (int64_t i = 0; i < m; ++i) bad += !isfinite(host_load(h, dtype, i));
-    free(h);
-    return bad;
-}
-
 int main(int argc, char **argv) {
     opts o;
     if (parse(argc, argv, &o) != 0) {
@@ -136,28 +125,14 @@ int main(int argc, char **argv) {
     sk_grid grid = {o.seq, o.seq, o.block, o.block, (int32_t)o.batch, (int32_t)o.heads};
     sk_layout_t host_layout;
     SK_OK(sk_layout_create_random(&host_layout, &grid, o.per_row, 29, o.causal));
-    sk_bsr hl, layout;
+    sk_bsr hl;
     SK_OK(sk_layout_view(host_layout, &hl));
-    layout = hl;
-    const int64_t rows = (int64_t)grid.batch * grid.heads * ((o.seq + o.block - 1) / o.block);
-    CUDA_OK(cudaMalloc((void **)&layout.row_offsets, (size_t)(rows + 1) * 4));
-    CUDA_OK(cudaMalloc((void **)&layout.col_indices, (size_t)(hl.nnz > 0 ? hl.nnz : 1) * 4));
-    CUDA_OK(cudaMemcpy(layout.row_offsets, hl.row_offsets, (size_t)(rows + 1) * 4,
-                       cudaMemcpyHostToDevice));
-    CUDA_OK(cudaMemcpy(layout.col_indices, hl.col_indices, (size_t)hl.nnz * 4,
-                       cudaMemcpyHostToDevice));
+    const sk_bsr layout = bench_bsr_to_device(&hl);
 
     bench_call c;
     memset(&c, 0, sizeof c);
-    void *pattern;
-    CUDA_OK(cudaMalloc(&pattern, (size_t)PATTERN * 2));
-    {
-        void *h = malloc((size_t)PATTERN * 2);
-        if (h == NULL) return BENCH_ERROR_EXIT;
-        host_fill_normal(h, o.dtype, PATTERN, 29, 1);
-        CUDA_OK(cudaMemcpy(pattern, h, (size_t)PATTERN * 2, cudaMemcpyHostToDevice));
-        free(h);
-    }
+    void *pattern = bench_device_pattern(o.dtype, PATTERN, 29);
+    if (pattern == NULL) return BENCH_ERROR_EXIT;
     void **bufs[8] = {&c.q, &c.o, &c.dout, &c.dq, &c.k, &c.v, &c.dk, &c.dv};
     for (int i = 0; i < 8; ++i) CUDA_OK(cudaMalloc(bufs[i], (size_t)(i < 4 ? nq : nk) * 2));
     CUDA_OK(cudaMalloc((void **)&c.lse, (size_t)(o.batch * o.heads * o.seq) * 4));
@@ -191,8 +166,9 @@ int main(int argc, char **argv) {
     time_calls(&c, 2, o.reps, &plan_med, &plan_min);
     time_calls(&c, 1, o.reps, &bwd_med, &bwd_min);
     CUDA_OK(cudaDeviceSynchronize());
-    const int64_t bad = non_finite(c.dq, nq, o.dtype) + non_finite(c.dk, nk, o.dtype) +
-                        non_finite(c.dv, nk, o.dtype);
+    const int64_t bad = bench_non_finite(c.dq, nq, SAMPLE, o.dtype) +
+                        bench_non_finite(c.dk, nk, SAMPLE, o.dtype) +
+                        bench_non_finite(c.dv, nk, SAMPLE, o.dtype);
 
     const double fwd_flops = 4.0 * (double)o.dim * o.block * o.block * (double)hl.nnz;
     sk_device_info info;

@@ -46,6 +46,7 @@
 #define BENCH_ERROR_EXIT 2 /* 1 is a failed result check */
 #include "bench_check.h"
 #include "host_data.h"
+#include "bench_device.h"
 
 enum { WARMUP = 2, PATTERN = 1 << 24, SAMPLE = 1 << 20, MAX_REPS = 100, BLOCK = 128 };
 enum { HEADS = 32, DIM = 128, MAX_B = 64 };
@@ -123,24 +124,6 @@ static int cmp_float(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-/* The layout on the device (arrays cudaMalloc'd; free with free_device). */
-static sk_bsr to_device(const sk_bsr *h) {
-    sk_bsr d = *h;
-    const int64_t rows =
-        (int64_t)h->grid.batch * h->grid.heads * (h->grid.rows / h->grid.block_rows);
-    CUDA_OK(cudaMalloc((void **)&d.row_offsets, (size_t)(rows + 1) * 4));
-    CUDA_OK(cudaMalloc((void **)&d.col_indices, (size_t)(h->nnz > 0 ? h->nnz : 1) * 4));
-    CUDA_OK(
-        cudaMemcpy(d.row_offsets, h->row_offsets, (size_t)(rows + 1) * 4, cudaMemcpyHostToDevice));
-    CUDA_OK(cudaMemcpy(d.col_indices, h->col_indices, (size_t)h->nnz * 4, cudaMemcpyHostToDevice));
-    return d;
-}
-
-static void free_device(sk_bsr *d) {
-    CUDA_OK(cudaFree(d->row_offsets));
-    CUDA_OK(cudaFree(d->col_indices));
-}
-
 /* What one timed call needs. */
 typedef struct call_args {
     const spec *s;
@@ -198,17 +181,6 @@ static void time_calls(const call_args *a, int plan, float *median, float *best)
     CUDA_OK(cudaEventDestroy(e1));
 }
 
-static int64_t non_finite(const void *dev, int64_t n) {
-    const int64_t m = n < SAMPLE ? n : SAMPLE;
-    uint16_t *h = malloc((size_t)m * 2);
-    if (h == NULL) return m;
-    CUDA_OK(cudaMemcpy(h, dev, (size_t)m * 2, cudaMemcpyDeviceToHost));
-    int64_t bad = 0;
-    for (int64_t i = 0; i < m; ++i) bad += !isfinite(host_load(h, SK_DTYPE_BF16, i));
-    free(h);
-    return bad;
-}
-
 /* The host layout of s (varlen grid, or the fixed batch's one slice). */
 static sk_layout_t make_layout(const spec *s, const int32_t *cu_q, const int32_t *cu_k) {
     sk_layout_t lay;
@@ -254,7 +226,7 @@ static result run(const spec *s) {
     sk_layout_t host = make_layout(s, cu_q, cu_k);
     sk_bsr hl;
     SK_OK(sk_layout_view(host, &hl));
-    sk_bsr layout = to_device(&hl);
+    sk_bsr layout = bench_bsr_to_device(&hl);
     r.blocks = (int64_t)hl.nnz * HEADS * (fixed ? s->batch : 1);
 
     call_args a;
@@ -341,13 +313,13 @@ static result run(const spec *s) {
     time_calls(&a, 1, &r.plan_ms, &plan_min); /* leaves the plan */
     time_calls(&a, 0, &r.ms, &r.min_ms);
     CUDA_OK(cudaDeviceSynchronize());
-    r.non_finite = non_finite(a.o, nq);
+    r.non_finite = bench_non_finite(a.o, nq, SAMPLE, SK_DTYPE_BF16);
     g_failed |= r.non_finite != 0;
 
     void *bufs[9] = {a.q, a.o, a.k, a.v, a.ws, dcu_q, dcu_k, dlens, dtable};
     for (int i = 0; i < 9; ++i)
         if (bufs[i] != NULL) CUDA_OK(cudaFree(bufs[i]));
-    free_device(&layout);
+    bench_bsr_free(&layout);
     sk_layout_destroy(host);
     return r;
 }
@@ -452,14 +424,8 @@ int main(int argc, char **argv) {
         fprintf(stderr, "usage: see the header of bench/varlen_speed.c\n");
         return BENCH_ERROR_EXIT;
     }
-    CUDA_OK(cudaMalloc(&g_pattern, (size_t)PATTERN * 2));
-    {
-        void *h = malloc((size_t)PATTERN * 2);
-        if (h == NULL) return BENCH_ERROR_EXIT;
-        host_fill_normal(h, SK_DTYPE_BF16, PATTERN, 30, 1);
-        CUDA_OK(cudaMemcpy(g_pattern, h, (size_t)PATTERN * 2, cudaMemcpyHostToDevice));
-        free(h);
-    }
+    g_pattern = bench_device_pattern(SK_DTYPE_BF16, PATTERN, 30);
+    if (g_pattern == NULL) return BENCH_ERROR_EXIT;
     sk_device_info info;
     SK_OK(sk_device_get_info(0, &info));
     const char *w = g_opt.which;

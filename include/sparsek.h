@@ -1939,9 +1939,18 @@ SK_API sk_status sk_quantize_e4m3(const sk_quantize_desc *desc, const void *x, u
  * A failed call writes nothing.
  * Backends: the CPU reference (workspace 0; the plan is the checks). The
  * CUDA backends make every check above (so a bad argument gets the same
- * status on every backend), then answer SK_STATUS_NOT_SUPPORTED naming the
- * backend, touching nothing: the varlen backward kernels do not exist yet
- * (docs/perf/varlen_paged.md, "Varlen backward").
+ * status on every backend; the length arrays and the layout are device
+ * memory, never read on the host), then run the portable backward in a
+ * varlen mode (compute capability 8.0 or later; SK_BACKEND_CUDA_SM90, as
+ * for the fixed backward, asks for 9.0): fp16 / bf16, head_dim 64 or 128,
+ * blocks 64 or 128 (else SK_STATUS_NOT_SUPPORTED naming the argument,
+ * from all three calls, touching nothing). The plan builds on the device
+ * (no host sync: graph safe) what the run reads, from capacities only;
+ * re-plan when the lengths or the layout change. Deterministic as the
+ * fixed backward. Length arrays that break the contract give wrong
+ * gradients, never an access outside the tensors (lengths clamped to the
+ * totals and max_seqlen_*, rows past the layout's skipped). Design:
+ * docs/perf/varlen_paged.md, "Varlen backward".
  */
 
 typedef struct sk_attention_varlen_backward_desc {

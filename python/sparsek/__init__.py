@@ -180,7 +180,7 @@ __all__ += ["cp_attention_backward"]
 from .topk_varlen import topk_paged, topk_varlen  # noqa: E402
 
 __all__ += ["topk_paged", "topk_varlen"]
-# The varlen backward (varlen_backward.py): CPU backend for now.
+# The varlen backward (varlen_backward.py): CPU and CUDA backends.
 from .varlen_backward import attention_varlen_backward  # noqa: E402
 
 __all__ += ["attention_varlen_backward"]

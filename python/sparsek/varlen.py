@@ -11,9 +11,8 @@ varlen calls take them.
   [total_q, Hq, D], k and v [total_k, Hkv, D]; numpy arrays and torch CPU
   tensors run on the CPU backend, torch CUDA tensors on the CUDA backend
   (the portable kernel; "cuda_sm90" answers NOT_SUPPORTED for now).
-  Differentiable on torch CPU tensors (varlen_autograd.py: the backward
-  is attention_varlen_backward); CUDA tensors that require grad are
-  refused (no CUDA varlen backward yet), as is out= with grad.
+  Differentiable on torch CPU and CUDA tensors (varlen_autograd.py: the
+  backward is attention_varlen_backward); out= with grad is refused.
 
 The length arrays are int32 [B + 1] (lists and other integer arrays are
 converted on the host; on CUDA they must be int32 tensors on q's device,
@@ -458,8 +457,8 @@ def attention_varlen(
     Returns out, or (out, lse) with lse float32 [Hq, total_q] (natural log;
     -inf and O = 0 for a query with no admissible key).
 
-    torch CPU tensors requiring grad: differentiable with respect to q, k
-    and v (lse carries no gradient); CUDA ones are refused for now.
+    torch tensors requiring grad (CPU or CUDA): differentiable with respect
+    to q, k and v (lse carries no gradient).
     """
     aq, ak, av = check_packed_tensors(q, k, v)
     if aq.kind == "torch" and needs_grad(q, k, v):

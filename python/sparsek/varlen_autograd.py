@@ -1,9 +1,9 @@
-"""Autograd for sparsek.attention_varlen on torch CPU tensors: a
+"""Autograd for sparsek.attention_varlen on torch tensors: a
 torch.autograd.Function whose forward is attention_varlen (O and LSE kept)
-and whose backward is attention_varlen_backward (sk_attention_varlen_backward
-on the CPU backend). Imported only when a torch tensor requires grad, so
-numpy users never import torch. CUDA tensors are refused: the CUDA
-backends have no varlen backward kernel yet."""
+and whose backward is attention_varlen_backward (sk_attention_varlen_backward:
+the CPU backend for CPU tensors, the CUDA one, src/cuda/attention/
+bwd_varlen.cu, for CUDA tensors, on torch's current stream). Imported only
+when a torch tensor requires grad, so numpy users never import torch."""
 
 from __future__ import annotations
 
@@ -54,20 +54,17 @@ def _function():
 
 def attention_varlen_grad(q, k, v, cu_seqlens_q, cu_seqlens_k, layout, max_seqlen_q, max_seqlen_k,
                           causal, scale, return_lse, out, backend):
-    """attention_varlen for torch tensors that require grad: recorded by
-    autograd on the CPU; refused (before any work) for CUDA tensors and
-    with out=."""
+    """attention_varlen for torch tensors that require grad (CPU or CUDA):
+    recorded by autograd; refused (before any work) with out=."""
     if out is not None:
         raise ValueError("out= makes attention_varlen non-differentiable, but q, k or v requires grad: "
                          "leave out=None")
-    if q.device.type != "cpu":
-        raise ValueError("attention_varlen on CUDA tensors that require grad: the CUDA varlen backward is "
-                         "not built yet; call it under torch.no_grad() or on detached tensors")
     import torch
 
     def host(cu):
-        # The lengths are read on the host; freeze them now so that the
-        # backward sees the forward's even if the caller's array changes.
+        # Freeze the lengths now (a copy on their own device, ordered on the
+        # stream for CUDA tensors) so that the backward sees the forward's
+        # even if the caller's array changes.
         return cu.detach().clone() if isinstance(cu, torch.Tensor) else np.array(cu)
 
     o, lse = _function().apply(q, k, v, host(cu_seqlens_q), host(cu_seqlens_k), layout, max_seqlen_q, max_seqlen_k,

@@ -6,9 +6,10 @@ It takes what the forward took and returned: q [total_q, Hq, D], k and v
 [total_k, Hkv, D], the length arrays and the layout, o and lse [Hq,
 total_q] (attention_varlen(..., return_lse=True)), plus do = dL/do, and
 gives (dq, dk, dv), dk and dv summed over the query heads of each KV head.
-numpy arrays and torch CPU tensors run on the CPU backend; the CUDA
-backends have no varlen backward kernel yet (SparseKError
-SK_STATUS_NOT_SUPPORTED, after the library's argument checks).
+numpy arrays and torch CPU tensors run on the CPU backend; torch CUDA
+tensors on the CUDA backend (fp16 / bf16, head_dim 64 / 128, blocks 64 /
+128: the portable backward in varlen mode; length arrays on the device,
+max_seqlen_q / max_seqlen_k required), on torch's current stream.
 """
 
 from __future__ import annotations

@@ -10,8 +10,8 @@
  * backward descriptor's (as attention_backward.c's), the forward's tensors
  * (O and LSE read here), dO, dQ, dK, dV, aliasing (the outputs against
  * every other buffer, layout and length arrays included), then on the CPU
- * the lengths' and the layout's content. All of them run before anything
- * is written.
+ * the lengths' and the layout's content; on CUDA the workspace against
+ * every buffer. All of them run before anything is written.
  */
 #include <string.h>
 
@@ -20,6 +20,7 @@
 #include "core/internal.h"
 #include "core/problem.h"
 #include "cpu/cpu_backend.h"
+#include "cuda/backend.h"
 
 sk_status sk_attention_varlen_backward_desc_init(sk_attention_varlen_backward_desc *bwd,
                                                  size_t struct_size) {
@@ -102,15 +103,24 @@ static sk_status check_tensors(sk_attention_varlen_backward_problem *p, const vo
     return SK_STATUS_SUCCESS;
 }
 
-/* The CUDA backends, after every check: no kernel yet. */
-static sk_status not_supported(const sk_attention_varlen_backward_problem *p) {
-    const sk_backend b = p->v.flat.backend;
-    return sk_error(SK_STATUS_NOT_SUPPORTED,
-                    "desc->backend = %s: the varlen backward runs on SK_BACKEND_CPU only (no "
-                    "CUDA kernel yet; docs/perf/varlen_paged.md, Varlen backward)",
-                    b == SK_BACKEND_CUDA        ? "SK_BACKEND_CUDA"
-                    : b == SK_BACKEND_CUDA_SM80 ? "SK_BACKEND_CUDA_SM80"
-                                                : "SK_BACKEND_CUDA_SM90");
+static sk_status problem_workspace_size(const sk_attention_varlen_backward_problem *p,
+                                        size_t *bytes) {
+    if (p->v.flat.backend == SK_BACKEND_CPU) {
+        *bytes = 0;
+        return SK_STATUS_SUCCESS;
+    }
+    return sk_cuda_attention_varlen_backward_workspace_size(p, bytes);
+}
+
+/* The CUDA workspace (written) against buffers[]; nothing on the CPU or
+ * for a NULL workspace. */
+static sk_status check_workspace_apart(const sk_attention_varlen_backward_problem *p,
+                                       const void *workspace, size_t workspace_size,
+                                       const sk_buffer *buffers, int count) {
+    if (p->v.flat.backend == SK_BACKEND_CPU || workspace == NULL) return SK_STATUS_SUCCESS;
+    size_t bytes;
+    SK_TRY(problem_workspace_size(p, &bytes));
+    return sk_check_workspace_apart(workspace, workspace_size, bytes, buffers, count);
 }
 
 /* Every check of run and of the one-shot call. */
@@ -119,18 +129,27 @@ static sk_status check_call(const sk_attention_varlen_desc *desc,
                             const int32_t *cu_seqlens_q, const int32_t *cu_seqlens_k,
                             const void *q, const void *k, const void *v, const void *o,
                             const void *dout, const float *lse, void *dq, void *dk, void *dv,
+                            const void *workspace, size_t workspace_size,
                             sk_attention_varlen_backward_problem *p) {
     SK_TRY(check_geometry(desc, bwd, layout, p));
     sk_buffer buffers[VB_BUFFERS];
     SK_TRY(sk_varlen_check_seqlens_arrays(&p->v, cu_seqlens_q, cu_seqlens_k, buffers + VB_CU));
     SK_TRY(check_tensors(p, q, k, v, o, dout, lse, dq, dk, dv, buffers));
     SK_TRY(sk_check_no_alias(buffers, VB_BUFFERS));
+    SK_TRY(check_workspace_apart(p, workspace, workspace_size, buffers, VB_BUFFERS));
     return sk_varlen_check_content(&p->v, layout);
 }
 
-static sk_status run_checked(const sk_attention_varlen_backward_problem *p) {
+static sk_status plan_checked(const sk_attention_varlen_backward_problem *p, void *workspace,
+                              size_t workspace_size, struct CUstream_st *stream) {
+    if (p->v.flat.backend == SK_BACKEND_CPU) return SK_STATUS_SUCCESS;
+    return sk_cuda_attention_varlen_backward_plan(p, workspace, workspace_size, stream);
+}
+
+static sk_status run_checked(const sk_attention_varlen_backward_problem *p, void *workspace,
+                             size_t workspace_size, struct CUstream_st *stream) {
     if (p->v.flat.backend == SK_BACKEND_CPU) return sk_cpu_attention_varlen_backward_run(p);
-    return not_supported(p);
+    return sk_cuda_attention_varlen_backward_run(p, workspace, workspace_size, stream);
 }
 
 sk_status sk_attention_varlen_backward_workspace_size(const sk_attention_varlen_desc *desc,
@@ -141,9 +160,7 @@ sk_status sk_attention_varlen_backward_workspace_size(const sk_attention_varlen_
     SK_CHECK_NOT_NULL(workspace_bytes);
     sk_attention_varlen_backward_problem p;
     SK_TRY(check_geometry(desc, bwd, layout, &p));
-    if (p.v.flat.backend != SK_BACKEND_CPU) return not_supported(&p);
-    *workspace_bytes = 0;
-    return SK_STATUS_SUCCESS;
+    return problem_workspace_size(&p, workspace_bytes);
 }
 
 sk_status sk_attention_varlen_backward_plan(const sk_attention_varlen_desc *desc,
@@ -152,16 +169,15 @@ sk_status sk_attention_varlen_backward_plan(const sk_attention_varlen_desc *desc
                                             const int32_t *cu_seqlens_k, void *workspace,
                                             size_t workspace_size, struct CUstream_st *stream) {
     SK_ENTER("sk_attention_varlen_backward_plan");
-    (void)workspace;
-    (void)workspace_size;
-    (void)stream;
     sk_attention_varlen_backward_problem p;
     SK_TRY(check_geometry(desc, bwd, layout, &p));
-    sk_buffer arrays[2];
-    SK_TRY(sk_varlen_check_seqlens_arrays(&p.v, cu_seqlens_q, cu_seqlens_k, arrays));
+    /* The plan writes the workspace and reads the layout and length arrays. */
+    sk_buffer arrays[4];
+    SK_TRY(sk_varlen_check_seqlens_arrays(&p.v, cu_seqlens_q, cu_seqlens_k, arrays + 2));
+    sk_attention_layout_buffers(&p.v.flat, arrays);
+    SK_TRY(check_workspace_apart(&p, workspace, workspace_size, arrays, 4));
     SK_TRY(sk_varlen_check_content(&p.v, layout));
-    if (p.v.flat.backend != SK_BACKEND_CPU) return not_supported(&p);
-    return SK_STATUS_SUCCESS;
+    return plan_checked(&p, workspace, workspace_size, stream);
 }
 
 sk_status sk_attention_varlen_backward_run(const sk_attention_varlen_desc *desc,
@@ -173,13 +189,10 @@ sk_status sk_attention_varlen_backward_run(const sk_attention_varlen_desc *desc,
                                            void *dk, void *dv, void *workspace,
                                            size_t workspace_size, struct CUstream_st *stream) {
     SK_ENTER("sk_attention_varlen_backward_run");
-    (void)workspace;
-    (void)workspace_size;
-    (void)stream;
     sk_attention_varlen_backward_problem p;
     SK_TRY(check_call(desc, bwd, layout, cu_seqlens_q, cu_seqlens_k, q, k, v, o, dout, lse, dq,
-                      dk, dv, &p));
-    return run_checked(&p);
+                      dk, dv, workspace, workspace_size, &p));
+    return run_checked(&p, workspace, workspace_size, stream);
 }
 
 sk_status sk_attention_varlen_backward(const sk_attention_varlen_desc *desc,
@@ -191,11 +204,9 @@ sk_status sk_attention_varlen_backward(const sk_attention_varlen_desc *desc,
                                        void *workspace, size_t workspace_size,
                                        struct CUstream_st *stream) {
     SK_ENTER("sk_attention_varlen_backward");
-    (void)workspace;
-    (void)workspace_size;
-    (void)stream;
     sk_attention_varlen_backward_problem p;
     SK_TRY(check_call(desc, bwd, layout, cu_seqlens_q, cu_seqlens_k, q, k, v, o, dout, lse, dq,
-                      dk, dv, &p));
-    return run_checked(&p);
+                      dk, dv, workspace, workspace_size, &p));
+    SK_TRY(plan_checked(&p, workspace, workspace_size, stream));
+    return run_checked(&p, workspace, workspace_size, stream);
 }

@@ -262,6 +262,26 @@ sk_status sk_cuda_cp_zero(void *ptr, size_t bytes, struct CUstream_st *stream) {
     return sk_error(SK_STATUS_NOT_SUPPORTED_BACKEND, SK_NO_CUDA_TEXT);
 }
 
+sk_status sk_cuda_attention_varlen_backward_workspace_size(
+    const sk_attention_varlen_backward_problem *p, size_t *bytes) {
+    (void)p, (void)bytes;
+    return sk_error(SK_STATUS_NOT_SUPPORTED_BACKEND, SK_NO_CUDA_TEXT);
+}
+
+sk_status sk_cuda_attention_varlen_backward_plan(const sk_attention_varlen_backward_problem *p,
+                                                 void *workspace, size_t workspace_size,
+                                                 struct CUstream_st *stream) {
+    (void)p, (void)workspace, (void)workspace_size, (void)stream;
+    return sk_error(SK_STATUS_NOT_SUPPORTED_BACKEND, SK_NO_CUDA_TEXT);
+}
+
+sk_status sk_cuda_attention_varlen_backward_run(const sk_attention_varlen_backward_problem *p,
+                                                void *workspace, size_t workspace_size,
+                                                struct CUstream_st *stream) {
+    (void)p, (void)workspace, (void)workspace_size, (void)stream;
+    return sk_error(SK_STATUS_NOT_SUPPORTED_BACKEND, SK_NO_CUDA_TEXT);
+}
+
 #else
 /* Built with CUDA: src/cuda/ provides these. ISO C wants a declaration. */
 typedef int sk_no_cuda_unused;

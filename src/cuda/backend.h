@@ -231,6 +231,23 @@ sk_status sk_cuda_cp_grad_units(const sk_cp_grad_problem *p, struct CUstream_st 
 /* cudaMemsetAsync(ptr, 0, bytes) on the stream. */
 sk_status sk_cuda_cp_zero(void *ptr, size_t bytes, struct CUstream_st *stream);
 
+/* The varlen attention backward (attention/bwd_varlen.cu; issue 30). The
+ * problem arrives with every argument checked (aliasing and workspace
+ * placement included); the length arrays and the layout are device memory,
+ * unread on the host. The plan is the varlen forward's (with the key
+ * column table) plus the transposed layout and the dK/dV order, on the
+ * GPU; the run is the portable backward in varlen mode on every CUDA
+ * backend (SK_BACKEND_CUDA_SM90: on compute capability 9.0). A problem the
+ * kernels do not cover is SK_STATUS_NOT_SUPPORTED from all three. */
+sk_status sk_cuda_attention_varlen_backward_workspace_size(
+    const sk_attention_varlen_backward_problem *p, size_t *bytes);
+sk_status sk_cuda_attention_varlen_backward_plan(const sk_attention_varlen_backward_problem *p,
+                                                 void *workspace, size_t workspace_size,
+                                                 struct CUstream_st *stream);
+sk_status sk_cuda_attention_varlen_backward_run(const sk_attention_varlen_backward_problem *p,
+                                                void *workspace, size_t workspace_size,
+                                                struct CUstream_st *stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -4,8 +4,9 @@
  * naive_bwd.c) on each sequence's unpacked copy, against central finite
  * differences of the varlen forward on a tiny case, bitwise repeatability
  * over thread counts, and every bad argument (a status, a message naming
- * the argument, nothing written; the CUDA backends: the same statuses, and
- * NOT_SUPPORTED naming the backend for the valid call).
+ * the argument, nothing written; the CUDA backends: the same statuses,
+ * NOT_SUPPORTED naming head_dim for a valid call the kernels do not take,
+ * and the workspace's size and placement checked before any device).
  *
  * The cases are tests/common/varlen_case.h's (lengths with empty sequences,
  * per-sequence random block masks, bottom-right causal per sequence, GQA,
@@ -24,93 +25,14 @@
 #include "common/harness.h"
 #include "common/naive_bwd.h"
 #include "common/test_util.h"
+#include "common/varlen_bwd_case.h"
 #include "common/varlen_case.h"
 #include "sparsek.h"
 
-/* The backward's buffers, in the forward's memory layout (x->ts_q, ts_k,
- * hs): dO and dQ as Q, dK and dV as K. */
-typedef struct vb_bufs {
-    void *dout, *dq, *dk, *dv;
-    double *doutd; /* packed [total_q, Hq, D] fp64 copy of dO (0 where NaN) */
-} vb_bufs;
-
-static void bufs_free(vb_bufs *t) {
-    free(t->dout);
-    free(t->dq);
-    free(t->dk);
-    free(t->dv);
-    free(t->doutd);
-    memset(t, 0, sizeof *t);
-}
-
-/* Row (sequence b, query qq, head h) has an admissible key. */
-static int row_has_key(const vc_case *c, const vc_data *x, int32_t b, int64_t h, int64_t qq) {
-    for (int64_t kk = 0; kk < c->len_k[b]; ++kk)
-        if (vc_allowed(c, x, b, h, qq, kk)) return 1;
-    return 0;
-}
-
-/* Allocate and fill: dO random (rounded to the dtype) on rows with a key,
- * NaN elsewhere; the gradients NaN. 0 when out of memory. */
-static int bufs_make(const vc_case *c, const vc_data *x, tu_rng *rng, vb_bufs *t) {
-    const size_t es = vc_elem_size(c->dtype);
-    const int64_t Hq = c->heads_q, D = c->head_dim;
-    memset(t, 0, sizeof *t);
-    t->dout = malloc((size_t)x->q_span * es);
-    t->dq = malloc((size_t)x->q_span * es);
-    t->dk = malloc((size_t)x->k_span * es);
-    t->dv = malloc((size_t)x->k_span * es);
-    t->doutd = (double *)calloc((size_t)(x->total_q * Hq * D), sizeof(double));
-    if (!t->dout || !t->dq || !t->dk || !t->dv || !t->doutd) return 0;
-    tu_fill_nan(t->dout, c->dtype, x->q_span);
-    tu_fill_nan(t->dq, c->dtype, x->q_span);
-    tu_fill_nan(t->dk, c->dtype, x->k_span);
-    tu_fill_nan(t->dv, c->dtype, x->k_span);
-    for (int32_t b = 0; b < c->batch; ++b)
-        for (int64_t qq = 0; qq < c->len_q[b]; ++qq)
-            for (int64_t h = 0; h < Hq; ++h) {
-                if (!row_has_key(c, x, b, h, qq)) continue; /* stays NaN: must not leak */
-                const int64_t tok = x->cu_q[b] + qq;
-                for (int64_t d = 0; d < D; ++d) {
-                    const int64_t at = tok * x->ts_q + h * x->hs + d;
-                    tu_store(t->dout, c->dtype, at, (float)tu_rng_normal(rng));
-                    t->doutd[(tok * Hq + h) * D + d] = tu_load(t->dout, c->dtype, at);
-                }
-            }
-    return 1;
-}
-
-/* The case's descriptors (CPU backend; the tests change what they test). */
-static void make_descs(const vc_case *c, const vc_data *x, sk_attention_varlen_desc *desc,
-                       sk_attention_varlen_backward_desc *bwd) {
-    sk_attention_varlen_desc_init(desc, sizeof *desc);
-    desc->backend = SK_BACKEND_CPU;
-    desc->dtype = c->dtype;
-    desc->batch = c->batch;
-    desc->total_q = x->total_q;
-    desc->total_k = x->total_k;
-    vc_max_lengths(c, &desc->max_seqlen_q, &desc->max_seqlen_k);
-    desc->heads_q = c->heads_q;
-    desc->heads_kv = c->heads_kv;
-    desc->head_dim = c->head_dim;
-    desc->scale = c->scale;
-    desc->mask = c->causal ? SK_MASK_CAUSAL : SK_MASK_NONE;
-    sk_attention_varlen_backward_desc_init(bwd, sizeof *bwd);
-    if (c->padded) {
-        desc->q_strides[0] = desc->o_strides[0] = x->ts_q;
-        desc->k_strides[0] = desc->v_strides[0] = x->ts_k;
-        desc->q_strides[1] = desc->k_strides[1] = desc->v_strides[1] = desc->o_strides[1] = x->hs;
-        bwd->dout_strides[0] = bwd->dq_strides[0] = x->ts_q;
-        bwd->dk_strides[0] = bwd->dv_strides[0] = x->ts_k;
-        bwd->dout_strides[1] = bwd->dq_strides[1] = bwd->dk_strides[1] = bwd->dv_strides[1] =
-            x->hs;
-    }
-}
-
-static sk_status call_backward(const vc_case *c, vc_data *x, vb_bufs *t) {
+static sk_status call_backward(const vc_case *c, vc_data *x, vbc_bufs *t) {
     sk_attention_varlen_desc desc;
     sk_attention_varlen_backward_desc bwd;
-    make_descs(c, x, &desc, &bwd);
+    vbc_descs(c, x, &desc, &bwd);
     if (c->call == VC_FORWARD)
         return sk_attention_varlen_backward(&desc, &bwd, &x->layout, x->cu_q, x->cu_k, x->q, x->k,
                                             x->v, x->o, t->dout, x->lse, t->dq, t->dk, t->dv,
@@ -125,93 +47,6 @@ static sk_status call_backward(const vc_case *c, vc_data *x, vb_bufs *t) {
                                             0, NULL);
 }
 
-/* |got - ref| within twice the naive bound plus the output rounding (the
- * fixed backward test's rule). 1 on a mismatch. */
-static int mismatch(sk_dtype dt, double got, double ref, double bound) {
-    const double tol = 2.0 * (tu_unit_roundoff(dt) * fabs(ref) + bound) + 0x1.0p-24;
-    return !isfinite(got) || !(fabs(got - ref) <= tol);
-}
-
-/* One sequence's unpacked problem for nr_attention_backward (heads = Hq,
- * the KV heads repeated) and its comparison. Returns the mismatches. */
-typedef struct seq_ref {
-    double *q, *k, *v, *dout, *dq, *dk, *dv, *eq, *ek, *ev;
-    uint8_t *allow;
-} seq_ref;
-
-static int64_t compare_sequence(const vc_case *c, const vc_data *x, const vb_bufs *t, int32_t b,
-                                seq_ref *r, const char *label) {
-    const int64_t Hq = c->heads_q, Hkv = c->heads_kv, D = c->head_dim, group = Hq / Hkv;
-    const int64_t lq = c->len_q[b], lk = c->len_k[b];
-    const double scale = c->scale != 0.0f ? (double)c->scale : 1.0 / sqrt((double)D);
-    for (int64_t qq = 0; qq < lq; ++qq)
-        for (int64_t h = 0; h < Hq; ++h)
-            for (int64_t d = 0; d < D; ++d) {
-                const int64_t src = ((x->cu_q[b] + qq) * Hq + h) * D + d;
-                r->q[(qq * Hq + h) * D + d] = isnan(x->qd[src]) ? 0.0 : x->qd[src];
-                r->dout[(qq * Hq + h) * D + d] = t->doutd[src];
-            }
-    for (int64_t kk = 0; kk < lk; ++kk)
-        for (int64_t h = 0; h < Hq; ++h)
-            for (int64_t d = 0; d < D; ++d) {
-                const int64_t src = ((x->cu_k[b] + kk) * Hkv + h / group) * D + d;
-                /* NaN keys are never allowed: 0 keeps the naive sums finite. */
-                r->k[(kk * Hq + h) * D + d] = isnan(x->kd[src]) ? 0.0 : x->kd[src];
-                r->v[(kk * Hq + h) * D + d] = isnan(x->vd[src]) ? 0.0 : x->vd[src];
-            }
-    for (int64_t h = 0; h < Hq; ++h)
-        for (int64_t qq = 0; qq < lq; ++qq)
-            for (int64_t kk = 0; kk < lk; ++kk)
-                r->allow[(h * lq + qq) * lk + kk] = (uint8_t)vc_allowed(c, x, b, h, qq, kk);
-    nr_attention_backward(1, lq, lk, Hq, D, scale, c->dtype, r->q, r->k, r->v, r->dout, r->allow,
-                          r->dq, r->dk, r->dv, r->eq, r->ek, r->ev);
-    int64_t bad = 0;
-    for (int64_t qq = 0; qq < lq; ++qq)
-        for (int64_t h = 0; h < Hq; ++h)
-            for (int64_t d = 0; d < D; ++d) {
-                const int64_t at = (x->cu_q[b] + qq) * x->ts_q + h * x->hs + d;
-                const int64_t i = (qq * Hq + h) * D + d;
-                const double got = tu_load(t->dq, c->dtype, at);
-                if (mismatch(c->dtype, got, r->dq[i], r->eq[i]) && bad++ < 3)
-                    CHECK(0, "%s dQ[seq %d, q %lld, h %lld, d %lld] = %.9g, reference %.9g",
-                          label, (int)b, (long long)qq, (long long)h, (long long)d, got, r->dq[i]);
-            }
-    for (int64_t kk = 0; kk < lk; ++kk)
-        for (int64_t hk = 0; hk < Hkv; ++hk)
-            for (int64_t d = 0; d < D; ++d) {
-                double rk = 0.0, rv = 0.0, ek = 0.0, ev = 0.0;
-                for (int64_t h = hk * group; h < (hk + 1) * group; ++h) {
-                    const int64_t i = (kk * Hq + h) * D + d;
-                    rk += r->dk[i];
-                    rv += r->dv[i];
-                    ek += r->ek[i];
-                    ev += r->ev[i];
-                }
-                const int64_t at = (x->cu_k[b] + kk) * x->ts_k + hk * x->hs + d;
-                const double gk = tu_load(t->dk, c->dtype, at), gv = tu_load(t->dv, c->dtype, at);
-                if (mismatch(c->dtype, gk, rk, ek) && bad++ < 3)
-                    CHECK(0, "%s dK[seq %d, k %lld, hk %lld, d %lld] = %.9g, reference %.9g",
-                          label, (int)b, (long long)kk, (long long)hk, (long long)d, gk, rk);
-                if (mismatch(c->dtype, gv, rv, ev) && bad++ < 3)
-                    CHECK(0, "%s dV[seq %d, k %lld, hk %lld, d %lld] = %.9g, reference %.9g",
-                          label, (int)b, (long long)kk, (long long)hk, (long long)d, gv, rv);
-            }
-    return bad;
-}
-
-/* Every element of buf outside the rows of `rows` tokens x heads x D
- * (token stride ts, head stride hs) is still NaN. */
-static int64_t padding_written(const void *buf, sk_dtype dt, int64_t span, int64_t rows,
-                               int64_t heads, int64_t D, int64_t ts, int64_t hs) {
-    int64_t bad = 0;
-    for (int64_t e = 0; e < span; ++e) {
-        const int64_t tok = e / ts, rem = e % ts, h = rem / hs, d = rem % hs;
-        const int inside = tok < rows && h < heads && d < D;
-        if (!inside && !isnan(tu_load(buf, dt, e))) ++bad;
-    }
-    return bad;
-}
-
 /* Run one case: forward, backward, compare every sequence; copies of the
  * gradients into keep[3] when not NULL (the repeat test). 0 when all
  * matched. */
@@ -223,11 +58,9 @@ static int run_case(vc_case c, uint64_t seed, void **keep) {
     tu_rng rng;
     tu_rng_seed(&rng, seed);
     vc_data x;
-    vb_bufs t;
+    vbc_bufs t;
     memset(&t, 0, sizeof t);
-    seq_ref r;
-    memset(&r, 0, sizeof r);
-    if (!vc_make(&c, &rng, &x) || !bufs_make(&c, &x, &rng, &t)) {
+    if (!vc_make(&c, &rng, &x) || !vbc_bufs_make(&c, &x, &rng, &t)) {
         CHECK(0, "%s out of memory", label);
         goto done;
     }
@@ -238,36 +71,7 @@ static int run_case(vc_case c, uint64_t seed, void **keep) {
     CHECK(st == SK_STATUS_SUCCESS, "%s backward %s: %s", label, sk_status_name(st),
           sk_last_error());
     if (st != SK_STATUS_SUCCESS) goto done;
-    int64_t lq = 1, lk = 1;
-    vc_max_lengths(&c, &lq, &lk);
-    const int64_t Hq = c.heads_q, D = c.head_dim;
-    const size_t nq = (size_t)(lq * Hq * D), nk = (size_t)(lk * Hq * D);
-    r.q = (double *)malloc(nq * sizeof(double));
-    r.dout = (double *)malloc(nq * sizeof(double));
-    r.dq = (double *)malloc(nq * sizeof(double));
-    r.eq = (double *)malloc(nq * sizeof(double));
-    r.k = (double *)malloc(nk * sizeof(double));
-    r.v = (double *)malloc(nk * sizeof(double));
-    r.dk = (double *)malloc(nk * sizeof(double));
-    r.dv = (double *)malloc(nk * sizeof(double));
-    r.ek = (double *)malloc(nk * sizeof(double));
-    r.ev = (double *)malloc(nk * sizeof(double));
-    r.allow = (uint8_t *)malloc((size_t)(Hq * lq * lk));
-    if (!r.q || !r.dout || !r.dq || !r.eq || !r.k || !r.v || !r.dk || !r.dv || !r.ek || !r.ev ||
-        !r.allow) {
-        CHECK(0, "%s out of memory", label);
-        goto done;
-    }
-    int64_t bad = 0;
-    for (int32_t b = 0; b < c.batch; ++b) bad += compare_sequence(&c, &x, &t, b, &r, label);
-    const int64_t pq = padding_written(t.dq, c.dtype, x.q_span, x.total_q, Hq, D, x.ts_q, x.hs);
-    const int64_t pk = padding_written(t.dk, c.dtype, x.k_span, x.total_k, c.heads_kv, D, x.ts_k,
-                                       x.hs);
-    const int64_t pv = padding_written(t.dv, c.dtype, x.k_span, x.total_k, c.heads_kv, D, x.ts_k,
-                                       x.hs);
-    CHECK(pq + pk + pv == 0, "%s padding written: dq %lld, dk %lld, dv %lld", label,
-          (long long)pq, (long long)pk, (long long)pv);
-    CHECK(bad == 0, "%s %lld gradient mismatches", label, (long long)bad);
+    vbc_check(&c, &x, &t, 0, label);
     if (keep != NULL) {
         const size_t es = vc_elem_size(c.dtype);
         void *src[3] = {t.dq, t.dk, t.dv};
@@ -279,18 +83,7 @@ static int run_case(vc_case c, uint64_t seed, void **keep) {
         }
     }
 done:
-    free(r.q);
-    free(r.dout);
-    free(r.dq);
-    free(r.eq);
-    free(r.k);
-    free(r.v);
-    free(r.dk);
-    free(r.dv);
-    free(r.ek);
-    free(r.ev);
-    free(r.allow);
-    bufs_free(&t);
+    vbc_bufs_free(&t);
     vc_data_free(&x);
     return sk_test_failures() != before;
 }
@@ -371,30 +164,34 @@ SK_TEST(varlen_bwd_cpu_repeatable_across_thread_counts) {
 typedef struct vb_fix {
     vc_case c;
     vc_data x;
-    vb_bufs t;
+    vbc_bufs t;
     sk_attention_varlen_desc desc;
     sk_attention_varlen_backward_desc bwd;
 } vb_fix;
 
-static int fix_make(vb_fix *f, sk_dtype dtype, uint64_t seed) {
+static int fix_make_d(vb_fix *f, sk_dtype dtype, uint64_t seed, int64_t head_dim) {
     static const int32_t lq[3] = {5, 0, 7};
     static const int32_t lk[3] = {9, 3, 4};
     memset(f, 0, sizeof *f);
     f->c = vc_base_case(dtype, 3, lq, lk);
     f->c.heads_q = 2;
     f->c.heads_kv = 1;
-    f->c.head_dim = 8;
+    f->c.head_dim = head_dim;
     f->c.causal = 1;
     f->c.with_lse = 1;
     tu_rng rng;
     tu_rng_seed(&rng, seed);
-    if (!vc_make(&f->c, &rng, &f->x) || !bufs_make(&f->c, &f->x, &rng, &f->t)) return 0;
-    make_descs(&f->c, &f->x, &f->desc, &f->bwd);
+    if (!vc_make(&f->c, &rng, &f->x) || !vbc_bufs_make(&f->c, &f->x, &rng, &f->t)) return 0;
+    vbc_descs(&f->c, &f->x, &f->desc, &f->bwd);
     return vc_call_varlen(&f->c, &f->x) == SK_STATUS_SUCCESS;
 }
 
+static int fix_make(vb_fix *f, sk_dtype dtype, uint64_t seed) {
+    return fix_make_d(f, dtype, seed, 8);
+}
+
 static void fix_free(vb_fix *f) {
-    bufs_free(&f->t);
+    vbc_bufs_free(&f->t);
     vc_data_free(&f->x);
 }
 
@@ -520,8 +317,10 @@ static void expect(vb_fix *f, const vb_snap *s, const vb_args *a, sk_status want
 }
 
 /* Each bad argument alone, on the CPU and on every CUDA backend (the
- * core's checks come first); the valid call on CUDA: NOT_SUPPORTED naming
- * the backend, nothing written; on the CPU it succeeds. */
+ * core's checks come first); the valid call on CUDA, head_dim 8, which the
+ * CUDA kernels do not take: NOT_SUPPORTED naming head_dim (in a build
+ * without CUDA, NOT_SUPPORTED_BACKEND), nothing written; on the CPU it
+ * succeeds. */
 SK_TEST(varlen_bwd_bad_inputs_name_the_argument) {
     static const sk_backend backends[4] = {SK_BACKEND_CPU, SK_BACKEND_CUDA, SK_BACKEND_CUDA_SM80,
                                            SK_BACKEND_CUDA_SM90};
@@ -600,17 +399,113 @@ SK_TEST(varlen_bwd_bad_inputs_name_the_argument) {
             CHECK(st == SK_STATUS_SUCCESS && bytes == 0, "CPU workspace: %s, %zu bytes",
                   sk_status_name(st), bytes);
         } else {
+            /* sk_build_info() ends "no CUDA" in a build without CUDA. */
+            const int has_cuda = strstr(sk_build_info(), "no CUDA") == NULL;
+            const sk_status want = has_cuda ? SK_STATUS_NOT_SUPPORTED : SK_STATUS_NOT_SUPPORTED_BACKEND;
+            const char *why = has_cuda ? "head_dim = 8" : "without CUDA";
             a = args_of(&f);
-            expect(&f, &s, &a, SK_STATUS_NOT_SUPPORTED, backend_names[bi], "valid call on CUDA");
+            expect(&f, &s, &a, want, why, "valid call on CUDA, head_dim 8");
             size_t bytes = 7;
             sk_status st =
                 sk_attention_varlen_backward_workspace_size(&f.desc, &f.bwd, &f.x.layout, &bytes);
-            CHECK(st == SK_STATUS_NOT_SUPPORTED && bytes == 7 &&
-                      strstr(sk_last_error(), backend_names[bi]) != NULL,
-                  "CUDA workspace: %s, %zu bytes: %s", sk_status_name(st), bytes, sk_last_error());
+            CHECK(st == want && bytes == 7 && strstr(sk_last_error(), why) != NULL,
+                  "%s workspace: %s, %zu bytes: %s", backend_names[bi], sk_status_name(st), bytes,
+                  sk_last_error());
             st = sk_attention_varlen_backward_plan(&f.desc, &f.bwd, &f.x.layout, f.x.cu_q,
                                                    f.x.cu_k, NULL, 0, NULL);
-            CHECK(st == SK_STATUS_NOT_SUPPORTED, "CUDA plan: %s", sk_status_name(st));
+            CHECK(st == want, "%s plan: %s", backend_names[bi], sk_status_name(st));
+        }
+    next:
+        for (int i = 0; i < 3; ++i) free(s.g[i]);
+        fix_free(&f);
+    }
+}
+
+/* The CUDA backends with a call the kernels take (head_dim 64), no device
+ * needed: the workspace size (> 0; in a build without CUDA,
+ * NOT_SUPPORTED_BACKEND), then run, one-shot and plan with a workspace one
+ * byte short (BAD_PARAM_WORKSPACE naming the size call: checked before the
+ * device) and with a workspace over dq (named), and F32 (BAD_PARAM_DTYPE
+ * naming dtype); nothing written. */
+SK_TEST(varlen_bwd_cuda_workspace_checked_before_the_device) {
+    static const sk_backend backends[3] = {SK_BACKEND_CUDA, SK_BACKEND_CUDA_SM80,
+                                           SK_BACKEND_CUDA_SM90};
+    const int has_cuda = strstr(sk_build_info(), "no CUDA") == NULL;
+    for (int bi = 0; bi < 3; ++bi) {
+        vb_fix f;
+        vb_snap s;
+        memset(&s, 0, sizeof s);
+        if (!fix_make_d(&f, SK_DTYPE_BF16, case_seed(6, (uint64_t)bi), 64) || !snap_take(&f, &s)) {
+            CHECK(0, "fixture failed: %s", sk_last_error());
+            goto next;
+        }
+        f.desc.backend = backends[bi];
+        size_t bytes = 0;
+        sk_status st =
+            sk_attention_varlen_backward_workspace_size(&f.desc, &f.bwd, &f.x.layout, &bytes);
+        if (!has_cuda) {
+            CHECK(st == SK_STATUS_NOT_SUPPORTED_BACKEND, "without CUDA: %s",
+                  sk_status_name(st));
+            goto next;
+        }
+        CHECK(st == SK_STATUS_SUCCESS && bytes > 0, "head_dim 64: %s, %zu bytes (%s)",
+              sk_status_name(st), bytes, sk_last_error());
+        if (st != SK_STATUS_SUCCESS) goto next;
+        {
+            unsigned char *ws = malloc(bytes);
+            if (ws == NULL) {
+                CHECK(0, "out of memory");
+                goto next;
+            }
+            for (int call = 0; call < 3; ++call) {
+                st = call == 0 ? sk_attention_varlen_backward_run(
+                                     &f.desc, &f.bwd, &f.x.layout, f.x.cu_q, f.x.cu_k, f.x.q,
+                                     f.x.k, f.x.v, f.x.o, f.t.dout, f.x.lse, f.t.dq, f.t.dk,
+                                     f.t.dv, ws, bytes - 1, NULL)
+                     : call == 1 ? sk_attention_varlen_backward(
+                                       &f.desc, &f.bwd, &f.x.layout, f.x.cu_q, f.x.cu_k, f.x.q,
+                                       f.x.k, f.x.v, f.x.o, f.t.dout, f.x.lse, f.t.dq, f.t.dk,
+                                       f.t.dv, ws, bytes - 1, NULL)
+                                 : sk_attention_varlen_backward_plan(&f.desc, &f.bwd,
+                                                                     &f.x.layout, f.x.cu_q,
+                                                                     f.x.cu_k, ws, bytes - 1,
+                                                                     NULL);
+                CHECK(st == SK_STATUS_BAD_PARAM_WORKSPACE &&
+                          strstr(sk_last_error(), "sk_attention_varlen_backward_workspace_size") !=
+                              NULL,
+                      "call %d, workspace one byte short: %s (%s)", call, sk_status_name(st),
+                      sk_last_error());
+            }
+            free(ws);
+        }
+        st = sk_attention_varlen_backward_run(&f.desc, &f.bwd, &f.x.layout, f.x.cu_q, f.x.cu_k,
+                                              f.x.q, f.x.k, f.x.v, f.x.o, f.t.dout, f.x.lse,
+                                              f.t.dq, f.t.dk, f.t.dv, f.t.dq, bytes, NULL);
+        CHECK(st == SK_STATUS_BAD_PARAM_STRIDE && strstr(sk_last_error(), "workspace") != NULL &&
+                  strstr(sk_last_error(), "dq") != NULL,
+              "workspace over dq: %s (%s)", sk_status_name(st), sk_last_error());
+        CHECK(snap_same(&f, &s), "%s: an output was written", "CUDA workspace checks");
+        {
+            /* F32: the core refuses it for CUDA, from every call. */
+            vb_fix g;
+            vb_snap gs;
+            memset(&gs, 0, sizeof gs);
+            if (fix_make_d(&g, SK_DTYPE_F32, case_seed(7, (uint64_t)bi), 64) &&
+                snap_take(&g, &gs)) {
+                g.desc.backend = backends[bi];
+                vb_args a = args_of(&g);
+                expect(&g, &gs, &a, SK_STATUS_BAD_PARAM_DTYPE, "dtype", "F32 on CUDA");
+                bytes = 7;
+                st = sk_attention_varlen_backward_workspace_size(&g.desc, &g.bwd, &g.x.layout,
+                                                                 &bytes);
+                CHECK(st == SK_STATUS_BAD_PARAM_DTYPE && bytes == 7 &&
+                          strstr(sk_last_error(), "dtype") != NULL,
+                      "F32 workspace on CUDA: %s (%s)", sk_status_name(st), sk_last_error());
+            } else {
+                CHECK(0, "F32 fixture failed: %s", sk_last_error());
+            }
+            for (int i = 0; i < 3; ++i) free(gs.g[i]);
+            fix_free(&g);
         }
     next:
         for (int i = 0; i < 3; ++i) free(s.g[i]);

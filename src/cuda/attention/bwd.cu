@@ -37,7 +37,8 @@
 /* Byte offsets of the workspace parts from the aligned base. */
 typedef struct sk_bwd_workspace {
     sk_plan_layout dq, dkv; /* each schedule's parts, from its own start */
-    size_t dq_at, dkv_at, t_offsets, t_entries, lse2, dl, total;
+    size_t dq_at, dkv_at;
+    sk_bwd_tail tail; /* T, lse2, Dl and the total (bwd_kernels.h) */
 } sk_bwd_workspace;
 
 static sk_status sk_bwd_shape_of(const sk_attention_problem *p, sk_bwd_shape *s) {
@@ -103,19 +104,27 @@ static sk_status sk_bwd_workspace_of(const sk_attention_problem *p, const sk_bwd
     const sk_schedule_geometry gk = sk_bwd_t_geometry(p, s, NULL, NULL);
     SK_TRY(sk_schedule_layout_of(&gq, &w->dq));
     SK_TRY(sk_schedule_layout_of(&gk, &w->dkv));
-    int64_t rows_bytes;
-    const int64_t f[4] = {p->batch, p->heads_q, s->sq_pad, (int64_t)sizeof(float)};
-    if (!sk_product_i64(f, 4, &rows_bytes) || rows_bytes > INT64_MAX / 4)
-        return sk_error(SK_STATUS_BAD_PARAM_OVERFLOW,
-                        "the backward workspace (batch * heads_q * seq_q floats) overflows int64");
-    const size_t nnz = (size_t)(p->nnz > 0 ? p->nnz : 1);
     w->dq_at = 0;
     w->dkv_at = w->dq_at + w->dq.total;
-    w->t_offsets = w->dkv_at + w->dkv.total;
-    w->t_entries = w->t_offsets + sk_sched_align(((size_t)s->t_rows + 1) * sizeof(int32_t));
-    w->lse2 = w->t_entries + sk_sched_align(nnz * sizeof(int32_t));
-    w->dl = w->lse2 + sk_sched_align((size_t)rows_bytes);
-    w->total = w->dl + sk_sched_align((size_t)rows_bytes) + SK_SCHED_ALIGN;
+    return sk_bwd_workspace_tail(p, s, p->batch * p->heads_q, w->dkv_at + w->dkv.total,
+                                 &w->tail);
+}
+
+sk_status sk_bwd_workspace_tail(const sk_attention_problem *p, const sk_bwd_shape *s,
+                                int64_t lse_rows, size_t at, sk_bwd_tail *t) {
+    int64_t rows_bytes;
+    const int64_t f[3] = {lse_rows, s->sq_pad, (int64_t)sizeof(float)};
+    if (!sk_product_i64(f, 3, &rows_bytes) || rows_bytes > INT64_MAX / 4)
+        return sk_error(SK_STATUS_BAD_PARAM_OVERFLOW,
+                        "the backward workspace (%lld rows of %lld LSE and Dl floats) overflows "
+                        "int64",
+                        (long long)lse_rows, (long long)s->sq_pad);
+    const size_t nnz = (size_t)(p->nnz > 0 ? p->nnz : 1);
+    t->t_offsets = at;
+    t->t_entries = t->t_offsets + sk_sched_align(((size_t)s->t_rows + 1) * sizeof(int32_t));
+    t->lse2 = t->t_entries + sk_sched_align(nnz * sizeof(int32_t));
+    t->dl = t->lse2 + sk_sched_align((size_t)rows_bytes);
+    t->total = t->dl + sk_sched_align((size_t)rows_bytes) + SK_SCHED_ALIGN;
     return SK_STATUS_SUCCESS;
 }
 
@@ -135,7 +144,7 @@ static sk_status sk_bwd_prepare_enqueue(const sk_attention_backward_problem *bp,
     SK_TRY(sk_bwd_prepare(bp, s, w));
     SK_TRY(sk_cuda_check_arch(bp->fwd.backend, hopper));
     sk_plan_layout whole = {};
-    whole.total = w->total;
+    whole.total = w->tail.total;
     SK_TRY(sk_schedule_check_workspace(&whole, workspace, workspace_size,
                                        "sk_attention_backward_workspace_size"));
     *base = sk_schedule_base(workspace);
@@ -147,7 +156,7 @@ extern "C" sk_status sk_cuda_attention_backward_workspace_size(
     sk_bwd_shape s;
     sk_bwd_workspace w;
     SK_TRY(sk_bwd_prepare(bp, &s, &w));
-    *bytes = w.total;
+    *bytes = w.tail.total;
     return SK_STATUS_SUCCESS;
 }
 
@@ -160,8 +169,8 @@ extern "C" sk_status sk_cuda_attention_backward_plan(const sk_attention_backward
     int hopper = 0;
     SK_TRY(sk_bwd_prepare_enqueue(bp, workspace, workspace_size, &s, &w, &base, &hopper));
     const sk_attention_problem *p = &bp->fwd;
-    int32_t *t_offsets = (int32_t *)(base + w.t_offsets);
-    int32_t *t_entries = (int32_t *)(base + w.t_entries);
+    int32_t *t_offsets = (int32_t *)(base + w.tail.t_offsets);
+    int32_t *t_entries = (int32_t *)(base + w.tail.t_entries);
     SK_TRY(sk_bwd_transpose_enqueue(p, &s, t_offsets, t_entries, stream));
     const sk_schedule_geometry gq = sk_attention_schedule_geometry(p);
     SK_TRY(sk_schedule_enqueue(&gq, &w.dq, base + w.dq_at, stream));
@@ -177,12 +186,12 @@ extern "C" sk_status sk_cuda_attention_backward_run(const sk_attention_backward_
     char *base;
     int hopper = 0;
     SK_TRY(sk_bwd_prepare_enqueue(bp, workspace, workspace_size, &s, &w, &base, &hopper));
-    sk_bwd_plan_view v;
+    sk_bwd_plan_view v = {}; /* no varlen tables: the fixed mode */
     v.dq_info = (const int4 *)(base + w.dq_at + w.dq.info);
     v.dkv_info = (const int4 *)(base + w.dkv_at + w.dkv.info);
-    v.t_entries = (const int32_t *)(base + w.t_entries);
-    v.lse2 = (float *)(base + w.lse2);
-    v.dl = (float *)(base + w.dl);
+    v.t_entries = (const int32_t *)(base + w.tail.t_entries);
+    v.lse2 = (float *)(base + w.tail.lse2);
+    v.dl = (float *)(base + w.tail.dl);
     v.hopper = hopper && bp->fwd.backend != SK_BACKEND_CUDA_SM80;
     return sk_attention_bwd_sm80_launch(bp, &s, &v, stream);
 }

@@ -48,10 +48,34 @@ typedef struct sk_bwd_shape {
     int32_t dq_tiles, dkv_tiles; /* B * Hq * row_blocks, B * Hkv * col_blocks */
 } sk_bwd_shape;
 
+/* The workspace parts after the schedules (bwd.cu), from byte `at` of the
+ * aligned base: T's offsets and entries, then lse2 and Dl of lse_rows rows
+ * of sq_pad floats each; total is the whole workspace with the alignment
+ * slack. SK_STATUS_BAD_PARAM_OVERFLOW when the rows overflow int64. */
+typedef struct sk_bwd_tail {
+    size_t t_offsets, t_entries, lse2, dl, total;
+} sk_bwd_tail;
+sk_status sk_bwd_workspace_tail(const sk_attention_problem *p, const sk_bwd_shape *s,
+                                int64_t lse_rows, size_t at, sk_bwd_tail *t);
+
 /* Enqueue the build of T (three kernels: count, scan, place). t_offsets
  * has t_rows + 1 entries, t_entries p->nnz (at least one). */
 sk_status sk_bwd_transpose_enqueue(const sk_attention_problem *p, const sk_bwd_shape *s,
                                    int32_t *t_offsets, int32_t *t_entries, cudaStream_t stream);
+
+/* The varlen form of T (bwd_varlen.cu's plan): T slices are the T heads
+ * (the varlen layout has one batch), T row c of a slice is key column c
+ * of the varlen plan's column table (cols[c] = {b, j}: sequence b's key
+ * block j), its entries h_local * R + i for the query blocks i of sequence
+ * b (layout row row_start[b] + i < R) whose row selects j and visits it
+ * under b's own lengths (causal bottom-right per sequence). The same three
+ * kernels; t_rows = t_slices * col_cap. The tables are the plan's, written
+ * earlier on the same stream. */
+sk_status sk_bwd_transpose_varlen_enqueue(const sk_attention_problem *p, const sk_bwd_shape *s,
+                                          const int4 *seqs, const int32_t *row_start,
+                                          const int2 *cols, int32_t batch, int32_t col_cap,
+                                          int32_t *t_offsets,
+                                          int32_t *t_entries, cudaStream_t stream);
 
 /* What the run's kernels read from the workspace. */
 typedef struct sk_bwd_plan_view {
@@ -61,6 +85,12 @@ typedef struct sk_bwd_plan_view {
     float *lse2;              /* [B * Hq, sq_pad] LSE * log2(e), written by the pre-pass */
     float *dl;                /* [B * Hq, sq_pad] Dl = rowsum(dO * O), the same */
     int hopper;               /* the run may use the Hopper kernels (bwd.cu) */
+    /* Varlen mode (bwd_varlen.cu): the varlen plan's tables
+     * (varlen_plan.h); seqs NULL in the fixed backward. */
+    const int4 *seqs;
+    const int32_t *row_start;
+    const int2 *rows, *cols;
+    int32_t batch, col_cap;
 } sk_bwd_plan_view;
 
 /* The portable backward (mma.sync, ldmatrix, cp.async), compute capability

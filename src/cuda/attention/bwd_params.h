@@ -30,6 +30,18 @@ typedef struct sk_bwd_params {
     const int32_t *t_entries;                     /* the transposed layout's entries */
     int32_t dq_tiles, dkv_tiles, t_group, t_reps; /* t_reps = group / t_group */
     float scale, scale_log2;                      /* s and s log2(e), signed */
+    /* Varlen mode (bwd_varlen.cu; NULL / 0 in the fixed backward): the
+     * varlen plan's tables (varlen_plan.h). The problem is then the packed
+     * call as batch 1 (seq_q = total_q, seq_k = total_k, row_blocks = R);
+     * dQ tiles are the plan's (query head, layout row), dK/dV tiles (KV
+     * head, key column c < v_col_cap); each tile narrows the parameters to
+     * its sequence (sk_bwd_varlen_narrow in bwd_sm80.cu). lse2 and Dl are
+     * then indexed by padded row: layout row r's queries at r * block_q. */
+    const int4 *v_seqs;      /* [v_batch] {q0, len_q, k0, len_k} */
+    const int32_t *v_row_start; /* [v_batch + 1] */
+    const int2 *v_rows;      /* [row_blocks] {b, i} */
+    const int2 *v_cols;      /* [v_col_cap] {b, j} */
+    int32_t v_batch, v_col_cap;
 } sk_bwd_params;
 
 #endif /* SK_CUDA_ATTENTION_BWD_PARAMS_H */

@@ -193,6 +193,35 @@ __device__ __forceinline__ void sk_bwd_mma_rows(float (&acc)[kD / 8][4],
         }
 }
 
+/* Varlen mode: *n = p narrowed to sequence b, whose layout rows start at
+ * rs (its padded lse2 / Dl rows at rs * block_q): pointers at the
+ * sequence's first query and key token, Sq = len_q (cut at the rows left
+ * to it, so that a garbage plan stays inside the workspace), Sk = len_k,
+ * the causal offset len_k - len_q, the column bound min(col_blocks, nb_k).
+ * Lengths are clamped again here: any table content stays in bounds. */
+__device__ __forceinline__ void sk_bwd_varlen_narrow(const sk_bwd_params &p, int32_t b,
+                                                     int32_t rs, sk_bwd_params *n) {
+    const int4 s = p.v_seqs[b]; /* {q0, len_q, k0, len_k} */
+    const int32_t q0 = min(max(s.x, 0), p.seq_q), len_q = min(max(s.y, 0), p.seq_q - q0);
+    const int32_t k0 = min(max(s.z, 0), p.seq_k), len_k = min(max(s.w, 0), p.seq_k - k0);
+    rs = min(max(rs, 0), p.row_blocks);
+    *n = p;
+    n->q += (int64_t)q0 * p.q_ss;
+    n->o += (int64_t)q0 * p.o_ss;
+    n->dout += (int64_t)q0 * p.do_ss;
+    n->dq += (int64_t)q0 * p.dq_ss;
+    n->k += (int64_t)k0 * p.k_ss;
+    n->v += (int64_t)k0 * p.v_ss;
+    n->dk += (int64_t)k0 * p.dk_ss;
+    n->dv += (int64_t)k0 * p.dv_ss;
+    n->lse2 += (int64_t)rs * p.block_q;
+    n->dl += (int64_t)rs * p.block_q;
+    n->seq_q = min(len_q, (p.row_blocks - rs) * p.block_q);
+    n->seq_k = len_k;
+    n->diag = len_k - len_q;
+    n->col_blocks = min(p.col_blocks, (len_k + p.block_k - 1) / p.block_k);
+}
+
 /* The kernels' parts: dK/dV, then dQ. */
 #include "cuda/attention/bwd_sm80_dkv.cuh"
 #include "cuda/attention/bwd_sm80_dq.cuh"
@@ -226,29 +255,47 @@ __device__ __forceinline__ float sk_bwd_dot8(uint4 a, uint4 b, float acc) {
 }
 
 /* One CTA per 64 rows of a (batch, query head): D / 8 threads per row,
- * each 16 bytes of dO and O, then a butterfly sum over those threads. */
-template <int kDtype, int kD>
+ * each 16 bytes of dO and O, then a butterfly sum over those threads.
+ * Varlen (kVarlen): the 64 padded rows qt of query head h lie in layout
+ * row r = 64 qt / block_q, i.e. sequence b's query block i (the row
+ * table), so rows past len_q(b) get 0. */
+template <int kDtype, int kD, bool kVarlen>
 __global__ void __launch_bounds__(SK_BWD_THREADS)
     sk_bwd_prepass_kernel(const __grid_constant__ sk_bwd_params p) {
     constexpr int kT = kD / 8, kRowsPerPass = SK_BWD_THREADS / kT;
     const int32_t qt = (int32_t)blockIdx.x % p.q_tiles, bh = (int32_t)blockIdx.x / p.q_tiles;
     const int32_t h = bh % p.heads_q, b = bh / p.heads_q;
     const int c = threadIdx.x % kT, r0 = threadIdx.x / kT;
+    /* The tile's rows are tokens first .. first + count - 1 (count <= 0: none). */
+    int32_t first = qt * SK_BWD_TILE, count = p.seq_q - first;
+    if constexpr (kVarlen) {
+        const int32_t r = qt * SK_BWD_TILE / p.block_q;
+        const int2 row = p.v_rows[r];
+        count = 0;
+        if ((uint32_t)row.x < (uint32_t)p.v_batch && (uint32_t)row.y <= (uint32_t)r) {
+            const int4 s = p.v_seqs[row.x];
+            const int32_t q0 = min(max(s.x, 0), p.seq_q), len_q = min(max(s.y, 0), p.seq_q - q0);
+            const int32_t local = row.y * p.block_q + (qt * SK_BWD_TILE - r * p.block_q);
+            first = q0 + local;
+            count = len_q - local;
+        }
+    }
     const char *o = p.o + b * p.o_sb + h * p.o_sh + c * 16;
     const char *d = p.dout + b * p.do_sb + h * p.do_sh + c * 16;
 #pragma unroll 4
     for (int r = r0; r < SK_BWD_TILE; r += kRowsPerPass) {
-        const int32_t q = qt * SK_BWD_TILE + r;
+        const int32_t q = first + r;
+        const bool ok = r < count;
         float sum = 0.f;
-        if (q < p.seq_q)
+        if (ok)
             sum = sk_bwd_dot8<kDtype>(*(const uint4 *)(o + (int64_t)q * p.o_ss),
                                       *(const uint4 *)(d + (int64_t)q * p.do_ss), 0.f);
 #pragma unroll
         for (int off = kT / 2; off > 0; off /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);
         if (c == 0) {
-            const int64_t at = (int64_t)bh * p.sq_pad + q;
-            p.dl[at] = q < p.seq_q ? sum : 0.f;
-            p.lse2[at] = q < p.seq_q ? p.lse[(int64_t)bh * p.seq_q + q] * SK_BWD_LOG2E : 0.f;
+            const int64_t at = (int64_t)bh * p.sq_pad + qt * SK_BWD_TILE + r;
+            p.dl[at] = ok ? sum : 0.f;
+            p.lse2[at] = ok ? p.lse[(int64_t)bh * p.seq_q + q] * SK_BWD_LOG2E : 0.f;
         }
     }
 }
@@ -303,18 +350,18 @@ sk_status sk_attention_bwd_sm80_check(const sk_attention_backward_problem *bp) {
 /* The pre-pass, then the dK/dV and dQ passes on the stream: each pass on
  * the Hopper kernel when `hopper` and it covers the problem, else on the
  * portable kernel. */
-template <int kDtype, int kD>
+template <int kDtype, int kD, bool kVarlen>
 static sk_status sk_bwd_launch_typed(const sk_attention_backward_problem *bp,
                                      const sk_bwd_params &k, const sk_bwd_shape *s, int hopper,
                                      cudaStream_t stream) {
     const int prepass = (s->dq_tiles / k.row_blocks) * k.q_tiles; /* B * Hq * q_tiles */
-    sk_bwd_prepass_kernel<kDtype, kD><<<prepass, SK_BWD_THREADS, 0, stream>>>(k);
+    sk_bwd_prepass_kernel<kDtype, kD, kVarlen><<<prepass, SK_BWD_THREADS, 0, stream>>>(k);
     SK_CUDA_TRY(cudaGetLastError(), "backward pre-pass kernel launch");
 
     int launched = 0;
     if (hopper) SK_TRY(sk_attention_bwd_sm90_dkv_launch(bp, s, &k, stream, &launched));
     if (!launched) {
-        void (*dkv)(sk_bwd_params) = sk_bwd_dkv_kernel<kDtype, kD>;
+        void (*dkv)(sk_bwd_params) = sk_bwd_dkv_kernel<kDtype, kD, kVarlen>;
         const int dkv_smem = (int)sk_bwd_dkv_smem_bytes<kD>();
         SK_CUDA_TRY(cudaFuncSetAttribute(dkv, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          dkv_smem),
@@ -327,7 +374,7 @@ static sk_status sk_bwd_launch_typed(const sk_attention_backward_problem *bp,
     launched = 0;
     if (hopper) SK_TRY(sk_attention_bwd_sm90_dq_launch(bp, s, &k, stream, &launched));
     if (!launched) {
-        void (*dq)(sk_bwd_params) = sk_bwd_dq_kernel<kDtype, kD>;
+        void (*dq)(sk_bwd_params) = sk_bwd_dq_kernel<kDtype, kD, kVarlen>;
         const int dq_smem = (int)sk_bwd_dq_smem_bytes<kD>();
         SK_CUDA_TRY(cudaFuncSetAttribute(dq, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          dq_smem),
@@ -400,10 +447,26 @@ sk_status sk_attention_bwd_sm80_launch(const sk_attention_backward_problem *bp,
     k.t_reps = p->group / s->t_group;
     k.scale = p->scale;
     k.scale_log2 = p->scale * SK_BWD_LOG2E;
+    /* Varlen mode: the varlen plan's tables; never the Hopper kernels. */
+    k.v_seqs = v->seqs;
+    k.v_row_start = v->row_start;
+    k.v_rows = v->rows;
+    k.v_cols = v->cols;
+    k.v_batch = v->batch;
+    k.v_col_cap = v->col_cap;
+    if (v->seqs != NULL) {
+        if (p->dtype == SK_DTYPE_F16)
+            return p->head_dim == 64
+                       ? sk_bwd_launch_typed<SK_DTYPE_F16, 64, true>(bp, k, s, 0, stream)
+                       : sk_bwd_launch_typed<SK_DTYPE_F16, 128, true>(bp, k, s, 0, stream);
+        return p->head_dim == 64
+                   ? sk_bwd_launch_typed<SK_DTYPE_BF16, 64, true>(bp, k, s, 0, stream)
+                   : sk_bwd_launch_typed<SK_DTYPE_BF16, 128, true>(bp, k, s, 0, stream);
+    }
     const int h = v->hopper;
     if (p->dtype == SK_DTYPE_F16)
-        return p->head_dim == 64 ? sk_bwd_launch_typed<SK_DTYPE_F16, 64>(bp, k, s, h, stream)
-                                 : sk_bwd_launch_typed<SK_DTYPE_F16, 128>(bp, k, s, h, stream);
-    return p->head_dim == 64 ? sk_bwd_launch_typed<SK_DTYPE_BF16, 64>(bp, k, s, h, stream)
-                             : sk_bwd_launch_typed<SK_DTYPE_BF16, 128>(bp, k, s, h, stream);
+        return p->head_dim == 64 ? sk_bwd_launch_typed<SK_DTYPE_F16, 64, false>(bp, k, s, h, stream)
+                                 : sk_bwd_launch_typed<SK_DTYPE_F16, 128, false>(bp, k, s, h, stream);
+    return p->head_dim == 64 ? sk_bwd_launch_typed<SK_DTYPE_BF16, 64, false>(bp, k, s, h, stream)
+                             : sk_bwd_launch_typed<SK_DTYPE_BF16, 128, false>(bp, k, s, h, stream);
 }

@@ -3,7 +3,9 @@
  * bwd_sm80.cu, included there only; its header is the design). One CTA
  * per (batch b, KV head hk, 64-key tile of key block j): the tile's items
  * are the (query head, 64-row query tile) pairs of the transposed layout's
- * row, in its order, each repeated G / t_group times (bwd_kernels.h).
+ * row, in its order, each repeated G / t_group times (bwd_kernels.h). In
+ * varlen mode a tile is (KV head, key column of the varlen plan), the
+ * parameters narrowed to the column's sequence: the same body.
  *
  * Shared memory: K and V of the tile (warp w loads and alone reads rows
  * 16 w .. 16 w + 15: its keys, the A operand), then two stages of an item:
@@ -151,22 +153,16 @@ __device__ __forceinline__ void sk_bwd_dkv_item(const sk_bwd_params &p, const sk
     }
 }
 
+/* The key tile [kt, kt + 64) of (batch b, KV head hk) over T entries
+ * [start, end): the whole CTA's work once its tile is known. */
 template <int kDtype, int kD>
-__global__ void __launch_bounds__(SK_BWD_THREADS, SK_BWD_CTAS_PER_SM)
-    sk_bwd_dkv_kernel(const __grid_constant__ sk_bwd_params p) {
-    extern __shared__ __align__(128) unsigned char smem[];
+__device__ __forceinline__ void sk_bwd_dkv_tile(const sk_bwd_params &p, unsigned char *smem,
+                                                int32_t b, int32_t hk, int32_t kt, int32_t start,
+                                                int32_t end) {
     constexpr int kRowBytes = kD * 2, kDTiles = kD / 8;
     constexpr uint32_t kTileBytes = SK_BWD_TILE * kRowBytes;
     constexpr uint32_t kStageBytes = sk_bwd_dkv_stage_bytes<kD>();
-    const int32_t ksubs = p.block_k / SK_BWD_TILE;
-    const int32_t slot = (int32_t)blockIdx.x / ksubs, ksub = (int32_t)blockIdx.x - slot * ksubs;
-    const int4 info = p.dkv_info[slot];
-    if (info.x < 0 || info.x >= p.dkv_tiles) return; /* a stale plan: no tile */
-    const int32_t j = info.x % p.col_blocks, bh = info.x / p.col_blocks;
-    const int32_t hk = bh % p.heads_kv, b = bh / p.heads_kv;
-    const int32_t kt = j * p.block_k + ksub * SK_BWD_TILE; /* first key of the tile */
     if (kt >= p.seq_k) return;
-    const int32_t end = min(max(info.z, 0), p.nnz), start = min(max(info.y, 0), end);
     const int warp = threadIdx.x >> 5;
     const int32_t kw = kt + SK_BWD_WARP_ROWS * warp; /* this warp's first key */
     const uint32_t smem0 = (uint32_t)__cvta_generic_to_shared(smem);
@@ -222,6 +218,36 @@ __global__ void __launch_bounds__(SK_BWD_THREADS, SK_BWD_CTAS_PER_SM)
                                        dko + (uint32_t)r0 * (uint32_t)p.dk_ss, p.dk_ss, valid);
     sk_bwd_store_rows_warp<kDtype, kD>(dv, 1.f, smem + kTileBytes + r0 * kRowBytes,
                                        dvo + (uint32_t)r0 * (uint32_t)p.dv_ss, p.dv_ss, valid);
+}
+
+/* One CTA per (plan slot, 64-key part of the block). Fixed: tile (b, hk,
+ * key block j). Varlen (kVarlen): tile (hk, key column c), c = (b, j) by
+ * the column table, the parameters narrowed to sequence b. */
+template <int kDtype, int kD, bool kVarlen>
+__global__ void __launch_bounds__(SK_BWD_THREADS, SK_BWD_CTAS_PER_SM)
+    sk_bwd_dkv_kernel(const __grid_constant__ sk_bwd_params p) {
+    extern __shared__ __align__(128) unsigned char smem[];
+    const int32_t ksubs = p.block_k / SK_BWD_TILE;
+    const int32_t slot = (int32_t)blockIdx.x / ksubs, ksub = (int32_t)blockIdx.x - slot * ksubs;
+    const int4 info = p.dkv_info[slot];
+    if (info.x < 0 || info.x >= p.dkv_tiles) return; /* a stale plan: no tile */
+    const int32_t end = min(max(info.z, 0), p.nnz), start = min(max(info.y, 0), end);
+    const int32_t cols = kVarlen ? p.v_col_cap : p.col_blocks;
+    const int32_t j = info.x % cols, bh = info.x / cols;
+    const int32_t hk = bh % p.heads_kv, b = bh / p.heads_kv;
+    if constexpr (kVarlen) {
+        const int2 cb = p.v_cols[j];
+        if ((uint32_t)cb.x >= (uint32_t)p.v_batch) return; /* no sequence */
+        sk_bwd_params n;
+        sk_bwd_varlen_narrow(p, cb.x, __ldg(p.v_row_start + cb.x), &n);
+        /* kt below len_k, so no int32 overflow on garbage columns. */
+        if (cb.y < 0 || (int64_t)cb.y * p.block_k + ksub * SK_BWD_TILE >= n.seq_k) return;
+        sk_bwd_dkv_tile<kDtype, kD>(n, smem, 0, hk, cb.y * p.block_k + ksub * SK_BWD_TILE,
+                                    start, end);
+    } else {
+        sk_bwd_dkv_tile<kDtype, kD>(p, smem, b, hk, j * p.block_k + ksub * SK_BWD_TILE, start,
+                                    end);
+    }
 }
 
 #endif /* SK_CUDA_ATTENTION_BWD_SM80_DKV_CUH */

@@ -4,7 +4,9 @@
  * (batch b, query head h, 64-row query tile of query block i), taken in
  * the plan's longest-first order of the layout rows: it walks row i of
  * slice(b, h) in order, each selected block in 64-key chunks, skipping the
- * chunks no row of the tile sees (causal) and those past Sk.
+ * chunks no row of the tile sees (causal) and those past Sk. In varlen
+ * mode a tile is (query head, layout row of the varlen plan), the
+ * parameters narrowed to the row's sequence: the same body.
  *
  * Shared memory: Q and dO of the tile (warp w loads and alone reads rows
  * 16 w .. 16 w + 15, its A operands), then two stages of a chunk's K and V
@@ -77,25 +79,22 @@ __device__ __forceinline__ void sk_bwd_dq_chunk(const sk_bwd_params &p, const sk
     sk_bwd_mma_rows<kDtype, kD, kPK>(acc, dsa, ks + ln.t_row, ln);
 }
 
+/* The query tile [q0, q0 + 64) of (batch b, query head h; bh = b Hq + h)
+ * over the layout entries from info_y to info_z: the whole CTA's work once
+ * its tile is known. */
 template <int kDtype, int kD>
-__global__ void __launch_bounds__(SK_BWD_THREADS, SK_BWD_CTAS_PER_SM)
-    sk_bwd_dq_kernel(const __grid_constant__ sk_bwd_params p) {
-    extern __shared__ __align__(128) unsigned char smem[];
+__device__ __forceinline__ void sk_bwd_dq_tile(const sk_bwd_params &p, unsigned char *smem,
+                                               int32_t b, int32_t h, int32_t q0, int32_t info_y,
+                                               int32_t info_z) {
     constexpr int kRowBytes = kD * 2, kDTiles = kD / 8;
     constexpr uint32_t kTileBytes = SK_BWD_TILE * kRowBytes;
-    const int32_t qsubs = p.block_q / SK_BWD_TILE;
-    const int32_t slot = (int32_t)blockIdx.x / qsubs, qsub = (int32_t)blockIdx.x - slot * qsubs;
-    const int4 info = p.dq_info[slot];
-    if (info.x < 0 || info.x >= p.dq_tiles) return; /* a stale plan: no tile */
-    const int32_t i = info.x % p.row_blocks, bh = info.x / p.row_blocks;
-    const int32_t h = bh % p.heads_q, b = bh / p.heads_q, hk = h / p.group;
-    const int32_t q0 = i * p.block_q + qsub * SK_BWD_TILE; /* first query of the tile */
+    const int32_t bh = b * p.heads_q + h, hk = h / p.group;
     if (q0 >= p.seq_q) return;
     /* The last key any row of the tile sees (+ 1), for the causal skips. */
     const int32_t kmax = min(q0 + SK_BWD_TILE, p.seq_q) - 1 + p.diag;
     const int32_t klim = p.causal ? min(p.seq_k, kmax + 1) : p.seq_k;
-    const int32_t end = min(max(info.z, 0), p.nnz);
-    int32_t pos = min(max(info.y, 0), end) - 1, col = 0, ks = p.block_k / SK_BWD_TILE;
+    const int32_t end = min(max(info_z, 0), p.nnz);
+    int32_t pos = min(max(info_y, 0), end) - 1, col = 0, ks = p.block_k / SK_BWD_TILE;
     bool have = sk_bwd_dq_next(p, end, kmax, &pos, &col, &ks);
 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2;
@@ -155,6 +154,32 @@ __global__ void __launch_bounds__(SK_BWD_THREADS, SK_BWD_CTAS_PER_SM)
     char *out = p.dq + b * p.dq_sb + h * p.dq_sh + (int64_t)qw * p.dq_ss;
     sk_bwd_store_rows_warp<kDtype, kD>(acc, p.scale, smem + r0 * kRowBytes, out, p.dq_ss,
                                        p.seq_q - qw);
+}
+
+/* One CTA per (plan slot, 64-row part of the block). Fixed: tile (b, h,
+ * query block i). Varlen (kVarlen): tile (h, layout row r), r = (b, i) by
+ * the row table, the parameters narrowed to sequence b. */
+template <int kDtype, int kD, bool kVarlen>
+__global__ void __launch_bounds__(SK_BWD_THREADS, SK_BWD_CTAS_PER_SM)
+    sk_bwd_dq_kernel(const __grid_constant__ sk_bwd_params p) {
+    extern __shared__ __align__(128) unsigned char smem[];
+    const int32_t qsubs = p.block_q / SK_BWD_TILE;
+    const int32_t slot = (int32_t)blockIdx.x / qsubs, qsub = (int32_t)blockIdx.x - slot * qsubs;
+    const int4 info = p.dq_info[slot];
+    if (info.x < 0 || info.x >= p.dq_tiles) return; /* a stale plan: no tile */
+    const int32_t i = info.x % p.row_blocks, bh = info.x / p.row_blocks;
+    const int32_t h = bh % p.heads_q, b = bh / p.heads_q;
+    if constexpr (kVarlen) {
+        const int2 row = p.v_rows[i]; /* {sequence, its query block} */
+        if ((uint32_t)row.x >= (uint32_t)p.v_batch || row.y < 0 || row.y > i) return;
+        sk_bwd_params n;
+        sk_bwd_varlen_narrow(p, row.x, i - row.y, &n);
+        sk_bwd_dq_tile<kDtype, kD>(n, smem, 0, h, row.y * p.block_q + qsub * SK_BWD_TILE, info.y,
+                                   info.z);
+    } else {
+        sk_bwd_dq_tile<kDtype, kD>(p, smem, b, h, i * p.block_q + qsub * SK_BWD_TILE, info.y,
+                                   info.z);
+    }
 }
 
 #endif /* SK_CUDA_ATTENTION_BWD_SM80_DQ_CUH */

@@ -4,13 +4,15 @@
  * clamped lengths and row starts, the row table, and the longest-first
  * tile order with the absent rows dropped to the end.
  *
- * Five kernels, no host synchronisation:
+ * Five kernels (six with the backward's columns), no host synchronisation:
  *   1. seqs     one CTA: clamp each sequence's lengths (seqs), then the
  *               exclusive prefix sum of nb_q saturated at R (row_start), in
- *               passes of 1024 sequences with a carried total.
+ *               passes of 1024 sequences with a carried total (and, for
+ *               the backward, of nb_k saturated at col_cap: col_start).
  *   2. rows     one thread per layout row r: the sequence holding it, by a
  *               binary search of row_start (no scatter, so no write race
- *               and nothing left unwritten when lengths are garbage).
+ *               and nothing left unwritten when lengths are garbage); the
+ *               backward's column table likewise from col_start.
  *   3. count    as schedule.cu's, per segment of 1024 tiles of one L2 group:
  *               the visited entries of each present tile (key), a
  *               per-segment histogram. Absent tiles have no key.
@@ -42,6 +44,9 @@ typedef struct sk_vplan_params {
     int4 *seqs;
     int32_t *row_start;
     int2 *row_table;
+    int32_t *col_start; /* the backward's key columns: NULL in the forward */
+    int2 *col_table;
+    int32_t col_cap;
     int32_t *keys, *hist, *order;
     int4 *info;
 } sk_vplan_params;
@@ -82,6 +87,24 @@ sk_status sk_varlen_plan_layout_of(const sk_attention_varlen_problem *v, sk_varl
     w->hist = w->keys + sk_sched_align(n * sizeof(int32_t));
     w->total = w->hist + sk_sched_align((size_t)w->segs * (size_t)w->bins * sizeof(int32_t)) +
                SK_SCHED_ALIGN;
+    w->col_start = w->cols = 0;
+    w->col_cap = 0;
+    return SK_STATUS_SUCCESS;
+}
+
+sk_status sk_varlen_plan_add_cols(const sk_attention_varlen_problem *v, sk_varlen_plan_layout *w) {
+    const sk_attention_problem *f = &v->flat;
+    /* sum over b of ceil(len_k(b) / block_k) < total_k / block_k + B. */
+    const int64_t cap = sk_ceil_div_i64(f->seq_k, f->block_k) + v->batch;
+    if (cap > INT32_MAX)
+        return sk_error(SK_STATUS_NOT_SUPPORTED,
+                        "ceil(total_k / block_k) + batch = %lld key blocks: the CUDA backend "
+                        "takes at most 2^31 - 1",
+                        (long long)cap);
+    w->col_cap = (int32_t)cap;
+    w->col_start = w->total - SK_SCHED_ALIGN; /* the parts' end, aligned */
+    w->cols = w->col_start + sk_sched_align(((size_t)v->batch + 1) * sizeof(int32_t));
+    w->total = w->cols + sk_sched_align((size_t)cap * sizeof(int2)) + SK_SCHED_ALIGN;
     return SK_STATUS_SUCCESS;
 }
 
@@ -93,6 +116,9 @@ sk_varlen_plan_view sk_varlen_plan_view_of(const sk_varlen_plan_layout *w, char 
     s.seqs = (const int4 *)(base + w->seqs);
     s.row_start = (const int32_t *)(base + w->row_start);
     s.rows = (const int2 *)(base + w->rows);
+    s.col_start = w->col_cap > 0 ? (const int32_t *)(base + w->col_start) : NULL;
+    s.cols = w->col_cap > 0 ? (const int2 *)(base + w->cols) : NULL;
+    s.col_cap = w->col_cap;
     s.batch = w->batch;
     s.row_blocks = w->row_blocks;
     s.num_tiles = w->tiles;
@@ -111,14 +137,42 @@ __device__ __forceinline__ int2 sk_vplan_span(const int32_t *cu, int32_t b, int3
     return make_int2(s, min(e - s, max_len));
 }
 
+/* One pass of an exclusive prefix sum over the CTA (every thread calls it
+ * with its term x): the sum of the terms before x, from *carry on,
+ * saturated at cap; *carry advances by the pass's total (saturated). */
+__device__ __forceinline__ long long sk_vplan_scan_pass(long long x, long long *carry,
+                                                        long long cap, long long *warp_sum) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    /* Inclusive scan over the CTA: in the warp, then over warp sums. */
+    long long inc = x;
+    for (int off = 1; off < 32; off *= 2) {
+        const long long y = __shfl_up_sync(0xffffffffu, inc, off);
+        if (lane >= off) inc += y;
+    }
+    if (lane == 31) warp_sum[warp] = inc;
+    __syncthreads();
+    if (warp == 0) {
+        long long s = warp_sum[lane];
+        for (int off = 1; off < 32; off *= 2) {
+            const long long y = __shfl_up_sync(0xffffffffu, s, off);
+            if (lane >= off) s += y;
+        }
+        warp_sum[lane] = s;
+    }
+    __syncthreads();
+    const long long before = *carry + (warp > 0 ? warp_sum[warp - 1] : 0) + inc - x;
+    *carry = min(*carry + warp_sum[SK_VPLAN_THREADS / 32 - 1], cap);
+    __syncthreads(); /* warp_sum is rewritten by the next pass */
+    return min(before, cap);
+}
+
 __global__ void __launch_bounds__(SK_VPLAN_THREADS)
     sk_vplan_seqs_kernel(const __grid_constant__ sk_vplan_params p) {
     __shared__ long long warp_sum[SK_VPLAN_THREADS / 32];
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    long long carry = 0; /* rows of the passes before, saturated at R */
+    long long carry = 0, col_carry = 0; /* rows (columns) of the passes before, saturated */
     for (int32_t b0 = 0; b0 < p.batch; b0 += SK_VPLAN_THREADS) {
         const int32_t b = b0 + (int32_t)threadIdx.x;
-        long long nb = 0;
+        long long nb = 0, nk = 0;
         if (b < p.batch) {
             const int2 q = sk_vplan_span(p.cu_q, b, p.total_q, p.max_q);
             int2 k;
@@ -129,55 +183,50 @@ __global__ void __launch_bounds__(SK_VPLAN_THREADS)
             }
             p.seqs[b] = make_int4(q.x, q.y, k.x, k.y);
             nb = ((long long)q.y + p.block_q - 1) / p.block_q;
+            nk = ((long long)k.y + p.block_k - 1) / p.block_k;
         }
-        /* Inclusive scan over the CTA: in the warp, then over warp sums. */
-        long long x = nb;
-        for (int off = 1; off < 32; off *= 2) {
-            const long long y = __shfl_up_sync(0xffffffffu, x, off);
-            if (lane >= off) x += y;
+        const long long before = sk_vplan_scan_pass(nb, &carry, p.rows, warp_sum);
+        if (b < p.batch) p.row_start[b] = (int32_t)before;
+        if (p.col_start != NULL) { /* CTA-uniform */
+            const long long cb = sk_vplan_scan_pass(nk, &col_carry, p.col_cap, warp_sum);
+            if (b < p.batch) p.col_start[b] = (int32_t)cb;
         }
-        if (lane == 31) warp_sum[warp] = x;
-        __syncthreads();
-        if (warp == 0) {
-            long long s = warp_sum[lane];
-            for (int off = 1; off < 32; off *= 2) {
-                const long long y = __shfl_up_sync(0xffffffffu, s, off);
-                if (lane >= off) s += y;
-            }
-            warp_sum[lane] = s;
-        }
-        __syncthreads();
-        const long long before = carry + (warp > 0 ? warp_sum[warp - 1] : 0) + x - nb;
-        if (b < p.batch) p.row_start[b] = (int32_t)min(before, (long long)p.rows);
-        carry = min(carry + warp_sum[SK_VPLAN_THREADS / 32 - 1], (long long)p.rows);
-        __syncthreads(); /* warp_sum is rewritten by the next pass */
     }
-    if (threadIdx.x == 0) p.row_start[p.batch] = (int32_t)carry;
+    if (threadIdx.x == 0) {
+        p.row_start[p.batch] = (int32_t)carry;
+        if (p.col_start != NULL) p.col_start[p.batch] = (int32_t)col_carry;
+    }
 }
 
 /* ---------------------------------------------------------------------------
  * 2. The row table
  * ------------------------------------------------------------------------- */
 
+/* The row table (kCols = false: entry r of [0, R) from row_start) or the
+ * backward's column table (kCols: entry c of [0, col_cap) from col_start):
+ * {b, r - start[b]} for the sequence b holding r, {-1, -1} past start[B]. */
+template <bool kCols>
 __global__ void __launch_bounds__(SK_VPLAN_ROW_THREADS)
     sk_vplan_rows_kernel(const __grid_constant__ sk_vplan_params p) {
     const int32_t r = blockIdx.x * SK_VPLAN_ROW_THREADS + threadIdx.x;
-    if (r >= p.rows) return;
-    if (r >= p.row_start[p.batch]) {
-        p.row_table[r] = make_int2(-1, -1);
+    const int32_t *start = kCols ? p.col_start : p.row_start;
+    int2 *table = kCols ? p.col_table : p.row_table;
+    if (r >= (kCols ? p.col_cap : p.rows)) return;
+    if (r >= start[p.batch]) {
+        table[r] = make_int2(-1, -1);
         return;
     }
-    /* The last b with row_start[b] <= r: then row_start[b + 1] > r, so
-     * sequence b holds row r (row_start[0] = 0 <= r). */
+    /* The last b with start[b] <= r: then start[b + 1] > r, so sequence b
+     * holds r (start[0] = 0 <= r). */
     int32_t lo = 0, hi = p.batch - 1;
     while (lo < hi) {
         const int32_t mid = lo + (hi - lo + 1) / 2;
-        if (p.row_start[mid] <= r)
+        if (start[mid] <= r)
             lo = mid;
         else
             hi = mid - 1;
     }
-    p.row_table[r] = make_int2(lo, r - p.row_start[lo]);
+    table[r] = make_int2(lo, r - start[lo]);
 }
 
 /* ---------------------------------------------------------------------------
@@ -294,6 +343,9 @@ sk_status sk_varlen_plan_enqueue(const sk_varlen_plan_source *src, const sk_varl
     k.seqs = (int4 *)(base + w->seqs);
     k.row_start = (int32_t *)(base + w->row_start);
     k.row_table = (int2 *)(base + w->rows);
+    k.col_cap = w->col_cap;
+    k.col_start = w->col_cap > 0 ? (int32_t *)(base + w->col_start) : NULL;
+    k.col_table = w->col_cap > 0 ? (int2 *)(base + w->cols) : NULL;
     k.keys = (int32_t *)(base + w->keys);
     k.hist = (int32_t *)(base + w->hist);
     k.order = (int32_t *)(base + w->order);
@@ -301,9 +353,15 @@ sk_status sk_varlen_plan_enqueue(const sk_varlen_plan_source *src, const sk_varl
 
     sk_vplan_seqs_kernel<<<1, SK_VPLAN_THREADS, 0, stream>>>(k);
     SK_CUDA_TRY(cudaGetLastError(), "varlen plan sequences kernel launch");
-    sk_vplan_rows_kernel<<<(k.rows + SK_VPLAN_ROW_THREADS - 1) / SK_VPLAN_ROW_THREADS,
-                           SK_VPLAN_ROW_THREADS, 0, stream>>>(k);
+    sk_vplan_rows_kernel<false><<<(k.rows + SK_VPLAN_ROW_THREADS - 1) / SK_VPLAN_ROW_THREADS,
+                                  SK_VPLAN_ROW_THREADS, 0, stream>>>(k);
     SK_CUDA_TRY(cudaGetLastError(), "varlen plan rows kernel launch");
+    if (k.col_cap > 0) {
+        sk_vplan_rows_kernel<true><<<(k.col_cap + SK_VPLAN_ROW_THREADS - 1) /
+                                         SK_VPLAN_ROW_THREADS,
+                                     SK_VPLAN_ROW_THREADS, 0, stream>>>(k);
+        SK_CUDA_TRY(cudaGetLastError(), "varlen plan columns kernel launch");
+    }
     sk_vplan_count_kernel<<<w->segs, SK_VPLAN_THREADS, 0, stream>>>(k);
     SK_CUDA_TRY(cudaGetLastError(), "varlen plan count kernel launch");
     sk_vplan_offsets_kernel<<<w->groups, SK_VPLAN_THREADS, 0, stream>>>(k);

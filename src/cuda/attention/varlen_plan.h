@@ -51,6 +51,16 @@
  *                            takes slots in order through the counter may
  *                            stop at the first x = -1: nothing follows.
  *   keys, hist                plan scratch (never read by a run).
+ *   col_start  int32 [B + 1] (the backward's plan only, after
+ *                            sk_varlen_plan_add_cols; absent in the
+ *                            forward's) exclusive prefix sum of nb_k(b) =
+ *                            ceil(len_k(b) / block_k), saturated at
+ *                            col_cap = ceil(total_k / block_k) + B (a bound
+ *                            on the sum for valid lengths): the backward's
+ *                            key tiles numbered over all sequences.
+ *   cols       int2  [col_cap] the column table, as rows: cols[c] = {b, j}
+ *                            (sequence b, its key block j) for c <
+ *                            col_start[B]; {-1, -1} past it.
  *
  * The order: the tile ids are cut into L2 groups of whole query heads (as
  * the fixed forward, common/schedule.h: a group's KV heads fit a share of
@@ -91,6 +101,8 @@ typedef struct sk_varlen_plan_layout {
     size_t counter, seqs, row_start, rows, order, info, keys, hist, total;
     int32_t batch, row_blocks, heads_q, tiles; /* B, R, Hq, Hq * R */
     int32_t segs, bins, group_tiles, groups, group_segs;
+    size_t col_start, cols; /* the backward's column parts (col_cap > 0) */
+    int32_t col_cap;        /* 0: none (the forward) */
 } sk_varlen_plan_layout;
 
 /* What a kernel reads (pointers into the workspace; see above). */
@@ -102,6 +114,9 @@ typedef struct sk_varlen_plan_view {
     const int32_t *row_start;  /* [batch + 1] */
     const int2 *rows;          /* [row_blocks] {b, i} or {-1, -1} */
     int32_t batch, row_blocks, num_tiles;
+    const int32_t *col_start;  /* [batch + 1]; NULL without the column parts */
+    const int2 *cols;          /* [col_cap] {b, j} or {-1, -1}; NULL likewise */
+    int32_t col_cap;
 } sk_varlen_plan_view;
 
 /* The plan's inputs: the checked problem and, for paged, seq_lens_k
@@ -113,6 +128,10 @@ typedef struct sk_varlen_plan_source {
 
 /* The workspace parts for this problem (capacities only). */
 sk_status sk_varlen_plan_layout_of(const sk_attention_varlen_problem *v, sk_varlen_plan_layout *w);
+
+/* Append the backward's column parts (col_start, cols) to w: the plan then
+ * writes them too (varlen only: the paged forward has no backward). */
+sk_status sk_varlen_plan_add_cols(const sk_attention_varlen_problem *v, sk_varlen_plan_layout *w);
 
 /* The kernel's view of a planned workspace (base from sk_schedule_base). */
 sk_varlen_plan_view sk_varlen_plan_view_of(const sk_varlen_plan_layout *w, char *base);
