@@ -1752,19 +1752,24 @@ SK_API sk_status sk_cp_forward(const sk_cp_desc *desc, const void *plan, size_t 
  * (a row with local and remote blocks counts twice). sk_cp_balance chooses
  * the C + 1 chunk starts that give every CHUNK the same predicted cost
  * (so every rank, contiguous or zigzag, the same time), iterating because
- * the cost of a row depends on who owns its key blocks; it keeps the best
- * candidate by the slowest rank's prediction, the equal chunks included,
- * so it never predicts worse than them. Host only; the layout is the
- * global one sk_cp_plan takes (validated here too). */
+ * the cost of a row depends on who owns its key blocks (with remote_block
+ * > local_block, moving one boundary changes the other chunks' costs: the
+ * boundaries are walked block by block on the exact coupled costs); it
+ * keeps the best candidate by the slowest rank's prediction (then the
+ * spread), the equal chunks included, so it never predicts worse than
+ * them. Host only; the layout is the global one sk_cp_plan takes
+ * (validated here too). */
 typedef struct sk_cp_cost {
     double local_block;  /* ns per block of a local pass; default 13.25 */
-    double remote_block; /* ns per block of a remote pass; default 13.25 */
+    double remote_block; /* ns per block of a remote pass; default 20.1 */
     double tile;         /* ns per tile of either pass; default 61.4 */
 } sk_cp_cost;
 
-/* The default costs: measured on 2 x H200, B1 H32/8 D128 bf16, blocks of
- * 128, causal (docs/perf/context_parallel.md section 10). Only their ratios
- * matter to the balance. */
+/* The default costs, B1 H32/8 D128 bf16, blocks of 128, causal
+ * (docs/perf/context_parallel.md section 10): local block and tile fitted
+ * on 2 x H200, the remote block from 2 x H100 (where it predicted both
+ * ranks within 1.3 % and gave the fastest run). Only their ratios matter
+ * to the balance. */
 SK_API sk_status sk_cp_cost_default(sk_cp_cost *cost);
 
 /* Every rank's prediction for desc's chunks (desc->chunk_starts or the
@@ -1779,7 +1784,8 @@ SK_API sk_status sk_cp_predict(const sk_cp_desc *desc, const sk_bsr *layout,
  * the global host layout (its blocks): chunk_starts[0 .. C] (count >= C +
  * 1 entries; C = R contiguous, 2R zigzag), ready for desc->chunk_starts
  * (which this call ignores). cost NULL: the defaults; every cost >= 0 and
- * finite, not all 0. Deterministic. Allocates host scratch. */
+ * finite, not all 0. Deterministic. Allocates host scratch (about 4 bytes
+ * per layout entry and 8 per layout row). */
 SK_API sk_status sk_cp_balance(const sk_cp_desc *desc, const sk_bsr *layout,
                                const sk_cp_cost *cost, int32_t *chunk_starts, int32_t count);
 

@@ -3,7 +3,9 @@
  * sk_cp_predict, desc->chunk_starts, desc->reserve_sms): the balance on
  * layouts whose answer is known (uniform without causal: equal chunks;
  * causal dense: later chunks shorter; all work in one region: the cuts
- * there), never predicted slower than equal chunks, the prediction
+ * there), never predicted slower than equal chunks, the ranks within two
+ * rows' cost of each other with the defaults (remote dearer than local)
+ * for R = 2 .. 8 and both shardings, the prediction
  * against counts made here from the layout, and bad inputs (status,
  * message naming the argument, nothing written). The runs with given
  * boundaries against the single process are test_cp.c's and
@@ -151,39 +153,53 @@ SK_TEST(cp_balance_uniform_layout_gives_equal_chunks) {
 
 /* Causal dense: row i holds i + 1 blocks, so equal cost puts fewer rows in
  * the later chunks; the ranks' predictions within a row's cost of each
- * other, and the slowest no slower than with equal chunks. */
+ * other, and the slowest no slower than with equal chunks. With a remote
+ * block dearer than a local one (the defaults) a row's cost is no longer
+ * a function of i alone: the rows of zigzag's second-half chunk c >= R
+ * also own chunk 2R - 1 - c, larger the later c is, so chunk c + 1's rows
+ * can be cheaper than chunk c's and its equal share longer (R = 3: chunk
+ * 5's rows own 117 blocks of chunk 0, chunk 4's 36 of chunk 1). There the
+ * claim holds where a row's local blocks are only its own chunk's:
+ * contiguous, and zigzag's first R chunks. */
 SK_TEST(cp_balance_causal_dense_makes_later_chunks_shorter) {
-    for (int32_t R = 2; R <= 4; ++R)
-        for (int sh = 0; sh < 2; ++sh) {
-            const sk_cp_desc d = make_desc(
-                R, sh ? SK_CP_SHARDING_ZIGZAG : SK_CP_SHARDING_CONTIGUOUS, 64 * 256 - 5, 1);
-            sk_bsr L;
-            sk_layout_t owned = grid_layout(&d, 2, sk_layout_create_causal, &L);
-            REQUIRE(owned != NULL, "layout: %s", sk_last_error());
-            int32_t starts[MAX_C];
-            double b[8], e[8];
-            sk_cp_cost cost;
-            sk_cp_cost_default(&cost);
-            if (balance(&d, &L, NULL, starts, b, e)) {
-                const int32_t C = chunk_count(&d);
-                for (int32_t c = 1; c < C; ++c)
-                    CHECK(starts[c + 1] - starts[c] < starts[c] - starts[c - 1],
-                          "R %d %s: chunk %d has %d blocks, chunk %d %d", (int)R,
-                          sh ? "zigzag" : "contiguous", (int)c, (int)(starts[c + 1] - starts[c]),
-                          (int)(c - 1), (int)(starts[c] - starts[c - 1]));
-                /* One row block of the last rows: 256 blocks x 8 pairs. */
-                const double row =
-                    8 * (256 * fmax(cost.local_block, cost.remote_block) + 2 * cost.tile);
-                CHECK(max_of(b, R) - min_of(b, R) <= 2 * row, "R %d %s: predicted %g .. %g ns",
-                      (int)R, sh ? "zigzag" : "contiguous", min_of(b, R), max_of(b, R));
-                CHECK(max_of(b, R) <= max_of(e, R), "R %d: balanced %g ns, equal %g", (int)R,
-                      max_of(b, R), max_of(e, R));
-                if (!sh)
-                    CHECK(max_of(b, R) < max_of(e, R), "R %d contiguous: balanced %g, equal %g",
-                          (int)R, max_of(b, R), max_of(e, R));
+    sk_cp_cost costs[2];
+    sk_cp_cost_default(&costs[0]);
+    costs[1] = costs[0];
+    costs[1].remote_block = costs[1].local_block;
+    for (int k = 0; k < 2; ++k)
+        for (int32_t R = 2; R <= 4; ++R)
+            for (int sh = 0; sh < 2; ++sh) {
+                const sk_cp_desc d = make_desc(
+                    R, sh ? SK_CP_SHARDING_ZIGZAG : SK_CP_SHARDING_CONTIGUOUS, 64 * 256 - 5, 1);
+                const sk_cp_cost *cost = &costs[k];
+                sk_bsr L;
+                sk_layout_t owned = grid_layout(&d, 2, sk_layout_create_causal, &L);
+                REQUIRE(owned != NULL, "layout: %s", sk_last_error());
+                int32_t starts[MAX_C];
+                double b[8], e[8];
+                if (balance(&d, &L, k ? cost : NULL, starts, b, e)) {
+                    const int32_t C = chunk_count(&d);
+                    const int32_t last = k || !sh ? C - 1 : R - 1;
+                    for (int32_t c = 1; c <= last; ++c)
+                        CHECK(starts[c + 1] - starts[c] < starts[c] - starts[c - 1],
+                              "remote %g R %d %s: chunk %d has %d blocks, chunk %d %d",
+                              cost->remote_block, (int)R, sh ? "zigzag" : "contiguous", (int)c,
+                              (int)(starts[c + 1] - starts[c]), (int)(c - 1),
+                              (int)(starts[c] - starts[c - 1]));
+                    /* One row block of the last rows: 256 blocks x 8 pairs. */
+                    const double row =
+                        8 * (256 * fmax(cost->local_block, cost->remote_block) + 2 * cost->tile);
+                    CHECK(max_of(b, R) - min_of(b, R) <= 2 * row,
+                          "remote %g R %d %s: predicted %g .. %g ns", cost->remote_block, (int)R,
+                          sh ? "zigzag" : "contiguous", min_of(b, R), max_of(b, R));
+                    CHECK(max_of(b, R) <= max_of(e, R), "R %d: balanced %g ns, equal %g", (int)R,
+                          max_of(b, R), max_of(e, R));
+                    if (!sh)
+                        CHECK(max_of(b, R) < max_of(e, R), "R %d contiguous: balanced %g, equal %g",
+                              (int)R, max_of(b, R), max_of(e, R));
+                }
+                sk_layout_destroy(owned);
             }
-            sk_layout_destroy(owned);
-        }
 }
 
 /* Work only in rows [nb/2, nb/2 + nb/8) (each selects every block, no
@@ -234,6 +250,64 @@ SK_TEST(cp_balance_work_in_one_region) {
     sk_layout_destroy(owned);
     free(off);
     free(col);
+}
+
+/* The costliest row block of L under cost: its blocks (causal: those at
+ * or below the diagonal) all at the dearer block cost, two tiles a row. */
+static double costliest_row(const sk_cp_desc *d, const sk_bsr *L, const sk_cp_cost *cost) {
+    const int64_t nb = (d->seq + L->grid.block_rows - 1) / L->grid.block_rows;
+    const int64_t slices = (int64_t)L->grid.batch * L->grid.heads;
+    const double pairs = (double)(d->batch * d->heads_q / slices);
+    double most = 0;
+    for (int64_t i = 0; i < nb; ++i) {
+        double ns = 0;
+        for (int64_t s = 0; s < slices; ++s) {
+            int64_t n = 0;
+            for (int32_t e = L->row_offsets[s * nb + i]; e < L->row_offsets[s * nb + i + 1]; ++e)
+                n += !(d->mask == SK_MASK_CAUSAL && L->col_indices[e] > i);
+            ns +=
+                pairs * ((double)n * fmax(cost->local_block, cost->remote_block) + 2 * cost->tile);
+        }
+        most = fmax(most, ns);
+    }
+    return most;
+}
+
+/* With the defaults (a remote block dearer than a local one, so moving a
+ * boundary changes the other chunks' costs): the balanced ranks'
+ * predictions within two of the costliest row blocks of each other, and
+ * the slowest no slower than with equal chunks, for the shared layouts,
+ * causal and not, R = 2 .. 8, both shardings. */
+SK_TEST(cp_balance_spread_within_two_rows) {
+    const uint64_t seed = tu_base_seed() ^ 0x5b2;
+    sk_cp_cost cost;
+    sk_cp_cost_default(&cost);
+    int cases = 0;
+    for (int kind = 0; kind < CPC_KINDS; ++kind)
+        for (int causal = 0; causal < 2; ++causal)
+            for (int32_t R = 2; R <= 8; ++R)
+                for (int sh = 0; sh < 2; ++sh) {
+                    const sk_cp_desc d =
+                        make_desc(R, sh ? SK_CP_SHARDING_ZIGZAG : SK_CP_SHARDING_CONTIGUOUS,
+                                  64 * 200 - 17, causal);
+                    const sk_grid g = tu_grid(d.seq, d.seq, 64, 64, 1, 2);
+                    sk_layout_t owned = cpc_layout(kind, causal, &g, seed + (uint64_t)cases++);
+                    REQUIRE(owned != NULL, "layout: %s", sk_last_error());
+                    sk_bsr L;
+                    sk_layout_view(owned, &L);
+                    int32_t starts[MAX_C];
+                    double b[8], e[8];
+                    if (balance(&d, &L, NULL, starts, b, e)) {
+                        const double row = costliest_row(&d, &L, &cost);
+                        CHECK(max_of(b, R) - min_of(b, R) <= 2 * row,
+                              "%s %s R %d %s: predicted %g .. %g ns, a row %g",
+                              cpc_kind_names[kind], causal ? "causal" : "", (int)R,
+                              sh ? "zigzag" : "contiguous", min_of(b, R), max_of(b, R), row);
+                        CHECK(max_of(b, R) <= max_of(e, R), "%s R %d: balanced %g, equal %g",
+                              cpc_kind_names[kind], (int)R, max_of(b, R), max_of(e, R));
+                    }
+                    sk_layout_destroy(owned);
+                }
 }
 
 /* The prediction against counts made here, for equal, skewed and balanced
@@ -291,7 +365,7 @@ SK_TEST(cp_predict_matches_counts_from_the_layout) {
 SK_TEST(cp_balance_is_deterministic) {
     sk_cp_cost c;
     CHECK(sk_cp_cost_default(&c) == SK_STATUS_SUCCESS, "%s", sk_last_error());
-    CHECK(c.local_block == 13.25 && c.remote_block == 13.25 && c.tile == 61.4, "defaults %g %g %g",
+    CHECK(c.local_block == 13.25 && c.remote_block == 20.1 && c.tile == 61.4, "defaults %g %g %g",
           c.local_block, c.remote_block, c.tile);
     const sk_cp_desc d = make_desc(4, SK_CP_SHARDING_ZIGZAG, 64 * 100 + 3, 1);
     const sk_grid g = tu_grid(d.seq, d.seq, 64, 64, 1, 2);
