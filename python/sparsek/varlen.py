@@ -403,6 +403,21 @@ def fill_common(desc, be, aq: Arr, ak_heads: int, batch, max_q, max_k, sc, causa
     desc.mask = int(Mask.CAUSAL if causal else Mask.NONE)
 
 
+def varlen_desc(be, aq: Arr, ak: Arr, av: Arr, ao: Arr, batch, max_q, max_k, sc, causal,
+                o_name: str) -> SkAttentionVarlenDesc:
+    """The varlen forward's descriptor (the forward's own, and the one the
+    backward restates); o_name names O in a stride error."""
+    desc = SkAttentionVarlenDesc()
+    check(F.sk_attention_varlen_desc_init(byref(desc), sizeof(desc)))
+    fill_common(desc, be, aq, ak.shape[1], batch, max_q, max_k, sc, causal)
+    desc.total_k = ak.shape[0]
+    desc.q_strides = _token_strides(aq, "q")
+    desc.k_strides = _token_strides(ak, "k")
+    desc.v_strides = _token_strides(av, "v")
+    desc.o_strides = _token_strides(ao, o_name)
+    return desc
+
+
 def launch(q, be, layout, desc, workspace_size_fn, forward_fn, pointers) -> None:
     """forward_fn(desc, layout, *pointers, workspace, size, stream): on the
     CPU directly; on CUDA with the layout's device copy, a torch workspace
@@ -471,14 +486,7 @@ def attention_varlen(
         be, aq, layout, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k
     )
     out, ao, lse, lse_ptr = out_and_lse(q, aq, out, return_lse)
-    desc = SkAttentionVarlenDesc()
-    check(F.sk_attention_varlen_desc_init(byref(desc), sizeof(desc)))
-    fill_common(desc, be, aq, ak.shape[1], batch, max_seqlen_q, max_seqlen_k, sc, causal)
-    desc.total_k = ak.shape[0]
-    desc.q_strides = _token_strides(aq, "q")
-    desc.k_strides = _token_strides(ak, "k")
-    desc.v_strides = _token_strides(av, "v")
-    desc.o_strides = _token_strides(ao, "out")
+    desc = varlen_desc(be, aq, ak, av, ao, batch, max_seqlen_q, max_seqlen_k, sc, causal, "out")
     pointers = (ptrs[0], ptrs[1], aq.ptr, ak.ptr, av.ptr, ao.ptr, lse_ptr)
     launch(q, be, layout, desc, F.sk_attention_varlen_workspace_size, F.sk_attention_varlen_forward, pointers)
     return (out, lse) if return_lse else out

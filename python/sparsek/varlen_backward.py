@@ -17,10 +17,10 @@ from __future__ import annotations
 from ctypes import byref, sizeof
 
 from ._arrays import Arr, adapt, check_family, check_output, check_packed
-from ._lib import DType, F, SkAttentionVarlenBackwardDesc, SkAttentionVarlenDesc, check
+from ._lib import DType, F, SkAttentionVarlenBackwardDesc, check
 from .attention import _empty_like, _options
 from .layout import Layout
-from .varlen import _token_strides, check_packed_tensors, fill_common, launch, varlen_lengths
+from .varlen import _token_strides, check_packed_tensors, launch, varlen_desc, varlen_lengths
 
 
 def _like(x, aq: Arr, name: str, written: bool) -> Arr:
@@ -74,14 +74,7 @@ def attention_varlen_backward(
     )
     dq, dk, dv = _empty_like(q, aq), _empty_like(k, ak), _empty_like(v, av)
     adq, adk, adv = adapt(dq, "dq"), adapt(dk, "dk"), adapt(dv, "dv")
-    desc = SkAttentionVarlenDesc()
-    check(F.sk_attention_varlen_desc_init(byref(desc), sizeof(desc)))
-    fill_common(desc, be, aq, ak.shape[1], batch, max_seqlen_q, max_seqlen_k, sc, causal)
-    desc.total_k = ak.shape[0]
-    desc.q_strides = _token_strides(aq, "q")
-    desc.k_strides = _token_strides(ak, "k")
-    desc.v_strides = _token_strides(av, "v")
-    desc.o_strides = _token_strides(ao, "o")
+    desc = varlen_desc(be, aq, ak, av, ao, batch, max_seqlen_q, max_seqlen_k, sc, causal, "o")
     bwd = SkAttentionVarlenBackwardDesc()
     check(F.sk_attention_varlen_backward_desc_init(byref(bwd), sizeof(bwd)))
     bwd.deterministic = 1 if deterministic else 0

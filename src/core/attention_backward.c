@@ -33,6 +33,16 @@ sk_status sk_attention_backward_desc_init(sk_attention_backward_desc *bwd, size_
     return SK_STATUS_SUCCESS;
 }
 
+sk_status sk_backward_check_header(size_t struct_size, int32_t deterministic, size_t size,
+                                   const char *init) {
+    SK_TRY(sk_check_desc_struct_size(struct_size, size, "bwd", init));
+    if (deterministic != 0 && deterministic != 1)
+        return sk_error(SK_STATUS_BAD_PARAM_VALUE,
+                        "bwd->deterministic = %d must be 1 (bitwise repeatable) or 0 (reserved)",
+                        (int)deterministic);
+    return SK_STATUS_SUCCESS;
+}
+
 /* The forward's geometry, then the backward descriptor; fills *p but its
  * tensor pointers. */
 static sk_status check_geometry(const sk_attention_desc *desc,
@@ -45,12 +55,9 @@ static sk_status check_geometry(const sk_attention_desc *desc,
                         "desc->dtype = E4M3: the backward takes F16 or BF16 (F32 on the CPU); "
                         "FP8 is a forward-only input type");
     if (bwd == NULL) return sk_error(SK_STATUS_BAD_PARAM_NULL_POINTER, "bwd must not be NULL");
-    SK_TRY(sk_check_desc_struct_size(bwd->struct_size, sizeof(sk_attention_backward_desc), "bwd",
-                                     "sk_attention_backward_desc_init"));
-    if (bwd->deterministic != 0 && bwd->deterministic != 1)
-        return sk_error(SK_STATUS_BAD_PARAM_VALUE,
-                        "bwd->deterministic = %d must be 1 (bitwise repeatable) or 0 (reserved)",
-                        (int)bwd->deterministic);
+    SK_TRY(sk_backward_check_header(bwd->struct_size, bwd->deterministic,
+                                    sizeof(sk_attention_backward_desc),
+                                    "sk_attention_backward_desc_init"));
     p->deterministic = bwd->deterministic;
     /* The packed sizes of dO, dQ (as Q) and dK, dV (as K) were checked, in
      * bytes, with Q's and K's by sk_attention_check_geometry. */

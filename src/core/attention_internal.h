@@ -45,6 +45,12 @@ sk_status sk_attention_run_part(const sk_attention_desc *desc, const sk_bsr *lay
  * messages name the descriptor `what` ("desc", "attn"). */
 sk_status sk_attention_check_struct_size(const sk_attention_desc *desc, const char *what);
 
+/* The two fields both backward descriptors start with (fixed and varlen):
+ * bwd->struct_size against `size` (the descriptor `init` fills), and
+ * bwd->deterministic 1 or 0. bwd must not be NULL (checked before). */
+sk_status sk_backward_check_header(size_t struct_size, int32_t deterministic, size_t size,
+                                   const char *init);
+
 /* Descriptor, shapes, strides and layout geometry (not its content). */
 sk_status sk_attention_check_geometry(const sk_attention_desc *desc, const sk_bsr *layout,
                                       sk_attention_problem *p);

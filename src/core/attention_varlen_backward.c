@@ -42,12 +42,9 @@ static sk_status check_geometry(const sk_attention_varlen_desc *desc,
     memset(p, 0, sizeof *p);
     SK_TRY(sk_varlen_check_geometry(desc, layout, &p->v));
     if (bwd == NULL) return sk_error(SK_STATUS_BAD_PARAM_NULL_POINTER, "bwd must not be NULL");
-    SK_TRY(sk_check_desc_struct_size(bwd->struct_size, sizeof(sk_attention_varlen_backward_desc),
-                                     "bwd", "sk_attention_varlen_backward_desc_init"));
-    if (bwd->deterministic != 0 && bwd->deterministic != 1)
-        return sk_error(SK_STATUS_BAD_PARAM_VALUE,
-                        "bwd->deterministic = %d must be 1 (bitwise repeatable) or 0 (reserved)",
-                        (int)bwd->deterministic);
+    SK_TRY(sk_backward_check_header(bwd->struct_size, bwd->deterministic,
+                                    sizeof(sk_attention_varlen_backward_desc),
+                                    "sk_attention_varlen_backward_desc_init"));
     p->deterministic = bwd->deterministic;
     const sk_attention_problem *f = &p->v.flat;
     sk_varlen_resolve_strides(bwd->dout_strides, f->heads_q, f->head_dim, p->dout_stride);

@@ -91,18 +91,11 @@ sk_status sk_cp_backward_prepare(const sk_cp_desc *desc, const void *plan, size_
     SK_ENTER("sk_cp_backward_prepare");
     sk_cp_ctx c;
     SK_TRY(open_bwd(desc, plan, plan_bytes, &c, "sk_cp_backward_prepare", 1));
-    const size_t need = (size_t)c.offsets[c.parts];
-    if (workspace == NULL || workspace_size < need)
-        return sk_error(SK_STATUS_BAD_PARAM_WORKSPACE,
-                        "workspace (%p, %zu bytes) must hold the %zu bytes "
-                        "sk_cp_backward_workspace_size gives",
-                        workspace, workspace_size, need);
-    if (!sk_backend_is_cuda(desc->backend)) return SK_STATUS_SUCCESS; /* nothing to plan */
-    SK_TRY(sk_check_alignment(workspace, NULL, 1, 256, 0, "workspace"));
-    const sk_buffer bufs[] = {{"workspace", workspace, (int64_t)need, 1},
-                              {"plan", plan, (int64_t)plan_bytes, 0}};
-    SK_TRY(sk_check_no_alias(bufs, 2));
-    return sk_cp_cuda_bwd_prepare(&c, plan, workspace, stream);
+    int cuda = 0;
+    SK_TRY(sk_cp_check_prepare_workspace(desc, plan, plan_bytes, workspace, workspace_size,
+                                         (size_t)c.offsets[c.parts],
+                                         "sk_cp_backward_workspace_size", &cuda));
+    return cuda ? sk_cp_cuda_bwd_prepare(&c, plan, workspace, stream) : SK_STATUS_SUCCESS;
 }
 
 /* Pointers, alignment, the workspace, aliasing, the communicator. */

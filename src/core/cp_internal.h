@@ -101,6 +101,13 @@ enum {
 };
 /* Append those sections to c (which has none yet). */
 sk_status sk_cp_cpu_exchange_ws(sk_cp_ctx *c);
+
+/* A prepare call's workspace (forward and backward alike): at least the
+ * `need` bytes `size_fn` gives; on a CUDA backend also 256-byte aligned and
+ * apart from the plan. *cuda = whether there is a device plan to make. */
+sk_status sk_cp_check_prepare_workspace(const sk_cp_desc *desc, const void *plan, size_t plan_bytes,
+                                        void *workspace, size_t workspace_size, size_t need,
+                                        const char *size_fn, int *cuda);
 /* Pack, exchange (one group), widen Q, K, V and unpack the received units
  * into those sections of ws. */
 sk_status sk_cp_cpu_exchange(const sk_cp_ctx *c, sk_comm_t comm, const void *q, const void *k,
