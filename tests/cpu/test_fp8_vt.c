@@ -120,24 +120,7 @@ SK_TEST(fp8_vt_attention_equals_rows_cpu) {
     int run = 0;
     for (int v = 0; v < 12; ++v) {
         f8_case c;
-        memset(&c, 0, sizeof c);
-        c.seed = tu_rng_next(&rng);
-        c.batch = tu_rng_range(&rng, 1, 2);
-        c.heads_kv = tu_rng_range(&rng, 1, 2);
-        c.heads_q = c.heads_kv * (v % 3 == 0 ? 1 : v % 3 == 1 ? 2 : 4);
-        c.head_dim = v % 2 ? 64 : 128;
-        c.block_q = c.block_k = v % 4 < 2 ? 64 : 128;
-        c.seq_q = tu_rng_range(&rng, 1, 200);
-        c.seq_k = tu_rng_range(&rng, 1, 290);
-        c.causal = v % 2;
-        c.layout_batch = 1;
-        c.layout_heads = v % 3 == 0 ? 1 : (int32_t)c.heads_kv;
-        c.density = v % 4 == 0 ? 1.0 : 0.6;
-        c.padded = v % 3 == 2;
-        c.with_lse = 1;
-        c.with_descale = v % 4 != 1;
-        c.out_dtype = v % 2 ? SK_DTYPE_F16 : SK_DTYPE_BF16;
-        c.amp = c.with_descale ? 2.0f : 0.5f;
+        f8_case_cpu_variant(&c, &rng, v);
         f8_inst x;
         REQUIRE(f8_inst_create(&x, &c) == 0, "out of memory");
         int64_t vt_bytes;
@@ -172,148 +155,10 @@ SK_TEST(fp8_vt_attention_equals_rows_cpu) {
         free(lse[1]);
         f8_inst_destroy(&x);
     }
-    printf("    %d cases, rows and VT bitwise equal\n", run);
+    printf("    %d cases, rows V and V^T compared bit for bit\n", run);
 }
 
-enum { N = 64, NPAD = 128, SENT = 0xA5 };
-
-/* A valid VT forward on the CPU: B1 Sq = Sk = 64, H1, D64, one block; V^T
- * is [1, 1, 64, 128] bytes; o and lse live in `mem` after it, so that an
- * o inside V^T's span (but outside rows V's) can be made. */
-typedef struct vt_fix {
-    sk_attention_desc d;
-    sk_bsr layout;
-    int32_t offsets[2], cols[1];
-    uint8_t q[N * N], k[N * N];
-    const uint8_t *qp, *kp; /* q and k as passed (the CUDA case: 16-byte aligned copies) */
-    union {
-        double align;
-        uint8_t bytes[N * NPAD + N * N * 2 + N * 4];
-    } mem; /* v (N x NPAD), then o, then lse */
-} vt_fix;
-
-static void vt_fix_init(vt_fix *f) {
-    memset(f, 0, sizeof *f);
-    sk_attention_desc_init(&f->d, sizeof f->d);
-    f->d.backend = SK_BACKEND_CPU;
-    f->d.dtype = SK_DTYPE_E4M3;
-    f->d.v_layout = SK_V_LAYOUT_VT_FP8;
-    f->d.batch = f->d.heads_q = f->d.heads_kv = 1;
-    f->d.seq_q = f->d.seq_k = f->d.head_dim = N;
-    f->offsets[1] = 1;
-    f->layout.grid = tu_grid(N, N, 64, 64, 1, 1);
-    f->layout.nnz = 1;
-    f->layout.row_offsets = f->offsets;
-    f->layout.col_indices = f->cols;
-    for (int i = 0; i < N * N; ++i) f->q[i] = f->k[i] = (uint8_t)(0x30 + i % 7);
-    f->qp = f->q;
-    f->kp = f->k;
-    for (int i = 0; i < N * NPAD; ++i) f->mem.bytes[i] = (uint8_t)(0x28 + i % 5);
-    memset(f->mem.bytes + N * NPAD, SENT, sizeof f->mem.bytes - N * NPAD);
-}
-
-static uint8_t *vt_v(vt_fix *f) { return f->mem.bytes; }
-static void *vt_o(vt_fix *f) { return f->mem.bytes + N * NPAD; }
-static float *vt_lse(vt_fix *f) { return (float *)(f->mem.bytes + N * NPAD + N * N * 2); }
-
-static void vt_expect(vt_fix *f, const void *v, void *o, sk_status want, const char *needle) {
-    uint8_t before[sizeof f->mem.bytes];
-    memcpy(before, f->mem.bytes, sizeof before);
-    const sk_status got =
-        sk_attention_forward(&f->d, &f->layout, f->qp, f->kp, v, o, vt_lse(f), NULL, 0, NULL);
-    const char *msg = sk_last_error();
-    CHECK(got == want, "got %s, want %s (%s)", sk_status_name(got), sk_status_name(want), msg);
-    CHECK(strstr(msg, needle) != NULL, "message does not mention \"%s\": \"%s\"", needle, msg);
-    CHECK(memcmp(before, f->mem.bytes, sizeof before) == 0, "a buffer was written");
-}
-
-SK_TEST(fp8_vt_attention_bad_inputs) {
-    vt_fix *f = (vt_fix *)malloc(sizeof *f);
-    REQUIRE(f != NULL, "out of memory");
-    vt_fix_init(f);
-    CHECK(sk_attention_forward(&f->d, &f->layout, f->q, f->k, vt_v(f), vt_o(f), vt_lse(f), NULL,
-                               0, NULL) == SK_STATUS_SUCCESS,
-          "the fixture: %s", sk_last_error());
-    vt_fix_init(f);
-    f->d.v_layout = 7;
-    vt_expect(f, vt_v(f), vt_o(f), SK_STATUS_BAD_PARAM_VALUE, "desc->v_layout");
-    vt_fix_init(f);
-    f->d.dtype = SK_DTYPE_F16;
-    vt_expect(f, vt_v(f), vt_o(f), SK_STATUS_BAD_PARAM_DTYPE, "desc->v_layout");
-    vt_fix_init(f);
-    f->d.v_strides[1] = N;
-    vt_expect(f, vt_v(f), vt_o(f), SK_STATUS_BAD_PARAM_STRIDE, "desc->v_strides[1]");
-    /* O inside V^T's 8 KB (rows V would be 4 KB: no overlap then). */
-    vt_fix_init(f);
-    vt_expect(f, vt_v(f), vt_v(f) + N * N, SK_STATUS_BAD_PARAM_STRIDE, "v");
-    /* CUDA: V^T 16-byte aligned (checked before any device work). */
-    vt_fix_init(f);
-    f->d.backend = SK_BACKEND_CUDA;
-    /* malloc: 16-byte aligned; q, k, o aligned in it, V^T 8 bytes off. */
-    uint8_t *blk = (uint8_t *)malloc(2 * N * N + N * NPAD + 16 + N * N * 2);
-    REQUIRE(blk != NULL, "out of memory");
-    memcpy(blk, f->q, N * N);
-    memcpy(blk + N * N, f->k, N * N);
-    f->qp = blk;
-    f->kp = blk + N * N;
-    vt_expect(f, blk + 2 * N * N + 8, blk + 2 * N * N + N * NPAD + 16,
-              SK_STATUS_BAD_PARAM_ALIGNMENT, "v = ");
-    free(blk);
-    /* The other entry points take no E4M3, so no V^T either. */
-    vt_fix_init(f);
-    sk_attention_backward_desc bwd;
-    sk_attention_backward_desc_init(&bwd, sizeof bwd);
-    size_t bytes = 7;
-    CHECK(sk_attention_backward_workspace_size(&f->d, &bwd, &f->layout, &bytes) ==
-              SK_STATUS_BAD_PARAM_DTYPE && bytes == 7,
-          "backward: %s", sk_last_error());
-    free(f);
-}
-
-SK_TEST(fp8_vt_desc_older_sizes) {
-    /* A descriptor of the size before v_layout (the FP8 release's) takes
-     * the FP8 fields and never reads the tail: V is rows. */
-    const size_t v2 = offsetof(sk_attention_desc, v_layout);
-    vt_fix *f = (vt_fix *)malloc(sizeof *f);
-    REQUIRE(f != NULL, "out of memory");
-    vt_fix_init(f);
-    union {
-        sk_attention_desc desc;
-        unsigned char bytes[sizeof(sk_attention_desc)];
-    } u;
-    memset(u.bytes, 0x5A, sizeof u.bytes); /* v_layout = 0x5A5A5A5A: invalid if read */
-    REQUIRE(sk_attention_desc_init(&u.desc, v2) == SK_STATUS_SUCCESS, "%s", sk_last_error());
-    for (size_t i = v2; i < sizeof u.bytes; ++i) CHECK(u.bytes[i] == 0x5A, "byte %zu written", i);
-    memcpy(u.bytes, &f->d, v2);
-    u.desc.struct_size = v2;
-    uint8_t v_rows[N * N];
-    for (int i = 0; i < N * N; ++i) v_rows[i] = (uint8_t)(0x28 + i % 5);
-    CHECK(sk_attention_forward(&u.desc, &f->layout, f->q, f->k, v_rows, vt_o(f), vt_lse(f), NULL,
-                               0, NULL) == SK_STATUS_SUCCESS,
-          "%s", sk_last_error());
-    CHECK(sk_attention_desc_init(&u.desc, v2 + 4) == SK_STATUS_BAD_PARAM_STRUCT_SIZE, "v2 + 4");
-    /* The quantizer: the size before layout works as ROWS; others fail. */
-    const size_t q1 = offsetof(sk_quantize_desc, layout);
-    union {
-        sk_quantize_desc desc;
-        unsigned char bytes[sizeof(sk_quantize_desc)];
-    } qu;
-    memset(qu.bytes, 0x5A, sizeof qu.bytes);
-    REQUIRE(sk_quantize_desc_init(&qu.desc, q1) == SK_STATUS_SUCCESS, "%s", sk_last_error());
-    for (size_t i = q1; i < sizeof qu.bytes; ++i) CHECK(qu.bytes[i] == 0x5A, "byte %zu written", i);
-    CHECK(sk_quantize_desc_init(&qu.desc, q1 - 8) == SK_STATUS_BAD_PARAM_STRUCT_SIZE, "q1 - 8");
-    CHECK(sk_quantize_desc_init(&qu.desc, q1 + 4) == SK_STATUS_BAD_PARAM_STRUCT_SIZE, "q1 + 4");
-    REQUIRE(sk_quantize_desc_init(&qu.desc, q1) == SK_STATUS_SUCCESS, "%s", sk_last_error());
-    qu.desc.backend = SK_BACKEND_CPU;
-    qu.desc.batch = qu.desc.seq = qu.desc.heads = 1;
-    qu.desc.head_dim = 8;
-    const uint16_t x[8] = {0x3C00, 0x4000, 0, 0, 0, 0, 0, 0x3800};
-    uint8_t y[8];
-    float ds;
-    CHECK(sk_quantize_e4m3(&qu.desc, x, y, &ds, NULL, 0, NULL) == SK_STATUS_SUCCESS, "%s",
-          sk_last_error());
-    free(f);
-}
+enum { NPAD = 128, SENT = 0xA5 };
 
 SK_TEST(fp8_vt_quantize_bad_inputs) {
     enum { S = 40, D = 16 };

@@ -39,7 +39,8 @@
  *
  * Shared memory (all 1024-B aligned): 2 Q buffers, 2 K, 2 V, 2 Vt stages
  * of 128 x D bytes, O 2 x 64 x D x 2 bytes (as the fp16/bf16 kernel's),
- * barriers: about 161 KB at D = 128, 81 KB at D = 64.
+ * barriers: about 161 KB at D = 128, 81 KB at D = 64 (VT: no Vt stages,
+ * 129 KB and 65 KB).
  */
 #include <cuda.h>
 #include <cudaTypedefs.h>
