@@ -8,12 +8,21 @@
  *   build/attention_fp8_speed [--batch 16] [--heads 96] [--heads-kv H] [--seq 4096]
  *                             [--pattern random|window] [--per-row K] [--window W]
  *                             [--causal] [--out bf16|f16] [--backend cuda|sm90] [--reps 10]
+ *                             [--v-layout rows|vt|rows,vt] [--rounds 3]
  * The issue's rows:
  *   --batch 1 --heads 32 --seq 16384 (.. 131072) --pattern window --window 2048 --causal
  *   --batch 16 --heads 96 --seq 4096 --pattern random          (random 25 %, the default)
  * random: per_row = key blocks / 4 (default) per (batch, head), seeded;
  * window: sk_layout_create_window(left = W, right = 0), one slice broadcast.
  * D = 128, blocks 128 x 128 (the FP8 kernel's shape).
+ * --v-layout: the FP8 variants timed, V as rows (the in-kernel transposer,
+ * the default) and / or V^T from sk_quantize_e4m3's SK_QUANT_LAYOUT_VT_FP8
+ * (sk_attention_desc v_layout; docs/perf/fp8.md "Round 4"). The variants
+ * and bf16 are timed in `rounds` interleaved rounds of `reps` runs each
+ * (bf16, rows, vt, bf16, rows, vt, ...: drift within a process hits all
+ * alike); per variant the JSON gives the minimum over every run (*_min_ms,
+ * the number to compare) and the median of the round medians (*_ms).
+ * TFLOPS are from the minimum. The V quantizer is timed in both layouts.
  *
  * Inputs: a 16 M-element bf16 N(0, 1) pattern repeated over Q, K, V on the
  * device; sk_quantize_e4m3 makes the e4m3 copies and their per-head
@@ -44,14 +53,15 @@ enum { WARMUP = 2, PATTERN = 1 << 24, SAMPLE = 1 << 20, DIM = 128, BLOCK = 128 }
 typedef struct opts {
     int64_t batch, heads, heads_kv, seq, window;
     int32_t per_row;
-    int causal, reps, window_pattern;
+    int causal, reps, window_pattern, layouts, rounds; /* layouts: 1 rows, 2 vt */
     sk_dtype out;
     sk_backend backend;
 } opts;
 
 static int parse(int argc, char **argv, opts *o) {
     o->batch = 16, o->heads = 96, o->heads_kv = 0, o->seq = 4096, o->window = 2048;
-    o->per_row = 0, o->causal = 0, o->reps = 10, o->window_pattern = 0;
+    o->per_row = 0, o->causal = 0, o->reps = 10, o->window_pattern = 0, o->layouts = 1;
+    o->rounds = 3;
     o->out = SK_DTYPE_BF16, o->backend = SK_BACKEND_CUDA;
     for (int i = 1; i < argc; ++i) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -68,6 +78,9 @@ static int parse(int argc, char **argv, opts *o) {
         else if (strcmp(a, "--window") == 0) o->window = atoll(v);
         else if (strcmp(a, "--per-row") == 0) o->per_row = atoi(v);
         else if (strcmp(a, "--reps") == 0) o->reps = atoi(v);
+        else if (strcmp(a, "--rounds") == 0) o->rounds = atoi(v);
+        else if (strcmp(a, "--v-layout") == 0)
+            o->layouts = (strstr(v, "rows") != NULL ? 1 : 0) | (strstr(v, "vt") != NULL ? 2 : 0);
         else if (strcmp(a, "--pattern") == 0) o->window_pattern = strcmp(v, "window") == 0;
         else if (strcmp(a, "--out") == 0) o->out = strcmp(v, "f16") == 0 ? SK_DTYPE_F16 : SK_DTYPE_BF16;
         else if (strcmp(a, "--backend") == 0)
@@ -78,7 +91,8 @@ static int parse(int argc, char **argv, opts *o) {
     const int64_t cb = (o->seq + BLOCK - 1) / BLOCK;
     if (o->per_row == 0) o->per_row = (int32_t)(cb / 4 > 0 ? cb / 4 : 1);
     if (o->reps < 1 || o->reps > BENCH_MAX_REPS) o->reps = 10;
-    return 0;
+    if (o->rounds < 1 || o->rounds > 64) o->rounds = 3;
+    return o->layouts != 0 ? 0 : -1;
 }
 
 typedef struct bench_call {
@@ -114,11 +128,13 @@ static void desc_for(sk_attention_desc *d, const opts *o, sk_dtype dtype) {
     d->mask = o->causal ? SK_MASK_CAUSAL : SK_MASK_NONE;
 }
 
-/* Quantize one bf16 [B, S, H, D] device tensor (timed when ms != NULL). */
+/* Quantize one bf16 [B, S, H, D] device tensor into `layout` (timed when
+ * ms != NULL). */
 static void quantize(const opts *o, int64_t heads, const void *x, uint8_t *y, float *descale,
-                     int reps, float *ms) {
+                     int reps, float *ms, int32_t layout) {
     sk_quantize_desc qd;
     SK_OK(sk_quantize_desc_init(&qd, sizeof qd));
+    qd.layout = layout;
     qd.backend = SK_BACKEND_CUDA;
     qd.dtype = SK_DTYPE_BF16;
     qd.batch = o->batch;
@@ -142,6 +158,11 @@ static void quantize(const opts *o, int64_t heads, const void *x, uint8_t *y, fl
     }
     CUDA_OK(cudaDeviceSynchronize());
     CUDA_OK(cudaFree(c.ws));
+}
+
+static float median_of(float *x, int n) {
+    qsort(x, (size_t)n, sizeof *x, bench_cmp_float);
+    return x[n / 2];
 }
 
 int main(int argc, char **argv) {
@@ -194,69 +215,126 @@ int main(int argc, char **argv) {
     bench_fill_pattern(q, pattern, PATTERN, nq, 0);
     bench_fill_pattern(k, pattern, PATTERN, nk, 777);
     bench_fill_pattern(v, pattern, PATTERN, nk, 4242);
-    float quant_ms = 0.0f;
-    quantize(&o, o.heads, q, q8, qds, o.reps, &quant_ms);
-    quantize(&o, o.heads_kv, k, k8, kds, 0, NULL);
-    quantize(&o, o.heads_kv, v, v8, vds, 0, NULL);
+    int64_t nvt = 0;
+    SK_OK(sk_quantize_vt_elems(o.batch, o.seq, o.heads_kv, DIM, &nvt));
+    uint8_t *v8t = NULL;
+    void *o8t = NULL;
+    float *vtds = NULL;
+    if (o.layouts & 2) {
+        CUDA_OK(cudaMalloc((void **)&v8t, (size_t)nvt));
+        CUDA_OK(cudaMalloc(&o8t, (size_t)nq * 2));
+        CUDA_OK(cudaMalloc((void **)&vtds, (size_t)(o.batch * o.heads_kv) * 4));
+    }
+    float quant_ms = 0.0f, quant_v_ms = 0.0f, quant_vt_ms = 0.0f;
+    quantize(&o, o.heads, q, q8, qds, o.reps, &quant_ms, SK_QUANT_LAYOUT_ROWS);
+    quantize(&o, o.heads_kv, k, k8, kds, 0, NULL, SK_QUANT_LAYOUT_ROWS);
+    quantize(&o, o.heads_kv, v, v8, vds, o.reps, &quant_v_ms, SK_QUANT_LAYOUT_ROWS);
+    if (o.layouts & 2)
+        quantize(&o, o.heads_kv, v, v8t, vtds, o.reps, &quant_vt_ms, SK_QUANT_LAYOUT_VT_FP8);
 
-    sk_attention_desc d16, d8;
-    desc_for(&d16, &o, SK_DTYPE_BF16);
-    desc_for(&d8, &o, SK_DTYPE_E4M3);
-    d8.out_dtype = o.out;
-    d8.q_descale = qds;
-    d8.k_descale = kds;
-    d8.v_descale = vds;
-    bench_call c16, c8;
-    memset(&c16, 0, sizeof c16);
-    memset(&c8, 0, sizeof c8);
-    c16.d = &d16, c16.layout = &layout, c16.q = q, c16.k = k, c16.v = v, c16.o = o16;
-    c8.d = &d8, c8.layout = &layout, c8.q = q8, c8.k = k8, c8.v = v8, c8.o = o8;
-    SK_OK(sk_attention_workspace_size(&d16, &layout, &c16.ws_bytes));
-    SK_OK(sk_attention_workspace_size(&d8, &layout, &c8.ws_bytes));
-    CUDA_OK(cudaMalloc(&c16.ws, c16.ws_bytes));
-    CUDA_OK(cudaMalloc(&c8.ws, c8.ws_bytes));
-    SK_OK(sk_attention_plan(&d16, &layout, c16.ws, c16.ws_bytes, NULL));
-    SK_OK(sk_attention_plan(&d8, &layout, c8.ws, c8.ws_bytes, NULL));
-    float ms16, min16, ms8, min8;
-    bench_time(call, &c16, WARMUP, o.reps, &ms16, &min16);
-    bench_time(call, &c8, WARMUP, o.reps, &ms8, &min8);
+    /* Variants: 0 bf16, 1 FP8 rows V, 2 FP8 V^T. */
+    sk_attention_desc dv[3];
+    desc_for(&dv[0], &o, SK_DTYPE_BF16);
+    for (int k2 = 1; k2 < 3; ++k2) {
+        desc_for(&dv[k2], &o, SK_DTYPE_E4M3);
+        dv[k2].out_dtype = o.out;
+        dv[k2].q_descale = qds;
+        dv[k2].k_descale = kds;
+        dv[k2].v_descale = k2 == 2 ? vtds : vds;
+    }
+    dv[2].v_layout = SK_V_LAYOUT_VT_FP8;
+    bench_call cv[3];
+    memset(cv, 0, sizeof cv);
+    cv[0].q = q, cv[0].k = k, cv[0].v = v, cv[0].o = o16;
+    cv[1].q = q8, cv[1].k = k8, cv[1].v = v8, cv[1].o = o8;
+    cv[2].q = q8, cv[2].k = k8, cv[2].v = v8t, cv[2].o = o8t;
+    const int on[3] = {1, o.layouts & 1, (o.layouts & 2) != 0};
+    for (int k2 = 0; k2 < 3; ++k2) {
+        if (!on[k2]) continue;
+        cv[k2].d = &dv[k2];
+        cv[k2].layout = &layout;
+        SK_OK(sk_attention_workspace_size(&dv[k2], &layout, &cv[k2].ws_bytes));
+        CUDA_OK(cudaMalloc(&cv[k2].ws, cv[k2].ws_bytes));
+        SK_OK(sk_attention_plan(&dv[k2], &layout, cv[k2].ws, cv[k2].ws_bytes, NULL));
+    }
+    float med[3][64], best[3] = {INFINITY, INFINITY, INFINITY};
+    for (int r = 0; r < o.rounds; ++r)
+        for (int k2 = 0; k2 < 3; ++k2) {
+            if (!on[k2]) continue;
+            float mn;
+            bench_time(call, &cv[k2], WARMUP, o.reps, &med[k2][r], &mn);
+            best[k2] = mn < best[k2] ? mn : best[k2];
+        }
     CUDA_OK(cudaDeviceSynchronize());
+    float ms[3] = {0.0f, 0.0f, 0.0f};
+    for (int k2 = 0; k2 < 3; ++k2) /* the median of the round medians */
+        if (on[k2]) ms[k2] = median_of(med[k2], o.rounds);
 
-    /* The FP8 output against the bf16 one, on a sample. */
+    /* The FP8 outputs against the bf16 one, on a sample; V^T against rows V
+     * bit for bit on it. */
     const int64_t m = nq < SAMPLE ? nq : SAMPLE;
     uint16_t *h16 = malloc((size_t)m * 2), *h8 = malloc((size_t)m * 2);
     if (h16 == NULL || h8 == NULL) return BENCH_ERROR_EXIT;
     CUDA_OK(cudaMemcpy(h16, o16, (size_t)m * 2, cudaMemcpyDeviceToHost));
-    CUDA_OK(cudaMemcpy(h8, o8, (size_t)m * 2, cudaMemcpyDeviceToHost));
-    double se = 0.0, ref2 = 0.0, max_err = 0.0;
-    int64_t bad = 0;
-    for (int64_t i = 0; i < m; ++i) {
-        const double a = host_load(h16, SK_DTYPE_BF16, i), b = host_load(h8, o.out, i);
-        if (!isfinite(a) || !isfinite(b)) {
-            ++bad;
-            continue;
+    double rmse[3] = {0, 0, 0}, max_err[3] = {0, 0, 0}, ref2 = 0.0;
+    int64_t bad = 0, vt_diff = -1;
+    uint16_t *h_rows = NULL;
+    for (int k2 = 1; k2 < 3; ++k2) {
+        if (!on[k2]) continue;
+        CUDA_OK(cudaMemcpy(h8, cv[k2].o, (size_t)m * 2, cudaMemcpyDeviceToHost));
+        double se = 0.0;
+        ref2 = 0.0;
+        for (int64_t i = 0; i < m; ++i) {
+            const double a = host_load(h16, SK_DTYPE_BF16, i), b = host_load(h8, o.out, i);
+            if (!isfinite(a) || !isfinite(b)) {
+                ++bad;
+                continue;
+            }
+            se += (a - b) * (a - b);
+            ref2 += a * a;
+            max_err[k2] = fabs(a - b) > max_err[k2] ? fabs(a - b) : max_err[k2];
         }
-        se += (a - b) * (a - b);
-        ref2 += a * a;
-        max_err = fabs(a - b) > max_err ? fabs(a - b) : max_err;
+        rmse[k2] = sqrt(se / (double)m);
+        if (k2 == 1) {
+            h_rows = h8;
+            h8 = malloc((size_t)m * 2);
+            if (h8 == NULL) return BENCH_ERROR_EXIT;
+        } else if (h_rows != NULL) {
+            vt_diff = 0;
+            for (int64_t i = 0; i < m; ++i) vt_diff += h8[i] != h_rows[i];
+        }
     }
     const double slices = (double)(o.batch * o.heads) / ((double)grid.batch * grid.heads);
     const double flops = 4.0 * DIM * BLOCK * BLOCK * (double)hl.nnz * slices;
+    const int f8 = on[1] ? 1 : 2; /* the fp8_* keys: rows V when timed */
     sk_device_info info;
     SK_OK(sk_device_get_info(0, &info));
     printf("{\"gpu\": \"%s\", \"batch\": %lld, \"heads\": %lld, \"heads_kv\": %lld, \"seq\": %lld, "
            "\"dim\": %d, \"block\": %d, \"pattern\": \"%s\", \"per_row\": %d, \"window\": %lld, "
-           "\"causal\": %d, \"out_dtype\": \"%s\", \"selected_blocks\": %.0f, "
+           "\"causal\": %d, \"out_dtype\": \"%s\", \"selected_blocks\": %.0f, \"reps\": %d, "
+           "\"rounds\": %d, \"v_layouts\": \"%s\", "
            "\"bf16_ms\": %.4f, \"bf16_min_ms\": %.4f, \"bf16_tflops\": %.1f, "
-           "\"fp8_ms\": %.4f, \"fp8_min_ms\": %.4f, \"fp8_tflops\": %.1f, \"fp8_speedup\": %.3f, "
-           "\"quantize_q_ms\": %.4f, \"o_rms_bf16\": %.5g, \"o_rmse_fp8_vs_bf16\": %.5g, "
-           "\"o_max_err_fp8_vs_bf16\": %.5g, \"non_finite_in_sample\": %lld}\n",
+           "\"fp8_ms\": %.4f, \"fp8_min_ms\": %.4f, \"fp8_tflops\": %.1f, \"fp8_speedup\": %.3f, ",
            info.name, (long long)o.batch, (long long)o.heads, (long long)o.heads_kv,
            (long long)o.seq, DIM, BLOCK, o.window_pattern ? "window" : "random", (int)o.per_row,
            (long long)o.window, o.causal, o.out == SK_DTYPE_F16 ? "f16" : "bf16",
-           (double)hl.nnz * slices, ms16, min16, flops / ms16 * 1e-9, ms8, min8,
-           flops / ms8 * 1e-9, ms16 / ms8, quant_ms, sqrt(ref2 / (double)m),
-           sqrt(se / (double)m), max_err, (long long)bad);
+           (double)hl.nnz * slices, o.reps, o.rounds,
+           o.layouts == 3 ? "rows,vt" : o.layouts == 2 ? "vt" : "rows", ms[0], best[0],
+           flops / best[0] * 1e-9, ms[f8], best[f8], flops / best[f8] * 1e-9, best[0] / best[f8]);
+    if (on[2])
+        printf("\"fp8_vt_ms\": %.4f, \"fp8_vt_min_ms\": %.4f, \"fp8_vt_tflops\": %.1f, "
+               "\"fp8_vt_speedup\": %.3f, \"fp8_vt_over_rows\": %.3f, "
+               "\"o_rmse_fp8_vt_vs_bf16\": %.5g, \"vt_differs_from_rows_in_sample\": %lld, "
+               "\"quantize_v_vt_ms\": %.4f, ",
+               ms[2], best[2], flops / best[2] * 1e-9, best[0] / best[2],
+               on[1] ? best[1] / best[2] : 0.0, rmse[2], (long long)vt_diff, quant_vt_ms);
+    printf("\"quantize_q_ms\": %.4f, \"quantize_v_ms\": %.4f, \"o_rms_bf16\": %.5g, "
+           "\"o_rmse_fp8_vs_bf16\": %.5g, \"o_max_err_fp8_vs_bf16\": %.5g, "
+           "\"non_finite_in_sample\": %lld}\n",
+           quant_ms, quant_v_ms, sqrt(ref2 / (double)m), rmse[f8], max_err[f8], (long long)bad);
+    free(h16);
+    free(h8);
+    free(h_rows);
     sk_layout_destroy(host_layout);
-    return bad == 0 ? 0 : 1;
+    return bad == 0 && vt_diff <= 0 ? 0 : 1;
 }

@@ -435,7 +435,25 @@ typedef struct sk_attention_desc {
     const float *q_descale;  /* [B, Hq] fp32, or NULL (1.0) */
     const float *k_descale;  /* [B, Hkv] fp32, or NULL (1.0) */
     const float *v_descale;  /* [B, Hkv] fp32, or NULL (1.0) */
+    /* V's layout (appended after the FP8 fields: a descriptor initialised
+     * with the size up to v_descale keeps working as SK_V_LAYOUT_ROWS).
+     * SK_V_LAYOUT_VT_FP8 takes V as sk_quantize_e4m3 writes it with
+     * SK_QUANT_LAYOUT_VT_FP8 (see there: [B, Hkv, D, Sk_pad] e4m3 codes,
+     * keys permuted inside each 32, zero past Sk), so the Hopper FP8 kernel
+     * loads it as its P V operand with no transpose. Only with dtype E4M3;
+     * v_strides must then be all zero (the layout is packed); CUDA: v
+     * 16-byte aligned. The codes past Sk must be finite (the quantizer
+     * writes 0): the FP8 kernel reads keys up to the next multiple of 32,
+     * where P is 0 but a NaN code would still poison the sum; beyond that
+     * nothing past Sk is read. */
+    int32_t v_layout;        /* sk_v_layout; 0 (default) = SK_V_LAYOUT_ROWS */
 } sk_attention_desc;
+
+/* desc->v_layout values. */
+typedef enum sk_v_layout {
+    SK_V_LAYOUT_ROWS = 0,  /* V [B, Sk, Hkv, D], desc->v_strides (the default) */
+    SK_V_LAYOUT_VT_FP8 = 1 /* V^T for the FP8 kernel (SK_QUANT_LAYOUT_VT_FP8), packed */
+} sk_v_layout;
 
 /* Fill *desc with the defaults above (all sizes 0, to be set). struct_size is
  * sizeof(*desc) as the caller knows it. */
@@ -1893,7 +1911,35 @@ typedef struct sk_quantize_desc {
     int64_t head_dim;    /* D >= 1; CUDA: a multiple of 8 */
     int64_t x_strides[3]; /* element strides of x over [B, S, H]; >= 0; zeros: packed.
                              CUDA: x 16-byte aligned, strides multiples of 8 elements */
+    /* y's layout (appended: a descriptor initialised with the size up to
+     * x_strides keeps working as SK_QUANT_LAYOUT_ROWS). */
+    int32_t layout;       /* sk_quant_layout; 0 (default) = SK_QUANT_LAYOUT_ROWS */
 } sk_quantize_desc;
+
+/* sk_quantize_desc's layout: where code y(b, s, h, d) (the value above)
+ * is stored.
+ *   SK_QUANT_LAYOUT_ROWS:   y[((b * S + s) * H + h) * D + d]   ([B, S, H, D])
+ *   SK_QUANT_LAYOUT_VT_FP8: y[((b * H + h) * D + d) * S_pad + col(s)]
+ *     ([B, H, D, S_pad], V^T for the Hopper FP8 attention kernel, which
+ *     takes it with sk_attention_desc's v_layout = SK_V_LAYOUT_VT_FP8),
+ *     S_pad = S rounded up to a multiple of 128, and inside each 32-key
+ *     chunk the keys permuted into the order the kernel's P registers
+ *     hold them: with k = s % 32 = 16 k4 + 8 k3 + 2 k12 + k0 (k4, k3, k0
+ *     bits, k12 in 0..3),
+ *       col(s) = (s - k) + 16 k4 + 4 k12 + 2 k3 + k0
+ *     (equivalently, column 32 c + 16 h + 4 t + i holds key 32 c + 16 h +
+ *     2 t + i for i < 2, 32 c + 16 h + 8 + 2 t + i - 2 for i >= 2). Columns
+ *     of keys s >= S hold 0. */
+typedef enum sk_quant_layout {
+    SK_QUANT_LAYOUT_ROWS = 0,
+    SK_QUANT_LAYOUT_VT_FP8 = 1
+} sk_quant_layout;
+
+/* Elements (bytes) of y in SK_QUANT_LAYOUT_VT_FP8: batch x heads x head_dim
+ * x (seq rounded up to 128), into *elems; BAD_PARAM_SHAPE for a size < 1,
+ * BAD_PARAM_OVERFLOW past int64. */
+SK_API sk_status sk_quantize_vt_elems(int64_t batch, int64_t seq, int64_t heads, int64_t head_dim,
+                                      int64_t *elems);
 
 SK_API sk_status sk_quantize_desc_init(sk_quantize_desc *desc, size_t struct_size);
 
@@ -1905,6 +1951,8 @@ SK_API sk_status sk_quantize_e4m3_workspace_size(const sk_quantize_desc *desc,
  * synchronisation; CPU: synchronous).
  *   x        [B, S, H, D]  desc->dtype, desc->x_strides; read
  *   y        [B, S, H, D]  e4m3 codes (uint8), packed; written
+ *            (SK_QUANT_LAYOUT_VT_FP8: [B, H, D, S_pad], sk_quantize_vt_elems
+ *            bytes, every one written; CUDA: y 16-byte aligned)
  *   descale  [B, H]        fp32 contiguous; written
  * The workspace (CUDA: 16-byte aligned, at least the size above) must not
  * overlap any argument; y and descale must not overlap x or each other. */

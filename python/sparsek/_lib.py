@@ -157,6 +157,7 @@ class SkAttentionDesc(CheckedStructure):
         ("q_descale", c_void_p),  # const float * [B, Hq]
         ("k_descale", c_void_p),  # const float * [B, Hkv]
         ("v_descale", c_void_p),  # const float * [B, Hkv]
+        ("v_layout", c_int32),  # sk_v_layout: 0 rows, 1 V^T for the FP8 kernel
     ]
 
 
@@ -406,6 +407,7 @@ class SkQuantizeDesc(CheckedStructure):
         ("heads", c_int64),
         ("head_dim", c_int64),
         ("x_strides", c_int64 * 3),
+        ("layout", c_int32),  # sk_quant_layout: 0 rows, 1 VT_FP8
     ]
 
 
@@ -685,6 +687,7 @@ SIGNATURES = {
         _st,
         [POINTER(SkQuantizeDesc), c_void_p, c_void_p, c_void_p, c_void_p, c_size_t, _stream],
     ),
+    "sk_quantize_vt_elems": (_st, [c_int64, c_int64, c_int64, c_int64, POINTER(c_int64)]),
     # Context parallel: plans, workspaces and tensors are raw addresses
     # (c_void_p); sk_comm_t is an opaque pointer.
     "sk_cp_desc_init": (_st, [POINTER(SkCpDesc), c_size_t]),

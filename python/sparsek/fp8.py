@@ -12,16 +12,22 @@ q/k/v_descale), descales float32 [B, Hq] for Q and [B, Hkv] for K and V
 torch, float16 for numpy, whose bfloat16 needs ml_dtypes). Each call plans
 and runs (sk_attention_forward); these calls are not differentiable and
 have no plan cache.
+
+Pre-transposed V (docs/perf/fp8.md, "Round 4"): quantize_e4m3(v, layout="vt")
+returns V^T [B, Hkv, D, Sk_pad] (Sk rounded up to 128, keys permuted inside
+each 32 in the FP8 kernel's order, zeros past Sk: sparsek.h,
+SK_QUANT_LAYOUT_VT_FP8), which attention_fp8(..., v_layout="vt") takes as V:
+the Hopper kernel then loads it as its P V operand with no transpose.
 """
 
 from __future__ import annotations
 
 import math
-from ctypes import byref, c_size_t, sizeof
+from ctypes import byref, c_int64, c_size_t, sizeof
 
 import numpy as np
 
-from ._arrays import is_torch, outer_strides, Arr
+from ._arrays import check_packed, is_torch, outer_strides, Arr
 from ._cvalues import float32
 from ._lib import Backend, DType, F, Mask, SkAttentionDesc, SkQuantizeDesc, check
 from .attention import _check_layout, _parse_backend
@@ -85,11 +91,27 @@ def _out_dtype(out_dtype, kind: str):
     return DType.BF16, ml_dtypes.bfloat16
 
 
+def _v_layout(v_layout) -> bool:
+    """True for "vt" (V^T), False for "rows"."""
+    if v_layout not in ("rows", "vt"):
+        raise ValueError(f"v_layout = {v_layout!r}: 'rows' or 'vt'")
+    return v_layout == "vt"
+
+
+def vt_shape(batch: int, seq: int, heads: int, head_dim: int) -> tuple:
+    """The shape of quantize_e4m3(..., layout="vt")'s y: [B, H, D, S_pad]."""
+    n = c_int64()
+    check(F.sk_quantize_vt_elems(batch, seq, heads, head_dim, byref(n)))
+    return (batch, heads, head_dim, n.value // (batch * heads * head_dim))
+
+
 def attention_fp8(q, k, v, layout, *, q_descale=None, k_descale=None, v_descale=None, causal=False,
-                  scale=None, out_dtype=None, return_lse=False, backend=None):
+                  scale=None, out_dtype=None, return_lse=False, backend=None, v_layout="rows"):
     """Block-sparse attention forward on e4m3 q [B, Sq, Hq, D], k and v
-    [B, Sk, Hkv, D] (see the module text). Returns O [B, Sq, Hq, D] in
-    out_dtype, or (O, lse) with lse float32 [B, Hq, Sq] when return_lse."""
+    [B, Sk, Hkv, D] (see the module text; v_layout="vt": v is V^T [B, Hkv,
+    D, Sk_pad] from quantize_e4m3(..., layout="vt"), contiguous). Returns O
+    [B, Sq, Hq, D] in out_dtype, or (O, lse) with lse float32 [B, Hq, Sq]
+    when return_lse."""
     _check_layout(layout)
     aq, ak, av = _fp8(q, "q"), _fp8(k, "k"), _fp8(v, "v")
     if len({aq.kind, ak.kind, av.kind}) > 1:
@@ -99,10 +121,16 @@ def attention_fp8(q, k, v, layout, *, q_descale=None, k_descale=None, v_descale=
     for a, name in ((aq, "q"), (ak, "k"), (av, "v")):
         if len(a.shape) != 4:
             raise ValueError(f"{name} must have 4 dimensions; got shape {a.shape}")
-    if ak.shape != av.shape:
-        raise ValueError(f"k {ak.shape} and v {av.shape} must have the same shape [B, Sk, Hkv, D]")
+    vt = _v_layout(v_layout)
     B, Sq, Hq, D = aq.shape
     _, Sk, Hkv, _ = ak.shape
+    if vt:
+        want = vt_shape(B, Sk, Hkv, D)
+        if av.shape != want:
+            raise ValueError(f"v {av.shape} must be V^T {want} [B, Hkv, D, Sk_pad] (v_layout='vt')")
+        check_packed(av, "v", "[B, Hkv, D, Sk_pad] (v_layout='vt')")
+    elif ak.shape != av.shape:
+        raise ValueError(f"k {ak.shape} and v {av.shape} must have the same shape [B, Sk, Hkv, D]")
     if ak.shape[0] != B or ak.shape[3] != D:
         raise ValueError(f"q {aq.shape} and k {ak.shape} differ in batch or head_dim")
     be = _parse_backend(backend, aq.device)
@@ -140,7 +168,9 @@ def attention_fp8(q, k, v, layout, *, q_descale=None, k_descale=None, v_descale=
     desc.scale = 0.0 if scale is None else scale
     desc.mask = int(Mask.CAUSAL if causal else Mask.NONE)
     for field, a, name in (("q_strides", aq, "q"), ("k_strides", ak, "k"), ("v_strides", av, "v")):
-        setattr(desc, field, outer_strides(a, name))
+        if not (vt and name == "v"):  # V^T: packed, strides 0
+            setattr(desc, field, outer_strides(a, name))
+    desc.v_layout = 1 if vt else 0
     desc.o_strides = o_strides[:3]
     desc.q_descale, desc.k_descale, desc.v_descale = qd_ptr, kd_ptr, vd_ptr
 
@@ -165,10 +195,12 @@ def attention_fp8(q, k, v, layout, *, q_descale=None, k_descale=None, v_descale=
     return (out, lse) if return_lse else out
 
 
-def quantize_e4m3(x, *, backend=None):
+def quantize_e4m3(x, *, backend=None, layout="rows"):
     """x bfloat16 / float16 [B, S, H, D] -> (y, descale): y e4m3 [B, S, H, D]
     (torch.float8_e4m3fn for torch, uint8 codes for numpy), descale float32
-    [B, H] with x ~ descale[b, h] * y (sparsek.h, sk_quantize_e4m3)."""
+    [B, H] with x ~ descale[b, h] * y (sparsek.h, sk_quantize_e4m3).
+    layout="vt": y is V^T [B, H, D, S_pad] for attention_fp8(...,
+    v_layout="vt") (see the module text)."""
     from ._arrays import adapt
 
     ax = adapt(x, "x")
@@ -186,14 +218,17 @@ def quantize_e4m3(x, *, backend=None):
     desc.dtype = int(ax.dtype)
     desc.batch, desc.seq, desc.heads, desc.head_dim = B, S, H, D
     desc.x_strides = outer_strides(ax, "x")
+    vt = _v_layout(layout)
+    desc.layout = 1 if vt else 0
+    y_shape = vt_shape(B, S, H, D) if vt else (B, S, H, D)
     if ax.kind == "numpy":
-        y = np.empty((B, S, H, D), dtype=np.uint8)
+        y = np.empty(y_shape, dtype=np.uint8)
         ds = np.empty((B, H), dtype=np.float32)
         check(F.sk_quantize_e4m3(byref(desc), ax.ptr, y.ctypes.data, ds.ctypes.data, None, 0, None))
         return y, ds
     import torch
 
-    y = torch.empty((B, S, H, D), dtype=torch.uint8, device=x.device)
+    y = torch.empty(y_shape, dtype=torch.uint8, device=x.device)
     ds = torch.empty((B, H), dtype=torch.float32, device=x.device)
     if be == Backend.CPU:
         check(F.sk_quantize_e4m3(byref(desc), ax.ptr, y.data_ptr(), ds.data_ptr(), None, 0, None))
@@ -207,4 +242,4 @@ def quantize_e4m3(x, *, backend=None):
     return y.view(torch.float8_e4m3fn), ds
 
 
-__all__ = ["attention_fp8", "quantize_e4m3"]
+__all__ = ["attention_fp8", "quantize_e4m3", "vt_shape"]

@@ -118,6 +118,14 @@ def test_attention_fp8_numpy_cpu(causal):
     o_wrong = sparsek.attention_fp8(codes["q"][0], codes["k"][0], codes["v"][0], layout,
                                     q_descale=codes["q"][1], k_descale=codes["k"][1], causal=causal)
     assert np.abs(o_wrong.astype(np.float64) - ref).max() > 1.0
+    # V pre-transposed (layout="vt"): O and LSE bit for bit.
+    vt, vds = sparsek.quantize_e4m3(x["v"], layout="vt")
+    ot, lset = sparsek.attention_fp8(
+        codes["q"][0], codes["k"][0], vt, layout, q_descale=codes["q"][1], k_descale=codes["k"][1],
+        v_descale=vds, causal=causal, return_lse=True, v_layout="vt",
+    )
+    np.testing.assert_array_equal(o.view(np.uint16), ot.view(np.uint16))
+    np.testing.assert_array_equal(lse, lset)
 
 
 @requires_torch
@@ -131,6 +139,12 @@ def test_attention_fp8_torch_cpu_bf16_out():
     layout = sparsek.Layout.causal(S, block=128)
     o = sparsek.attention_fp8(q, k, v, layout, q_descale=qs, k_descale=ks, v_descale=vs, causal=True)
     assert o.dtype == torch.bfloat16
+    # V pre-transposed (layout="vt"): the same O bit for bit.
+    vt, vts = sparsek.quantize_e4m3(xs[2], layout="vt")
+    assert vt.dtype == torch.float8_e4m3fn and tuple(vt.shape) == (B, H, D, 256)
+    ot = sparsek.attention_fp8(q, k, vt, layout, q_descale=qs, k_descale=ks, v_descale=vts, causal=True,
+                               v_layout="vt")
+    assert torch.equal(o.view(torch.int16), ot.view(torch.int16))
     deq = [(t.float() * s[:, None, :, None]).double().numpy() for t, s in ((q, qs), (k, ks), (v, vs))]
     ref = attention_reference(*deq, causal=True)
     np.testing.assert_allclose(o.double().numpy(), ref, rtol=1e-2, atol=1e-2)
@@ -173,5 +187,55 @@ def test_fp8_cuda_against_cpu():
     # The GPU rounds P to e4m3 before P V (the CPU does not): FP8-sized error.
     err = (og.cpu().float() - oc.float()).abs()
     assert err.max().item() < 0.1 and err.mean().item() < 0.01, (err.max().item(), err.mean().item())
+    # V pre-transposed (layout="vt"): both quantizers give the same bytes, and
+    # the same P registers times the same V codes give O and LSE bit for bit.
+    vt_cpu, vd_cpu = sparsek.quantize_e4m3(xs[2], layout="vt")
+    vt_gpu, vd_gpu = sparsek.quantize_e4m3(xs[2].cuda(), layout="vt")
+    assert torch.equal(vt_cpu.view(torch.uint8), vt_gpu.view(torch.uint8).cpu())
+    assert torch.equal(vd_cpu, vd_gpu.cpu())
+    args = dict(q_descale=gpu[0][1], k_descale=gpu[1][1], causal=True, return_lse=True)
+    o, lse = sparsek.attention_fp8(gpu[0][0], gpu[1][0], gpu[2][0], layout, v_descale=gpu[2][1], **args)
+    ot, lset = sparsek.attention_fp8(gpu[0][0], gpu[1][0], vt_gpu, layout, v_descale=vd_gpu, v_layout="vt", **args)
+    torch.cuda.synchronize()
+    assert torch.equal(o.view(torch.int16), ot.view(torch.int16))
+    assert torch.equal(lse, lset)
 
 
+
+
+def vt_col(s: np.ndarray) -> np.ndarray:
+    """The column of key s in V^T (sparsek.h, SK_QUANT_LAYOUT_VT_FP8)."""
+    k = s % 32
+    return s - k + (k & 16) + 4 * ((k >> 1) & 3) + 2 * ((k >> 3) & 1) + (k & 1)
+
+
+@pytest.mark.parametrize("S", [1, 33, 150, 256])
+def test_quantize_vt_numpy_is_rows_permuted(S):
+    rng = seeded_rng(3210 + S)
+    B, H, D = 2, 3, 24
+    x = (rng.standard_normal((B, S, H, D)) * 3).astype(np.float16)
+    y, ds = sparsek.quantize_e4m3(x)
+    yt, dst = sparsek.quantize_e4m3(x, layout="vt")
+    pad = (S + 127) // 128 * 128
+    assert yt.shape == (B, H, D, pad) == sparsek.fp8.vt_shape(B, S, H, D)
+    np.testing.assert_array_equal(ds, dst)
+    cols = vt_col(np.arange(pad))
+    assert sorted(cols) == list(range(pad))
+    want = np.zeros((B, H, D, pad), np.uint8)
+    want[..., cols[:S]] = y.transpose(0, 2, 3, 1)
+    np.testing.assert_array_equal(yt, want)
+
+
+def test_attention_fp8_vt_bad_arguments():
+    q = np.zeros((1, 64, 1, 64), np.uint8)
+    vt = np.zeros((1, 1, 64, 128), np.uint8)
+    layout = sparsek.Layout.dense(64, 64, block=64)
+    with pytest.raises(ValueError, match="V\\^T"):
+        sparsek.attention_fp8(q, q, q, layout, v_layout="vt")  # rows shape given as V^T
+    with pytest.raises(ValueError, match="v_layout"):
+        sparsek.attention_fp8(q, q, vt, layout, v_layout="cols")
+    with pytest.raises(ValueError, match="contiguous"):
+        sparsek.attention_fp8(q, q, np.zeros((1, 1, 128, 64), np.uint8).transpose(0, 1, 3, 2), layout, v_layout="vt")
+    with pytest.raises(ValueError, match="layout"):
+        sparsek.quantize_e4m3(np.zeros((1, 4, 1, 8), np.float16), layout="t")
+    sparsek.attention_fp8(q, q, vt, layout, v_layout="vt")  # the right shape runs

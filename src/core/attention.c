@@ -17,6 +17,7 @@
 
 #include "core/check.h"
 #include "core/internal.h"
+#include "core/fp8_vt.h"
 #include "core/layout.h"
 #include "core/attention_internal.h"
 #include "core/problem.h"
@@ -30,11 +31,13 @@
  * field up to o_strides. Such a descriptor is taken as it is (out_dtype 0,
  * no descales) and its missing tail is never read or written. */
 #define SK_ATTENTION_DESC_V1_SIZE offsetof(sk_attention_desc, out_dtype)
+/* ... and before v_layout: the FP8 fields are read, V is rows. */
+#define SK_ATTENTION_DESC_V2_SIZE offsetof(sk_attention_desc, v_layout)
 
 sk_status sk_attention_desc_init(sk_attention_desc *desc, size_t struct_size) {
     SK_ENTER("sk_attention_desc_init");
     SK_CHECK_NOT_NULL(desc);
-    if (struct_size != SK_ATTENTION_DESC_V1_SIZE)
+    if (struct_size != SK_ATTENTION_DESC_V1_SIZE && struct_size != SK_ATTENTION_DESC_V2_SIZE)
         SK_TRY(
             sk_check_init_struct_size(struct_size, sizeof(sk_attention_desc), "sk_attention_desc"));
     memset(desc, 0, struct_size);
@@ -66,7 +69,8 @@ sk_status sk_attention_check_scale_mask(float scale, sk_mask mask) {
 }
 
 sk_status sk_attention_check_struct_size(const sk_attention_desc *d, const char *what) {
-    if (d->struct_size == SK_ATTENTION_DESC_V1_SIZE) return SK_STATUS_SUCCESS;
+    if (d->struct_size == SK_ATTENTION_DESC_V1_SIZE || d->struct_size == SK_ATTENTION_DESC_V2_SIZE)
+        return SK_STATUS_SUCCESS;
     return sk_check_desc_struct_size(d->struct_size, sizeof(sk_attention_desc), what,
                                      "sk_attention_desc_init");
 }
@@ -75,18 +79,40 @@ sk_status sk_attention_check_struct_size(const sk_attention_desc *d, const char 
 typedef struct fp8_fields {
     sk_dtype out_dtype;
     const float *q_descale, *k_descale, *v_descale;
+    int32_t v_layout;
 } fp8_fields;
 
 static fp8_fields read_fp8_fields(const sk_attention_desc *d) {
     fp8_fields f;
     memset(&f, 0, sizeof f);
-    if (d->struct_size == sizeof(sk_attention_desc)) {
+    if (d->struct_size != SK_ATTENTION_DESC_V1_SIZE) {
         f.out_dtype = d->out_dtype;
         f.q_descale = d->q_descale;
         f.k_descale = d->k_descale;
         f.v_descale = d->v_descale;
     }
+    if (d->struct_size == sizeof(sk_attention_desc)) f.v_layout = d->v_layout;
     return f;
+}
+
+/* v_layout: an sk_v_layout; VT_FP8 with E4M3 inputs and v_strides all 0. */
+static sk_status check_v_layout(const sk_attention_desc *d, const fp8_fields *f) {
+    if (f->v_layout == SK_V_LAYOUT_ROWS) return SK_STATUS_SUCCESS;
+    if (f->v_layout != SK_V_LAYOUT_VT_FP8)
+        return sk_error(SK_STATUS_BAD_PARAM_VALUE,
+                        "desc->v_layout = %d is not an sk_v_layout (ROWS = 0, VT_FP8 = 1)",
+                        (int)f->v_layout);
+    if (d->dtype != SK_DTYPE_E4M3)
+        return sk_error(SK_STATUS_BAD_PARAM_DTYPE,
+                        "desc->v_layout = VT_FP8 takes E4M3 inputs, but desc->dtype = %d",
+                        (int)d->dtype);
+    for (int i = 0; i < 3; ++i)
+        if (d->v_strides[i] != 0)
+            return sk_error(SK_STATUS_BAD_PARAM_STRIDE,
+                            "desc->v_strides[%d] = %lld: with desc->v_layout = VT_FP8, V is the "
+                            "packed [B, Hkv, D, Sk_pad] layout and v_strides must be all 0",
+                            i, (long long)d->v_strides[i]);
+    return SK_STATUS_SUCCESS;
 }
 
 /* O's dtype and the FP8 fields: out_dtype 0 means dtype (BF16 for E4M3);
@@ -114,6 +140,7 @@ static sk_status check_fp8_fields(const sk_attention_desc *d, sk_dtype *out) {
                             "%s must be NULL unless desc->dtype is E4M3 (it scales FP8 inputs)",
                             set);
     }
+    SK_TRY(check_v_layout(d, &f));
     *out = o;
     return SK_STATUS_SUCCESS;
 }
@@ -249,9 +276,19 @@ sk_status sk_attention_check_geometry(const sk_attention_desc *d, const sk_bsr *
     p->q_descale = f.q_descale;
     p->k_descale = f.k_descale;
     p->v_descale = f.v_descale;
+    p->v_layout = f.v_layout;
     SK_TRY(check_layout_geometry(d, layout, p));
     SK_TRY(
         sk_attention_check_sizes(p, "batch x seq_q", "batch x seq_k", "batch x heads_q x seq_q"));
+    if (p->v_layout == SK_V_LAYOUT_VT_FP8) {
+        const int64_t vt_sizes[4] = {p->batch, p->heads_kv, p->head_dim,
+                                     p->seq_k <= INT64_MAX - 127 ? sk_vt_seq_pad(p->seq_k) : -1};
+        int64_t bytes;
+        if (vt_sizes[3] < 0 || !sk_product_i64(vt_sizes, 4, &bytes))
+            return sk_error(SK_STATUS_BAD_PARAM_OVERFLOW,
+                            "v (desc->v_layout = VT_FP8): batch x heads_kv x head_dim x seq_k "
+                            "rounded up to 128 overflows int64");
+    }
     sk_resolve_strides(d->q_strides, d->seq_q, d->heads_q, d->head_dim, p->q_stride);
     sk_resolve_strides(d->k_strides, d->seq_k, d->heads_kv, d->head_dim, p->k_stride);
     sk_resolve_strides(d->v_strides, d->seq_k, d->heads_kv, d->head_dim, p->v_stride);
@@ -308,7 +345,14 @@ sk_status sk_attention_check_tensors(sk_attention_problem *p, const void *q, con
     sk_tensor_shape tq, tk, tv, to;
     sk_tensor_shape_init(&tq, p->batch, p->seq_q, p->heads_q, p->head_dim, p->q_stride);
     sk_tensor_shape_init(&tk, p->batch, p->seq_k, p->heads_kv, p->head_dim, p->k_stride);
-    sk_tensor_shape_init(&tv, p->batch, p->seq_k, p->heads_kv, p->head_dim, p->v_stride);
+    if (p->v_layout == SK_V_LAYOUT_VT_FP8) {
+        /* V^T [B, Hkv, D, Sk_pad], packed (fp8_vt.h), as a 4-D tensor. */
+        const int64_t pad = sk_vt_seq_pad(p->seq_k);
+        const int64_t vt_stride[3] = {p->heads_kv * p->head_dim * pad, p->head_dim * pad, pad};
+        sk_tensor_shape_init(&tv, p->batch, p->heads_kv, p->head_dim, pad, vt_stride);
+    } else {
+        sk_tensor_shape_init(&tv, p->batch, p->seq_k, p->heads_kv, p->head_dim, p->v_stride);
+    }
     sk_tensor_shape_init(&to, p->batch, p->seq_q, p->heads_q, p->head_dim, p->o_stride);
     int64_t q_bytes, k_bytes, v_bytes, o_bytes;
     SK_TRY(sk_check_tensor_extent(&tq, es, "q", &q_bytes));

@@ -41,7 +41,8 @@ sk_status sk_attention_run_part(const sk_attention_desc *desc, const sk_bsr *lay
                                 size_t workspace_size, struct CUstream_st *stream);
 
 /* desc->struct_size (desc not NULL): sizeof(sk_attention_desc), or the
- * size before the FP8 fields (out_dtype and on), which older callers pass;
+ * size before the FP8 fields (out_dtype and on) or before v_layout, which
+ * older callers pass;
  * messages name the descriptor `what` ("desc", "attn"). */
 sk_status sk_attention_check_struct_size(const sk_attention_desc *desc, const char *what);
 

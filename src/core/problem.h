@@ -70,6 +70,9 @@ typedef struct sk_attention_problem {
      * dtype is E4M3. */
     sk_dtype out_dtype;
     const float *q_descale, *k_descale, *v_descale;
+    /* V's layout (sk_v_layout): SK_V_LAYOUT_VT_FP8 (E4M3 only) is the
+     * packed V^T of core/fp8_vt.h, v_stride then unused (packed rows). */
+    int32_t v_layout;
 } sk_attention_problem;
 
 /* An attention backward (src/core/attention_backward.c): the forward's
@@ -193,6 +196,7 @@ typedef struct sk_quantize_problem {
     const void *x;                      /* NULL in workspace-size calls */
     uint8_t *y;                         /* packed [B, S, H, D] */
     float *descale;                     /* [B, H] */
+    int32_t layout;                     /* sk_quant_layout: y's layout (fp8_vt.h) */
 } sk_quantize_problem;
 
 /* A top-k selection on varlen or paged inputs (src/core/topk_varlen.c;

@@ -5,11 +5,12 @@
  *
  * Q, K and V are decoded exactly and multiplied by their (batch, head)
  * descale in fp32 (one rounding, as the definition in sparsek.h), into
- * packed fp32 copies; the reference then runs on those with O rounded once
+ * packed fp32 copies (V from either layout); the reference then runs on those with O rounded once
  * to out_dtype and written through the caller's strides, LSE as usual.
  */
 #include <stdlib.h>
 
+#include "core/fp8_vt.h"
 #include "core/internal.h"
 #include "cpu/cpu_backend.h"
 #include "cpu/fp8.h"
@@ -25,6 +26,24 @@ static void dequantize(float *dst, const uint8_t *src, const int64_t st[3], int6
             const uint8_t *row = src + b * st[0] + s * st[1] + h * st[2];
             float *out = dst + (bs * heads + h) * dim;
             for (int64_t d = 0; d < dim; ++d) out[d] = f * sk_e4m3_to_f32(row[d]);
+        }
+    }
+}
+
+/* V^T (SK_V_LAYOUT_VT_FP8, core/fp8_vt.h) -> packed fp32 [B, Sk, Hkv, D]
+ * x descale: the same values as `dequantize` on the rows layout of the same
+ * codes. Only keys below Sk are read. */
+static void dequantize_vt(float *dst, const uint8_t *src, int64_t batch, int64_t seq,
+                          int64_t heads, int64_t dim, const float *descale) {
+    const int64_t pad = sk_vt_seq_pad(seq);
+#pragma omp parallel for schedule(static)
+    for (int64_t bh = 0; bh < batch * heads; ++bh) {
+        const int64_t b = bh / heads, h = bh % heads;
+        const float f = descale != NULL ? descale[bh] : 1.0f;
+        for (int64_t d = 0; d < dim; ++d) {
+            const uint8_t *row = src + (bh * dim + d) * pad;
+            for (int64_t s = 0; s < seq; ++s)
+                dst[((b * seq + s) * heads + h) * dim + d] = f * sk_e4m3_to_f32(row[sk_vt_col(s)]);
         }
     }
 }
@@ -59,12 +78,17 @@ sk_status sk_cpu_attention_fp8_run(const sk_attention_problem *p) {
                p->head_dim, p->q_descale);
     dequantize(k, (const uint8_t *)p->k, p->k_stride, p->batch, p->seq_k, p->heads_kv,
                p->head_dim, p->k_descale);
-    dequantize(v, (const uint8_t *)p->v, p->v_stride, p->batch, p->seq_k, p->heads_kv,
-               p->head_dim, p->v_descale);
+    if (p->v_layout == SK_V_LAYOUT_VT_FP8)
+        dequantize_vt(v, (const uint8_t *)p->v, p->batch, p->seq_k, p->heads_kv, p->head_dim,
+                      p->v_descale);
+    else
+        dequantize(v, (const uint8_t *)p->v, p->v_stride, p->batch, p->seq_k, p->heads_kv,
+                   p->head_dim, p->v_descale);
 
     sk_attention_problem f = *p;
     f.dtype = SK_DTYPE_F32; /* inputs; O stays in out_dtype */
     f.q_descale = f.k_descale = f.v_descale = NULL;
+    f.v_layout = SK_V_LAYOUT_ROWS; /* the fp32 copy */
     f.q = q;
     f.k = k;
     f.v = v;

@@ -6,6 +6,7 @@
 
 #include <math.h>
 
+#include "core/fp8_vt.h"
 #include "cpu/half.h"
 
 float sk_e4m3_to_f32(uint8_t x) {
@@ -45,7 +46,9 @@ uint8_t sk_f32_to_e4m3(float f) {
 
 void sk_cpu_quantize_e4m3(const void *x, sk_dtype dtype, int64_t batch, int64_t seq,
                           int64_t heads, int64_t dim, const int64_t xs[3], uint8_t *y,
-                          float *descale) {
+                          float *descale, int32_t layout) {
+    const int vt = layout == SK_QUANT_LAYOUT_VT_FP8;
+    const int64_t pad = sk_vt_seq_pad(seq);
 #pragma omp parallel for schedule(static)
     for (int64_t bh = 0; bh < batch * heads; ++bh) {
         const int64_t b = bh / heads, h = bh % heads;
@@ -61,7 +64,12 @@ void sk_cpu_quantize_e4m3(const void *x, sk_dtype dtype, int64_t batch, int64_t 
         for (int64_t s = 0; s < seq; ++s)
             for (int64_t d = 0; d < dim; ++d) {
                 const float v = sk_cpu_load1_f32(x, dtype, b * xs[0] + s * xs[1] + h * xs[2] + d);
-                y[((b * seq + s) * heads + h) * dim + d] = sk_f32_to_e4m3(v * inv);
+                const int64_t at = vt ? (bh * dim + d) * pad + sk_vt_col(s)
+                                      : ((b * seq + s) * heads + h) * dim + d;
+                y[at] = sk_f32_to_e4m3(v * inv);
             }
+        if (vt) /* the keys past S: zero codes */
+            for (int64_t d = 0; d < dim; ++d)
+                for (int64_t s = seq; s < pad; ++s) y[(bh * dim + d) * pad + sk_vt_col(s)] = 0;
     }
 }

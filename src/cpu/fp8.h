@@ -27,9 +27,10 @@ sk_status sk_cpu_attention_fp8_run(const sk_attention_problem *p);
 
 /* The per-(batch, head) quantization of sparsek.h's sk_quantize_e4m3. x has
  * `dtype` (F16 or BF16) elements, element strides xs over [B, S, H]; y is
- * packed [B, S, H, D]; descale [B, H]. */
+ * packed [B, S, H, D] or, with layout SK_QUANT_LAYOUT_VT_FP8, the V^T of
+ * core/fp8_vt.h (every byte written); descale [B, H]. */
 void sk_cpu_quantize_e4m3(const void *x, sk_dtype dtype, int64_t batch, int64_t seq,
                           int64_t heads, int64_t dim, const int64_t xs[3], uint8_t *y,
-                          float *descale);
+                          float *descale, int32_t layout);
 
 #endif /* SK_CPU_FP8_H */

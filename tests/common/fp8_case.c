@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "common/naive_ref.h"
+#include "core/fp8_vt.h"
 #include "common/test_util.h"
 
 #define F8_U_ACC 0x1p-13
@@ -480,4 +481,47 @@ void f8_quantize_desc(sk_quantize_desc *q, sk_backend backend, sk_dtype dtype, i
     q->heads = H;
     q->head_dim = D;
     if (st != NULL) memcpy(q->x_strides, st, sizeof q->x_strides);
+}
+
+uint8_t *f8_inst_vt(const f8_inst *x, uint8_t near, uint8_t far, int64_t *bytes) {
+    const f8_case *c = &x->c;
+    const int64_t pad = sk_vt_seq_pad(c->seq_k), near_end = (c->seq_k + 31) / 32 * 32;
+    *bytes = c->batch * c->heads_kv * c->head_dim * pad;
+    uint8_t *vt = (uint8_t *)malloc((size_t)*bytes);
+    if (vt == NULL) return NULL;
+    for (int64_t b = 0; b < c->batch; ++b)
+        for (int64_t h = 0; h < c->heads_kv; ++h)
+            for (int64_t d = 0; d < c->head_dim; ++d) {
+                uint8_t *row = vt + ((b * c->heads_kv + h) * c->head_dim + d) * pad;
+                for (int64_t s = 0; s < pad; ++s)
+                    row[sk_vt_col(s)] =
+                        s < c->seq_k
+                            ? x->v8[b * x->vs[0] + s * x->vs[1] + h * x->vs[2] + d]
+                            : (s < near_end ? near : far);
+            }
+    return vt;
+}
+
+void f8_case_cpu_variant(f8_case *c, tu_rng *rng, int v) {
+    memset(c, 0, sizeof *c);
+    c->seed = tu_rng_next(rng);
+    c->batch = tu_rng_range(rng, 1, 2);
+    c->heads_kv = tu_rng_range(rng, 1, 2);
+    c->heads_q = c->heads_kv * (v % 3 == 0 ? 1 : v % 3 == 1 ? 2 : 4);
+    c->head_dim = v % 2 ? 64 : 128;
+    c->block_q = v % 4 < 2 ? 64 : 128;
+    c->block_k = v % 8 < 4 ? 64 : 128;
+    c->seq_q = tu_rng_range(rng, 1, 200);
+    c->seq_k = v % 5 == 0 ? c->seq_q : tu_rng_range(rng, 1, 260);
+    c->causal = v % 2;
+    c->scale = v % 6 == 5 ? -0.09f : 0.0f;
+    c->layout_batch = tu_rng_range(rng, 0, 1) ? (int32_t)c->batch : 1;
+    c->layout_heads = v % 3 == 0 ? 1 : v % 3 == 1 ? (int32_t)c->heads_kv : (int32_t)c->heads_q;
+    c->density = v % 4 == 0 ? 1.0 : 0.6;
+    c->empty_rows = v % 5 == 2;
+    c->padded = v % 3 == 2;
+    c->with_lse = v % 7 != 3;
+    c->with_descale = v % 4 != 1;
+    c->out_dtype = v % 2 ? SK_DTYPE_F16 : SK_DTYPE_BF16;
+    c->amp = c->with_descale ? 2.0f : 0.5f;
 }

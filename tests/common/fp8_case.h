@@ -112,4 +112,17 @@ int f8_inst_model(const f8_inst *x, f8_model which, void *o, float *lse);
 void f8_quantize_desc(sk_quantize_desc *q, sk_backend backend, sk_dtype dtype, int64_t B,
                       int64_t S, int64_t H, int64_t D, const int64_t *st);
 
+/* Variant v of the CPU tests' seeded cases (GQA 1 / 2 / 4, D 64 / 128,
+ * blocks 64 / 128, tails, causal, negative scale, broadcast layouts, empty
+ * rows, padded strides, LSE, descales, both O dtypes), drawn from rng. */
+struct tu_rng;
+void f8_case_cpu_variant(f8_case *c, struct tu_rng *rng, int v);
+
+/* x's V codes in the pre-transposed layout (sparsek.h SK_QUANT_LAYOUT_VT_FP8,
+ * [B, Hkv, D, Sk_pad], malloc'd; NULL: out of memory), *bytes its size.
+ * The columns of keys past Sk up to the next multiple of 32 hold `near`
+ * (the FP8 kernel reads them: 0 there, unless the reader reads nothing past
+ * Sk), the further ones `far` (never read: the NaN code 0x7F). */
+uint8_t *f8_inst_vt(const f8_inst *x, uint8_t near, uint8_t far, int64_t *bytes);
+
 #endif /* SK_TESTS_FP8_CASE_H */

@@ -198,27 +198,7 @@ SK_TEST(fp8_cpu_reference_cases) {
     double yard = 0.0;
     for (int v = 0; v < 24; ++v) {
         f8_case c;
-        memset(&c, 0, sizeof c);
-        c.seed = tu_rng_next(&rng);
-        c.batch = tu_rng_range(&rng, 1, 2);
-        c.heads_kv = tu_rng_range(&rng, 1, 2);
-        c.heads_q = c.heads_kv * (v % 3 == 0 ? 1 : v % 3 == 1 ? 2 : 4);
-        c.head_dim = v % 2 ? 64 : 128;
-        c.block_q = v % 4 < 2 ? 64 : 128;
-        c.block_k = v % 8 < 4 ? 64 : 128;
-        c.seq_q = tu_rng_range(&rng, 1, 200);
-        c.seq_k = v % 5 == 0 ? c.seq_q : tu_rng_range(&rng, 1, 260);
-        c.causal = v % 2;
-        c.scale = v % 6 == 5 ? -0.09f : 0.0f;
-        c.layout_batch = tu_rng_range(&rng, 0, 1) ? (int32_t)c.batch : 1;
-        c.layout_heads = v % 3 == 0 ? 1 : v % 3 == 1 ? (int32_t)c.heads_kv : (int32_t)c.heads_q;
-        c.density = v % 4 == 0 ? 1.0 : 0.6;
-        c.empty_rows = v % 5 == 2;
-        c.padded = v % 3 == 2;
-        c.with_lse = v % 7 != 3;
-        c.with_descale = v % 4 != 1;
-        c.out_dtype = v % 2 ? SK_DTYPE_F16 : SK_DTYPE_BF16;
-        c.amp = c.with_descale ? 2.0f : 0.5f;
+        f8_case_cpu_variant(&c, &rng, v);
         f8_inst x;
         REQUIRE(f8_inst_create(&x, &c) == 0, "out of memory");
         const int64_t bad = run_cpu_case(&x, 0);

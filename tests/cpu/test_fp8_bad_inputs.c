@@ -1,9 +1,10 @@
 /*
  * test_fp8_bad_inputs.c - every bad FP8 argument: E4M3 where a call does not
  * take it, O's dtype, the descales (set without E4M3, misaligned,
- * overlapping O), and the quantizer's arguments. Each gets its exact status,
- * a message naming the argument, and leaves every buffer byte-identical;
- * and a descriptor of the size before the FP8 fields still works.
+ * overlapping O), the pre-transposed V's (v_layout), and the quantizer's
+ * arguments. Each gets its exact status, a message naming the argument,
+ * and leaves every buffer byte-identical; and descriptors of the sizes
+ * before the FP8 fields and before v_layout still work.
  */
 #include <stddef.h>
 #include <stdio.h>
@@ -14,14 +15,15 @@
 #include "common/test_util.h"
 #include "sparsek.h"
 
-enum { N = 64, SENT = 0xA5 };
+enum { N = 64, NPAD = 128, SENT = 0xA5 };
 
 /* A valid E4M3 forward on the CPU: B1 Sq = Sk = 64, H1, D64, one block. */
 typedef struct f8_fix {
     sk_attention_desc d;
     sk_bsr layout;
     int32_t offsets[2], cols[1];
-    uint8_t q[N * N], k[N * N], v[N * N];
+    uint8_t q[N * N], k[N * N];
+    uint8_t v[N * NPAD]; /* rows V [1, 64, 1, 64], or V^T [1, 1, 64, 128] (v_layout) */
     /* o, lse and the descales share one block of memory so that overlaps
      * can be made; each part starts filled with SENT. */
     union {
@@ -42,23 +44,34 @@ static void fix_init(f8_fix *f) {
     f->layout.nnz = 1;
     f->layout.row_offsets = f->offsets;
     f->layout.col_indices = f->cols;
-    for (int i = 0; i < N * N; ++i) f->q[i] = f->k[i] = f->v[i] = (uint8_t)(0x30 + i % 7);
+    for (int i = 0; i < N * N; ++i) f->q[i] = f->k[i] = (uint8_t)(0x30 + i % 7);
+    for (int i = 0; i < N * NPAD; ++i) f->v[i] = (uint8_t)(0x30 + i % 7);
     memset(f->mem.bytes, SENT, sizeof f->mem.bytes);
 }
 
 static void *fix_o(f8_fix *f) { return f->mem.bytes; }
 static float *fix_lse(f8_fix *f) { return (float *)(f->mem.bytes + N * N * 2); }
 
-/* Run sk_attention_forward; check status, message and untouched memory. */
-static void expect(f8_fix *f, sk_status want, const char *needle) {
-    uint8_t before[sizeof f->mem.bytes];
+/* Run sk_attention_forward on q, k, v, o (q, k: the fixture's unless
+ * given); check status, message and untouched memory (o, lse, descales, v). */
+static void expect_on(f8_fix *f, const void *q, const void *k, const void *v, void *o,
+                      sk_status want, const char *needle) {
+    uint8_t before[sizeof f->mem.bytes], v_before[sizeof f->v];
     memcpy(before, f->mem.bytes, sizeof before);
-    const sk_status got = sk_attention_forward(&f->d, &f->layout, f->q, f->k, f->v, fix_o(f),
-                                               fix_lse(f), NULL, 0, NULL);
+    memcpy(v_before, f->v, sizeof v_before);
+    const sk_status got = sk_attention_forward(&f->d, &f->layout, q != NULL ? q : f->q,
+                                               k != NULL ? k : f->k, v, o, fix_lse(f), NULL, 0,
+                                               NULL);
     const char *msg = sk_last_error();
     CHECK(got == want, "got %s, want %s (%s)", sk_status_name(got), sk_status_name(want), msg);
     CHECK(strstr(msg, needle) != NULL, "message does not mention \"%s\": \"%s\"", needle, msg);
-    CHECK(memcmp(before, f->mem.bytes, sizeof before) == 0, "o, lse or a descale was written");
+    CHECK(memcmp(before, f->mem.bytes, sizeof before) == 0 &&
+              memcmp(v_before, f->v, sizeof v_before) == 0,
+          "o, lse, a descale or v was written");
+}
+
+static void expect(f8_fix *f, sk_status want, const char *needle) {
+    expect_on(f, NULL, NULL, f->v, fix_o(f), want, needle);
 }
 
 SK_TEST(fp8_bad_inputs_fixture_is_valid) {
@@ -175,7 +188,8 @@ SK_TEST(fp8_quantize_bad_inputs) {
     } out;
     for (int i = 0; i < B * S * H * D; ++i) x[i] = 0x3C00;
     sk_quantize_desc q;
-    CHECK(sk_quantize_desc_init(&q, sizeof q - 8) == SK_STATUS_BAD_PARAM_STRUCT_SIZE, "%s",
+    /* sizeof q - 8 is the size before `layout`, taken (fp8_vt_desc_older_sizes). */
+    CHECK(sk_quantize_desc_init(&q, sizeof q - 16) == SK_STATUS_BAD_PARAM_STRUCT_SIZE, "%s",
           sk_last_error());
     struct {
         const char *needle;
@@ -263,5 +277,97 @@ SK_TEST(fp8_desc_older_struct_size) {
                                NULL) == SK_STATUS_BAD_PARAM_STRUCT_SIZE,
           "struct_size v1 - 8 taken");
     CHECK(strstr(sk_last_error(), "desc->struct_size") != NULL, "%s", sk_last_error());
+    free(f);
+}
+
+/* Pre-transposed V (v_layout = SK_V_LAYOUT_VT_FP8): the fixture with V^T
+ * [1, 1, 64, 128] runs; each bad field is refused by name. */
+SK_TEST(fp8_vt_attention_bad_inputs) {
+    f8_fix *f = (f8_fix *)malloc(sizeof *f);
+    REQUIRE(f != NULL, "out of memory");
+    fix_init(f);
+    f->d.v_layout = SK_V_LAYOUT_VT_FP8;
+    CHECK(sk_attention_forward(&f->d, &f->layout, f->q, f->k, f->v, fix_o(f), fix_lse(f), NULL,
+                               0, NULL) == SK_STATUS_SUCCESS,
+          "the V^T fixture: %s", sk_last_error());
+    fix_init(f);
+    f->d.v_layout = 7;
+    expect(f, SK_STATUS_BAD_PARAM_VALUE, "desc->v_layout");
+    fix_init(f);
+    f->d.dtype = SK_DTYPE_F16;
+    f->d.v_layout = SK_V_LAYOUT_VT_FP8;
+    expect(f, SK_STATUS_BAD_PARAM_DTYPE, "desc->v_layout");
+    fix_init(f);
+    f->d.v_layout = SK_V_LAYOUT_VT_FP8;
+    f->d.v_strides[1] = N;
+    expect(f, SK_STATUS_BAD_PARAM_STRIDE, "desc->v_strides[1]");
+    /* O inside V^T's 8 KB (rows V would be 4 KB: no overlap then). */
+    fix_init(f);
+    f->d.v_layout = SK_V_LAYOUT_VT_FP8;
+    expect_on(f, NULL, NULL, f->v, f->v + N * N, SK_STATUS_BAD_PARAM_STRIDE, "overlap");
+    /* CUDA: V^T 16-byte aligned, checked before any device work (q, k and
+     * o aligned in a malloc block, V^T 8 bytes off). */
+    fix_init(f);
+    f->d.v_layout = SK_V_LAYOUT_VT_FP8;
+    f->d.backend = SK_BACKEND_CUDA;
+    uint8_t *blk = (uint8_t *)malloc(2 * N * N + N * NPAD + 16 + N * N * 2);
+    REQUIRE(blk != NULL, "out of memory");
+    memcpy(blk, f->q, 2 * N * N);
+    expect_on(f, blk, blk + N * N, blk + 2 * N * N + 8, blk + 2 * N * N + N * NPAD + 16,
+              SK_STATUS_BAD_PARAM_ALIGNMENT, "v = ");
+    free(blk);
+    /* The other entry points take no E4M3, so no V^T either. */
+    fix_init(f);
+    f->d.v_layout = SK_V_LAYOUT_VT_FP8;
+    sk_attention_backward_desc bwd;
+    sk_attention_backward_desc_init(&bwd, sizeof bwd);
+    size_t bytes = 7;
+    CHECK(sk_attention_backward_workspace_size(&f->d, &bwd, &f->layout, &bytes) ==
+              SK_STATUS_BAD_PARAM_DTYPE && bytes == 7,
+          "backward: %s", sk_last_error());
+    free(f);
+}
+
+SK_TEST(fp8_vt_desc_older_sizes) {
+    /* A descriptor of the size before v_layout (the FP8 release's) takes
+     * the FP8 fields and never reads the tail: V is rows. */
+    const size_t v2 = offsetof(sk_attention_desc, v_layout);
+    f8_fix *f = (f8_fix *)malloc(sizeof *f);
+    REQUIRE(f != NULL, "out of memory");
+    fix_init(f);
+    union {
+        sk_attention_desc desc;
+        unsigned char bytes[sizeof(sk_attention_desc)];
+    } u;
+    memset(u.bytes, 0x5A, sizeof u.bytes); /* v_layout = 0x5A5A5A5A: invalid if read */
+    REQUIRE(sk_attention_desc_init(&u.desc, v2) == SK_STATUS_SUCCESS, "%s", sk_last_error());
+    for (size_t i = v2; i < sizeof u.bytes; ++i) CHECK(u.bytes[i] == 0x5A, "byte %zu written", i);
+    memcpy(u.bytes, &f->d, v2);
+    u.desc.struct_size = v2;
+    CHECK(sk_attention_forward(&u.desc, &f->layout, f->q, f->k, f->v, fix_o(f), fix_lse(f), NULL,
+                               0, NULL) == SK_STATUS_SUCCESS,
+          "%s", sk_last_error());
+    CHECK(sk_attention_desc_init(&u.desc, v2 + 4) == SK_STATUS_BAD_PARAM_STRUCT_SIZE, "v2 + 4");
+    /* The quantizer: the size before layout works as ROWS; others fail. */
+    const size_t q1 = offsetof(sk_quantize_desc, layout);
+    union {
+        sk_quantize_desc desc;
+        unsigned char bytes[sizeof(sk_quantize_desc)];
+    } qu;
+    memset(qu.bytes, 0x5A, sizeof qu.bytes);
+    REQUIRE(sk_quantize_desc_init(&qu.desc, q1) == SK_STATUS_SUCCESS, "%s", sk_last_error());
+    for (size_t i = q1; i < sizeof qu.bytes; ++i) CHECK(qu.bytes[i] == 0x5A, "byte %zu written", i);
+    CHECK(sk_quantize_desc_init(&qu.desc, q1 - 8) == SK_STATUS_BAD_PARAM_STRUCT_SIZE, "q1 - 8");
+    CHECK(sk_quantize_desc_init(&qu.desc, q1 + 4) == SK_STATUS_BAD_PARAM_STRUCT_SIZE, "q1 + 4");
+    REQUIRE(sk_quantize_desc_init(&qu.desc, q1) == SK_STATUS_SUCCESS, "%s", sk_last_error());
+    qu.desc.backend = SK_BACKEND_CPU;
+    qu.desc.batch = qu.desc.seq = qu.desc.heads = 1;
+    qu.desc.head_dim = 8;
+    const uint16_t x[8] = {0x3C00, 0x4000, 0, 0, 0, 0, 0, 0x3800};
+    uint8_t y[8];
+    float ds;
+    CHECK(sk_quantize_e4m3(&qu.desc, x, y, &ds, NULL, 0, NULL) == SK_STATUS_SUCCESS, "%s",
+          sk_last_error());
+    CHECK(y[1] == 0x7E && ds == 2.0f / 448.0f, "y[1] = 0x%02x, descale %g", y[1], (double)ds);
     free(f);
 }

@@ -16,8 +16,16 @@
  *
  * gpu_fp8_smoke runs the eight smallest cases alone, for triage.
  *
+ * Pre-transposed V (SK_V_LAYOUT_VT_FP8): gpu_fp8_random and gpu_fp8_cases
+ * run every case a second time with V as V^T (f8_inst_vt: codes past Sk up
+ * to the next 32 keys 0, the rest of the padding the NaN code 0x7F, which
+ * must not be read), under the same rule, and the O and LSE must equal the
+ * rows run's bit for bit (same P registers times the same V codes in the
+ * same k32 positions); declined where rows V is declined; a bitwise
+ * repeat. gpu_fp8vt_smoke runs the smoke cases with V^T only.
+ *
  * Quantizer: sk_quantize_e4m3 on the GPU against the CPU backend's, byte
- * for byte (codes and descales), twice.
+ * for byte (codes and descales), twice, in both layouts.
  */
 #include <math.h>
 #include <stdio.h>
@@ -89,6 +97,64 @@ static int all_ff(const void *p, size_t bytes) {
 }
 
 static int f8_run = 0, f8_failed = 0, f8_declined = 0;
+/* Which V layouts run_case runs: 1 rows, 2 V^T, 3 both. */
+static int f8_layouts = 3;
+static int f8_vt_run = 0, f8_vt_failed = 0, f8_vt_equal = 0;
+
+/* The case with V^T (see the header); o_rows / l_rows: the rows run's
+ * outputs (NULL: it did not run). 0 when it passed. */
+static int run_vt(const f8_inst *x, const f8_dev *d, const sk_attention_desc *rows_desc,
+                  const char *text, int64_t rows, const void *o_rows, const float *l_rows) {
+    int64_t vt_bytes = 0;
+    uint8_t *vt = f8_inst_vt(x, 0, 0x7F, &vt_bytes);
+    void *o1 = malloc((size_t)x->o_alloc * 2), *o2 = malloc((size_t)x->o_alloc * 2);
+    float *l1 = (float *)malloc((size_t)rows * 4), *l2 = (float *)malloc((size_t)rows * 4);
+    f8_dev dv = *d;
+    dv.v = vt != NULL ? gt_device_alloc((size_t)vt_bytes) : NULL;
+    int bad = 1;
+    const int ok = vt && o1 && o2 && l1 && l2 && dv.v && gt_upload(dv.v, vt, (size_t)vt_bytes) == 0;
+    CHECK(ok, "V^T setup failed: %s", text);
+    sk_attention_desc desc = *rows_desc;
+    desc.v_layout = SK_V_LAYOUT_VT_FP8;
+    memset(desc.v_strides, 0, sizeof desc.v_strides);
+    const sk_status st = ok ? run_once(x, &dv, &desc, o1, l1, rows) : SK_STATUS_INTERNAL_ERROR;
+    if (ok && !covered(&x->c)) {
+        CHECK(st == SK_STATUS_NOT_SUPPORTED, "%s (V^T): expected NOT_SUPPORTED, got %s (%s)", text,
+              sk_status_name(st), sk_last_error());
+        CHECK(all_ff(o1, (size_t)x->o_alloc * 2) && all_ff(l1, (size_t)rows * 4),
+              "%s (V^T): a declined call wrote its outputs", text);
+        bad = st != SK_STATUS_NOT_SUPPORTED;
+    } else if (ok && st != SK_STATUS_SUCCESS) {
+        CHECK(0, "%s (V^T): %s (%s)", text, sk_status_name(st), sk_last_error());
+        ++f8_vt_run;
+    } else if (ok) {
+        ++f8_vt_run;
+        const int lse = x->c.with_lse;
+        const int64_t errors = f8_inst_compare(x, o1, lse ? l1 : NULL, "gpu V^T", 0, 8);
+        CHECK(errors == 0, "%s (V^T): %lld elements outside the tolerance", text,
+              (long long)errors);
+        int equal = 1;
+        if (o_rows != NULL) {
+            equal = memcmp(o1, o_rows, (size_t)x->o_alloc * 2) == 0 &&
+                    (!lse || memcmp(l1, l_rows, (size_t)rows * 4) == 0);
+            CHECK(equal, "%s: O or LSE with V^T differs bitwise from rows V", text);
+            f8_vt_equal += equal;
+        }
+        const sk_status st2 = run_once(x, &dv, &desc, o2, l2, rows);
+        const int same = st2 == SK_STATUS_SUCCESS && memcmp(o1, o2, (size_t)x->o_alloc * 2) == 0 &&
+                         (!lse || memcmp(l1, l2, (size_t)rows * 4) == 0);
+        CHECK(same, "%s (V^T): the second run differs bitwise (%s)", text, sk_status_name(st2));
+        bad = errors != 0 || !same || !equal;
+    }
+    if (bad && covered(&x->c)) ++f8_vt_failed;
+    gt_device_free(dv.v);
+    free(vt);
+    free(o1);
+    free(o2);
+    free(l1);
+    free(l2);
+    return bad;
+}
 
 /* One case; 0 when it passed. */
 static int run_case(const f8_case *c) {
@@ -105,7 +171,7 @@ static int run_case(const f8_case *c) {
     memset(&d, 0, sizeof d);
     void *o1 = malloc((size_t)x.o_alloc * 2), *o2 = malloc((size_t)x.o_alloc * 2);
     float *l1 = (float *)malloc((size_t)rows * 4), *l2 = (float *)malloc((size_t)rows * 4);
-    int bad = 1;
+    int bad = 0;
     d.q = gt_device_alloc((size_t)x.q_alloc);
     d.k = gt_device_alloc((size_t)x.k_alloc);
     d.v = gt_device_alloc((size_t)x.v_alloc);
@@ -127,7 +193,9 @@ static int run_case(const f8_case *c) {
         CHECK(ws == SK_STATUS_SUCCESS, "workspace size: %s", sk_last_error());
         ok = ws == SK_STATUS_SUCCESS && (d.ws = gt_device_alloc(d.ws_bytes)) != NULL;
     }
-    if (ok) {
+    bad = !ok;
+    int rows_ran = 0;
+    if (ok && (f8_layouts & 1)) {
         const sk_status st = run_once(&x, &d, &desc, o1, l1, rows);
         if (!covered(c)) {
             ++f8_declined;
@@ -138,7 +206,9 @@ static int run_case(const f8_case *c) {
             bad = st != SK_STATUS_NOT_SUPPORTED;
         } else if (st != SK_STATUS_SUCCESS) {
             CHECK(0, "%s: %s (%s)", desc_text, sk_status_name(st), sk_last_error());
+            bad = 1;
         } else {
+            rows_ran = 1;
             ++f8_run;
             const int64_t errors = f8_inst_compare(&x, o1, c->with_lse ? l1 : NULL, "gpu", 0, 8);
             CHECK(errors == 0, "%s: %lld elements outside the tolerance", desc_text,
@@ -150,8 +220,10 @@ static int run_case(const f8_case *c) {
             CHECK(same, "%s: the second run differs bitwise (%s)", desc_text, sk_status_name(st2));
             bad = errors != 0 || !same;
         }
+        if (bad && covered(c)) ++f8_failed;
     }
-    if (bad && covered(c)) ++f8_failed;
+    if (ok && (f8_layouts & 2))
+        bad |= run_vt(&x, &d, &desc, desc_text, rows, rows_ran ? o1 : NULL, rows_ran ? l1 : NULL);
     dev_free(&d);
     free(o1);
     free(o2);
@@ -226,6 +298,7 @@ SK_TEST(gpu_fp8_random) {
     tu_rng rng;
     tu_rng_seed(&rng, tu_base_seed() ^ 0xF8F8);
     f8_run = f8_failed = f8_declined = 0;
+    f8_vt_run = f8_vt_failed = f8_vt_equal = 0;
     const int variants = gt_opt.quick ? 1 : 32;
     for (int causal = 0; causal < 2; ++causal)
         for (int v = 0; v < variants; ++v) {
@@ -243,14 +316,17 @@ SK_TEST(gpu_fp8_random) {
         }
     printf("    %d FP8 cases run, %d failed, %d declined as expected\n", f8_run, f8_failed,
            f8_declined);
+    printf("    V^T: %d cases run, %d failed, %d bitwise equal to rows V\n", f8_vt_run,
+           f8_vt_failed, f8_vt_equal);
     if (!gt_opt.quick && gt_opt.backend != SK_BACKEND_CUDA_SM80)
-        CHECK(f8_run >= 100, "only %d cases ran", f8_run);
+        CHECK(f8_run >= 100 && f8_vt_run >= 100, "only %d / %d (V^T) cases ran", f8_run,
+              f8_vt_run);
 }
 
 /* The smallest cases first (run it alone to triage: `sk_gpu_tests
  * fp8_smoke`): one 128 x 128 tile and one block, then two blocks with a key
  * tail, at both head dims, causal or not, no descales, packed. */
-SK_TEST(gpu_fp8_smoke) {
+static void smoke_cases(void) {
     for (int i = 0; i < 8; ++i) {
         f8_case c;
         memset(&c, 0, sizeof c);
@@ -268,6 +344,19 @@ SK_TEST(gpu_fp8_smoke) {
         c.amp = 0.7f;
         run_case(&c);
     }
+}
+
+SK_TEST(gpu_fp8_smoke) {
+    f8_layouts = 1;
+    smoke_cases();
+    f8_layouts = 3;
+}
+
+/* The same cases with V^T only (`sk_gpu_tests fp8vt_smoke`). */
+SK_TEST(gpu_fp8vt_smoke) {
+    f8_layouts = 2;
+    smoke_cases();
+    f8_layouts = 3;
 }
 
 /* Hand-picked shapes: the seed shape in small, long rows, every row empty,
@@ -315,16 +404,19 @@ SK_TEST(gpu_fp8_cases) {
     }
 }
 
-/* The GPU quantizer against the CPU's, byte for byte. */
+/* The GPU quantizer against the CPU's, byte for byte (layout VT_FP8: all
+ * of V^T, padding included, over a 0xA5 fill). */
 static void quantize_compare(sk_dtype dtype, int64_t B, int64_t S, int64_t H, int64_t D,
-                             int padded, uint64_t seed) {
+                             int padded, uint64_t seed, int32_t layout) {
     tu_rng rng;
     tu_rng_seed(&rng, seed);
     const int64_t pad = padded ? 16 : 0;
     const int64_t st[3] = {(S + (padded ? 3 : 0)) * (H * (D + pad) + pad), H * (D + pad) + pad,
                            D + pad};
     const int64_t span = (B - 1) * st[0] + (S - 1) * st[1] + (H - 1) * st[2] + D;
-    const int64_t n = B * S * H * D;
+    int64_t n = B * S * H * D;
+    if (layout == SK_QUANT_LAYOUT_VT_FP8)
+        REQUIRE(sk_quantize_vt_elems(B, S, H, D, &n) == SK_STATUS_SUCCESS, "%s", sk_last_error());
     uint16_t *x = (uint16_t *)malloc((size_t)span * 2);
     uint8_t *y_cpu = (uint8_t *)malloc((size_t)n), *y_gpu = (uint8_t *)malloc((size_t)n);
     float *ds_cpu = (float *)malloc((size_t)(B * H) * 4), *ds_gpu = (float *)malloc((size_t)(B * H) * 4);
@@ -341,6 +433,7 @@ static void quantize_compare(sk_dtype dtype, int64_t B, int64_t S, int64_t H, in
                 }
     sk_quantize_desc q;
     f8_quantize_desc(&q, SK_BACKEND_CPU, dtype, B, S, H, D, padded ? st : NULL);
+    q.layout = layout;
     REQUIRE(sk_quantize_e4m3(&q, x, y_cpu, ds_cpu, NULL, 0, NULL) == SK_STATUS_SUCCESS, "%s",
             sk_last_error());
     q.backend = gt_opt.backend == SK_BACKEND_CUDA_SM80 ? SK_BACKEND_CUDA_SM80 : SK_BACKEND_CUDA;
@@ -361,12 +454,12 @@ static void quantize_compare(sk_dtype dtype, int64_t B, int64_t S, int64_t H, in
         int64_t bad = 0;
         for (int64_t i = 0; i < n; ++i)
             if (y_gpu[i] != y_cpu[i] && bad++ < 8)
-                CHECK(0, "y[%lld] (b %lld, s %lld, h %lld, d %lld): gpu 0x%02x, cpu 0x%02x",
+                CHECK(0, "y[%lld] (rows: b %lld, s %lld, h %lld, d %lld): gpu 0x%02x, cpu 0x%02x",
                       (long long)i, (long long)(i / (S * H * D)), (long long)(i / (H * D) % S),
                       (long long)(i / D % H), (long long)(i % D), y_gpu[i], y_cpu[i]);
-        CHECK(bad == 0, "%lld codes differ (dtype %d, %lldx%lldx%lldx%lld, padded %d)",
+        CHECK(bad == 0, "%lld codes differ (dtype %d, %lldx%lldx%lldx%lld, padded %d, layout %d)",
               (long long)bad, (int)dtype, (long long)B, (long long)S, (long long)H, (long long)D,
-              padded);
+              padded, (int)layout);
         CHECK(memcmp(ds_gpu, ds_cpu, (size_t)(B * H) * 4) == 0, "descales differ");
     }
     gt_device_free(dx);
@@ -382,7 +475,10 @@ static void quantize_compare(sk_dtype dtype, int64_t B, int64_t S, int64_t H, in
 
 SK_TEST(gpu_fp8_quantize) {
     const uint64_t seed = tu_base_seed() ^ 0xF8AA;
-    quantize_compare(SK_DTYPE_BF16, 2, 77, 3, 128, 0, seed);
-    quantize_compare(SK_DTYPE_F16, 1, 300, 4, 64, 1, seed + 1);
-    if (!gt_opt.quick) quantize_compare(SK_DTYPE_BF16, 3, 1000, 5, 136, 1, seed + 2);
+    for (int32_t layout = 0; layout < 2; ++layout) {
+        quantize_compare(SK_DTYPE_BF16, 2, 77, 3, 128, 0, seed, layout);
+        quantize_compare(SK_DTYPE_F16, 1, 300, 4, 64, 1, seed + 1, layout);
+        if (!gt_opt.quick) quantize_compare(SK_DTYPE_BF16, 3, 1000, 5, 136, 1, seed + 2, layout);
+        quantize_compare(SK_DTYPE_F16, 2, 33, 2, 8, 1, seed + 3, layout); /* D 8, one chunk */
+    }
 }

@@ -96,6 +96,7 @@ struct sk90_smem {
     static constexpr uint32_t kKVSlab = BN * kSlabRowBytes;    /* a slab of a K / V block */
     static constexpr int kBoxCols = kSlabCols;                  /* a TMA box's width, elements */
     static constexpr bool kTransposeV = false;                  /* see the FP8 layout */
+    static constexpr bool kVtDirect = false; /* FP8 layout <VT>: V^T boxes (sk90_load_vt) */
     static constexpr uint32_t kOWgBytes = kWgRows * HD * 2;    /* one warpgroup's O */
     static constexpr uint32_t kOSlabBytes = kWgRows * kSlabRowBytes;
     static constexpr uint32_t kQ = 0;

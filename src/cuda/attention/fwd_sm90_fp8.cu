@@ -28,13 +28,19 @@
  *     base-2 softmax factor (its sign is folded like a negative scale) and
  *     the LSE factor; v_descale[b, hk] multiplies 1 / rowsum in the
  *     epilogue. fp32 products: exact up to fp32 rounding.
+ *   - V given pre-transposed (sk_attention_desc v_layout = VT_FP8, the
+ *     quantizer's SK_QUANT_LAYOUT_VT_FP8: V^T rows already in P's key
+ *     order): the template flag VT. V's TMA box is the Vt operand, the V
+ *     stage's full barrier is the TMA's expect_tx, the consumers free it;
+ *     no transposer warps, no Vt stages, the fp16/bf16 register split.
  *   - The TMA warp is the fp16/bf16 kernel's (sk90_producer on this
  *     layout); the transposer learns the end of the kernel from an extra V
  *     stage it publishes with a plain arrival and v_info = kVInfoEnd.
  *
  * Shared memory (all 1024-B aligned): 2 Q buffers, 2 K, 2 V, 2 Vt stages
  * of 128 x D bytes, O 2 x 64 x D x 2 bytes (as the fp16/bf16 kernel's),
- * barriers: about 161 KB at D = 128, 81 KB at D = 64.
+ * barriers: about 161 KB at D = 128, 81 KB at D = 64 (VT: no Vt stages,
+ * 129 KB and 65 KB).
  */
 #include <cuda.h>
 #include <cudaTypedefs.h>
@@ -44,6 +50,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "core/fp8_vt.h"
 #include "cuda/attention/kernels.h"
 #include "cuda/common/cuda_check.cuh"
 #include "cuda/common/hopper.cuh"
@@ -75,10 +82,14 @@ static_assert(kF8ProducerRegs * 128 + kF8ConsumerRegs * 256 <= kThreads * 168, "
 
 /* The shared layout at head dim HD (64 or 128): Q, K and V tiles of 128
  * rows of HD bytes (one TMA box: 128B swizzle at HD = 128, 64B at 64), Vt
- * tiles of HD rows of 128 keys (128B swizzle), O as the fp16/bf16 kernel's. */
-template <int HD>
+ * tiles of HD rows of 128 keys (128B swizzle), O as the fp16/bf16 kernel's.
+ * VT (V given pre-transposed, SK_V_LAYOUT_VT_FP8): the V stages are Vt
+ * tiles as TMA brings them (HD rows of 128 keys, 128B swizzle, the same
+ * bytes as a V tile), there is no Vt pipeline, and the P V GEMM reads the
+ * V stages ("Pv" below names the stages it reads in either variant). */
+template <int HD, bool VT>
 struct sk98_smem {
-    static constexpr int kQBufs = 2, kKStages = 2, kVStages = 2, kVtStages = 2;
+    static constexpr int kQBufs = 2, kKStages = 2, kVStages = 2, kVtStages = VT ? 0 : 2;
     static constexpr uint32_t kRowBytes = HD;                    /* one e4m3 row */
     static constexpr uint32_t kTileBytes = 128 * kRowBytes;      /* a Q, K or V tile */
     static constexpr uint32_t kVtBytes = HD * kF8Keys;           /* a Vt tile */
@@ -90,7 +101,8 @@ struct sk98_smem {
     static constexpr uint32_t kKVSlab = kTileBytes; /* K / V: blocks of kBN = 128 keys */
     static constexpr int kBN = kF8Keys;
     static constexpr uint32_t kQBytes = kTileBytes;
-    static constexpr bool kTransposeV = true;
+    static constexpr bool kTransposeV = !VT;
+    static constexpr bool kVtDirect = VT;
     static constexpr int kOSlabs = HD / kSlabCols;                /* O: 2-byte, 64-column slabs */
     static constexpr uint32_t kOWgBytes = kWgRows * HD * 2;       /* one warpgroup's O */
     static constexpr uint32_t kOSlabBytes = kWgRows * kSlabRowBytes;
@@ -117,6 +129,13 @@ struct sk98_smem {
     static constexpr uint32_t kSched = kVInfo + 4 * kVStages;         /* {tile, start, end, -} */
     static constexpr uint32_t kUsed = kSched + 16 * kSchedSlots;
     static constexpr uint32_t kDynamicBytes = kUsed + kSwizzleAtom;
+    /* What the P V GEMM reads: Vt stages (filled by the transposer), or
+     * with VT the V stages (filled by TMA, freed by the consumers). */
+    static constexpr int kPvStages = VT ? kVStages : kVtStages;
+    static constexpr uint32_t kPv = VT ? kV : kVt, kPvBytes = kVtBytes;
+    static constexpr uint32_t kBarPvFull = VT ? kBarVFull : kBarVtFull;
+    static constexpr uint32_t kBarPvEmpty = VT ? kBarVEmpty : kBarVtEmpty;
+    static_assert(kVtBytes == kTileBytes, "a V^T box fills a V stage");
 
     static_assert(HD == 64 || HD == 128, "head dim 64 or 128");
     static_assert(kK % kSwizzleAtom == 0 && kV % kSwizzleAtom == 0 && kVt % kSwizzleAtom == 0 &&
@@ -143,10 +162,10 @@ static __constant__ sk90_vparams sk98_no_vparams;
 #include "cuda/attention/fwd_sm90_fp8_transposer.cuh"
 #include "cuda/attention/fwd_sm90_fp8_consumer.cuh"
 
-template <sk_dtype OT, int HD>
+template <sk_dtype OT, int HD, bool VT>
 __global__ void __launch_bounds__(kThreads, 1)
     sk_attention_sm90_fp8_kernel(const __grid_constant__ sk98_params p) {
-    using L = sk98_smem<HD>;
+    using L = sk98_smem<HD, VT>;
     extern __shared__ uint8_t sk98_smem_raw[];
     const uint32_t raw = (uint32_t)__cvta_generic_to_shared(sk98_smem_raw);
     const uint32_t base = (raw + kSwizzleAtom - 1) & ~(uint32_t)(kSwizzleAtom - 1);
@@ -160,23 +179,42 @@ __global__ void __launch_bounds__(kThreads, 1)
     __syncthreads();
 
     const int wg = threadIdx.x / 128;
+    /* VT: no transposer, so the fp16/bf16 kernel's register split. */
+    constexpr int kProdRegs = VT ? kProducerRegs : kF8ProducerRegs;
+    constexpr int kConsRegs = VT ? kConsumerRegs : kF8ConsumerRegs;
     if (wg == 0) {
-        sk_setmaxnreg_dec<kF8ProducerRegs>();
+        sk_setmaxnreg_dec<kProdRegs>();
         const int warp = threadIdx.x / 32;
         if (warp == 0)
             sk90_producer<L, kSk90Fixed>(p.base, sk98_no_vparams, base, tile_ids, block_info,
                                          v_info, sched);
         if (warp == 1) sk90_scheduler<L, kSk90Fixed>(p.base, sk98_no_vparams, base, sched);
-        if (warp >= 2) sk98_transposer<HD>(base, v_info, warp - 2);
+        if constexpr (!VT)
+            if (warp >= 2) sk98_transposer<HD>(base, v_info, warp - 2);
     } else {
-        sk_setmaxnreg_inc<kF8ConsumerRegs>();
-        sk98_consumer<OT, HD>(p, base, tile_ids, block_info, wg - 1);
+        sk_setmaxnreg_inc<kConsRegs>();
+        sk98_consumer<OT, HD, VT>(p, base, tile_ids, block_info, wg - 1);
     }
 }
 
 /* ---------------------------------------------------------------------------
  * Host side
  * ------------------------------------------------------------------------- */
+
+/* V^T [B, Hkv, D, Sk_pad] bytes (core/fp8_vt.h): boxes of 128 key columns x
+ * D rows, 128B swizzle (the Vt stage the transposer would write). Key
+ * columns up to Sk rounded up to 32 exist: the permutation stays inside
+ * each 32-key chunk, so the last chunk's keys are all inside, and the
+ * columns past it load as zeros (never read from memory). */
+static CUresult sk98_encode_vt(CUtensorMap *map, const sk_attention_problem *p, const void *v) {
+    const int64_t pad = sk_vt_seq_pad(p->seq_k), d = p->head_dim;
+    const cuuint64_t dims[4] = {(cuuint64_t)((p->seq_k + 31) / 32 * 32), (cuuint64_t)d,
+                                (cuuint64_t)p->heads_kv, (cuuint64_t)p->batch};
+    const cuuint64_t strides[3] = {(cuuint64_t)pad, (cuuint64_t)(d * pad),
+                                   (cuuint64_t)(p->heads_kv * d * pad)};
+    const cuuint32_t box[4] = {(cuuint32_t)kF8Keys, (cuuint32_t)d, 1, 1};
+    return sk_tensor_map_encode_swizzled(map, SK_DTYPE_E4M3, 4, v, dims, strides, box, 128);
+}
 
 static CUresult sk98_encode_all(sk90_params *prm, const sk_attention_problem *p, const void *q,
                                 const void *k, const void *v, const void *o) {
@@ -187,7 +225,10 @@ static CUresult sk98_encode_all(sk90_params *prm, const sk_attention_problem *p,
     if (r == CUDA_SUCCESS)
         r = sk90_encode(&prm->tm_k, p, in, row, k, p->seq_k, p->heads_kv, p->k_stride, kBlockN);
     if (r == CUDA_SUCCESS)
-        r = sk90_encode(&prm->tm_v, p, in, row, v, p->seq_k, p->heads_kv, p->v_stride, kBlockN);
+        r = p->v_layout == SK_V_LAYOUT_VT_FP8
+                ? sk98_encode_vt(&prm->tm_v, p, v)
+                : sk90_encode(&prm->tm_v, p, in, row, v, p->seq_k, p->heads_kv, p->v_stride,
+                              kBlockN);
     if (r == CUDA_SUCCESS)
         r = sk90_encode(&prm->tm_o, p, p->out_dtype, kSlabCols, o, p->seq_q, p->heads_q,
                         p->o_stride, kWgRows);
@@ -205,15 +246,22 @@ int sk_attention_sm90_fp8_supports(const sk_attention_problem *p) {
     return sk98_encode_all(&prm, p, dummy, dummy, dummy, dummy) == CUDA_SUCCESS;
 }
 
-template <sk_dtype OT, int HD>
-static sk_status sk98_launch(const sk98_params &prm, int grid, cudaStream_t stream) {
-    using L = sk98_smem<HD>;
-    SK_CUDA_TRY(cudaFuncSetAttribute(sk_attention_sm90_fp8_kernel<OT, HD>,
+template <sk_dtype OT, int HD, bool VT>
+static sk_status sk98_launch_vt(const sk98_params &prm, int grid, cudaStream_t stream) {
+    using L = sk98_smem<HD, VT>;
+    SK_CUDA_TRY(cudaFuncSetAttribute(sk_attention_sm90_fp8_kernel<OT, HD, VT>,
                                      cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      (int)L::kDynamicBytes),
                 "cudaFuncSetAttribute");
-    sk_attention_sm90_fp8_kernel<OT, HD><<<grid, kThreads, L::kDynamicBytes, stream>>>(prm);
+    sk_attention_sm90_fp8_kernel<OT, HD, VT><<<grid, kThreads, L::kDynamicBytes, stream>>>(prm);
     return sk_cuda_status(cudaGetLastError(), "sm90 FP8 attention kernel launch");
+}
+
+/* Both V layouts are compiled (rows: the transposer; VT: V^T by TMA). */
+template <sk_dtype OT, int HD>
+static sk_status sk98_launch(const sk98_params &prm, bool vt, int grid, cudaStream_t stream) {
+    return vt ? sk98_launch_vt<OT, HD, true>(prm, grid, stream)
+              : sk98_launch_vt<OT, HD, false>(prm, grid, stream);
 }
 
 sk_status sk_attention_sm90_fp8_launch(const sk_attention_problem *p,
@@ -236,9 +284,10 @@ sk_status sk_attention_sm90_fp8_launch(const sk_attention_problem *p,
     prm.k_descale = p->k_descale;
     prm.v_descale = p->v_descale;
     const bool bf16 = p->out_dtype == SK_DTYPE_BF16;
+    const bool vt = p->v_layout == SK_V_LAYOUT_VT_FP8;
     if (p->head_dim == 128)
-        return bf16 ? sk98_launch<SK_DTYPE_BF16, 128>(prm, grid, stream)
-                    : sk98_launch<SK_DTYPE_F16, 128>(prm, grid, stream);
-    return bf16 ? sk98_launch<SK_DTYPE_BF16, 64>(prm, grid, stream)
-                : sk98_launch<SK_DTYPE_F16, 64>(prm, grid, stream);
+        return bf16 ? sk98_launch<SK_DTYPE_BF16, 128>(prm, vt, grid, stream)
+                    : sk98_launch<SK_DTYPE_F16, 128>(prm, vt, grid, stream);
+    return bf16 ? sk98_launch<SK_DTYPE_BF16, 64>(prm, vt, grid, stream)
+                : sk98_launch<SK_DTYPE_F16, 64>(prm, vt, grid, stream);
 }

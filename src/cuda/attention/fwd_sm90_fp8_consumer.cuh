@@ -6,7 +6,9 @@
  * registers, the descales, and the epilogue. The step structure (turns,
  * the first S alone, S_j with P_{j-1} V_{j-1}, the last P V alone, O
  * rescaled between the GEMM issues) is the fp16/bf16 consumer's at
- * D = 128 (fwd_sm90_consumer.cuh), at both head dims.
+ * D = 128 (fwd_sm90_consumer.cuh), at both head dims. VT: P V reads the
+ * V stages (pre-transposed V by TMA) instead of the transposer's Vt stages;
+ * nothing else differs (L::kPv*, fwd_sm90_fp8.cu).
  */
 #ifndef SK_CUDA_ATTENTION_FWD_SM90_FP8_CONSUMER_CUH
 #define SK_CUDA_ATTENTION_FWD_SM90_FP8_CONSUMER_CUH
@@ -114,10 +116,10 @@ __device__ __forceinline__ void sk98_prepare(float s[64], const sk90_params &p, 
     sk90_mask_block(s, p, c, wg_first_row, row0, t4);
 }
 
-template <sk_dtype OT, int HD>
+template <sk_dtype OT, int HD, bool VT>
 __device__ void sk98_consumer(const sk98_params &p8, uint32_t base, const int32_t *tile_ids,
                               const volatile int32_t *block_info, int wg) {
-    using L = sk98_smem<HD>;
+    using L = sk98_smem<HD, VT>;
     constexpr int kOAcc = HD / 2; /* O accumulator registers per thread */
     const sk90_params &p = p8.base;
     const int wtid = threadIdx.x % 128;
@@ -131,7 +133,7 @@ __device__ void sk98_consumer(const sk98_params &p8, uint32_t base, const int32_
     const uint32_t o_base = base + L::kO + wg * L::kOWgBytes;
 
     sk90_pipe<L::kKStages> kp = {0, 0};
-    sk90_pipe<L::kVtStages> vp = {0, 0};
+    sk90_pipe<L::kPvStages> vp = {0, 0};
     sk90_pipe<L::kQBufs> qp = {0, 0};
     if (wg == 1) sk_bar_arrive(kBarTurn0, 256);
 
@@ -187,7 +189,7 @@ __device__ void sk98_consumer(const sk98_params &p8, uint32_t base, const int32_
 
             while (info & kInfoMore) {
                 sk_mbar_wait(base + L::kBarKFull + 8 * kp.stage, kp.phase, "K full");
-                sk_mbar_wait(base + L::kBarVtFull + 8 * vp.stage, vp.phase, "Vt full");
+                sk_mbar_wait(base + L::kBarPvFull + 8 * vp.stage, vp.phase, "Vt full");
                 info = sk90_read_info(block_info, kp.stage, lane);
                 sk_bar_sync(bar_mine, 256);
                 sk98_fence_operands<HD>(o, pf);
@@ -197,7 +199,7 @@ __device__ void sk98_consumer(const sk98_params &p8, uint32_t base, const int32_
                 for (int i = 0; i < kOAcc; ++i) o[i] *= corr[(i >> 1) & 1];
                 sk98_fence_operands<HD>(o, pf);
                 sk_wgmma_fence();
-                sk98_gemm_pv<HD>(o, pf, base + L::kVt + vp.stage * L::kVtBytes);
+                sk98_gemm_pv<HD>(o, pf, base + L::kPv + vp.stage * L::kPvBytes);
                 sk_bar_arrive(bar_other, 256);
                 sk_wgmma_wait<1>();
 #pragma unroll
@@ -209,22 +211,22 @@ __device__ void sk98_consumer(const sk98_params &p8, uint32_t base, const int32_
                 sk90_softmax<kF8MaxOffset>(s, m, l, corr, scale_log2);
                 sk_wgmma_wait<0>();
                 sk98_fence_operands<HD>(o, pf);
-                if (leader) sk_mbar_arrive(base + L::kBarVtEmpty + 8 * vp.stage);
+                if (leader) sk_mbar_arrive(base + L::kBarPvEmpty + 8 * vp.stage);
                 vp.advance();
                 sk98_pack_p(pf, s);
             }
 
-            sk_mbar_wait(base + L::kBarVtFull + 8 * vp.stage, vp.phase, "Vt full");
+            sk_mbar_wait(base + L::kBarPvFull + 8 * vp.stage, vp.phase, "Vt full");
             sk_bar_sync(bar_mine, 256);
 #pragma unroll
             for (int i = 0; i < kOAcc; ++i) o[i] *= corr[(i >> 1) & 1];
             sk98_fence_operands<HD>(o, pf);
             sk_wgmma_fence();
-            sk98_gemm_pv<HD>(o, pf, base + L::kVt + vp.stage * L::kVtBytes);
+            sk98_gemm_pv<HD>(o, pf, base + L::kPv + vp.stage * L::kPvBytes);
             sk_bar_arrive(bar_other, 256);
             sk_wgmma_wait<0>();
             sk98_fence_operands<HD>(o, pf);
-            if (leader) sk_mbar_arrive(base + L::kBarVtEmpty + 8 * vp.stage);
+            if (leader) sk_mbar_arrive(base + L::kBarPvEmpty + 8 * vp.stage);
             vp.advance();
         }
 

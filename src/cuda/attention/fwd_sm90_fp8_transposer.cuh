@@ -108,7 +108,7 @@ __device__ __forceinline__ void sk98_transpose(uint32_t v, uint32_t vt, int w, i
 /* Warps 2 and 3: every V stage into a Vt stage, until the end mark. */
 template <int HD>
 __device__ void sk98_transposer(uint32_t base, const volatile int32_t *v_info, int w) {
-    using L = sk98_smem<HD>;
+    using L = sk98_smem<HD, false>; /* rows V only */
     const int lane = threadIdx.x % 32;
     sk90_pipe<L::kVStages> vp = {0, 0};
     sk90_pipe<L::kVtStages> tp = {0, 0};

@@ -29,6 +29,18 @@ __device__ __forceinline__ void sk90_load_kv(const CUtensorMap *tm, uint32_t dst
         sk_tma_load_4d(dst + s * L::kKVSlab, tm, s * L::kBoxCols, hk, c * L::kBN, b, bar, policy);
 }
 
+/* The FP8 kernel's pre-transposed V (L::kVtDirect, sparsek.h
+ * SK_V_LAYOUT_VT_FP8): block c is one box of L::kBN key columns x HD rows
+ * of the map over V^T [B, Hkv, HD, Sk_pad] bytes, at (c kBN, 0, hk, b);
+ * it lands as the K-major P V operand (128B swizzle). */
+template <class L>
+__device__ __forceinline__ void sk90_load_vt(const CUtensorMap *tm, uint32_t dst, uint32_t bar,
+                                             int hk, int c, int b) {
+    const uint64_t policy = sk_policy_evict_last();
+    sk_mbar_arrive_expect_tx(bar, L::kBlockBytes);
+    sk_tma_load_4d(dst, tm, c * L::kBN, 0, hk, b, bar, policy);
+}
+
 /* Tuning knob (compile-time, an A/B build for the measurement): 1, the
  * default, reads a block's pages one block ahead of its K load (below); 0
  * reads them after the wait for the stage, the order before this change
@@ -511,7 +523,10 @@ __device__ void sk90_producer(const sk90_params &p, const sk90_vparams &v, uint3
             } else if (lead) {
                 sk_mbar_wait(base + L::kBarVEmpty + 8 * vp.stage, vp.phase ^ 1, "V empty");
                 if constexpr (L::kTransposeV) v_info[vp.stage] = 0;
-                if constexpr (MODE == kSk90Fixed)
+                if constexpr (MODE == kSk90Fixed && L::kVtDirect)
+                    sk90_load_vt<L>(&p.tm_v, base + L::kV + vp.stage * L::kBlockBytes,
+                                    base + L::kBarVFull + 8 * vp.stage, hk, c0, t.b);
+                else if constexpr (MODE == kSk90Fixed)
                     sk90_load_kv<L>(&p.tm_v, base + L::kV + vp.stage * L::kBlockBytes,
                                     base + L::kBarVFull + 8 * vp.stage, hk,
                                     PAIR ? c0 & kInfoBlock : c0, t.b);

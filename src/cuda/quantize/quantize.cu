@@ -13,13 +13,15 @@
  *      per 16-byte vector of x (x * inv rounded to fp32, then cvt RNE with
  *      saturation); the first CTA of each (b, h) writes its descale.
  * Work items are (b, h, chunk) in one grid-stride loop (the count may pass
- * the grid limit).
+ * the grid limit). SK_QUANT_LAYOUT_VT_FP8 replaces kernel 2 with
+ * sk_quant_convert_vt_kernel (V^T in the FP8 kernel's key order).
  */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 #include <stdint.h>
 
+#include "core/fp8_vt.h"
 #include "cuda/backend.h"
 #include "cuda/common/cuda_check.cuh"
 
@@ -122,6 +124,48 @@ __global__ void __launch_bounds__(kQThreads) sk_quant_convert_kernel(const sk_qu
     }
 }
 
+/* SK_QUANT_LAYOUT_VT_FP8 (core/fp8_vt.h): items are (b, h, 32-key chunk)
+ * over S_pad (chunks past S write zeros). In a chunk, thread v takes the
+ * four keys 16 kh + 2 t + {0, 1, 8, 9} (kh = (v / 4) % 2, t = v % 4), which
+ * the layout stores at columns 16 kh + 4 t .. + 3 in that order, for the 8
+ * dims of one x vector (v / 8): 4 vector loads, 8 four-byte stores, one
+ * per dim row. Same arithmetic per element as the rows kernel. */
+__global__ void __launch_bounds__(kQThreads) sk_quant_convert_vt_kernel(const sk_quant_params p,
+                                                                        int64_t vt_chunks,
+                                                                        int64_t pad) {
+    const int64_t vt_items = p.items / p.chunks * vt_chunks;
+    for (int64_t item = blockIdx.x; item < vt_items; item += gridDim.x) {
+        const int64_t bh = item / vt_chunks, chunk = item % vt_chunks;
+        const int64_t b = bh / p.heads, h = bh % p.heads;
+        const float amax = __uint_as_float(__ldg(p.amax + bh));
+        const bool scaled = amax > 0.0f && isfinite(amax);
+        const float inv = scaled ? __fdiv_rn(448.0f, amax) : 1.0f;
+        if (chunk == 0 && threadIdx.x == 0) p.descale[bh] = scaled ? __fdiv_rn(amax, 448.0f) : 1.0f;
+        for (int64_t v = threadIdx.x; v < p.dim; v += kQThreads) {
+            const int kh = (int)(v / 4) % 2, t = (int)v % 4;
+            const int64_t d0 = (v / 8) * 8;
+            const int64_t s0 = chunk * 32 + 16 * kh + 2 * t;
+            const int64_t keys[4] = {s0, s0 + 1, s0 + 8, s0 + 9};
+            uint32_t w[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                if (keys[i] >= p.seq) continue; /* padding: code 0 */
+                float x[8];
+                sk_quant_load8(p, b * p.xs0 + keys[i] * p.xs1 + h * p.xs2 + d0, x);
+#pragma unroll
+                for (int e = 0; e < 8; ++e) {
+                    const uint32_t code = (uint32_t)__nv_cvt_float_to_fp8(
+                        __fmul_rn(x[e], inv), __NV_SATFINITE, __NV_E4M3);
+                    w[e] |= code << (8 * i);
+                }
+            }
+            uint8_t *row = p.y + (bh * p.dim + d0) * pad + chunk * 32 + 16 * kh + 4 * t;
+#pragma unroll
+            for (int e = 0; e < 8; ++e) *(uint32_t *)(row + e * pad) = w[e];
+        }
+    }
+}
+
 static int64_t sk_quant_chunks(const sk_quantize_problem *p) {
     return (p->seq + kChunkRows - 1) / kChunkRows;
 }
@@ -166,6 +210,13 @@ extern "C" sk_status sk_cuda_quantize_e4m3(const sk_quantize_problem *p, void *w
                 "cudaMemsetAsync (quantize amax)");
     sk_quant_amax_kernel<<<grid, kQThreads, 0, stream>>>(prm);
     SK_CUDA_TRY(cudaGetLastError(), "quantize amax kernel launch");
+    if (p->layout == SK_QUANT_LAYOUT_VT_FP8) {
+        const int64_t pad = sk_vt_seq_pad(p->seq), vt_chunks = pad / 32;
+        const int64_t vt_items = p->batch * p->heads * vt_chunks;
+        const int vt_grid = (int)(vt_items < kMaxGrid ? vt_items : kMaxGrid);
+        sk_quant_convert_vt_kernel<<<vt_grid, kQThreads, 0, stream>>>(prm, vt_chunks, pad);
+        return sk_cuda_status(cudaGetLastError(), "quantize convert (VT_FP8) kernel launch");
+    }
     sk_quant_convert_kernel<<<grid, kQThreads, 0, stream>>>(prm);
     return sk_cuda_status(cudaGetLastError(), "quantize convert kernel launch");
 }
