@@ -154,81 +154,112 @@ typedef struct case_cfg {
     int32_t group_blocks, top_groups; /* two levels when group_blocks > 0 */
 } case_cfg;
 
+/* A case's host problem, device copies and host outputs (CPU, GPU, and a
+ * GPU repeat). */
+typedef struct case_run {
+    dc_case c;
+    sk_decode_select_desc gd; /* the GPU descriptor */
+    dev_case d;
+    host_out cpu, gpu, again;
+} case_run;
+
+/* Draws the case (sequence 1 empty when with_empty) and allocates; 0 on
+ * failure (case_close still frees). */
+static int case_open(case_run *x, const case_cfg *g, tu_rng *rng, int with_empty) {
+    memset(x, 0, sizeof *x);
+    if (!dc_alloc(&x->c, rng, SK_BACKEND_CPU, g->dtype, g->batch, g->q_len, g->hq, g->hkv,
+                  g->head_dim, g->block_k, g->page_size, g->max_len, g->padded, g->quant, with_empty))
+        return 0;
+    x->c.desc.k = g->k;
+    x->c.desc.sink_blocks = g->sinks;
+    x->c.desc.recent_blocks = g->recent;
+    x->c.desc.group_blocks = g->group_blocks;
+    x->c.desc.top_groups = g->top_groups;
+    x->gd = x->c.desc;
+    x->gd.backend = gt_opt.backend;
+    const int ok = dev_alloc(&x->d, &x->c, &x->gd) &&
+                   host_alloc(&x->cpu, x->d.sum_bytes, x->d.rows, x->d.cap) &&
+                   host_alloc(&x->gpu, x->d.sum_bytes, x->d.rows, x->d.cap) &&
+                   host_alloc(&x->again, x->d.sum_bytes, x->d.rows, x->d.cap);
+    if (!ok) fprintf(stderr, "  setup failed: %s\n", sk_last_error());
+    return ok;
+}
+
+/* Prints the case when it failed, frees it; returns fails != 0. */
+static int case_close(case_run *x, const case_cfg *g, uint64_t seed, int fails, const char *what) {
+    if (fails)
+        fprintf(stderr,
+                "  %s: dtype %d B %d q_len %d hq %d hkv %d D %d bk %d page %d len %d k %d sinks "
+                "%d recent %d padded %d quant %d groups %d top %d seed %llu\n",
+                what, (int)g->dtype, (int)g->batch, (int)g->q_len, (int)g->hq, (int)g->hkv,
+                (int)g->head_dim, (int)g->block_k, (int)g->page_size, (int)g->max_len, (int)g->k,
+                (int)g->sinks, (int)g->recent, g->padded, g->quant, (int)g->group_blocks,
+                (int)g->top_groups, (unsigned long long)seed);
+    host_free(&x->cpu), host_free(&x->gpu), host_free(&x->again); /* zeroed or allocated */
+    dev_free(&x->d);
+    dc_free(&x->c);
+    return fails != 0;
+}
+
 /* One case: build, select (twice), append; each against the CPU. Returns
  * 0 on success. */
 static int run_case(const case_cfg *g, uint64_t seed) {
     tu_rng rng;
     tu_rng_seed(&rng, seed);
-    dc_case c;
-    if (!dc_alloc(&c, &rng, SK_BACKEND_CPU, g->dtype, g->batch, g->q_len, g->hq, g->hkv, g->head_dim,
-                  g->block_k, g->page_size, g->max_len, g->padded, g->quant, g->batch > 2))
-        return 1;
-    c.desc.k = g->k;
-    c.desc.sink_blocks = g->sinks;
-    c.desc.recent_blocks = g->recent;
-    c.desc.group_blocks = g->group_blocks;
-    c.desc.top_groups = g->top_groups;
-    sk_decode_select_desc gd = c.desc;
-    gd.backend = gt_opt.backend;
-    dev_case d;
-    host_out cpu, gpu, again;
+    case_run x;
     int fails = 0;
-    const int ok = dev_alloc(&d, &c, &gd) && host_alloc(&cpu, d.sum_bytes, d.rows, d.cap) &&
-                   host_alloc(&gpu, d.sum_bytes, d.rows, d.cap) &&
-                   host_alloc(&again, d.sum_bytes, d.rows, d.cap);
-    if (!ok) {
-        fprintf(stderr, "  setup failed: %s\n", sk_last_error());
+    if (!case_open(&x, g, &rng, g->batch > 2)) {
         fails = 1;
         goto done;
     }
     /* Build + select. */
-    if (cpu_run(&c, NULL, c.lens, &cpu, 1) != SK_STATUS_SUCCESS) {
+    if (cpu_run(&x.c, NULL, x.c.lens, &x.cpu, 1) != SK_STATUS_SUCCESS) {
         fprintf(stderr, "  cpu: %s\n", sk_last_error());
         fails = 1;
         goto done;
     }
-    poison(d.sum, d.sum_bytes);
-    if (sk_kv_summary_build(&gd, d.cache, d.table, d.lens, d.sum, NULL) != SK_STATUS_SUCCESS ||
-        gt_sync() != 0 || gt_download(gpu.sum, d.sum, d.sum_bytes) != 0) {
+    poison(x.d.sum, x.d.sum_bytes);
+    if (sk_kv_summary_build(&x.gd, x.d.cache, x.d.table, x.d.lens, x.d.sum, NULL) != SK_STATUS_SUCCESS ||
+        gt_sync() != 0 || gt_download(x.gpu.sum, x.d.sum, x.d.sum_bytes) != 0) {
         fprintf(stderr, "  gpu build: %s\n", sk_last_error());
         fails = 1;
         goto done;
     }
-    if (memcmp(cpu.sum, gpu.sum, d.sum_bytes) != 0) {
+    if (memcmp(x.cpu.sum, x.gpu.sum, x.d.sum_bytes) != 0) {
         fprintf(stderr, "  built summaries differ\n");
         fails = 1;
     }
-    if (!gpu_select(&c, &gd, &d, &gpu) || !gpu_select(&c, &gd, &d, &again)) {
+    if (!gpu_select(&x.c, &x.gd, &x.d, &x.gpu) || !gpu_select(&x.c, &x.gd, &x.d, &x.again)) {
         fails = 1;
         goto done;
     }
-    fails += !same_layout(&cpu, &gpu, d.rows, d.cap, "build + select");
-    fails += !same_layout(&gpu, &again, d.rows, d.cap, "repeat");
+    fails += !same_layout(&x.cpu, &x.gpu, x.d.rows, x.d.cap, "build + select");
+    fails += !same_layout(&x.gpu, &x.again, x.d.rows, x.d.cap, "repeat");
     /* Append from random old lengths: build at old, append to lens. */
     {
         int32_t *old = (int32_t *)malloc((size_t)g->batch * 4);
         for (int32_t b = 0; b < g->batch; ++b)
-            old[b] = tu_rng_uniform(&rng) < 0.5 ? c.lens[b] - (int32_t)tu_rng_range(&rng, 0, c.lens[b] < 3 ? c.lens[b] : 3)
-                                                 : (int32_t)tu_rng_range(&rng, 0, c.lens[b]);
-        if (cpu_run(&c, old, c.lens, &cpu, 1) != SK_STATUS_SUCCESS) {
+            old[b] = tu_rng_uniform(&rng) < 0.5 ? x.c.lens[b] - (int32_t)tu_rng_range(&rng, 0, x.c.lens[b] < 3 ? x.c.lens[b] : 3)
+                                                 : (int32_t)tu_rng_range(&rng, 0, x.c.lens[b]);
+        if (cpu_run(&x.c, old, x.c.lens, &x.cpu, 1) != SK_STATUS_SUCCESS) {
             fprintf(stderr, "  cpu append: %s\n", sk_last_error());
             fails = 1;
         } else {
-            poison(d.sum, d.sum_bytes);
-            const int up = gt_upload(d.old, old, (size_t)g->batch * 4) == 0;
-            sk_status s1 = sk_kv_summary_build(&gd, d.cache, d.table, d.old, d.sum, NULL);
-            sk_status s2 = sk_kv_summary_append(&gd, d.cache, d.table, d.old, d.lens, d.sum, NULL);
+            poison(x.d.sum, x.d.sum_bytes);
+            const int up = gt_upload(x.d.old, old, (size_t)g->batch * 4) == 0;
+            sk_status s1 = sk_kv_summary_build(&x.gd, x.d.cache, x.d.table, x.d.old, x.d.sum, NULL);
+            sk_status s2 = sk_kv_summary_append(&x.gd, x.d.cache, x.d.table, x.d.old, x.d.lens, x.d.sum, NULL);
             if (!up || s1 != SK_STATUS_SUCCESS || s2 != SK_STATUS_SUCCESS || gt_sync() != 0 ||
-                gt_download(gpu.sum, d.sum, d.sum_bytes) != 0) {
+                gt_download(x.gpu.sum, x.d.sum, x.d.sum_bytes) != 0) {
                 fprintf(stderr, "  gpu append: %s\n", sk_last_error());
                 fails = 1;
             } else {
-                if (memcmp(cpu.sum, gpu.sum, d.sum_bytes) != 0) {
+                if (memcmp(x.cpu.sum, x.gpu.sum, x.d.sum_bytes) != 0) {
                     fprintf(stderr, "  appended summaries differ\n");
                     fails = 1;
                 }
-                if (gpu_select(&c, &gd, &d, &gpu))
-                    fails += !same_layout(&cpu, &gpu, d.rows, d.cap, "append + select");
+                if (gpu_select(&x.c, &x.gd, &x.d, &x.gpu))
+                    fails += !same_layout(&x.cpu, &x.gpu, x.d.rows, x.d.cap, "append + select");
                 else
                     fails = 1;
             }
@@ -236,18 +267,7 @@ static int run_case(const case_cfg *g, uint64_t seed) {
         free(old);
     }
 done:
-    if (fails)
-        fprintf(stderr,
-                "  case: dtype %d B %d q_len %d hq %d hkv %d D %d bk %d page %d len %d k %d sinks "
-                "%d recent %d padded %d quant %d groups %d top %d seed %llu\n",
-                (int)g->dtype, (int)g->batch, (int)g->q_len, (int)g->hq, (int)g->hkv,
-                (int)g->head_dim, (int)g->block_k, (int)g->page_size, (int)g->max_len, (int)g->k,
-                (int)g->sinks, (int)g->recent, g->padded, g->quant, (int)g->group_blocks,
-                (int)g->top_groups, (unsigned long long)seed);
-    if (ok) host_free(&cpu), host_free(&gpu), host_free(&again);
-    dev_free(&d);
-    dc_free(&c);
-    return fails != 0;
+    return case_close(&x, g, seed, fails, "case");
 }
 
 SK_TEST(dsel_gpu_random_cases_match_cpu) {
@@ -468,75 +488,48 @@ static uint16_t crafted_value(tu_rng *rng, sk_dtype dtype) {
 static int crafted_case(const case_cfg *g, uint64_t seed) {
     tu_rng rng;
     tu_rng_seed(&rng, seed);
-    dc_case c;
-    if (!dc_alloc(&c, &rng, SK_BACKEND_CPU, g->dtype, g->batch, g->q_len, g->hq, g->hkv, g->head_dim,
-                  g->block_k, g->page_size, g->max_len, g->padded, g->quant, g->batch > 1))
-        return 1;
-    c.desc.k = g->k;
-    c.desc.sink_blocks = g->sinks;
-    c.desc.recent_blocks = g->recent;
-    c.desc.group_blocks = g->group_blocks;
-    c.desc.top_groups = g->top_groups;
-    sk_decode_select_desc gd = c.desc;
-    gd.backend = gt_opt.backend;
-    dev_case d;
-    host_out cpu, gpu, again;
+    case_run x;
     int fails = 0;
-    const int ok = dev_alloc(&d, &c, &gd) && host_alloc(&cpu, d.sum_bytes, d.rows, d.cap) &&
-                   host_alloc(&gpu, d.sum_bytes, d.rows, d.cap) &&
-                   host_alloc(&again, d.sum_bytes, d.rows, d.cap);
-    if (!ok) {
-        fprintf(stderr, "  setup failed: %s\n", sk_last_error());
+    if (!case_open(&x, g, &rng, g->batch > 1)) {
         fails = 1;
         goto done;
     }
     {
-        uint16_t *sum = (uint16_t *)cpu.sum;
+        uint16_t *sum = (uint16_t *)x.cpu.sum;
         const int64_t per = 2 * (int64_t)g->head_dim; /* one summary */
-        const int64_t blocks = dc_max_blocks(&c), groups = dc_max_groups(&c);
-        for (int64_t i = 0; i < (int64_t)(d.sum_bytes / 2); ++i) sum[i] = crafted_value(&rng, g->dtype);
-        for (int32_t r = 3; r < d.rows; r += 4) {
+        const int64_t blocks = dc_max_blocks(&x.c), groups = dc_max_groups(&x.c);
+        for (int64_t i = 0; i < (int64_t)(x.d.sum_bytes / 2); ++i) sum[i] = crafted_value(&rng, g->dtype);
+        for (int32_t r = 3; r < x.d.rows; r += 4) {
             uint16_t *row = sum + (int64_t)r * blocks * per;
             for (int64_t j = 1; j < blocks; ++j) memcpy(row + j * per, row, (size_t)per * 2);
-            uint16_t *grow = sum + ((int64_t)d.rows * blocks + (int64_t)r * groups) * per;
+            uint16_t *grow = sum + ((int64_t)x.d.rows * blocks + (int64_t)r * groups) * per;
             for (int64_t j = 0; j < groups; ++j) memcpy(grow + j * per, row, (size_t)per * 2);
         }
     }
-    if (gt_upload(d.sum, cpu.sum, d.sum_bytes) != 0) {
+    if (gt_upload(x.d.sum, x.cpu.sum, x.d.sum_bytes) != 0) {
         fails = 1;
         goto done;
     }
     {
-        sk_decode_select_desc cd = c.desc;
+        sk_decode_select_desc cd = x.c.desc;
         sk_bsr l;
         memset(&l, 0, sizeof l);
-        l.row_offsets = cpu.off;
-        l.col_indices = cpu.idx;
-        if (sk_decode_select(&cd, c.q, cpu.sum, c.lens, &l, NULL, 0, NULL) != SK_STATUS_SUCCESS) {
+        l.row_offsets = x.cpu.off;
+        l.col_indices = x.cpu.idx;
+        if (sk_decode_select(&cd, x.c.q, x.cpu.sum, x.c.lens, &l, NULL, 0, NULL) != SK_STATUS_SUCCESS) {
             fprintf(stderr, "  cpu: %s\n", sk_last_error());
             fails = 1;
             goto done;
         }
     }
-    if (!gpu_select(&c, &gd, &d, &gpu) || !gpu_select(&c, &gd, &d, &again)) {
+    if (!gpu_select(&x.c, &x.gd, &x.d, &x.gpu) || !gpu_select(&x.c, &x.gd, &x.d, &x.again)) {
         fails = 1;
         goto done;
     }
-    fails += !same_layout(&cpu, &gpu, d.rows, d.cap, "crafted summaries");
-    fails += !same_layout(&gpu, &again, d.rows, d.cap, "repeat");
+    fails += !same_layout(&x.cpu, &x.gpu, x.d.rows, x.d.cap, "crafted summaries");
+    fails += !same_layout(&x.gpu, &x.again, x.d.rows, x.d.cap, "repeat");
 done:
-    if (fails)
-        fprintf(stderr,
-                "  crafted case: dtype %d B %d q_len %d hq %d hkv %d D %d bk %d len %d k %d sinks "
-                "%d recent %d quant %d groups %d top %d seed %llu\n",
-                (int)g->dtype, (int)g->batch, (int)g->q_len, (int)g->hq, (int)g->hkv,
-                (int)g->head_dim, (int)g->block_k, (int)g->max_len, (int)g->k, (int)g->sinks,
-                (int)g->recent, g->quant, (int)g->group_blocks, (int)g->top_groups,
-                (unsigned long long)seed);
-    if (ok) host_free(&cpu), host_free(&gpu), host_free(&again);
-    dev_free(&d);
-    dc_free(&c);
-    return fails != 0;
+    return case_close(&x, g, seed, fails, "crafted case");
 }
 
 /* The select paths on crafted summaries: NaN / +-inf / signed zeros and
