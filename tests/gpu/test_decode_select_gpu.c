@@ -571,4 +571,11 @@ SK_TEST(dsel_gpu_select_crafted_summaries_match_cpu) {
     }
     CHECK(fails == 0, "%d of %d crafted cases differ from the CPU (seed %llu)", fails, n,
           (unsigned long long)seed);
+    /* Both sides of the one-CTA group pass's limit (PICK_MAX_GROUPS 256):
+     * 1024 blocks of 16 in groups of 4 (256 groups), then one more block. */
+    const case_cfg at = {SK_DTYPE_BF16, 2, 3, 6, 2, 96, 16, 64, 16384, 50, 1, 2, 0, 1, 4, 20};
+    case_cfg past = at;
+    past.max_len = 16385;
+    CHECK(crafted_case(&at, seed ^ 0x256) == 0, "256 groups");
+    CHECK(crafted_case(&past, seed ^ 0x257) == 0, "257 groups");
 }

@@ -59,6 +59,52 @@ static __device__ __forceinline__ void load_lane(const uint16_t *src, int bf16, 
     }
 }
 
+/* Lane l's PER channels of Qp and Qn (from sum_queries' shared copy). */
+template <int PER>
+static __device__ __forceinline__ void lane_queries(const float *qs, int32_t lane, float qp[PER],
+                                                    float qn[PER]) {
+#pragma unroll
+    for (int c = 0; c < PER; ++c) {
+        qp[c] = qs[lane * PER + c];
+        qn[c] = qs[SC_MAX_DIM + lane * PER + c];
+    }
+}
+
+/* A warp's scores of the summaries j0 + u * SC_WARPS (u < BATCH) of
+ * `row` below j_end, in every lane: all their loads first, then per
+ * summary lane l's FMA chain over its PER channels (Qp x max, then Qn x
+ * min), the xor butterfly over the 32 lanes, times scale. */
+template <int PER, int BATCH>
+static __device__ __forceinline__ void score_run(const uint16_t *row, int32_t j0, int32_t j_end,
+                                                 int32_t head_dim, int bf16, int32_t lane,
+                                                 const float qp[PER], const float qn[PER], float scale,
+                                                 float out[BATCH]) {
+    float mn[BATCH][PER], mx[BATCH][PER];
+#pragma unroll
+    for (int u = 0; u < BATCH; ++u) {
+        const int32_t j = j0 + u * SC_WARPS;
+        if (j >= j_end) continue; /* the same for the whole warp */
+        const uint16_t *sum = row + (int64_t)j * 2 * head_dim + lane * PER;
+        load_lane<PER>(sum + head_dim, bf16, mx[u]);
+        load_lane<PER>(sum, bf16, mn[u]);
+    }
+#pragma unroll
+    for (int u = 0; u < BATCH; ++u) {
+        out[u] = 0.0f;
+        if (j0 + u * SC_WARPS >= j_end) continue;
+        float acc = 0.0f;
+#pragma unroll
+        for (int c = 0; c < PER; ++c) {
+            acc = fmaf(qp[c], mx[u][c], acc);
+            acc = fmaf(qn[c], mn[u][c], acc);
+        }
+#pragma unroll
+        for (int o = SK_DSEL_LANES / 2; o >= 1; o >>= 1)
+            acc = acc + __shfl_xor_sync(0xffffffffu, acc, o);
+        out[u] = acc * scale;
+    }
+}
+
 /* One scoring pass (see the header). */
 typedef struct score_args {
     const uint16_t *summary; /* [rows, count, 2, D] */
@@ -163,38 +209,15 @@ __global__ void __launch_bounds__(SC_THREADS, 1)
     const int bf16 = p.dtype == SK_DTYPE_BF16;
     const int32_t warp = (int32_t)(threadIdx.x >> 5), lane = (int32_t)(threadIdx.x & 31);
     float qp[PER], qn[PER];
-#pragma unroll
-    for (int c = 0; c < PER; ++c) {
-        qp[c] = qs[lane * PER + c];
-        qn[c] = qs[SC_MAX_DIM + lane * PER + c];
-    }
+    lane_queries<PER>(qs, lane, qp, qn);
     const uint16_t *row = a.summary + (int64_t)r * a.count * 2 * p.head_dim;
     float *out = a.scores + (int64_t)r * a.count;
     for (int32_t j0 = j_begin + warp; j0 < j_end; j0 += SC_RUN) {
-        float mn[SC_BATCH][PER], mx[SC_BATCH][PER];
+        float sc[SC_BATCH];
+        score_run<PER, SC_BATCH>(row, j0, j_end, p.head_dim, bf16, lane, qp, qn, p.scale, sc);
 #pragma unroll
-        for (int u = 0; u < SC_BATCH; ++u) {
-            const int32_t j = j0 + u * SC_WARPS;
-            if (j >= j_end) continue; /* the same for the whole warp */
-            const uint16_t *blk = row + (int64_t)j * 2 * p.head_dim + lane * PER;
-            load_lane<PER>(blk + p.head_dim, bf16, mx[u]);
-            load_lane<PER>(blk, bf16, mn[u]);
-        }
-#pragma unroll
-        for (int u = 0; u < SC_BATCH; ++u) {
-            const int32_t j = j0 + u * SC_WARPS;
-            if (j >= j_end) continue;
-            float acc = 0.0f;
-#pragma unroll
-            for (int c = 0; c < PER; ++c) {
-                acc = fmaf(qp[c], mx[u][c], acc);
-                acc = fmaf(qn[c], mn[u][c], acc);
-            }
-#pragma unroll
-            for (int o = SK_DSEL_LANES / 2; o >= 1; o >>= 1)
-                acc = acc + __shfl_xor_sync(0xffffffffu, acc, o);
-            if (lane == 0) out[j] = acc * p.scale;
-        }
+        for (int u = 0; u < SC_BATCH; ++u)
+            if (lane == 0 && j0 + u * SC_WARPS < j_end) out[j0 + u * SC_WARPS] = sc[u];
     }
 }
 

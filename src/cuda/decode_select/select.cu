@@ -1,7 +1,7 @@
 /*
  * select.cu - the decode selection on the GPU (sk_decode_select): three
- * kernels on one stream (five with two levels), no host synchronisation,
- * fixed workspace.
+ * kernels on one stream (four or five with two levels), no host
+ * synchronisation, fixed workspace.
  *
  *   score   score.cuh: one warp per summary, the contract's arithmetic ->
  *           scores[row, j] in the workspace, for the row's
@@ -23,8 +23,10 @@
  * With two levels (p->max_groups > 0): score over the group summaries,
  * select over the groups (no forced group, k = top_groups, the kept lists
  * in the workspace, increasing; it also writes -inf as the score of every
- * block of the groups it did not keep), score over the kept groups'
- * blocks only (one CTA per kept group), then select and place as above.
+ * block of the groups it did not keep) -- one kernel, a CTA per row, when
+ * max_groups <= PICK_MAX_GROUPS (sk_dsel_group_pick_kernel) --, score over
+ * the kept groups' blocks only (one CTA per kept group), then select and
+ * place as above.
  * On a 9.0 device every launch after a call's first uses programmatic
  * stream serialization (pdl_enter in every kernel, before any read).
  * The rules are sk_dsel_row_rules (core/decode_select.h), the host's.
@@ -41,6 +43,7 @@ enum {
     SEL_SMEM_KEYS = 8192,   /* keys of a row kept in shared memory (32 KB) */
     SEL_ITEMS = 8,          /* consecutive blocks per thread in the writing pass */
     PLACE_THREADS = 256,
+    PICK_MAX_GROUPS = 256,  /* groups a row's one CTA scores and selects (128 KB at D 128) */
     WS_ALIGN = 256
 };
 
@@ -147,38 +150,14 @@ static __device__ void fill_unpicked(const sk_dsel_problem &p, const select_args
     }
 }
 
-__global__ void __launch_bounds__(SEL_THREADS)
-    sk_dsel_select_kernel(const __grid_constant__ sk_dsel_problem p, const __grid_constant__ select_args a) {
-    __shared__ uint32_t keys[SEL_SMEM_KEYS];
-    __shared__ uint32_t hist[256];
-    __shared__ int32_t warp_part[SEL_THREADS / 32];
-    __shared__ int32_t pick[2];
-    const int32_t r = (int32_t)blockIdx.x;
-    pdl_enter();
-    sel_row s;
-    s.rule = sk_dsel_row_rules((row_blocks(p, r) + a.divisor - 1) / a.divisor, a.sinks, a.recent, a.k);
-    const int32_t n = s.rule.n_cand;
-    s.scores = a.scores + (int64_t)r * a.count;
-    s.keys = keys;
-    s.cached = 0;
-    int32_t nonzero = 0;
-    /* SEL_ITEMS loads in flight per thread, then their keys. */
-    for (int32_t base = 0; base < n; base += SEL_THREADS * SEL_ITEMS) {
-        float v[SEL_ITEMS];
-#pragma unroll
-        for (int e = 0; e < SEL_ITEMS; ++e) {
-            const int32_t j = base + e * SEL_THREADS + (int32_t)threadIdx.x;
-            v[e] = j < n ? s.scores[j] : 0.0f;
-        }
-#pragma unroll
-        for (int e = 0; e < SEL_ITEMS; ++e) {
-            const int32_t j = base + e * SEL_THREADS + (int32_t)threadIdx.x;
-            if (j >= n) continue;
-            const uint32_t key = sk_topk_is_forced(&s.rule, j) ? 0u : score_key(v[e]);
-            if (j < SEL_SMEM_KEYS) keys[j] = key;
-            nonzero += key != 0u;
-        }
-    }
+/* The rest of a row's selection once its keys are in shared memory
+ * (below s.cached; the scores past that) and each thread knows how many
+ * of the keys it wrote are non-zero: the threshold, the pass in index
+ * order, the count, and (group pass) the -inf of the unpicked groups. */
+static __device__ void select_row(const sk_dsel_problem &p, const select_args &a, sel_row &s,
+                                  uint32_t *keys, uint32_t *hist, int32_t *warp_part, int32_t *pick,
+                                  int32_t nonzero) {
+    const int32_t r = (int32_t)blockIdx.x, n = s.rule.n_cand;
     int32_t total;
     (void)cta_exclusive_sum<SEL_THREADS>(nonzero, warp_part, &total);
     __syncthreads();
@@ -240,6 +219,106 @@ __global__ void __launch_bounds__(SEL_THREADS)
     const int32_t listed = sel_before < a.row_cap ? sel_before : a.row_cap;
     if (threadIdx.x == 0) a.counts[r] = listed;
     if (a.fill != NULL) fill_unpicked(p, a, keys, s.cached, out, listed);
+}
+
+__global__ void __launch_bounds__(SEL_THREADS)
+    sk_dsel_select_kernel(const __grid_constant__ sk_dsel_problem p, const __grid_constant__ select_args a) {
+    __shared__ uint32_t keys[SEL_SMEM_KEYS];
+    __shared__ uint32_t hist[256];
+    __shared__ int32_t warp_part[SEL_THREADS / 32];
+    __shared__ int32_t pick[2];
+    const int32_t r = (int32_t)blockIdx.x;
+    pdl_enter();
+    sel_row s;
+    s.rule = sk_dsel_row_rules((row_blocks(p, r) + a.divisor - 1) / a.divisor, a.sinks, a.recent, a.k);
+    const int32_t n = s.rule.n_cand;
+    s.scores = a.scores + (int64_t)r * a.count;
+    s.keys = keys;
+    s.cached = 0;
+    int32_t nonzero = 0;
+    /* SEL_ITEMS loads in flight per thread, then their keys. */
+    for (int32_t base = 0; base < n; base += SEL_THREADS * SEL_ITEMS) {
+        float v[SEL_ITEMS];
+#pragma unroll
+        for (int e = 0; e < SEL_ITEMS; ++e) {
+            const int32_t j = base + e * SEL_THREADS + (int32_t)threadIdx.x;
+            v[e] = j < n ? s.scores[j] : 0.0f;
+        }
+#pragma unroll
+        for (int e = 0; e < SEL_ITEMS; ++e) {
+            const int32_t j = base + e * SEL_THREADS + (int32_t)threadIdx.x;
+            if (j >= n) continue;
+            const uint32_t key = sk_topk_is_forced(&s.rule, j) ? 0u : score_key(v[e]);
+            if (j < SEL_SMEM_KEYS) keys[j] = key;
+            nonzero += key != 0u;
+        }
+    }
+    select_row(p, a, s, keys, hist, warp_part, pick, nonzero);
+}
+
+/* Two levels with few groups (max_groups <= PICK_MAX_GROUPS): the group
+ * scoring and the group select as one CTA per row. Each warp scores its
+ * groups with score.cuh's score_run (the same arithmetic), PICK_BATCH
+ * loads in flight, and puts their keys straight into shared memory: no
+ * score round trip through the workspace, one launch fewer. */
+template <int PER>
+__global__ void __launch_bounds__(SEL_THREADS, 1)
+    sk_dsel_group_pick_kernel(const __grid_constant__ sk_dsel_problem p,
+                              const __grid_constant__ score_args ga, const __grid_constant__ select_args gs) {
+    enum { PICK_BATCH = PER <= 4 ? 8 : 4 };
+    __shared__ uint32_t keys[SEL_SMEM_KEYS];
+    __shared__ uint32_t hist[256];
+    __shared__ int32_t warp_part[SEL_THREADS / 32];
+    __shared__ int32_t pick[2];
+    __shared__ float qs[2 * SC_MAX_DIM];
+    const int32_t r = (int32_t)blockIdx.x;
+    pdl_enter();
+    const int32_t len = p.seq_lens[r / p.heads_kv];
+    sum_queries(p, r, qs);
+    sel_row s;
+    s.rule = sk_dsel_row_rules((sk_dsel_blocks(sk_dsel_clamp_len(len, p.max_seqlen_k), p.block_k) +
+                                gs.divisor - 1) / gs.divisor,
+                               gs.sinks, gs.recent, gs.k);
+    const int32_t n = s.rule.n_cand; /* <= max_groups <= SEL_SMEM_KEYS */
+    s.scores = gs.scores + (int64_t)r * gs.count;
+    s.keys = keys;
+    s.cached = 0;
+    __syncthreads();
+    const int bf16 = p.dtype == SK_DTYPE_BF16;
+    const int32_t warp = (int32_t)(threadIdx.x >> 5), lane = (int32_t)(threadIdx.x & 31);
+    float qp[PER], qn[PER];
+    lane_queries<PER>(qs, lane, qp, qn);
+    const uint16_t *row = ga.summary + (int64_t)r * ga.count * 2 * p.head_dim;
+    int32_t nonzero = 0;
+    for (int32_t j0 = warp; j0 < n; j0 += SC_WARPS * PICK_BATCH) {
+        float sc[PICK_BATCH];
+        score_run<PER, PICK_BATCH>(row, j0, n, p.head_dim, bf16, lane, qp, qn, p.scale, sc);
+#pragma unroll
+        for (int u = 0; u < PICK_BATCH; ++u) {
+            const int32_t j = j0 + u * SC_WARPS;
+            if (lane != 0 || j >= n) continue;
+            const uint32_t key = sk_topk_is_forced(&s.rule, j) ? 0u : score_key(sc[u]);
+            keys[j] = key;
+            nonzero += key != 0u;
+        }
+    }
+    select_row(p, gs, s, keys, hist, warp_part, pick, nonzero);
+}
+
+static cudaError_t launch_group_pick(const sk_dsel_problem *p, const score_args *ga,
+                                     const select_args *gs, cudaStream_t s) {
+    launch_cfg l; /* the first kernel of a call: a plain launch */
+    const cudaLaunchConfig_t *c = launch_config(&l, (unsigned)p->rows, SEL_THREADS, 0, s, 0);
+    switch (p->head_dim / SK_DSEL_LANES) {
+    case 1: return cudaLaunchKernelEx(c, sk_dsel_group_pick_kernel<1>, *p, *ga, *gs);
+    case 2: return cudaLaunchKernelEx(c, sk_dsel_group_pick_kernel<2>, *p, *ga, *gs);
+    case 3: return cudaLaunchKernelEx(c, sk_dsel_group_pick_kernel<3>, *p, *ga, *gs);
+    case 4: return cudaLaunchKernelEx(c, sk_dsel_group_pick_kernel<4>, *p, *ga, *gs);
+    case 5: return cudaLaunchKernelEx(c, sk_dsel_group_pick_kernel<5>, *p, *ga, *gs);
+    case 6: return cudaLaunchKernelEx(c, sk_dsel_group_pick_kernel<6>, *p, *ga, *gs);
+    case 7: return cudaLaunchKernelEx(c, sk_dsel_group_pick_kernel<7>, *p, *ga, *gs);
+    default: return cudaLaunchKernelEx(c, sk_dsel_group_pick_kernel<8>, *p, *ga, *gs);
+    }
 }
 
 __global__ void __launch_bounds__(PLACE_THREADS)
@@ -359,9 +438,13 @@ sk_status sk_cuda_dsel_select(const sk_dsel_problem *p, void *workspace, size_t 
     if (p->max_groups > 0) {
         const select_args gs = {w.group_scores, p->max_groups, p->group_blocks, 0, 0,
                                 p->top_groups, p->group_cap, w.group_counts, w.kept, w.scores};
-        SK_CUDA_TRY(launch_score(p, &ga, 0, s), "group score kernel launch");
-        SK_CUDA_TRY(launch_rows(p, sk_dsel_select_kernel, SEL_THREADS, gs, pdl, s),
-                    "group select kernel launch");
+        if (p->max_groups <= PICK_MAX_GROUPS) {
+            SK_CUDA_TRY(launch_group_pick(p, &ga, &gs, s), "group pick kernel launch");
+        } else {
+            SK_CUDA_TRY(launch_score(p, &ga, 0, s), "group score kernel launch");
+            SK_CUDA_TRY(launch_rows(p, sk_dsel_select_kernel, SEL_THREADS, gs, pdl, s),
+                        "group select kernel launch");
+        }
         SK_CUDA_TRY(launch_score(p, &ka, pdl, s), "kept score kernel launch");
     } else {
         SK_CUDA_TRY(launch_score(p, &sa, 0, s), "score kernel launch");
