@@ -636,6 +636,23 @@ __device__ __forceinline__ void sk_wgmma_m64n64k16_ss_bf16_zero(float d[32], uin
                  : "l"(desc_a), "l"(desc_b));
 }
 
+/* --- Paged attention, TLB warm-up (attention/fwd_sm90_producer.cuh) --- */
+
+/* cp.async.bulk.prefetch.L2.global [a], bytes: prefetch `bytes` (a multiple of 16, a 16-byte
+ * aligned) into L2 through the bulk-copy (TMA) unit: its address translation is the TMA's. */
+__device__ __forceinline__ void sk_bulk_prefetch_l2(const void *a, uint32_t bytes) {
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(a), "r"(bytes) : "memory");
+}
+
+/* cp.async.cg.shared.global.L2::cache_hint [dst], [src], 16, src_size, policy: sk_cp_async_16
+ * under an L2 policy (the paged gather's K / V, evict_last as the TMA boxes'). */
+__device__ __forceinline__ void sk_cp_async_16_hint(uint32_t dst, const void *src,
+                                                    uint32_t src_bytes, uint64_t policy) {
+    asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n" ::"r"(dst),
+                 "l"(src), "r"(src_bytes), "l"(policy)
+                 : "memory");
+}
+
 #endif /* sm_90a section guard */
 
 #endif /* SK_CUDA_PTX_CUH */
