@@ -199,18 +199,15 @@ struct sk90_vparams {
     int64_t o_batch_stride;
 };
 
-/* Paged mode only (fwd_sm90_varlen.cu's paged kernel), a third kernel
+/* Paged mode only (fwd_sm90_varlen.cu's paged kernels), a third kernel
  * parameter (the fixed, FP8 and varlen kernels' parameters and code stay as
  * they were): the caches as raw addresses, for the gather of small pages
  * (fwd_sm90_gather.cuh) and the TLB warm-up's prefetches. Strides in
- * bytes; gather: 1 when the K / V blocks are copied by the producer's warps
- * 2 and 3 with cp.async instead of TMA boxes (page_size below
- * SK90_GATHER_BELOW_PAGE, or the test hook's choice). */
+ * bytes. */
 struct sk90_pparams {
     const char *k_cache, *v_cache;
     int64_t k_page, k_slot, k_head; /* bytes */
     int64_t v_page, v_slot, v_head;
-    int32_t gather;
 };
 
 /* ---------------------------------------------------------------------------
@@ -356,13 +353,14 @@ enum { kSk90Fixed = 0, kSk90Varlen = 1, kSk90Paged = 2 };
 #ifndef SK90_GATHER_BELOW_PAGE
 #define SK90_GATHER_BELOW_PAGE 64
 #endif
-/* The paged kernel's register split (setmaxnreg): the gather warps and the
- * TMA warp's warm-up do not fit the other kernels' 40 producer registers
- * (ptxas spills), so the paged kernel gives its producer warpgroup 48 and
- * its consumers 224 (no spills either side; the ptxas log says so). */
-enum { kPagedProducerRegs = 48, kPagedConsumerRegs = 224 };
-static_assert(kPagedProducerRegs * 128 + kPagedConsumerRegs * 256 <= kThreads * 168,
-              "register budget (paged)");
+/* The gather kernels' register split (setmaxnreg): the gather warps do not
+ * fit the other kernels' 40 producer registers (ptxas spills), so the
+ * paged kernels with GATHER give their producer warpgroup 48 and their
+ * consumers 224 (no spills either side; the ptxas log says so); the TMA-path
+ * paged kernels keep 40 / 232. */
+enum { kGatherProducerRegs = 48, kGatherConsumerRegs = 224 };
+static_assert(kGatherProducerRegs * 128 + kGatherConsumerRegs * 256 <= kThreads * 168,
+              "register budget (gather)");
 
 /* The K and V stages of a kernel of head dim HD in mode MODE: the paged
  * mode's, or sk90_smem's defaults (the other kernels' code is unchanged:

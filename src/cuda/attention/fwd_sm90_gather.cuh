@@ -22,11 +22,12 @@
  *     only after that stage's empty wait, which follows the consumers'
  *     full wait, which follows the gather warp's reads of the previous
  *     record (before its arrival).
- *   - The TLB warm-up: a one-line prefetch of each page of K and V of a
- *     block SK90_TLB_PREFETCH blocks ahead, through the proxy of the loads
- *     that will follow (the TMA unit's bulk prefetch, or an ordinary L2
- *     prefetch for the gather). Pages as the load path chooses them
- *     (sk90_page_of_lane): never an address outside the cache.
+ *   - The TLB warm-up: a prefetch of each page of K and V of a block
+ *     SK90_TLB_PREFETCH blocks ahead, through the path of the loads that
+ *     will follow (the TMA unit's tensor prefetch of the page's first box,
+ *     or an ordinary one-line L2 prefetch for the gather). Pages as the
+ *     load path chooses them (sk90_page_of_lane): never an address outside
+ *     the cache.
  */
 #ifndef SK_CUDA_ATTENTION_FWD_SM90_GATHER_CUH
 #define SK_CUDA_ATTENTION_FWD_SM90_GATHER_CUH
@@ -112,18 +113,23 @@ __device__ void sk90_gather_warp(const sk90_vparams &v, const sk90_pparams &g, u
 
 /* Paged, TLB warm-up: lane j's queued page (read a step earlier, so the
  * prefetch does not wait for the table read) prefetched in K and V at head
- * hk, slot 0; a page outside [0, num_pages) or none (-1) is skipped. */
-__device__ __forceinline__ void sk90_tlb_prefetch(const sk90_vparams &v, const sk90_pparams &g,
-                                                  int pg, int hk) {
+ * hk; a page outside [0, num_pages) or none (-1) is skipped. GATHER: the
+ * line of slot 0 (prefetch.global.L2, the cp.async's path); TMA: the page's
+ * first 64-column box through the same map (the TMA unit's translations;
+ * its rows are the box the block's K / V load reads two steps later, so
+ * the L2 gets them early too, and no 64-bit address is formed: the TMA
+ * warp has no registers to spare at D = 128). */
+template <bool GATHER>
+__device__ __forceinline__ void sk90_tlb_prefetch(const sk90_params &p, const sk90_vparams &v,
+                                                  const sk90_pparams &g, int pg, int hk) {
     if ((unsigned)pg >= (unsigned)v.num_pages) return;
-    const char *k = g.k_cache + pg * g.k_page + hk * g.k_head;
-    const char *vv = g.v_cache + pg * g.v_page + hk * g.v_head;
-    if (g.gather) {
-        sk_prefetch_l2(k);
-        sk_prefetch_l2(vv);
+    if constexpr (GATHER) {
+        sk_prefetch_l2(g.k_cache + pg * g.k_page + hk * g.k_head);
+        sk_prefetch_l2(g.v_cache + pg * g.v_page + hk * g.v_head);
     } else {
-        sk_bulk_prefetch_l2(k, kSlabRowBytes);
-        sk_bulk_prefetch_l2(vv, kSlabRowBytes);
+        (void)g;
+        sk_tma_prefetch_4d(&p.tm_k, 0, hk, 0, pg);
+        sk_tma_prefetch_4d(&p.tm_v, 0, hk, 0, pg);
     }
 }
 

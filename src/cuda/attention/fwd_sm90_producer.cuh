@@ -65,12 +65,11 @@ __device__ __forceinline__ int sk90_page_of_lane(const sk90_vparams &p, const sk
  * (sk90_zero_v). K only (info_out non-NULL): the lead writes the stage's
  * block info and the mask of boxes not loaded before its arrival, which
  * releases them. The expected bytes count the boxes issued (0 completes
- * the phase at once). Gather (g.gather): no box; the stage's record for
- * the gather warp instead (rec_bar, rec: fwd_sm90_gather.cuh), whose
- * arrival on `full` then releases the block info too. */
-template <class L>
-__device__ __forceinline__ void sk90_issue_pages(const sk90_vparams &p, const sk90_pparams &g,
-                                                 const CUtensorMap *tm,
+ * the phase at once). GATHER: no box; the stage's record for the gather
+ * warp instead (rec_bar, rec: fwd_sm90_gather.cuh), whose arrival on
+ * `full` then releases the block info too. */
+template <class L, bool GATHER>
+__device__ __forceinline__ void sk90_issue_pages(const sk90_vparams &p, const CUtensorMap *tm,
                                                  uint32_t dst, uint32_t full, uint32_t empty,
                                                  uint32_t phase, int pg, const sk90_seq &sq,
                                                  int c, int hk, bool lead,
@@ -87,9 +86,12 @@ __device__ __forceinline__ void sk90_issue_pages(const sk90_vparams &p, const sk
         *info_out = info;
         *absent_out = (int32_t)(~loaded & ((1u << (kBlockN >> p.page_shift)) - 1u));
     }
-    if (g.gather) {
+    if constexpr (GATHER) {
+        (void)tm, (void)dst, (void)full;
         sk90_gather_post(rec_bar, rec, pg, hk, sq.len_k - c * kBlockN, lead);
         return;
+    } else {
+        (void)rec_bar, (void)rec;
     }
     if (lead)
         sk_mbar_arrive_expect_tx(
@@ -304,8 +306,9 @@ __device__ __forceinline__ bool sk90_pair_next(const sk90_params &p, sk90_pair_c
  * V stage, a plain arrival with no bytes, carries kVInfoEnd: the
  * transposer sees no tiles, so that is how it learns the end. v: the
  * varlen mode's parameters (never read in the fixed mode); g: the paged
- * mode's (fwd_sm90_gather.cuh; NULL and never read in the other modes). */
-template <class L, int MODE, bool PAIR = false>
+ * mode's (fwd_sm90_gather.cuh; NULL and never read in the other modes);
+ * GATHER: the paged mode's K / V blocks go to the gather warps. */
+template <class L, int MODE, bool PAIR = false, bool GATHER = false>
 __device__ void sk90_producer(const sk90_params &p, const sk90_vparams &v, uint32_t base,
                               int32_t *tile_ids,
                               volatile int32_t *block_info, volatile int32_t *v_info,
@@ -431,7 +434,7 @@ __device__ void sk90_producer(const sk90_params &p, const sk90_vparams &v, uint3
         __syncwarp();
         if (tile == kTileEnd) {
             if constexpr (MODE == kSk90Paged) {
-                if (g->gather && lead)
+                if (GATHER && lead)
                     sk90_gather_end<L>(base, kp.stage, kp.phase, vp.stage, vp.phase);
                 __syncwarp();
             }
@@ -475,7 +478,7 @@ __device__ void sk90_producer(const sk90_params &p, const sk90_vparams &v, uint3
             has1 = sk90_cursor_next<MODE, L::kBN>(p, t, cur, &c1);
         if constexpr (MODE == kSk90Paged) {
             if (SK90_PAGE_LOOKAHEAD && has1) pg1 = sk90_page_of_lane(v, sq, c1);
-            sk90_issue_pages<L>(v, *g, &p.tm_k, base + L::kK + kp.stage * L::kBlockBytes,
+            sk90_issue_pages<L, GATHER>(v, &p.tm_k, base + L::kK + kp.stage * L::kBlockBytes,
                                 base + L::kBarKFull + 8 * kp.stage,
                                 base + L::kBarKEmpty + 8 * kp.stage, kp.phase, pg0, sq, c0, hk,
                                 lead,
@@ -508,7 +511,7 @@ __device__ void sk90_producer(const sk90_params &p, const sk90_vparams &v, uint3
                         /* The page read a step ago, then the block
                          * SK90_TLB_PREFETCH visible blocks past c2 (peeked
                          * in the cursor's chunk: no layout read). */
-                        sk90_tlb_prefetch(v, *g, tlb_page, hk);
+                        sk90_tlb_prefetch<GATHER>(p, v, *g, tlb_page, hk);
                         tlb_page = -1;
                         uint32_t m = cur.mask;
 #pragma unroll
@@ -517,7 +520,7 @@ __device__ void sk90_producer(const sk90_params &p, const sk90_vparams &v, uint3
                             tlb_page = sk90_page_of_lane(
                                 v, sq, __shfl_sync(0xffffffffu, cur.cval, __ffs(m) - 1));
                     }
-                    sk90_issue_pages<L>(v, *g, &p.tm_k, base + L::kK + kp.stage * L::kBlockBytes,
+                    sk90_issue_pages<L, GATHER>(v, &p.tm_k, base + L::kK + kp.stage * L::kBlockBytes,
                                         base + L::kBarKFull + 8 * kp.stage,
                                         base + L::kBarKEmpty + 8 * kp.stage, kp.phase, pg1, sq,
                                         c1, hk, lead, block_info + kp.stage,
@@ -538,7 +541,7 @@ __device__ void sk90_producer(const sk90_params &p, const sk90_vparams &v, uint3
                 kp.advance();
             }
             if constexpr (MODE == kSk90Paged) {
-                sk90_issue_pages<L>(v, *g, &p.tm_v, base + L::kV + vp.stage * L::kBlockBytes,
+                sk90_issue_pages<L, GATHER>(v, &p.tm_v, base + L::kV + vp.stage * L::kBlockBytes,
                                     base + L::kBarVFull + 8 * vp.stage,
                                     base + L::kBarVEmpty + 8 * vp.stage, vp.phase, pg0, sq, c0,
                                     hk, lead, NULL, 0, NULL,

@@ -54,14 +54,15 @@ __global__ void __launch_bounds__(kThreads, 1)
     sk90_kernel_body<DT, HD, MODE>(p, v);
 }
 
-/* The paged kernel: g holds the caches' addresses and strides and the load
- * path (fwd_sm90_gather.cuh). */
-template <sk_dtype DT, int HD>
+/* The paged kernels: g holds the caches' addresses and strides; GATHER:
+ * the K / V blocks by the cp.async gather, else by TMA boxes
+ * (fwd_sm90_gather.cuh). */
+template <sk_dtype DT, int HD, bool GATHER>
 __global__ void __launch_bounds__(kThreads, 1)
     sk_attention_sm90_paged_kernel(const __grid_constant__ sk90_params p,
                                    const __grid_constant__ sk90_vparams v,
                                    const __grid_constant__ sk90_pparams g) {
-    sk90_kernel_body<DT, HD, kSk90Paged>(p, v, &g);
+    sk90_kernel_body<DT, HD, kSk90Paged, false, kBlockN, false, GATHER>(p, v, &g);
 }
 
 /* ---------------------------------------------------------------------------
@@ -192,15 +193,16 @@ static sk_status sk90v_launch_as(const sk90_params &prm, const sk90_vparams &vp,
     return sk_cuda_status(cudaGetLastError(), "sm90 varlen attention kernel launch");
 }
 
-template <sk_dtype DT, int HD>
+template <sk_dtype DT, int HD, bool GATHER>
 static sk_status sk90v_launch_paged_as(const sk90_params &prm, const sk90_vparams &vp,
                                        const sk90_pparams &gp, int grid, cudaStream_t stream) {
     using L = sk90_layout<HD, kSk90Paged>;
-    SK_CUDA_TRY(cudaFuncSetAttribute(sk_attention_sm90_paged_kernel<DT, HD>,
+    SK_CUDA_TRY(cudaFuncSetAttribute(sk_attention_sm90_paged_kernel<DT, HD, GATHER>,
                                      cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      (int)L::kPDynamicBytes),
                 "cudaFuncSetAttribute");
-    sk_attention_sm90_paged_kernel<DT, HD><<<grid, kThreads, L::kPDynamicBytes, stream>>>(prm, vp, gp);
+    sk_attention_sm90_paged_kernel<DT, HD, GATHER>
+        <<<grid, kThreads, L::kPDynamicBytes, stream>>>(prm, vp, gp);
     return sk_cuda_status(cudaGetLastError(), "sm90 paged attention kernel launch");
 }
 
@@ -215,22 +217,21 @@ static sk_status sk90v_launch_varlen(const sk90_params &prm, const sk90_vparams 
                 : sk90v_launch_as<SK_DTYPE_F16, 64, kSk90Varlen>(prm, vp, grid, stream);
 }
 
+template <bool GATHER>
 static sk_status sk90v_launch_paged(const sk90_params &prm, const sk90_vparams &vp,
                                     const sk90_pparams &gp, const sk_attention_problem *f,
                                     int grid, cudaStream_t stream) {
     const bool bf16 = f->dtype == SK_DTYPE_BF16;
     if (f->head_dim == 128)
-        return bf16 ? sk90v_launch_paged_as<SK_DTYPE_BF16, 128>(prm, vp, gp, grid, stream)
-                    : sk90v_launch_paged_as<SK_DTYPE_F16, 128>(prm, vp, gp, grid, stream);
-    return bf16 ? sk90v_launch_paged_as<SK_DTYPE_BF16, 64>(prm, vp, gp, grid, stream)
-                : sk90v_launch_paged_as<SK_DTYPE_F16, 64>(prm, vp, gp, grid, stream);
+        return bf16 ? sk90v_launch_paged_as<SK_DTYPE_BF16, 128, GATHER>(prm, vp, gp, grid, stream)
+                    : sk90v_launch_paged_as<SK_DTYPE_F16, 128, GATHER>(prm, vp, gp, grid, stream);
+    return bf16 ? sk90v_launch_paged_as<SK_DTYPE_BF16, 64, GATHER>(prm, vp, gp, grid, stream)
+                : sk90v_launch_paged_as<SK_DTYPE_F16, 64, GATHER>(prm, vp, gp, grid, stream);
 }
 
 /* The paged kernel's third parameter: the caches as byte addresses and
- * strides, and the load path (path: SK90_PAGED_PATH_*; the default gathers
- * pages below SK90_GATHER_BELOW_PAGE). */
-static sk90_pparams sk90v_pparams(const sk_attention_problem *f,
-                                  const sk_attention_paged_problem *pg, int path) {
+ * strides. */
+static sk90_pparams sk90v_pparams(const sk_attention_problem *f) {
     sk90_pparams g;
     memset(&g, 0, sizeof g);
     const int64_t es = 2;
@@ -238,8 +239,6 @@ static sk90_pparams sk90v_pparams(const sk_attention_problem *f,
     g.v_cache = (const char *)f->v;
     g.k_page = f->k_stride[0] * es, g.k_slot = f->k_stride[1] * es, g.k_head = f->k_stride[2] * es;
     g.v_page = f->v_stride[0] * es, g.v_slot = f->v_stride[1] * es, g.v_head = f->v_stride[2] * es;
-    g.gather = path == SK90_PAGED_PATH_DEFAULT ? pg->page_size < SK90_GATHER_BELOW_PAGE
-                                               : path == SK90_PAGED_PATH_GATHER;
     return g;
 }
 
@@ -282,7 +281,13 @@ static sk_status sk90v_launch(const sk_attention_varlen_problem *v,
     SK_TRY(sk90_grid(plan->num_tiles, &grid));
     if (grid <= 0) return SK_STATUS_SUCCESS;
     if (pg == NULL) return sk90v_launch_varlen(prm, vp, f, grid, stream);
-    return sk90v_launch_paged(prm, vp, sk90v_pparams(f, pg, path), f, grid, stream);
+    /* The load path: the gather below SK90_GATHER_BELOW_PAGE, or the test
+     * hook's choice. */
+    const bool gather = path == SK90_PAGED_PATH_DEFAULT ? pg->page_size < SK90_GATHER_BELOW_PAGE
+                                                        : path == SK90_PAGED_PATH_GATHER;
+    const sk90_pparams gp = sk90v_pparams(f);
+    return gather ? sk90v_launch_paged<true>(prm, vp, gp, f, grid, stream)
+                  : sk90v_launch_paged<false>(prm, vp, gp, f, grid, stream);
 }
 
 extern "C" sk_status sk_attention_sm90_varlen_launch(const sk_attention_varlen_problem *v,

@@ -638,10 +638,14 @@ __device__ __forceinline__ void sk_wgmma_m64n64k16_ss_bf16_zero(float d[32], uin
 
 /* --- Paged attention, TLB warm-up (attention/fwd_sm90_producer.cuh) --- */
 
-/* cp.async.bulk.prefetch.L2.global [a], bytes: prefetch `bytes` (a multiple of 16, a 16-byte
- * aligned) into L2 through the bulk-copy (TMA) unit: its address translation is the TMA's. */
-__device__ __forceinline__ void sk_bulk_prefetch_l2(const void *a, uint32_t bytes) {
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(a), "r"(bytes) : "memory");
+/* cp.async.bulk.prefetch.tensor.4d.L2.global.tile [tmap, {c0..c3}]: prefetch one box into L2
+ * through the TMA unit (its address translation: the paged kernel's TLB warm-up). */
+__device__ __forceinline__ void sk_tma_prefetch_4d(const void *tmap, int c0, int c1, int c2,
+                                                   int c3) {
+    asm volatile("cp.async.bulk.prefetch.tensor.4d.L2.global.tile [%0, {%1, %2, %3, %4}];\n" ::"l"(
+                     tmap),
+                 "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+                 : "memory");
 }
 
 /* cp.async.cg.shared.global.L2::cache_hint [dst], [src], 16, src_size, policy: sk_cp_async_16
