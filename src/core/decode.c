@@ -110,6 +110,14 @@ static sk_status check_geometry(const sk_decode_desc *d, const sk_bsr *layout,
     return SK_STATUS_SUCCESS;
 }
 
+/* The switches of decode.h (benchmarks and tests). */
+static int split_rule = 2, fused_merge = 1;
+
+void sk_decode_set_split_rule(int rule) { split_rule = rule == 1 ? 1 : 2; }
+int sk_decode_get_split_rule(void) { return split_rule; }
+void sk_decode_set_fused_merge(int on) { fused_merge = on != 0; }
+int sk_decode_get_fused_merge(void) { return fused_merge; }
+
 int32_t sk_decode_split_count(const sk_decode_problem *dp, int32_t row_groups,
                               int64_t target_ctas) {
     if (dp->num_splits > 0) return dp->num_splits;
@@ -124,7 +132,10 @@ int32_t sk_decode_split_count(const sk_decode_problem *dp, int32_t row_groups,
     }
     const int64_t ctas = (int64_t)dp->paged.v.batch * p->heads_kv * row_groups;
     int64_t splits = ctas >= target_ctas ? 1 : target_ctas / ctas;
-    const int64_t by_work = keys / SK_DECODE_MIN_SPLIT_KEYS;
+    const int64_t min_keys = split_rule == 1 ? SK_DECODE_MIN_SPLIT_KEYS
+                             : dp->dense   ? SK_DECODE_MIN_SPLIT_KEYS_DENSE
+                                           : SK_DECODE_MIN_SPLIT_KEYS_LAYOUT;
+    const int64_t by_work = keys / min_keys;
     if (splits > by_work) splits = by_work;
     if (splits > SK_DECODE_MAX_SPLITS) splits = SK_DECODE_MAX_SPLITS;
     return splits < 1 ? 1 : (int32_t)splits;
