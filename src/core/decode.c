@@ -119,7 +119,7 @@ void sk_decode_set_fused_merge(int on) { fused_merge = on != 0; }
 int sk_decode_get_fused_merge(void) { return fused_merge; }
 
 int32_t sk_decode_split_count(const sk_decode_problem *dp, int32_t row_groups,
-                              int64_t target_ctas) {
+                              int64_t target_ctas, int64_t sms) {
     if (dp->num_splits > 0) return dp->num_splits;
     const sk_attention_problem *p = &dp->paged.v.flat;
     /* The most keys a row can select, from the geometry alone. */
@@ -132,10 +132,15 @@ int32_t sk_decode_split_count(const sk_decode_problem *dp, int32_t row_groups,
     }
     const int64_t ctas = (int64_t)dp->paged.v.batch * p->heads_kv * row_groups;
     int64_t splits = ctas >= target_ctas ? 1 : target_ctas / ctas;
-    const int64_t min_keys = split_rule == 1 ? SK_DECODE_MIN_SPLIT_KEYS
-                             : dp->dense   ? SK_DECODE_MIN_SPLIT_KEYS_DENSE
-                                           : SK_DECODE_MIN_SPLIT_KEYS_LAYOUT;
-    const int64_t by_work = keys / min_keys;
+    /* Rule 2: a dense split streams contiguous pages, one CTA per SM keeps
+     * enough bytes in flight, and short splits pay their fixed costs
+     * (fill, drain, partials, merge) more often: below
+     * SK_DECODE_FILL_SPLIT_KEYS a split, one CTA per SM instead. */
+    if (split_rule == 2 && dp->dense && splits > 1 && keys / splits < SK_DECODE_FILL_SPLIT_KEYS) {
+        const int64_t per_sm = sms / ctas;
+        if (per_sm < splits) splits = per_sm < 1 ? 1 : per_sm;
+    }
+    const int64_t by_work = keys / SK_DECODE_MIN_SPLIT_KEYS;
     if (splits > by_work) splits = by_work;
     if (splits > SK_DECODE_MAX_SPLITS) splits = SK_DECODE_MAX_SPLITS;
     return splits < 1 ? 1 : (int32_t)splits;

@@ -43,13 +43,15 @@ SK_TEST(decode_split_rule_rows) {
         int64_t batch, hkv, context, blocks; /* blocks 0: dense */
         int32_t rule1, rule2;
     } rows[] = {
-        {1, 8, 131072, 0, 33, 32},  {1, 4, 131072, 0, 66, 32}, {8, 8, 131072, 0, 4, 4},
-        {8, 4, 131072, 0, 8, 8},    {32, 8, 32768, 0, 1, 1},   {32, 4, 32768, 0, 2, 2},
-        {128, 8, 4096, 0, 1, 1},    {128, 4, 4096, 0, 1, 1},
+        {1, 8, 131072, 0, 33, 33},  /* 3972 keys a split at 264 CTAs: >= 2048 */
+        {1, 4, 131072, 0, 66, 33},  /* 1986 < 2048: one CTA per SM (132 / 4) */
+        {8, 8, 131072, 0, 4, 4},    {8, 4, 131072, 0, 8, 8},    {32, 8, 32768, 0, 1, 1},
+        {32, 4, 32768, 0, 2, 2},    {128, 8, 4096, 0, 1, 1},    {128, 4, 4096, 0, 1, 1},
+        {2, 8, 32768, 0, 16, 16},   /* 2048 keys a split: fills both slots */
         {8, 8, 131072, 67, 4, 4},   /* the sparse row: 67 blocks of 64 per row */
-        {8, 4, 131072, 67, 8, 8},   /* 4288 keys: 536 a split, >= 512 */
-        {8, 4, 131072, 20, 5, 2},   /* 1280 keys: >= 256 / >= 512 a split */
-        {1, 8, 8192, 0, 32, 2},     /* short dense: >= 4096 keys a split */
+        {8, 4, 131072, 67, 8, 8},   /* a layout's row: rule 2 as rule 1 */
+        {8, 4, 131072, 20, 5, 5},   /* 1280 selected keys: >= 256 a split */
+        {1, 8, 8192, 0, 32, 16},    /* short dense: one CTA per SM, >= 256 keys */
         {1, 8, 8192, 4, 1, 1},      /* 256 selected keys: one split */
         {1, 1, 100, 0, 1, 1},       /* fewer keys than one split: 1, never 0 */
         {1, 1, 1 << 30, 0, 128, 128} /* capped at SK_DECODE_MAX_SPLITS */
@@ -60,7 +62,7 @@ SK_TEST(decode_split_rule_rows) {
             split_problem(rows[i].batch, rows[i].hkv, rows[i].context, rows[i].blocks);
         for (int rule = 1; rule <= 2; ++rule) {
             sk_decode_set_split_rule(rule);
-            const int32_t got = sk_decode_split_count(&dp, 1, 264);
+            const int32_t got = sk_decode_split_count(&dp, 1, 264, 132);
             const int32_t want = rule == 1 ? rows[i].rule1 : rows[i].rule2;
             CHECK(got == want, "B %lld, Hkv %lld, %lld keys, %lld blocks, rule %d: %d splits, want %d",
                   (long long)rows[i].batch, (long long)rows[i].hkv, (long long)rows[i].context,
@@ -70,14 +72,20 @@ SK_TEST(decode_split_rule_rows) {
     sk_decode_set_split_rule(2);
     /* Row groups count as CTAs; a forced count wins over either rule. */
     sk_decode_problem dp = split_problem(1, 8, 131072, 0);
-    CHECK(sk_decode_split_count(&dp, 2, 264) == 16, "two row groups: %d",
-          (int)sk_decode_split_count(&dp, 2, 264));
-    CHECK(sk_decode_split_count(&dp, 1, 108) == 13, "108 slots: %d",
-          (int)sk_decode_split_count(&dp, 1, 108));
+    CHECK(sk_decode_split_count(&dp, 2, 264, 132) == 16, "two row groups: %d",
+          (int)sk_decode_split_count(&dp, 2, 264, 132));
+    CHECK(sk_decode_split_count(&dp, 1, 108, 108) == 13, "an A100's 108 slots: %d",
+          (int)sk_decode_split_count(&dp, 1, 108, 108));
+    dp = split_problem(1, 4, 131072, 0); /* 1986 keys a split at 66: one CTA per SM */
+    CHECK(sk_decode_split_count(&dp, 1, 264, 132) == 33, "B 1, Hkv 4: %d",
+          (int)sk_decode_split_count(&dp, 1, 264, 132));
+    CHECK(sk_decode_split_count(&dp, 1, 228, 114) == 57, "114 SMs (2299 keys a split): %d",
+          (int)sk_decode_split_count(&dp, 1, 228, 114));
+    dp = split_problem(1, 8, 131072, 0);
     dp.num_splits = 7;
     for (int rule = 1; rule <= 2; ++rule) {
         sk_decode_set_split_rule(rule);
-        CHECK(sk_decode_split_count(&dp, 1, 264) == 7, "forced 7, rule %d", rule);
+        CHECK(sk_decode_split_count(&dp, 1, 264, 132) == 7, "forced 7, rule %d", rule);
     }
     sk_decode_set_split_rule(2);
 }

@@ -111,19 +111,22 @@ static int resident_ctas_dtype(int device, int d, int mt) {
 }
 
 /* The CTAs the current device runs at once: SMs x the resident CTAs of
- * the kernel this problem takes (2 on an H100 at D 128, 1 on an A100);
- * SK_DECODE_TARGET_CTAS when the device cannot be asked. Host queries
+ * the kernel this problem takes (2 on an H100 at D 128, 1 on an A100),
+ * and its SMs in *sm_count; SK_DECODE_TARGET_CTAS and
+ * SK_DECODE_FALLBACK_SMS when the device cannot be asked. Host queries
  * only (no stream work; the occupancy is asked once per device), the same
  * on every call on one device. */
-static int64_t target_ctas(const sk_decode_problem *dp) {
+static int64_t target_ctas(const sk_decode_problem *dp, int64_t *sm_count) {
     const sk_attention_problem *p = &dp->paged.v.flat;
     int device = 0, sms = 0;
+    *sm_count = SK_DECODE_FALLBACK_SMS;
     if (p->head_dim != 64 && p->head_dim != 128) return SK_DECODE_TARGET_CTAS; /* refused later */
     if (cudaGetDevice(&device) != cudaSuccess ||
         cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
         (void)cudaGetLastError();
         return SK_DECODE_TARGET_CTAS;
     }
+    if (sms > 0) *sm_count = sms;
     const int d = (int)p->head_dim, mt = mtiles_of(dp);
     const int per_sm = p->dtype == SK_DTYPE_F16 ? resident_ctas_dtype<SK_DTYPE_F16>(device, d, mt)
                                                 : resident_ctas_dtype<SK_DTYPE_BF16>(device, d, mt);
@@ -145,7 +148,9 @@ static int64_t counters_count(const sk_decode_problem *dp) {
 
 /* Splits, and the workspace bytes they need (0 for one split). */
 static sk_status plan_sizes(const sk_decode_problem *dp, int32_t *splits, size_t *bytes) {
-    *splits = sk_decode_split_count(dp, row_groups_of(dp), target_ctas(dp));
+    int64_t sms = 0;
+    const int64_t target = target_ctas(dp, &sms);
+    *splits = sk_decode_split_count(dp, row_groups_of(dp), target, sms);
     SK_TRY(check_supported(dp, *splits));
     if (*splits == 1) {
         *bytes = 0;
