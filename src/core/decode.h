@@ -66,8 +66,10 @@ int32_t sk_decode_split_count(const sk_decode_problem *p, int32_t row_groups, in
  * the split rule (1 or 2, default 2; see sk_decode_split_count), and
  * the merge of the splits (1, the default: the split CTAs merge their row
  * themselves, one launch; 0: the separate merge kernel, two launches).
- * Both give the same O and LSE bit for bit for one split count; the
- * workspace size does not depend on either switch. */
+ * The merges give the same O and LSE bit for bit for one split count,
+ * and the same workspace size; the rule sets the split count, hence the
+ * workspace size (plan again, with a workspace of the new size, after
+ * changing it). */
 void sk_decode_set_split_rule(int rule);
 int sk_decode_get_split_rule(void);
 void sk_decode_set_fused_merge(int on);
