@@ -244,22 +244,15 @@ static int64_t vs_first_diff(const void *a, const void *b, size_t bytes, size_t 
     return -1;
 }
 
-/* One case: upload, run twice (outputs NaN first), compare: the first run
- * with the fp64 reference, the second with the first bit for bit. pc NULL:
- * varlen. path0 / path1: the paged kernel's K / V load path of each run
- * (SK90_PAGED_PATH_*: the default, the TMA boxes or the cp.async gather;
- * the same bytes land in the same swizzled places, so O and LSE must be
- * identical). Returns 0 when it passed. */
-static int vs_run_case_paths(const vc_case *c, const vs_paged *pc, uint64_t seed, int path0,
-                             int path1) {
+/* One case: upload, run twice (outputs NaN first), compare. pc NULL:
+ * varlen. Returns 0 when it passed. */
+static int vs_run_case(const vc_case *c, const vs_paged *pc, uint64_t seed) {
     char label[512];
     vc_label(c, seed, label, sizeof label);
     if (pc != NULL) {
         const size_t n = strlen(label);
-        snprintf(label + n, sizeof label - n,
-                 " paged ps=%d padded=%d shared=%d spare=%d holes=%d paths=%d,%d]",
-                 (int)pc->page_size, pc->padded, pc->shared, pc->spare_pages, pc->holes, path0,
-                 path1);
+        snprintf(label + n, sizeof label - n, " paged ps=%d padded=%d shared=%d spare=%d holes=%d]",
+                 (int)pc->page_size, pc->padded, pc->shared, pc->spare_pages, pc->holes);
     }
     /* The guard vg_check has: a case compared without the kernels' rules
      * fails on P rounding alone (the first H200 run of this file). */
@@ -318,8 +311,7 @@ static int vs_run_case_paths(const vc_case *c, const vs_paged *pc, uint64_t seed
             bad = 1;
             break;
         }
-        const sk_status st = sk_attention_sm90_paged_test_run_path(
-            &pp.v, pg, run == 0 ? path0 : path1, ws, d.ws_bytes + 248, NULL);
+        const sk_status st = sk_attention_sm90_varlen_test_run(&pp.v, pg, ws, d.ws_bytes + 248, NULL);
         const cudaError_t ce = cudaDeviceSynchronize();
         if (st != SK_STATUS_SUCCESS || ce != cudaSuccess) {
             CHECK(0, "%s run %d: status %s (%s), CUDA %s", label, run, sk_status_name(st),
@@ -342,10 +334,8 @@ static int vs_run_case_paths(const vc_case *c, const vs_paged *pc, uint64_t seed
             const int64_t eo = vs_first_diff(o_first, x.o, o_bytes, es);
             const int64_t el = vs_first_diff(lse_first, x.lse, lse_bytes, 4);
             CHECK(eo < 0 && el < 0,
-                  "%s second run (path %d) differs: first O element %lld (token %lld), first "
-                  "LSE %lld",
-                  label, path1, (long long)eo, (long long)(eo < 0 ? -1 : eo / x.ts_q),
-                  (long long)el);
+                  "%s second run differs: first O element %lld (token %lld), first LSE %lld",
+                  label, (long long)eo, (long long)(eo < 0 ? -1 : eo / x.ts_q), (long long)el);
             bad = eo >= 0 || el >= 0;
         }
     }
@@ -355,11 +345,6 @@ done:
     vs_dev_free(&d);
     vc_data_free(&x);
     return bad;
-}
-
-/* The default path twice. */
-static int vs_run_case(const vc_case *c, const vs_paged *pc, uint64_t seed) {
-    return vs_run_case_paths(c, pc, seed, SK90_PAGED_PATH_DEFAULT, SK90_PAGED_PATH_DEFAULT);
 }
 
 /* A case the Hopper kernel covers: blocks 128, D 64 / 128, F16 / BF16,
@@ -413,11 +398,9 @@ static vc_case vs_fixed_case(int v, int32_t batch, const int32_t *lq, const int3
 }
 
 /* 80 seeded random cases, varlen or paged (page sizes in turn, padded
- * strides, a shared page, spare pages at random), the paged ones on load
- * paths path0 then path1 (vs_run_case_paths); *run and *failed count them
- * (the loop stops after 3 failures). */
-static void vs_random_cases(int paged, uint64_t salt, int path0, int path1, int *run,
-                            int *failed) {
+ * strides, a shared page, spare pages at random); *run and *failed count
+ * them (the loop stops after 3 failures). */
+static void vs_random_cases(int paged, uint64_t salt, int *run, int *failed) {
     static const int32_t sizes[4] = {16, 32, 64, 128};
     tu_rng rng;
     tu_rng_seed(&rng, tu_base_seed() ^ salt);
@@ -432,15 +415,14 @@ static void vs_random_cases(int paged, uint64_t salt, int path0, int path1, int 
         pc.shared = (int)tu_rng_range(&draw, 0, 1);
         pc.spare_pages = (int)tu_rng_range(&draw, 0, 4);
         pc.holes = (int)tu_rng_range(&draw, 0, 1);
-        *failed += vs_run_case_paths(&c, paged ? &pc : NULL, seed, path0, path1);
+        *failed += vs_run_case(&c, paged ? &pc : NULL, seed);
     }
 }
 
 SK_TEST(varlen_sm90_varlen_cases) {
     if (!vg_is_hopper()) return;
     int failed = 0, run = 0;
-    vs_random_cases(0, 0x5390a11eull, SK90_PAGED_PATH_DEFAULT, SK90_PAGED_PATH_DEFAULT, &run,
-                    &failed);
+    vs_random_cases(0, 0x5390a11eull, &run, &failed);
     /* Fixed shapes: a tail in the middle of the packed tensors followed by
      * a sequence no query reads (NaN keys), each dtype and head dim. */
     static const int32_t lq[4] = {130, 0, 257, 64}, lk[4] = {200, 300, 257, 1000};
@@ -454,8 +436,7 @@ SK_TEST(varlen_sm90_varlen_cases) {
 SK_TEST(varlen_sm90_paged_cases) {
     if (!vg_is_hopper()) return;
     int failed = 0, run = 0;
-    vs_random_cases(1, 0x9a9edull, SK90_PAGED_PATH_DEFAULT, SK90_PAGED_PATH_DEFAULT, &run,
-                    &failed);
+    vs_random_cases(1, 0x9a9edull, &run, &failed);
     /* Chunked prefill: few new tokens over a long cached context, causal. */
     static const int32_t lq[3] = {100, 1, 300}, lk[3] = {1500, 777, 2100};
     for (int v = 0; v < 8 && failed < 3; ++v, ++run) {
@@ -487,32 +468,6 @@ SK_TEST(varlen_sm90_paged_long_rows) {
     printf("  %d paged long-row cases, %d failed\n", run, failed);
 }
 
-/* The two load paths of the paged kernel (the cp.async gather of
- * fwd_sm90_gather.cuh, the per-page TMA boxes) on the same inputs, at every
- * page size: the gather's result against the fp64 reference, then the TMA
- * path's against it bit for bit (the same bytes in the same swizzled
- * places; rows neither loads are masked and zeroed by the consumers).
- * 80 random cases (shuffled pages, a page shared by two sequences, spare
- * NaN pages, absent pages, padded strides, tails, D 64 / 128, F16 / BF16,
- * causal or not), chunked prefill, and long rows (up to 32 visited blocks a
- * tile: the gather warps' stage and record phases wrap many times). */
-SK_TEST(varlen_sm90_paged_gather_vs_tma) {
-    if (!vg_is_hopper()) return;
-    int failed = 0, run = 0;
-    vs_random_cases(1, 0x9a7e5ull, SK90_PAGED_PATH_GATHER, SK90_PAGED_PATH_TMA, &run, &failed);
-    static const int32_t lq[3] = {100, 1, 300}, lk[3] = {1500, 777, 2100};
-    static const int32_t lq2[3] = {300, 0, 64}, lk2[3] = {4000, 333, 2600};
-    for (int v = 0; v < 16 && failed < 3; ++v, ++run) {
-        const int vv = v % 8;
-        const vc_case c = v < 8 ? vs_fixed_case(vv, 3, lq, lk, 1, 1, 4, 1, 0.8)
-                                : vs_fixed_case(vv, 3, lq2, lk2, (vv >> 2) & 1, 1, 4, 1, 0.9);
-        const vs_paged pc = {16 << (v % 4), (v >> 2) & 1, v < 8, 2, 1};
-        failed += vs_run_case_paths(&c, &pc, 4000 + (uint64_t)v, SK90_PAGED_PATH_GATHER,
-                                    SK90_PAGED_PATH_TMA);
-    }
-    printf("  %d paged cases, gather vs TMA, %d failed\n", run, failed);
-}
-
 /* Milliseconds per call of fn over `reps` calls (after one warm-up). */
 typedef int (*vs_call_fn)(void *ctx);
 static double vs_time_ms(vs_call_fn fn, void *ctx, int reps) {
@@ -536,13 +491,11 @@ typedef struct vs_varlen_call {
     const sk_attention_paged_problem *pp;
     int paged;
     vs_dev *d;
-    int path; /* paged: SK90_PAGED_PATH_* */
 } vs_varlen_call;
 static int vs_varlen_once(void *ctx) {
     const vs_varlen_call *v = (const vs_varlen_call *)ctx;
-    return sk_attention_sm90_paged_test_run_path(&v->pp->v, v->paged ? v->pp : NULL, v->path,
-                                                 v->d->ws, v->d->ws_bytes,
-                                                 NULL) == SK_STATUS_SUCCESS
+    return sk_attention_sm90_varlen_test_run(&v->pp->v, v->paged ? v->pp : NULL, v->d->ws,
+                                             v->d->ws_bytes, NULL) == SK_STATUS_SUCCESS
                ? 0
                : -1;
 }
@@ -573,8 +526,7 @@ static int vs_fetch(const vs_dev *d, void *o, size_t o_bytes, float *lse, size_t
 /* B equal sequences of L tokens (a tail of 80): the varlen kernel must
  * equal the fixed-batch Hopper kernel bit for bit (same tiles, blocks,
  * masks; the rows past each sequence are masked and zeroed in both), and
- * the paged kernel (page sizes 16, 32, 64, 128, shuffled pages, each load
- * path: TMA boxes and the cp.async gather) the varlen one.
+ * the paged kernel (page sizes 16, 32, 64, 128, shuffled pages) the varlen one.
  * Prints the times of the three (plan included): the issue's ratios at a
  * small scale (B 8, L 2000, Hq 16 / Hkv 2, D 128, bf16, causal, half the
  * blocks). */
@@ -634,7 +586,7 @@ SK_TEST(varlen_sm90_same_as_fixed_and_paged) {
              (d.ws = gt_device_alloc(d.ws_bytes)) != NULL;
     }
     REQUIRE(ok, "setup failed (memory, upload or workspace)");
-    vs_varlen_call vcall = {&pp, 0, &d, SK90_PAGED_PATH_DEFAULT};
+    vs_varlen_call vcall = {&pp, 0, &d};
     const double t_varlen = vs_time_ms(vs_varlen_once, &vcall, 20);
     CHECK(t_varlen > 0.0 && vs_fetch(&d, o1, o_bytes, l1, lse_bytes), "varlen run failed: %s",
           sk_last_error());
@@ -691,25 +643,18 @@ SK_TEST(varlen_sm90_same_as_fixed_and_paged) {
         }
         void *ck = d.k, *cv = d.v;
         d.k = vk, d.v = vv;
-        /* Both load paths (the default first), each equal to varlen. */
-        double t_path[2] = {-1.0, -1.0};
-        for (int path = 0; path < 2; ++path) {
-            vs_varlen_call pcall = {&pk, 1, &d, path == 0 ? SK90_PAGED_PATH_TMA : SK90_PAGED_PATH_GATHER};
-            t_path[path] = vs_time_ms(vs_varlen_once, &pcall, 20);
-            CHECK(t_path[path] > 0.0 && vs_fetch(&d, o2, o_bytes, l2, lse_bytes),
-                  "paged run (path %d) failed: %s", pcall.path, sk_last_error());
-            const int64_t ep = vs_first_diff(o1, o2, o_bytes, 2);
-            const int64_t el = vs_first_diff(l1, l2, lse_bytes, 4);
-            CHECK(ep < 0 && el < 0,
-                  "page_size %d, path %d: paged differs from varlen at O element %lld (token "
-                  "%lld), LSE %lld",
-                  (int)pc.page_size, pcall.path, (long long)ep,
-                  (long long)(ep < 0 ? -1 : ep / x.ts_q), (long long)el);
-        }
-        printf("  paged, page_size %3d: TMA %.3f ms (%.1f %% of the varlen rate), gather %.3f ms "
-               "(%.1f %%)\n",
-               (int)pc.page_size, t_path[0], 100.0 * t_varlen / t_path[0], t_path[1],
-               100.0 * t_varlen / t_path[1]);
+        vs_varlen_call pcall = {&pk, 1, &d};
+        const double t_paged = vs_time_ms(vs_varlen_once, &pcall, 20);
+        CHECK(t_paged > 0.0 && vs_fetch(&d, o2, o_bytes, l2, lse_bytes), "paged run failed: %s",
+              sk_last_error());
+        const int64_t ep = vs_first_diff(o1, o2, o_bytes, 2);
+        const int64_t el = vs_first_diff(l1, l2, lse_bytes, 4);
+        CHECK(ep < 0 && el < 0,
+              "page_size %d: paged differs from varlen at O element %lld (token %lld), LSE %lld",
+              (int)pc.page_size, (long long)ep, (long long)(ep < 0 ? -1 : ep / x.ts_q),
+              (long long)el);
+        printf("  paged, page_size %3d: %.3f ms (%.1f %% of the varlen rate)\n", (int)pc.page_size,
+               t_paged, 100.0 * t_varlen / t_paged);
         gt_device_free(ck), gt_device_free(cv);
     }
     free(foff), free(fidx), free(o1), free(o2), free(l1), free(l2);

@@ -16,16 +16,10 @@
 #include "cuda/attention/fwd_sm90_pair.cuh"
 
 /* v: the varlen mode's parameters (the fixed kernel passes one never read);
- * g: the paged mode's (fwd_sm90_gather.cuh; NULL in the other modes, never
- * read); BN: keys per K / V block (64 in the fixed mode only); PAIR: tiles
- * of two 64-row query blocks (block_q = 64, fixed mode, fwd_sm90_pair.cuh);
- * GATHER (paged mode only): warps 2 and 3 of the producer warpgroup, idle
- * otherwise, gather the K and V blocks with cp.async instead of TMA. */
-template <sk_dtype DT, int HD, int MODE, bool CARRY = false, int BN = kBlockN, bool PAIR = false,
-          bool GATHER = false>
-__device__ __forceinline__ void sk90_kernel_body(const sk90_params &p, const sk90_vparams &v,
-                                                 const sk90_pparams *g = nullptr) {
-    static_assert(!GATHER || MODE == kSk90Paged, "the gather is the paged mode's");
+ * BN: keys per K / V block (64 in the fixed mode only); PAIR: tiles of two
+ * 64-row query blocks (block_q = 64, fixed mode, fwd_sm90_pair.cuh). */
+template <sk_dtype DT, int HD, int MODE, bool CARRY = false, int BN = kBlockN, bool PAIR = false>
+__device__ __forceinline__ void sk90_kernel_body(const sk90_params &p, const sk90_vparams &v) {
     using L = sk90_layout<HD, MODE, BN>;
     extern __shared__ uint8_t sk90_smem_raw[];
     const uint32_t raw = (uint32_t)__cvta_generic_to_shared(sk90_smem_raw);
@@ -35,26 +29,17 @@ __device__ __forceinline__ void sk90_kernel_body(const sk90_params &p, const sk9
     volatile int32_t *sched = (volatile int32_t *)(sk90_smem_raw + (base - raw) + L::kSched);
 
     if (threadIdx.x == 0) sk90_init_barriers<L>(base);
-    if constexpr (GATHER) {
-        if (threadIdx.x == 0) /* the gather records' barriers: one arrival each */
-            for (int s = 0; s < L::kKStages + L::kVStages; ++s) sk_mbar_init(base + L::kPBar + 8 * s, 1);
-    }
     __syncthreads();
 
     const int wg = threadIdx.x / 128;
     if (wg == 0) {
-        sk_setmaxnreg_dec<GATHER ? kGatherProducerRegs : kProducerRegs>();
+        sk_setmaxnreg_dec<kProducerRegs>();
         const int warp = threadIdx.x / 32;
         if (warp == 0)
-            sk90_producer<L, MODE, PAIR, GATHER>(p, v, base, tile_ids, block_info, nullptr, sched,
-                                                 g);
+            sk90_producer<L, MODE, PAIR>(p, v, base, tile_ids, block_info, nullptr, sched);
         if (warp == 1) sk90_scheduler<L, MODE, PAIR>(p, v, base, sched);
-        if constexpr (GATHER) {
-            if (warp == 2) sk90_gather_warp<L, HD, false>(v, *g, base);
-            if (warp == 3) sk90_gather_warp<L, HD, true>(v, *g, base);
-        }
     } else {
-        sk_setmaxnreg_inc<GATHER ? kGatherConsumerRegs : kConsumerRegs>();
+        sk_setmaxnreg_inc<kConsumerRegs>();
         sk90_consumer<DT, HD, MODE, CARRY, BN, PAIR>(p, v, base, tile_ids, block_info, wg - 1);
     }
 }

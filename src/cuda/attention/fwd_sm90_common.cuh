@@ -130,15 +130,6 @@ struct sk90_smem {
     static constexpr uint32_t kVAbsent = kVTile + 16 * kTileSlots;
     static constexpr uint32_t kVUsed = kVAbsent + 4 * kKStages;
     static constexpr uint32_t kVDynamicBytes = kVUsed + kSwizzleAtom;
-    /* Paged mode only, past the varlen part (the gather for small pages,
-     * fwd_sm90_gather.cuh): per K stage, then per V stage, a record barrier
-     * (the TMA warp arrives once it wrote the stage's record) and a record
-     * of 16 ints {hk, rows below len_k, the block's pages[8]}. */
-    static constexpr uint32_t kPBar = (kVUsed + 7u) & ~7u;
-    static constexpr uint32_t kPRec = kPBar + 8 * (kKStages + kVStages);
-    static constexpr uint32_t kPRecBytes = 64;
-    static constexpr uint32_t kPUsed = kPRec + kPRecBytes * (kKStages + kVStages);
-    static constexpr uint32_t kPDynamicBytes = kPUsed + kSwizzleAtom;
 
     static_assert(HD == 64 || HD == 128, "head dim 64 or 128");
     static_assert(BN == 64 || BN == 128, "key blocks of 64 or 128");
@@ -150,7 +141,6 @@ struct sk90_smem {
                   "stages and slabs keep 1024-B alignment");
     static_assert(kDynamicBytes <= 227 * 1024, "shared memory budget of one sm_90 CTA");
     static_assert(kVDynamicBytes <= 227 * 1024, "shared memory budget (varlen mode)");
-    static_assert(kPDynamicBytes <= 227 * 1024, "shared memory budget (paged mode)");
 };
 
 /* The kernel's parameters: one struct, passed as __grid_constant__ so the
@@ -198,17 +188,6 @@ struct sk90_vparams {
      * its LSE [B, Hq, Sq]. */
     const float *lse_carry;
     int64_t o_batch_stride;
-};
-
-/* Paged mode only (fwd_sm90_varlen.cu's paged kernels), a third kernel
- * parameter (the fixed, FP8 and varlen kernels' parameters and code stay as
- * they were): the caches as raw addresses, for the gather of small pages
- * (fwd_sm90_gather.cuh) and the TLB warm-up's prefetches. Strides in
- * bytes. */
-struct sk90_pparams {
-    const char *k_cache, *v_cache;
-    int64_t k_page, k_slot, k_head; /* bytes */
-    int64_t v_page, v_slot, v_head;
 };
 
 /* ---------------------------------------------------------------------------
@@ -337,31 +316,6 @@ enum { kSk90Fixed = 0, kSk90Varlen = 1, kSk90Paged = 2 };
 #ifndef SK90_PAGED_STAGES_D64
 #define SK90_PAGED_STAGES_D64 SK90_STAGES_D64
 #endif
-
-/* Tuning knobs of the paged mode, phase 3 (compile-time A/B builds;
- * docs/perf/varlen_paged.md, "TLB warm-up and a cp.async gather for small
- * pages"). SK90_TLB_PREFETCH: the TMA warp prefetches one line of each page
- * of K and V of the visible block that many blocks past the one whose pages
- * it reads next, so that the address translation (a shuffled cache puts
- * pages in different 2 MiB regions) starts about that many consumer steps
- * before the block's loads; 0: none. SK90_GATHER_BELOW_PAGE: page sizes
- * below it load K / V by a cp.async gather of the producer's idle warps
- * (the boxes of small pages cost the TMA warp 128 / page_size issues per
- * block and tensor); 0: TMA at every page size. */
-#ifndef SK90_TLB_PREFETCH
-#define SK90_TLB_PREFETCH 2
-#endif
-#ifndef SK90_GATHER_BELOW_PAGE
-#define SK90_GATHER_BELOW_PAGE 64
-#endif
-/* The gather kernels' register split (setmaxnreg): the gather warps do not
- * fit the other kernels' 40 producer registers (ptxas spills), so the
- * paged kernels with GATHER give their producer warpgroup 48 and their
- * consumers 224 (no spills either side; the ptxas log says so); the TMA-path
- * paged kernels keep 40 / 232. */
-enum { kGatherProducerRegs = 48, kGatherConsumerRegs = 224 };
-static_assert(kGatherProducerRegs * 128 + kGatherConsumerRegs * 256 <= kThreads * 168,
-              "register budget (gather)");
 
 /* The K and V stages of a kernel of head dim HD in mode MODE: the paged
  * mode's, or sk90_smem's defaults (the other kernels' code is unchanged:

@@ -11,8 +11,6 @@
 #ifndef SK_CUDA_ATTENTION_FWD_SM90_PRODUCER_CUH
 #define SK_CUDA_ATTENTION_FWD_SM90_PRODUCER_CUH
 
-#include "cuda/attention/fwd_sm90_gather.cuh"
-
 /* ---------------------------------------------------------------------------
  * Producer warpgroup: the scheduler warp and the TMA warp
  * ------------------------------------------------------------------------- */
@@ -77,37 +75,28 @@ __device__ __forceinline__ int sk90_page_of_lane(const sk90_vparams &p, const sk
  * (sk90_zero_v). K only (info_out non-NULL): the lead writes the stage's
  * block info and the mask of boxes not loaded before its arrival, which
  * releases them. The expected bytes count the boxes issued (0 completes
- * the phase at once). GATHER: no box; the stage's record for the gather
- * warp instead (rec_bar, rec: fwd_sm90_gather.cuh), whose arrival on
- * `full` then releases the block info too. */
-template <class L, bool GATHER>
+ * the phase at once). */
+template <class L>
 __device__ __forceinline__ void sk90_issue_pages(const sk90_vparams &p, const CUtensorMap *tm,
                                                  uint32_t dst, uint32_t full, uint32_t empty,
                                                  uint32_t phase, int pg, const sk90_seq &sq,
                                                  int c, int hk, bool lead,
                                                  volatile int32_t *info_out, int32_t info,
-                                                 volatile int32_t *absent_out, uint32_t rec_bar,
-                                                 uint32_t rec, const char *what) {
+                                                 volatile int32_t *absent_out, const char *what) {
     const int lane = threadIdx.x % 32;
     if (lead) sk_mbar_wait(empty, phase ^ 1, what);
     __syncwarp();
     if constexpr (!SK90_PAGE_LOOKAHEAD) pg = sk90_page_of_lane(p, sq, c);
     const bool load = (unsigned)pg < (unsigned)p.num_pages; /* -1: no box */
     const uint32_t loaded = __ballot_sync(0xffffffffu, load);
-    if (lead && info_out != NULL) {
-        *info_out = info;
-        *absent_out = (int32_t)(~loaded & ((1u << (kBlockN >> p.page_shift)) - 1u));
-    }
-    if constexpr (GATHER) {
-        (void)tm, (void)dst, (void)full;
-        sk90_gather_post(rec_bar, rec, pg, hk, sq.len_k - c * kBlockN, lead);
-        return;
-    } else {
-        (void)rec_bar, (void)rec;
-    }
-    if (lead)
+    if (lead) {
+        if (info_out != NULL) {
+            *info_out = info;
+            *absent_out = (int32_t)(~loaded & ((1u << (kBlockN >> p.page_shift)) - 1u));
+        }
         sk_mbar_arrive_expect_tx(
             full, (uint32_t)(__popc(loaded) * p.page_size * L::kSlabs * kSlabRowBytes));
+    }
     __syncwarp(); /* the expected bytes before any of them arrive */
     if (load) {
         const uint64_t policy = sk_policy_evict_last(); /* K/V: reread by the head's tiles */
@@ -317,14 +306,12 @@ __device__ __forceinline__ bool sk90_pair_next(const sk90_params &p, sk90_pair_c
  * for the transposer warps in v_info (0), and after the last tile one more
  * V stage, a plain arrival with no bytes, carries kVInfoEnd: the
  * transposer sees no tiles, so that is how it learns the end. v: the
- * varlen mode's parameters (never read in the fixed mode); g: the paged
- * mode's (fwd_sm90_gather.cuh; NULL and never read in the other modes);
- * GATHER: the paged mode's K / V blocks go to the gather warps. */
-template <class L, int MODE, bool PAIR = false, bool GATHER = false>
+ * varlen mode's parameters (never read in the fixed mode). */
+template <class L, int MODE, bool PAIR = false>
 __device__ void sk90_producer(const sk90_params &p, const sk90_vparams &v, uint32_t base,
                               int32_t *tile_ids,
                               volatile int32_t *block_info, volatile int32_t *v_info,
-                              const volatile int32_t *sched, const sk90_pparams *g = nullptr) {
+                              const volatile int32_t *sched) {
     const bool lead = sk_elect_one(); /* the one thread that issues TMA */
     const int lead_lane = __ffs(__ballot_sync(0xffffffffu, lead)) - 1;
     if (lead) {
@@ -340,10 +327,6 @@ __device__ void sk90_producer(const sk90_params &p, const sk90_vparams &v, uint3
     volatile int32_t *absent = nullptr;
     if constexpr (MODE == kSk90Paged) absent = sk90_shared_ptr<int32_t>(base + L::kVAbsent);
     (void)absent;
-    /* Paged, TLB warm-up: lane j's page of a block ahead, prefetched a step
-     * after its table read (fwd_sm90_gather.cuh). */
-    int tlb_page = -1;
-    (void)tlb_page;
     for (uint32_t n = 0;; ++n) {
         const uint32_t sslot = n % kSchedSlots, sphase = (n / kSchedSlots) & 1;
         /* every lane: acquire */
@@ -445,11 +428,6 @@ __device__ void sk90_producer(const sk90_params &p, const sk90_vparams &v, uint3
         }
         __syncwarp();
         if (tile == kTileEnd) {
-            if constexpr (MODE == kSk90Paged) {
-                if (GATHER && lead)
-                    sk90_gather_end<L>(base, kp.stage, kp.phase, vp.stage, vp.phase);
-                __syncwarp();
-            }
             if constexpr (L::kTransposeV) {
                 if (lead) {
                     sk_mbar_wait(base + L::kBarVEmpty + 8 * vp.stage, vp.phase ^ 1, "V empty");
@@ -490,13 +468,12 @@ __device__ void sk90_producer(const sk90_params &p, const sk90_vparams &v, uint3
             has1 = sk90_cursor_next<MODE, L::kBN>(p, t, cur, &c1);
         if constexpr (MODE == kSk90Paged) {
             if (SK90_PAGE_LOOKAHEAD && has1) pg1 = sk90_page_of_lane(v, sq, c1);
-            sk90_issue_pages<L, GATHER>(v, &p.tm_k, base + L::kK + kp.stage * L::kBlockBytes,
+            sk90_issue_pages<L>(v, &p.tm_k, base + L::kK + kp.stage * L::kBlockBytes,
                                 base + L::kBarKFull + 8 * kp.stage,
                                 base + L::kBarKEmpty + 8 * kp.stage, kp.phase, pg0, sq, c0, hk,
                                 lead,
                                 block_info + kp.stage, c0 | (has1 ? kInfoMore : 0),
-                                absent + kp.stage, base + L::kPBar + 8 * kp.stage,
-                                base + L::kPRec + L::kPRecBytes * kp.stage, "K empty");
+                                absent + kp.stage, "K empty");
         } else if (lead) {
             sk_mbar_wait(base + L::kBarKEmpty + 8 * kp.stage, kp.phase ^ 1, "K empty");
             block_info[kp.stage] = c0 | (has1 ? kInfoMore : 0);
@@ -519,26 +496,12 @@ __device__ void sk90_producer(const sk90_params &p, const sk90_vparams &v, uint3
                     has2 = sk90_cursor_next<MODE, L::kBN>(p, t, cur, &c2);
                 if constexpr (MODE == kSk90Paged) {
                     if (SK90_PAGE_LOOKAHEAD && has2) pg2 = sk90_page_of_lane(v, sq, c2);
-                    if constexpr (SK90_TLB_PREFETCH > 0) {
-                        /* The page read a step ago, then the block
-                         * SK90_TLB_PREFETCH visible blocks past c2 (peeked
-                         * in the cursor's chunk: no layout read). */
-                        sk90_tlb_prefetch<GATHER>(p, v, *g, tlb_page, hk);
-                        tlb_page = -1;
-                        uint32_t m = cur.mask;
-#pragma unroll
-                        for (int i = 1; i < SK90_TLB_PREFETCH; ++i) m &= m - 1;
-                        if (has2 && m != 0)
-                            tlb_page = sk90_page_of_lane(
-                                v, sq, __shfl_sync(0xffffffffu, cur.cval, __ffs(m) - 1));
-                    }
-                    sk90_issue_pages<L, GATHER>(v, &p.tm_k, base + L::kK + kp.stage * L::kBlockBytes,
+                    sk90_issue_pages<L>(v, &p.tm_k, base + L::kK + kp.stage * L::kBlockBytes,
                                         base + L::kBarKFull + 8 * kp.stage,
                                         base + L::kBarKEmpty + 8 * kp.stage, kp.phase, pg1, sq,
                                         c1, hk, lead, block_info + kp.stage,
                                         c1 | (has2 ? kInfoMore : 0), absent + kp.stage,
-                                        base + L::kPBar + 8 * kp.stage,
-                                        base + L::kPRec + L::kPRecBytes * kp.stage, "K empty");
+                                        "K empty");
                 } else if (lead) {
                     sk_mbar_wait(base + L::kBarKEmpty + 8 * kp.stage, kp.phase ^ 1, "K empty");
                     block_info[kp.stage] = c1 | (has2 ? kInfoMore : 0);
@@ -553,13 +516,10 @@ __device__ void sk90_producer(const sk90_params &p, const sk90_vparams &v, uint3
                 kp.advance();
             }
             if constexpr (MODE == kSk90Paged) {
-                sk90_issue_pages<L, GATHER>(v, &p.tm_v, base + L::kV + vp.stage * L::kBlockBytes,
+                sk90_issue_pages<L>(v, &p.tm_v, base + L::kV + vp.stage * L::kBlockBytes,
                                     base + L::kBarVFull + 8 * vp.stage,
                                     base + L::kBarVEmpty + 8 * vp.stage, vp.phase, pg0, sq, c0,
-                                    hk, lead, NULL, 0, NULL,
-                                    base + L::kPBar + 8 * (L::kKStages + vp.stage),
-                                    base + L::kPRec + L::kPRecBytes * (L::kKStages + vp.stage),
-                                    "V empty");
+                                    hk, lead, NULL, 0, NULL, "V empty");
             } else if (lead) {
                 sk_mbar_wait(base + L::kBarVEmpty + 8 * vp.stage, vp.phase ^ 1, "V empty");
                 if constexpr (L::kTransposeV) v_info[vp.stage] = 0;

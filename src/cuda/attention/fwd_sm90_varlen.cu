@@ -26,13 +26,6 @@
  *     memory by both consumer warpgroups before the P V product that reads
  *     them (P = 0 times NaN would be NaN). Only a sequence's last block (or
  *     one with a missing page) pays for it.
- *   - Paged, small pages (below SK90_GATHER_BELOW_PAGE; the test hook can
- *     choose either path at any page size): K / V blocks copied by the
- *     producer's warps 2 and 3 with cp.async into the same swizzled stages
- *     instead of per-page TMA boxes, and a TLB warm-up a few blocks ahead
- *     (fwd_sm90_gather.cuh). A kernel of its own (sk_attention_sm90_paged_
- *     kernel, a third parameter with the caches' addresses), so the varlen
- *     kernels' code is unchanged.
  *   - Outputs: a consumer warpgroup whose 64 rows lie inside the sequence
  *     stores them with TMA; the one that crosses the sequence's end copies
  *     its rows below len_q from shared memory with 16-byte stores; rows past
@@ -52,17 +45,6 @@ __global__ void __launch_bounds__(kThreads, 1)
     sk_attention_sm90_varlen_kernel(const __grid_constant__ sk90_params p,
                                     const __grid_constant__ sk90_vparams v) {
     sk90_kernel_body<DT, HD, MODE>(p, v);
-}
-
-/* The paged kernels: g holds the caches' addresses and strides; GATHER:
- * the K / V blocks by the cp.async gather, else by TMA boxes
- * (fwd_sm90_gather.cuh). */
-template <sk_dtype DT, int HD, bool GATHER>
-__global__ void __launch_bounds__(kThreads, 1)
-    sk_attention_sm90_paged_kernel(const __grid_constant__ sk90_params p,
-                                   const __grid_constant__ sk90_vparams v,
-                                   const __grid_constant__ sk90_pparams g) {
-    sk90_kernel_body<DT, HD, kSk90Paged, false, kBlockN, false, GATHER>(p, v, &g);
 }
 
 /* ---------------------------------------------------------------------------
@@ -193,60 +175,21 @@ static sk_status sk90v_launch_as(const sk90_params &prm, const sk90_vparams &vp,
     return sk_cuda_status(cudaGetLastError(), "sm90 varlen attention kernel launch");
 }
 
-template <sk_dtype DT, int HD, bool GATHER>
-static sk_status sk90v_launch_paged_as(const sk90_params &prm, const sk90_vparams &vp,
-                                       const sk90_pparams &gp, int grid, cudaStream_t stream) {
-    using L = sk90_layout<HD, kSk90Paged>;
-    SK_CUDA_TRY(cudaFuncSetAttribute(sk_attention_sm90_paged_kernel<DT, HD, GATHER>,
-                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     (int)L::kPDynamicBytes),
-                "cudaFuncSetAttribute");
-    sk_attention_sm90_paged_kernel<DT, HD, GATHER>
-        <<<grid, kThreads, L::kPDynamicBytes, stream>>>(prm, vp, gp);
-    return sk_cuda_status(cudaGetLastError(), "sm90 paged attention kernel launch");
-}
-
-static sk_status sk90v_launch_varlen(const sk90_params &prm, const sk90_vparams &vp,
-                                     const sk_attention_problem *f, int grid,
-                                     cudaStream_t stream) {
+template <int MODE>
+static sk_status sk90v_launch_mode(const sk90_params &prm, const sk90_vparams &vp,
+                                   const sk_attention_problem *f, int grid, cudaStream_t stream) {
     const bool bf16 = f->dtype == SK_DTYPE_BF16;
     if (f->head_dim == 128)
-        return bf16 ? sk90v_launch_as<SK_DTYPE_BF16, 128, kSk90Varlen>(prm, vp, grid, stream)
-                    : sk90v_launch_as<SK_DTYPE_F16, 128, kSk90Varlen>(prm, vp, grid, stream);
-    return bf16 ? sk90v_launch_as<SK_DTYPE_BF16, 64, kSk90Varlen>(prm, vp, grid, stream)
-                : sk90v_launch_as<SK_DTYPE_F16, 64, kSk90Varlen>(prm, vp, grid, stream);
+        return bf16 ? sk90v_launch_as<SK_DTYPE_BF16, 128, MODE>(prm, vp, grid, stream)
+                    : sk90v_launch_as<SK_DTYPE_F16, 128, MODE>(prm, vp, grid, stream);
+    return bf16 ? sk90v_launch_as<SK_DTYPE_BF16, 64, MODE>(prm, vp, grid, stream)
+                : sk90v_launch_as<SK_DTYPE_F16, 64, MODE>(prm, vp, grid, stream);
 }
 
-template <bool GATHER>
-static sk_status sk90v_launch_paged(const sk90_params &prm, const sk90_vparams &vp,
-                                    const sk90_pparams &gp, const sk_attention_problem *f,
-                                    int grid, cudaStream_t stream) {
-    const bool bf16 = f->dtype == SK_DTYPE_BF16;
-    if (f->head_dim == 128)
-        return bf16 ? sk90v_launch_paged_as<SK_DTYPE_BF16, 128, GATHER>(prm, vp, gp, grid, stream)
-                    : sk90v_launch_paged_as<SK_DTYPE_F16, 128, GATHER>(prm, vp, gp, grid, stream);
-    return bf16 ? sk90v_launch_paged_as<SK_DTYPE_BF16, 64, GATHER>(prm, vp, gp, grid, stream)
-                : sk90v_launch_paged_as<SK_DTYPE_F16, 64, GATHER>(prm, vp, gp, grid, stream);
-}
-
-/* The paged kernel's third parameter: the caches as byte addresses and
- * strides. */
-static sk90_pparams sk90v_pparams(const sk_attention_problem *f) {
-    sk90_pparams g;
-    memset(&g, 0, sizeof g);
-    const int64_t es = 2;
-    g.k_cache = (const char *)f->k;
-    g.v_cache = (const char *)f->v;
-    g.k_page = f->k_stride[0] * es, g.k_slot = f->k_stride[1] * es, g.k_head = f->k_stride[2] * es;
-    g.v_page = f->v_stride[0] * es, g.v_slot = f->v_stride[1] * es, g.v_head = f->v_stride[2] * es;
-    return g;
-}
-
-/* The launch, with the paged kernel's load path (SK90_PAGED_PATH_*). */
-static sk_status sk90v_launch(const sk_attention_varlen_problem *v,
-                              const sk_attention_paged_problem *pg,
-                              const sk_varlen_plan_view *plan, int path,
-                              struct CUstream_st *stream) {
+extern "C" sk_status sk_attention_sm90_varlen_launch(const sk_attention_varlen_problem *v,
+                                                     const sk_attention_paged_problem *pg,
+                                                     const sk_varlen_plan_view *plan,
+                                                     struct CUstream_st *stream) {
     SK_TRY(sk_attention_sm90_varlen_check(v, pg));
     const sk_attention_problem *f = &v->flat;
     sk90_params prm;
@@ -280,21 +223,8 @@ static sk_status sk90v_launch(const sk_attention_varlen_problem *v,
     int grid = 0;
     SK_TRY(sk90_grid(plan->num_tiles, &grid));
     if (grid <= 0) return SK_STATUS_SUCCESS;
-    if (pg == NULL) return sk90v_launch_varlen(prm, vp, f, grid, stream);
-    /* The load path: the gather below SK90_GATHER_BELOW_PAGE, or the test
-     * hook's choice. */
-    const bool gather = path == SK90_PAGED_PATH_DEFAULT ? pg->page_size < SK90_GATHER_BELOW_PAGE
-                                                        : path == SK90_PAGED_PATH_GATHER;
-    const sk90_pparams gp = sk90v_pparams(f);
-    return gather ? sk90v_launch_paged<true>(prm, vp, gp, f, grid, stream)
-                  : sk90v_launch_paged<false>(prm, vp, gp, f, grid, stream);
-}
-
-extern "C" sk_status sk_attention_sm90_varlen_launch(const sk_attention_varlen_problem *v,
-                                                     const sk_attention_paged_problem *pg,
-                                                     const sk_varlen_plan_view *plan,
-                                                     struct CUstream_st *stream) {
-    return sk90v_launch(v, pg, plan, SK90_PAGED_PATH_DEFAULT, stream);
+    return pg != NULL ? sk90v_launch_mode<kSk90Paged>(prm, vp, f, grid, stream)
+                      : sk90v_launch_mode<kSk90Varlen>(prm, vp, f, grid, stream);
 }
 
 extern "C" sk_status sk_attention_sm90_varlen_test_workspace(const sk_attention_varlen_problem *v,
@@ -305,11 +235,10 @@ extern "C" sk_status sk_attention_sm90_varlen_test_workspace(const sk_attention_
     return SK_STATUS_SUCCESS;
 }
 
-extern "C" sk_status sk_attention_sm90_paged_test_run_path(const sk_attention_varlen_problem *v,
-                                                           const sk_attention_paged_problem *pg,
-                                                           int path, void *workspace,
-                                                           size_t workspace_size,
-                                                           struct CUstream_st *stream) {
+extern "C" sk_status sk_attention_sm90_varlen_test_run(const sk_attention_varlen_problem *v,
+                                                       const sk_attention_paged_problem *pg,
+                                                       void *workspace, size_t workspace_size,
+                                                       struct CUstream_st *stream) {
     sk_varlen_plan_layout w;
     SK_TRY(sk_varlen_plan_layout_of(v, &w));
     SK_TRY(sk_attention_sm90_varlen_check(v, pg));
@@ -324,13 +253,5 @@ extern "C" sk_status sk_attention_sm90_paged_test_run_path(const sk_attention_va
     const sk_varlen_plan_view plan = sk_varlen_plan_view_of(&w, base);
     SK_CUDA_TRY(cudaMemsetAsync(plan.tile_counter, 0, sizeof(int32_t), stream),
                 "cudaMemsetAsync (tile counter)");
-    return sk90v_launch(v, pg, &plan, path, stream);
-}
-
-extern "C" sk_status sk_attention_sm90_varlen_test_run(const sk_attention_varlen_problem *v,
-                                                       const sk_attention_paged_problem *pg,
-                                                       void *workspace, size_t workspace_size,
-                                                       struct CUstream_st *stream) {
-    return sk_attention_sm90_paged_test_run_path(v, pg, SK90_PAGED_PATH_DEFAULT, workspace,
-                                                 workspace_size, stream);
+    return sk_attention_sm90_varlen_launch(v, pg, &plan, stream);
 }

@@ -62,18 +62,6 @@ sk_status sk_attention_sm90_varlen_test_run(const sk_attention_varlen_problem *v
                                             void *workspace, size_t workspace_size,
                                             struct CUstream_st *stream);
 
-/* The paged kernel's K / V load path (docs/perf/varlen_paged.md, "TLB
- * warm-up and a cp.async gather for small pages"): the default (cp.async
- * gather below SK90_GATHER_BELOW_PAGE, TMA boxes above), or either one at
- * any page size. Test entry: as sk_attention_sm90_varlen_test_run with the
- * path chosen (the GPU suite compares the two bit for bit); `path` is
- * ignored when paged is NULL. */
-enum { SK90_PAGED_PATH_DEFAULT = -1, SK90_PAGED_PATH_TMA = 0, SK90_PAGED_PATH_GATHER = 1 };
-sk_status sk_attention_sm90_paged_test_run_path(const sk_attention_varlen_problem *v,
-                                                const sk_attention_paged_problem *paged, int path,
-                                                void *workspace, size_t workspace_size,
-                                                struct CUstream_st *stream);
-
 #ifdef __cplusplus
 }
 #endif

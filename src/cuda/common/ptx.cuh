@@ -636,27 +636,6 @@ __device__ __forceinline__ void sk_wgmma_m64n64k16_ss_bf16_zero(float d[32], uin
                  : "l"(desc_a), "l"(desc_b));
 }
 
-/* --- Paged attention, TLB warm-up (attention/fwd_sm90_producer.cuh) --- */
-
-/* cp.async.bulk.prefetch.tensor.4d.L2.global.tile [tmap, {c0..c3}]: prefetch one box into L2
- * through the TMA unit (its address translation: the paged kernel's TLB warm-up). */
-__device__ __forceinline__ void sk_tma_prefetch_4d(const void *tmap, int c0, int c1, int c2,
-                                                   int c3) {
-    asm volatile("cp.async.bulk.prefetch.tensor.4d.L2.global.tile [%0, {%1, %2, %3, %4}];\n" ::"l"(
-                     tmap),
-                 "r"(c0), "r"(c1), "r"(c2), "r"(c3)
-                 : "memory");
-}
-
-/* cp.async.cg.shared.global.L2::cache_hint [dst], [src], 16, src_size, policy: sk_cp_async_16
- * under an L2 policy (the paged gather's K / V, evict_last as the TMA boxes'). */
-__device__ __forceinline__ void sk_cp_async_16_hint(uint32_t dst, const void *src,
-                                                    uint32_t src_bytes, uint64_t policy) {
-    asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n" ::"r"(dst),
-                 "l"(src), "r"(src_bytes), "l"(policy)
-                 : "memory");
-}
-
 #endif /* sm_90a section guard */
 
 #endif /* SK_CUDA_PTX_CUH */
