@@ -109,11 +109,14 @@ def _layout_view(be, aq, layout, block_k, batch, heads_kv, q_len, max_seqlen_k):
 class DecodePlan:
     """What every decode call of one problem shares, made on a cache miss
     (plan_cache.cached_unowned): the descriptor, the workspace size and,
-    on CUDA, the workspace (torch, on the current stream's device). A run
-    is sk_decode, its plan included: the lengths and the layout's content
-    may change between calls, and the plan step follows them."""
+    on CUDA, the workspace (torch, on the current stream's device). The
+    first run is sk_decode, its plan included (on CUDA the plan zeroes the
+    workspace's ticket counters); later runs are sk_decode_run alone, each
+    leaving the workspace as the plan did (sparsek.h "Decode"). The lengths
+    and the layout's content may change between calls: the run reads them,
+    and on the CPU checks them as the plan does."""
 
-    __slots__ = ("desc", "workspace", "workspace_size", "workspace_ptr")
+    __slots__ = ("desc", "workspace", "workspace_size", "workspace_ptr", "planned")
 
     def __init__(self, be, aq, ak, av, ao, table, row_stride, sc, causal, max_seqlen_k, num_splits, lay):
         batch, q_len, heads_q, dim = aq.shape
@@ -133,6 +136,7 @@ class DecodePlan:
         check(F.sk_decode_workspace_size(byref(desc), lay, byref(size)))
         self.desc, self.workspace_size = desc, size.value
         self.workspace, self.workspace_ptr = None, None
+        self.planned = False
         if be != Backend.CPU and size.value > 0:
             import torch
 
@@ -140,7 +144,9 @@ class DecodePlan:
             self.workspace_ptr = self.workspace.data_ptr()
 
     def run(self, lay, args, stream) -> None:
-        check(F.sk_decode(byref(self.desc), lay, *args, self.workspace_ptr, self.workspace_size, stream))
+        call = F.sk_decode_run if self.planned else F.sk_decode
+        check(call(byref(self.desc), lay, *args, self.workspace_ptr, self.workspace_size, stream))
+        self.planned = True
 
 
 def decode(

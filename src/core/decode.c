@@ -110,8 +110,16 @@ static sk_status check_geometry(const sk_decode_desc *d, const sk_bsr *layout,
     return SK_STATUS_SUCCESS;
 }
 
+/* The switches of decode.h (benchmarks and tests). */
+static int split_rule = 2, fused_merge = 1;
+
+void sk_decode_set_split_rule(int rule) { split_rule = rule == 1 ? 1 : 2; }
+int sk_decode_get_split_rule(void) { return split_rule; }
+void sk_decode_set_fused_merge(int on) { fused_merge = on != 0; }
+int sk_decode_get_fused_merge(void) { return fused_merge; }
+
 int32_t sk_decode_split_count(const sk_decode_problem *dp, int32_t row_groups,
-                              int64_t target_ctas) {
+                              int64_t target_ctas, int64_t sms) {
     if (dp->num_splits > 0) return dp->num_splits;
     const sk_attention_problem *p = &dp->paged.v.flat;
     /* The most keys a row can select, from the geometry alone. */
@@ -124,6 +132,14 @@ int32_t sk_decode_split_count(const sk_decode_problem *dp, int32_t row_groups,
     }
     const int64_t ctas = (int64_t)dp->paged.v.batch * p->heads_kv * row_groups;
     int64_t splits = ctas >= target_ctas ? 1 : target_ctas / ctas;
+    /* Rule 2: a dense split streams contiguous pages, one CTA per SM keeps
+     * enough bytes in flight, and short splits pay their fixed costs
+     * (fill, drain, partials, merge) more often: below
+     * SK_DECODE_FILL_SPLIT_KEYS a split, one CTA per SM instead. */
+    if (split_rule == 2 && dp->dense && splits > 1 && keys / splits < SK_DECODE_FILL_SPLIT_KEYS) {
+        const int64_t per_sm = sms / ctas;
+        if (per_sm < splits) splits = per_sm < 1 ? 1 : per_sm;
+    }
     const int64_t by_work = keys / SK_DECODE_MIN_SPLIT_KEYS;
     if (splits > by_work) splits = by_work;
     if (splits > SK_DECODE_MAX_SPLITS) splits = SK_DECODE_MAX_SPLITS;

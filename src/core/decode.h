@@ -21,11 +21,15 @@ enum {
     SK_DECODE_MAX_Q_LEN = 16,  /* query tokens per sequence */
     SK_DECODE_MAX_SPLITS = 128, /* split-KV partials per (sequence, KV head) */
     SK_DECODE_DENSE_BLOCK = 64, /* the CPU reference's key blocks for a NULL layout */
-    /* The split rule's fallback target when the device cannot be asked
-     * (132 SMs, two CTAs each: an H100 SXM), and the fewest keys worth a
-     * split of their own. */
+    /* The split rule's fallback when the device cannot be asked (132 SMs,
+     * two CTAs each: an H100 SXM), the fewest keys worth a split of their
+     * own, and (rule 2) the fewest keys a dense row's split must keep for
+     * the rule to fill every CTA slot rather than one CTA per SM.
+     * docs/perf/decode.md, "The per-call fixed cost". */
     SK_DECODE_TARGET_CTAS = 264,
-    SK_DECODE_MIN_SPLIT_KEYS = 256
+    SK_DECODE_FALLBACK_SMS = 132,
+    SK_DECODE_MIN_SPLIT_KEYS = 256,
+    SK_DECODE_FILL_SPLIT_KEYS = 2048
 };
 
 /* The descriptor alone ("desc->..." in messages): struct size, backend,
@@ -47,11 +51,29 @@ sk_status sk_decode_layout_content(const sk_bsr *layout, int32_t col_blocks,
 
 /* The split count of a checked problem: p->num_splits when set, else
  * enough (sequence, KV head, row group) CTAs for target_ctas (the CTAs the
- * device runs at once), no split shorter than SK_DECODE_MIN_SPLIT_KEYS of
- * the selected keys a row can have (from the layout's geometry: min(nnz /
- * rows, col_blocks) blocks), at most SK_DECODE_MAX_SPLITS. row_groups is
- * the CUDA kernel's CTAs per (sequence, KV head) over the query rows. */
-int32_t sk_decode_split_count(const sk_decode_problem *p, int32_t row_groups, int64_t target_ctas);
+ * device runs at once: sms x CTAs per SM); rule 2 (the default), for a
+ * dense row whose splits would then hold fewer than
+ * SK_DECODE_FILL_SPLIT_KEYS keys, enough for one CTA per SM instead; then
+ * no split shorter than SK_DECODE_MIN_SPLIT_KEYS of the selected keys a
+ * row can have (from the layout's geometry: min(nnz / rows, col_blocks)
+ * blocks), at most SK_DECODE_MAX_SPLITS. row_groups is the CUDA kernel's
+ * CTAs per (sequence, KV head) over the query rows. */
+int32_t sk_decode_split_count(const sk_decode_problem *p, int32_t row_groups, int64_t target_ctas,
+                              int64_t sms);
+
+/* Benchmark and test switches of the CUDA decode (process-wide; set them
+ * between calls, not while another thread plans or runs a decode):
+ * the split rule (1 or 2, default 2; see sk_decode_split_count), and
+ * the merge of the splits (1, the default: the split CTAs merge their row
+ * themselves, one launch; 0: the separate merge kernel, two launches).
+ * The merges give the same O and LSE bit for bit for one split count,
+ * and the same workspace size; the rule sets the split count, hence the
+ * workspace size (plan again, with a workspace of the new size, after
+ * changing it). */
+void sk_decode_set_split_rule(int rule);
+int sk_decode_get_split_rule(void);
+void sk_decode_set_fused_merge(int on);
+int sk_decode_get_fused_merge(void);
 
 #ifdef __cplusplus
 }

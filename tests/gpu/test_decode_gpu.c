@@ -7,16 +7,25 @@
  *   gpu_decode_random       >= 150 random cases (q_len 1..16, GQA groups
  *                           1..16, D 64/128, pages 16..128, blocks 16..128
  *                           or dense, empty selections, forced splits);
- *                           per case: O and LSE NaN-poisoned, plan + run,
- *                           compared with the rule; a second run bitwise
- *                           equal; the CPU backend's empty rows the same
+ *                           per case: the workspace poisoned, O and LSE
+ *                           NaN-poisoned, plan + run (the fused merge),
+ *                           compared with the rule; a second plan + run and
+ *                           a run without a plan (the tickets reset) bitwise
+ *                           equal; the two-launch path (merge kernel)
+ *                           bitwise equal; the CPU backend's empty rows the
+ *                           same
  *   gpu_decode_long         one sequence of 256K keys (split-KV at work)
- *   gpu_decode_splits       one case under splits 1, 2, 7, 33, 128: each
- *                           within the rule
+ *   gpu_decode_splits       one case under splits 1, 2, 7, 33, 128 and the
+ *                           rule's, split rules 1 and 2: each within the
+ *                           rule, fused = two launches bit for bit
+ *   gpu_decode_tickets      the fused merge's counters: zero after the plan
+ *                           (workspace poisoned), after every run, and after
+ *                           runs that alternate with the merge kernel
  *   gpu_decode_absent_pages a sequence whose page table row holds only
  *                           pages outside [0, num_pages): O = 0, LSE = -inf
- *   gpu_decode_graph        plan + run captured in a CUDA graph: replays
- *                           equal the direct run bitwise
+ *   gpu_decode_graph        plan + run captured in a CUDA graph, then the
+ *                           run alone (planned once, outside): 4 replays
+ *                           each equal the direct run bitwise
  *   gpu_decode_bad_inputs   workspace too small, D = 96: status, nothing
  *                           written
  * The seed is printed by the runner (SPARSEK_TEST_SEED to change it).
@@ -29,6 +38,7 @@
 #include "common/decode_case.h"
 #include "common/harness.h"
 #include "common/test_util.h"
+#include "core/decode.h"
 #include "gpu/cuda_api.h"
 #include "gpu/gpu_util.h"
 #include "sparsek.h"
@@ -84,9 +94,14 @@ static int gd_poison(gd_dev *d, const void *o_nan, const float *lse_nan) {
     return gt_upload(d->o, o_nan, d->o_bytes) || gt_upload(d->lse, lse_nan, d->lse_bytes);
 }
 
-/* Workspace, plan, run on `stream` (plan_too: the one-shot call). */
+/* How gd_run calls: plan + run, the one-shot call, or the run alone (the
+ * workspace planned before: the fused merge's counters left zero). */
+enum { GD_PLAN_RUN = 0, GD_ONE_SHOT = 1, GD_RUN_ONLY = 2 };
+
+/* Workspace (a new one poisoned with 0xff: the plan must zero what the
+ * run needs), plan, run on `stream`, as `mode` says. */
 static sk_status gd_run(const dc_case *c, const dc_data *x, gd_dev *d, cudaStream_t stream,
-                        int one_shot) {
+                        int mode) {
     const sk_decode_desc desc = dc_desc(c, x, gt_opt.backend);
     const sk_bsr *lay = c->block_k != 0 ? &d->layout : NULL;
     float *lse = c->with_lse ? d->lse : NULL;
@@ -95,8 +110,15 @@ static sk_status gd_run(const dc_case *c, const dc_data *x, gd_dev *d, cudaStrea
         if (st != SK_STATUS_SUCCESS) return st;
         if (d->ws_bytes > 0 && (d->ws = gt_device_alloc(d->ws_bytes)) == NULL)
             return SK_STATUS_ALLOC_FAILED;
+        /* (synchronised: the legacy stream's memset does not order with
+         * a non-blocking stream's plan) */
+        if (d->ws != NULL && (cudaMemset(d->ws, 0xff, d->ws_bytes) != cudaSuccess || gt_sync() != 0))
+            return SK_STATUS_EXECUTION_FAILED;
     }
-    if (one_shot)
+    if (mode == GD_RUN_ONLY)
+        return sk_decode_run(&desc, lay, d->lens, d->table, d->q, d->k, d->v, d->o, lse, d->ws,
+                             d->ws_bytes, stream);
+    if (mode == GD_ONE_SHOT)
         return sk_decode(&desc, lay, d->lens, d->table, d->q, d->k, d->v, d->o, lse, d->ws,
                          d->ws_bytes, stream);
     const sk_status st =
@@ -155,6 +177,8 @@ static int run_case(const dc_case *c, uint64_t seed, int one_shot) {
     const int before = sk_test_failures();
     void *o1 = NULL, *o2 = NULL, *o_ref = NULL;
     float *l1 = NULL, *l2 = NULL, *l_ref = NULL;
+    static const char *const what[4] = {"a second plan + run", "a run without a plan",
+                                        "the merge kernel (two launches)", ""};
     if (!dc_make(c, &rng, &x)) {
         CHECK(0, "%s out of memory", label);
         goto done;
@@ -172,14 +196,18 @@ static int run_case(const dc_case *c, uint64_t seed, int one_shot) {
     sk_status st = cpu_reference(c, &x, o_ref, l_ref);
     CHECK(st == SK_STATUS_SUCCESS, "%s CPU reference: %s %s", label, sk_status_name(st),
           sk_last_error());
-    for (int rep = 0; rep < 2; ++rep) {
+    /* Run 0: the fused merge (the default), planned; then 1: again; 2:
+     * without a plan; 3: the merge kernel. Each bitwise equal to run 0. */
+    for (int rep = 0; rep < 4; ++rep) {
         void *o = rep == 0 ? o1 : o2;
         float *l = rep == 0 ? l1 : l2;
         if (gd_poison(&d, x.o, x.lse) != 0) {
             CHECK(0, "%s upload", label);
             goto done;
         }
-        st = gd_run(c, &x, &d, NULL, one_shot);
+        sk_decode_set_fused_merge(rep != 3);
+        st = gd_run(c, &x, &d, NULL, rep == 2 ? GD_RUN_ONLY : one_shot);
+        sk_decode_set_fused_merge(1);
         if (st != SK_STATUS_SUCCESS) {
             CHECK(0, "%s run %d: %s %s", label, rep, sk_status_name(st), sk_last_error());
             goto done;
@@ -188,6 +216,9 @@ static int run_case(const dc_case *c, uint64_t seed, int one_shot) {
             CHECK(0, "%s run %d: %s", label, rep, cudaGetErrorName(cudaGetLastError()));
             goto done;
         }
+        if (rep > 0)
+            CHECK(memcmp(o1, o2, ob) == 0 && memcmp(l1, l2, lb) == 0, "%s: %s differs", label,
+                  what[rep - 1]);
     }
     int64_t empty_gpu = 0, empty_cpu = 0;
     dc_compare(c, &x, o1, c->with_lse ? l1 : NULL, label, &empty_gpu);
@@ -207,7 +238,6 @@ static int run_case(const dc_case *c, uint64_t seed, int one_shot) {
                 CHECK(0, "%s LSE written without being asked for", label);
                 break;
             }
-    CHECK(memcmp(o1, o2, ob) == 0 && memcmp(l1, l2, lb) == 0, "%s two runs differ", label);
 done:
     free(o1), free(o2), free(o_ref), free(l1), free(l2), free(l_ref);
     gd_free(&d);
@@ -273,13 +303,68 @@ SK_TEST(gpu_decode_long) {
 }
 
 SK_TEST(gpu_decode_splits) {
-    static const int32_t splits[6] = {1, 2, 7, 33, 128, 0};
-    for (int i = 0; i < 6; ++i) {
+    static const int32_t splits[7] = {1, 2, 7, 33, 128, 0, 0};
+    for (int i = 0; i < 7; ++i) {
         dc_case c = fixed_case();
         c.num_splits = splits[i];
-        c.q_len = i == 5 ? 16 : 4; /* 16 x group 8 = 128 rows: four row groups */
+        c.q_len = i >= 5 ? 16 : 4; /* 16 x group 8 = 128 rows: four row groups */
+        sk_decode_set_split_rule(i == 6 ? 1 : 2);
         run_case(&c, tu_base_seed() + 33000, i % 2);
+        sk_decode_set_split_rule(2);
     }
+}
+
+/* The fused merge's ticket counters (the workspace's tail, decode.cu):
+ * all zero after a plan over a poisoned workspace, and after every run,
+ * fused or not; the runs without a plan equal the first bit for bit. */
+SK_TEST(gpu_decode_tickets) {
+    dc_case c = fixed_case();
+    c.num_splits = 7;
+    c.q_len = 16; /* four row groups of 32 rows */
+    tu_rng rng;
+    tu_rng_seed(&rng, tu_base_seed() + 37000);
+    dc_data x;
+    gd_dev d;
+    REQUIRE(dc_make(&c, &rng, &x), "out of memory");
+    const size_t ob = (size_t)x.q_elems * 2, lb = (size_t)x.lse_elems * 4;
+    const int64_t row_groups = 4, counters = c.batch * c.heads_kv * row_groups;
+    const int64_t partial_rows = (int64_t)c.batch * c.heads_q * c.q_len * c.num_splits;
+    const size_t at = ((size_t)(partial_rows * (c.head_dim + 1) * 4) + 15) & ~(size_t)15;
+    void *o1 = malloc(ob), *o2 = malloc(ob);
+    float *l1 = (float *)malloc(lb), *l2 = (float *)malloc(lb);
+    uint32_t *tickets = (uint32_t *)malloc((size_t)counters * 4);
+    if (!o1 || !o2 || !l1 || !l2 || !tickets || gd_upload(&c, &x, &d) != 0) {
+        CHECK(0, "setup");
+    } else {
+        for (int rep = 0; rep < 5; ++rep) {
+            CHECK(gd_poison(&d, x.o, x.lse) == 0, "upload");
+            sk_decode_set_fused_merge(rep != 3);
+            const sk_status st = gd_run(&c, &x, &d, NULL, rep == 0 ? GD_PLAN_RUN : GD_RUN_ONLY);
+            sk_decode_set_fused_merge(1);
+            CHECK(st == SK_STATUS_SUCCESS, "run %d: %s", rep, sk_last_error());
+            if (d.ws_bytes != at + (size_t)counters * 4) {
+                CHECK(0, "workspace %zu bytes, want %zu", d.ws_bytes, at + (size_t)counters * 4);
+                break;
+            }
+            CHECK(gt_sync() == 0 && gt_download(rep == 0 ? o1 : o2, d.o, ob) == 0 &&
+                      gt_download(rep == 0 ? l1 : l2, d.lse, lb) == 0 &&
+                      gt_download(tickets, (char *)d.ws + at, (size_t)counters * 4) == 0,
+                  "download");
+            for (int64_t i = 0; i < counters; ++i)
+                if (tickets[i] != 0) {
+                    CHECK(0, "run %d: counter %lld = %u after the run", rep, (long long)i,
+                          tickets[i]);
+                    break;
+                }
+            if (rep == 0)
+                dc_compare(&c, &x, o1, l1, "[tickets]", NULL);
+            else
+                CHECK(memcmp(o1, o2, ob) == 0 && memcmp(l1, l2, lb) == 0, "run %d differs", rep);
+        }
+    }
+    free(o1), free(o2), free(l1), free(l2), free(tickets);
+    gd_free(&d);
+    dc_data_free(&x);
 }
 
 /* Pages outside [0, num_pages) are absent: a sequence whose used pages are
@@ -305,7 +390,7 @@ SK_TEST(gpu_decode_absent_pages) {
     int32_t *bad = (int32_t *)malloc((size_t)x.table_stride * 4);
     if (o && o_ref && l && l_ref && bad) {
         CHECK(gd_poison(&d, x.o, x.lse) == 0, "upload");
-        sk_status st = gd_run(&c, &x, &d, NULL, 0);
+        sk_status st = gd_run(&c, &x, &d, NULL, GD_PLAN_RUN);
         CHECK(st == SK_STATUS_SUCCESS, "%s", sk_last_error());
         CHECK(gt_sync() == 0 && gt_download(o_ref, d.o, ob) == 0 &&
                   gt_download(l_ref, d.lse, lb) == 0, "download");
@@ -313,7 +398,7 @@ SK_TEST(gpu_decode_absent_pages) {
             bad[i] = i % 2 ? -1 - (int32_t)i : (int32_t)(x.num_pages + i);
         CHECK(gt_upload(d.table, bad, (size_t)x.table_stride * 4) == 0, "upload"); /* sequence 0 */
         CHECK(gd_poison(&d, x.o, x.lse) == 0, "upload");
-        st = gd_run(&c, &x, &d, NULL, 1);
+        st = gd_run(&c, &x, &d, NULL, GD_ONE_SHOT);
         CHECK(st == SK_STATUS_SUCCESS, "%s", sk_last_error());
         CHECK(gt_sync() == 0 && gt_download(o, d.o, ob) == 0 && gt_download(l, d.lse, lb) == 0,
               "download");
@@ -362,31 +447,46 @@ SK_TEST(gpu_decode_graph) {
         goto done;
     }
     CHECK(gd_poison(&d, x.o, x.lse) == 0, "upload");
-    sk_status st = gd_run(&c, &x, &d, stream, 0);
+    sk_status st = gd_run(&c, &x, &d, stream, GD_PLAN_RUN);
     CHECK(st == SK_STATUS_SUCCESS, "direct: %s", sk_last_error());
     CHECK(cudaStreamSynchronize(stream) == cudaSuccess, "sync");
     CHECK(gt_download(o1, d.o, ob) == 0 && gt_download(l1, d.lse, lb) == 0, "download");
     dc_compare(&c, &x, o1, l1, "[graph: direct]", NULL);
-    CHECK(gd_poison(&d, x.o, x.lse) == 0, "upload");
-    if (cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal) != cudaSuccess) {
-        CHECK(0, "begin capture");
-        goto done;
-    }
-    st = gd_run(&c, &x, &d, stream, 0);
-    const cudaError_t end = cudaStreamEndCapture(stream, &graph);
-    CHECK(st == SK_STATUS_SUCCESS, "captured: %s", sk_last_error());
-    if (end != cudaSuccess || cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess) {
-        CHECK(0, "capture: %s", cudaGetErrorName(end));
-        goto done;
-    }
-    CHECK(gt_download(o2, d.o, ob) == 0, "download");
-    CHECK(memcmp(o2, x.o, ob) == 0, "capturing ran the work");
-    for (int rep = 0; rep < 2; ++rep) {
+    /* Captured: plan + run, then the run alone (planned once, outside the
+     * capture: the replays rely on each run leaving the counters zero). */
+    for (int mode = 0; mode < 2; ++mode) {
+        if (mode == 1) {
+            const sk_decode_desc desc = dc_desc(&c, &x, gt_opt.backend);
+            st = sk_decode_plan(&desc, &d.layout, d.lens, d.table, d.ws, d.ws_bytes, stream);
+            CHECK(st == SK_STATUS_SUCCESS, "plan: %s", sk_last_error());
+        }
         CHECK(gd_poison(&d, x.o, x.lse) == 0, "upload");
-        CHECK(cudaGraphLaunch(exec, stream) == cudaSuccess, "launch");
         CHECK(cudaStreamSynchronize(stream) == cudaSuccess, "sync");
-        CHECK(gt_download(o2, d.o, ob) == 0 && gt_download(l2, d.lse, lb) == 0, "download");
-        CHECK(memcmp(o1, o2, ob) == 0 && memcmp(l1, l2, lb) == 0, "replay %d differs", rep);
+        if (cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal) != cudaSuccess) {
+            CHECK(0, "begin capture");
+            goto done;
+        }
+        st = gd_run(&c, &x, &d, stream, mode == 0 ? GD_PLAN_RUN : GD_RUN_ONLY);
+        const cudaError_t end = cudaStreamEndCapture(stream, &graph);
+        CHECK(st == SK_STATUS_SUCCESS, "captured (mode %d): %s", mode, sk_last_error());
+        if (end != cudaSuccess || cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess) {
+            CHECK(0, "capture (mode %d): %s", mode, cudaGetErrorName(end));
+            goto done;
+        }
+        CHECK(gt_download(o2, d.o, ob) == 0, "download");
+        CHECK(memcmp(o2, x.o, ob) == 0, "capturing ran the work (mode %d)", mode);
+        for (int rep = 0; rep < 4; ++rep) {
+            CHECK(gd_poison(&d, x.o, x.lse) == 0, "upload");
+            CHECK(cudaGraphLaunch(exec, stream) == cudaSuccess, "launch");
+            CHECK(cudaStreamSynchronize(stream) == cudaSuccess, "sync");
+            CHECK(gt_download(o2, d.o, ob) == 0 && gt_download(l2, d.lse, lb) == 0, "download");
+            CHECK(memcmp(o1, o2, ob) == 0 && memcmp(l1, l2, lb) == 0,
+                  "mode %d: replay %d differs", mode, rep);
+        }
+        cudaGraphExecDestroy(exec);
+        cudaGraphDestroy(graph);
+        exec = NULL;
+        graph = NULL;
     }
 done:
     if (exec != NULL) cudaGraphExecDestroy(exec);

@@ -1,8 +1,10 @@
 /*
  * decode.cu - the CUDA decode attention (the sk_cuda_decode_* calls of
- * backend.h): the split count and workspace, the kernel choice and the two
- * launches (the split-KV kernel of decode_kernel.cuh, then, with more than
- * one split, the merge). Design and status: docs/perf/decode.md.
+ * backend.h): the split count and workspace, the plan (the workspace's
+ * ticket counters zeroed), the kernel choice and its launch (the split-KV
+ * kernel of decode_kernel.cuh; with more than one split its CTAs merge
+ * each row themselves, or, switched off for the benchmark's A/B, a second
+ * kernel does). Design: docs/perf/decode.md.
  *
  * The split count is sk_decode_split_count's (src/core/decode.h): a pure
  * function of the descriptor, the layout's geometry and the current
@@ -12,8 +14,14 @@
  * 16 (kMT = 1, when they fit) or 32 (kMT = 2) rows, each a CTA that reads
  * the KV again (from L2, the CTAs of one KV head run side by side).
  * Workspace (splits > 1): partial O [B Hq q_len, splits, D] fp32, then
- * partial LSE [B Hq q_len, splits] fp32; every entry is written by the
- * split kernel (empty splits too), so nothing is cleared first.
+ * partial LSE [B Hq q_len, splits] fp32 (every entry written by the split
+ * kernel, empty splits too: never cleared), then, 16-byte aligned, one
+ * uint32 ticket counter per (sequence, KV head, row group). The counters
+ * must be zero when a run starts: the plan zeroes them (one
+ * cudaMemsetAsync on its stream) and every run leaves them zero (the last
+ * split CTA of a row wraps its counter back to 0), so a workspace planned
+ * once serves any number of runs of that problem, graph replays included.
+ * A workspace used for anything else in between needs a new plan.
  *
  * Every CUDA backend runs this portable kernel (SK_BACKEND_CUDA_SM90 still
  * needs a 9.0 device, as for the other families); a Hopper-specific
@@ -68,6 +76,9 @@ static sk_status check_supported(const sk_decode_problem *dp, int32_t splits) {
     return SK_STATUS_SUCCESS;
 }
 
+static_assert((int)SK_DECODE_MAX_SPLITS <= (int)SK_DECODE_MERGE_MAX_SPLITS,
+              "the merge holds at most SK_DECODE_MERGE_MAX_SPLITS partials per row");
+
 enum { SK_DECODE_MAX_DEVICES = 64 };
 
 /* CTAs of one kernel instance resident per SM of `device` (its shared
@@ -100,19 +111,22 @@ static int resident_ctas_dtype(int device, int d, int mt) {
 }
 
 /* The CTAs the current device runs at once: SMs x the resident CTAs of
- * the kernel this problem takes (2 on an H100 at D 128, 1 on an A100);
- * SK_DECODE_TARGET_CTAS when the device cannot be asked. Host queries
+ * the kernel this problem takes (2 on an H100 at D 128, 1 on an A100),
+ * and its SMs in *sm_count; SK_DECODE_TARGET_CTAS and
+ * SK_DECODE_FALLBACK_SMS when the device cannot be asked. Host queries
  * only (no stream work; the occupancy is asked once per device), the same
  * on every call on one device. */
-static int64_t target_ctas(const sk_decode_problem *dp) {
+static int64_t target_ctas(const sk_decode_problem *dp, int64_t *sm_count) {
     const sk_attention_problem *p = &dp->paged.v.flat;
     int device = 0, sms = 0;
+    *sm_count = SK_DECODE_FALLBACK_SMS;
     if (p->head_dim != 64 && p->head_dim != 128) return SK_DECODE_TARGET_CTAS; /* refused later */
     if (cudaGetDevice(&device) != cudaSuccess ||
         cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
         (void)cudaGetLastError();
         return SK_DECODE_TARGET_CTAS;
     }
+    if (sms > 0) *sm_count = sms;
     const int d = (int)p->head_dim, mt = mtiles_of(dp);
     const int per_sm = p->dtype == SK_DTYPE_F16 ? resident_ctas_dtype<SK_DTYPE_F16>(device, d, mt)
                                                 : resident_ctas_dtype<SK_DTYPE_BF16>(device, d, mt);
@@ -120,18 +134,31 @@ static int64_t target_ctas(const sk_decode_problem *dp) {
     return (int64_t)(sms > 0 ? sms : 132) * (per_sm > 0 ? per_sm : 1);
 }
 
+/* Byte offset of the ticket counters in the workspace (splits > 1), and
+ * how many there are: one per (sequence, KV head, row group). */
+static size_t counters_offset(const sk_decode_problem *dp, int32_t splits) {
+    const sk_attention_problem *p = &dp->paged.v.flat;
+    const int64_t rows = (int64_t)dp->paged.v.batch * p->heads_q * dp->q_len * splits;
+    return ((size_t)(rows * (p->head_dim + 1) * 4) + 15u) & ~(size_t)15u;
+}
+
+static int64_t counters_count(const sk_decode_problem *dp) {
+    return (int64_t)dp->paged.v.batch * dp->paged.v.flat.heads_kv * row_groups_of(dp);
+}
+
 /* Splits, and the workspace bytes they need (0 for one split). */
 static sk_status plan_sizes(const sk_decode_problem *dp, int32_t *splits, size_t *bytes) {
-    *splits = sk_decode_split_count(dp, row_groups_of(dp), target_ctas(dp));
+    int64_t sms = 0;
+    const int64_t target = target_ctas(dp, &sms);
+    *splits = sk_decode_split_count(dp, row_groups_of(dp), target, sms);
     SK_TRY(check_supported(dp, *splits));
     if (*splits == 1) {
         *bytes = 0;
         return SK_STATUS_SUCCESS;
     }
-    const sk_attention_problem *p = &dp->paged.v.flat;
-    /* B Hq q_len < 2^31 x 2^4 (merge grid checked) x 128 splits x (D + 1) x 4: fits. */
-    const int64_t rows = (int64_t)dp->paged.v.batch * p->heads_q * dp->q_len * *splits;
-    *bytes = (size_t)(rows * (p->head_dim + 1) * 4 + 256);
+    /* B Hq q_len < 2^31 x 2^4 (merge grid checked) x 128 splits x (D + 1) x 4,
+     * plus B Hkv row groups < 2^31 counters: fits. */
+    *bytes = counters_offset(dp, *splits) + (size_t)counters_count(dp) * 4;
     return SK_STATUS_SUCCESS;
 }
 
@@ -164,10 +191,17 @@ static sk_status prepare(const sk_decode_problem *dp, void *workspace, size_t wo
     return SK_STATUS_SUCCESS;
 }
 
+/* The checks, then (splits > 1) the ticket counters zeroed on the stream:
+ * the one thing a run needs from its plan. */
 extern "C" sk_status sk_cuda_decode_plan(const sk_decode_problem *dp, void *workspace,
-                                         size_t workspace_size, cudaStream_t) {
+                                         size_t workspace_size, cudaStream_t stream) {
     int32_t splits;
-    return prepare(dp, workspace, workspace_size, &splits); /* nothing to enqueue yet */
+    SK_TRY(prepare(dp, workspace, workspace_size, &splits));
+    if (splits == 1) return SK_STATUS_SUCCESS;
+    SK_CUDA_TRY(cudaMemsetAsync((char *)workspace + counters_offset(dp, splits), 0,
+                                (size_t)counters_count(dp) * 4, stream),
+                "cudaMemsetAsync (the decode's ticket counters)");
+    return SK_STATUS_SUCCESS;
 }
 
 static sk_decode_params params_of(const sk_decode_problem *dp, int32_t splits, void *workspace) {
@@ -183,6 +217,8 @@ static sk_decode_params params_of(const sk_decode_problem *dp, int32_t splits, v
         const int64_t rows = (int64_t)dp->paged.v.batch * p->heads_q * dp->q_len * splits;
         k.part_o = (float *)workspace;
         k.part_lse = k.part_o + rows * p->head_dim;
+        k.counters = (uint32_t *)((char *)workspace + counters_offset(dp, splits));
+        k.fused_merge = sk_decode_get_fused_merge();
     }
     k.seq_lens_k = dp->paged.seq_lens_k;
     k.page_table = dp->paged.page_table;
@@ -225,7 +261,7 @@ static sk_status launch(const sk_decode_params &k, cudaStream_t stream) {
     const int64_t ctas = (int64_t)k.batch * k.heads_kv * k.splits * k.row_groups;
     kernel<<<(unsigned)ctas, SK_DECODE_THREADS, S::kTotal, stream>>>(k);
     SK_CUDA_TRY(cudaGetLastError(), "decode kernel launch");
-    if (k.splits > 1) {
+    if (k.splits > 1 && !k.fused_merge) {
         const int64_t rows = (int64_t)k.batch * k.heads_q * k.q_len;
         sk_decode_merge_kernel<kDtype, kD>
             <<<(unsigned)((rows + SK_DECODE_WARPS - 1) / SK_DECODE_WARPS), SK_DECODE_THREADS, 0,

@@ -1,7 +1,8 @@
 /*
  * decode_kernel_body.cuh - the split-KV decode kernel itself (part of
  * decode_kernel.cuh; see its header for the design): the per-warp
- * pipeline and MMA steps, then the CTA's combine and stores.
+ * pipeline and MMA steps, then the CTA's combine and stores, the merge
+ * of a row's splits (in the last split CTA, or the merge kernel).
  */
 #ifndef SK_CUDA_DECODE_KERNEL_BODY_CUH
 #define SK_CUDA_DECODE_KERNEL_BODY_CUH
@@ -21,6 +22,81 @@ __device__ __forceinline__ void sk_decode_issue(const sk_decode_params &p, const
                                                     (int32_t)p.v_stride[1], rows, p.v);
     }
     if ((threadIdx.x & 31) == 0) *meta = make_int2(key0, rows);
+}
+
+/* The merge of one (b, h, t) row r's splits by one warp, lane l owning
+ * columns l x kD / 32 ..: the splits' LSEs are loaded across the lanes
+ * (all of them in one round trip; their maximum by a butterfly, exact in
+ * any order), lane s % 32 computes split s's weight exp(lse_s - max), and
+ * the weighted sum runs in split order 0, 1, ... (the partial O of 8
+ * splits loaded before they are added): the same bits on every run and in
+ * both paths. A row whose splits are all empty gets O = 0, LSE = -inf.
+ * Loads go through L2 (__ldcg): in the fused path other CTAs wrote them. */
+template <int kDtype, int kD>
+__device__ __forceinline__ void sk_decode_merge_row(const sk_decode_params &p, int64_t r, int b,
+                                                    int h, int t, int lane) {
+    constexpr int kCols = kD / 32, kGroups = SK_DECODE_MERGE_MAX_SPLITS / 32, kBatch = 8;
+    const float *plse = p.part_lse + r * p.splits;
+    float lse[kGroups], mall = -INFINITY;
+#pragma unroll
+    for (int k = 0; k < kGroups; ++k) {
+        const int s = 32 * k + lane;
+        lse[k] = s < p.splits ? __ldcg(plse + s) : -INFINITY;
+        mall = fmaxf(mall, lse[k]);
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1)
+        mall = fmaxf(mall, __shfl_xor_sync(0xffffffffu, mall, off));
+    float acc[kCols], wsum = 0.f;
+#pragma unroll
+    for (int j = 0; j < kCols; ++j) acc[j] = 0.f;
+    if (mall != -INFINITY) {
+#pragma unroll
+        for (int k = 0; k < kGroups; ++k) {
+            const int n = min(32, p.splits - 32 * k); /* warp-uniform */
+            if (n <= 0) break;
+            const float w_lane = expf(lse[k] - mall); /* an empty split: exp(-inf) = 0 */
+            for (int j0 = 0; j0 < n; j0 += kBatch) {
+                float v[kBatch][kCols];
+#pragma unroll
+                for (int u = 0; u < kBatch; ++u) {
+                    const float *src =
+                        p.part_o + (r * p.splits + 32 * k + j0 + u) * kD + lane * kCols;
+                    if (j0 + u >= n) {
+#pragma unroll
+                        for (int j = 0; j < kCols; ++j) v[u][j] = 0.f;
+                    } else if constexpr (kCols == 4) {
+                        const float4 x = __ldcg((const float4 *)src);
+                        v[u][0] = x.x, v[u][1] = x.y, v[u][2] = x.z, v[u][3] = x.w;
+                    } else {
+                        const float2 x = __ldcg((const float2 *)src);
+                        v[u][0] = x.x, v[u][1] = x.y;
+                    }
+                }
+#pragma unroll
+                for (int u = 0; u < kBatch; ++u) {
+                    const float w = __shfl_sync(0xffffffffu, w_lane, j0 + u);
+                    if (j0 + u < n) {
+                        wsum += w;
+#pragma unroll
+                        for (int j = 0; j < kCols; ++j) acc[j] += w * v[u][j];
+                    }
+                }
+            }
+        }
+        const float inv = 1.f / wsum;
+#pragma unroll
+        for (int j = 0; j < kCols; ++j) acc[j] *= inv;
+    }
+    char *dst = p.o + b * p.o_stride[0] + t * p.o_stride[1] + h * p.o_stride[2] + lane * kCols * 2;
+    uint32_t packed[kCols / 2];
+#pragma unroll
+    for (int j = 0; j < kCols / 2; ++j) packed[j] = sk_sm80_pack<kDtype>(acc[2 * j], acc[2 * j + 1]);
+    if constexpr (kCols == 4)
+        *(uint2 *)dst = make_uint2(packed[0], packed[1]);
+    else
+        *(uint32_t *)dst = packed[0];
+    if (lane == 0 && p.lse != nullptr) p.lse[r] = mall == -INFINITY ? -INFINITY : mall + logf(wsum);
 }
 
 template <int kDtype, int kD, int kMT>
@@ -273,49 +349,41 @@ __global__ void __launch_bounds__(SK_DECODE_THREADS)
             if (cg == 0) p.part_lse[prow] = lse_nat;
         }
     }
+    if (p.splits == 1 || !p.fused_merge) return; /* grid-uniform */
+
+    /* Publish this split's partials (every thread's stores, then a
+     * device-scope fence), take a ticket; the last of the row group's
+     * splits merges its rows, its atomicInc having wrapped the counter
+     * to 0 for the next run. */
+    __threadfence();
+    __syncthreads();
+    int *last = (int *)meta; /* the stages' meta is free now */
+    if (tid == 0) {
+        uint32_t *ctr = p.counters + ((int64_t)b * p.heads_kv + hkv) * p.row_groups + rg;
+        const uint32_t ticket = atomicInc(ctr, (uint32_t)(p.splits - 1));
+        *last = ticket == (uint32_t)(p.splits - 1);
+    }
+    __syncthreads();
+    if (*last == 0) return; /* CTA-uniform */
+    __threadfence(); /* the other splits' partials are visible from here on */
+    for (int rr = warp; rr < S::kRows && m0 + rr < p.rows; rr += SK_DECODE_WARPS) {
+        const int m = m0 + rr, t = m / p.group, h = hkv * p.group + m % p.group;
+        sk_decode_merge_row<kDtype, kD>(p, ((int64_t)b * p.heads_q + h) * p.q_len + t, b, h, t,
+                                        lane);
+    }
 }
 
-/* The merge of the splits: one warp per (b, h, t) row, lane l owning
- * columns l x kD / 32 ..; the splits in order, so the sum is the same on
- * every run. A row whose splits are all empty gets O = 0, LSE = -inf. */
+/* The merge kernel (the two-launch path): one warp per (b, h, t) row. */
 template <int kDtype, int kD>
 __global__ void __launch_bounds__(SK_DECODE_THREADS)
     sk_decode_merge_kernel(const __grid_constant__ sk_decode_params p) {
-    constexpr int kCols = kD / 32;
     const int64_t r = (int64_t)blockIdx.x * SK_DECODE_WARPS + (threadIdx.x >> 5);
     const int64_t total = (int64_t)p.batch * p.heads_q * p.q_len;
-    if (r >= total) return;
-    const int lane = threadIdx.x & 31;
-    const float *plse = p.part_lse + r * p.splits;
-    float mall = -INFINITY;
-    for (int s = 0; s < p.splits; ++s) mall = fmaxf(mall, plse[s]);
-    float acc[kCols], wsum = 0.f;
-#pragma unroll
-    for (int j = 0; j < kCols; ++j) acc[j] = 0.f;
-    if (mall != -INFINITY) {
-        for (int s = 0; s < p.splits; ++s) {
-            const float w = expf(plse[s] - mall); /* an empty split: exp(-inf) = 0 */
-            wsum += w;
-            const float *src = p.part_o + (r * p.splits + s) * kD + lane * kCols;
-#pragma unroll
-            for (int j = 0; j < kCols; ++j) acc[j] += w * src[j];
-        }
-        const float inv = 1.f / wsum;
-#pragma unroll
-        for (int j = 0; j < kCols; ++j) acc[j] *= inv;
-    }
+    if (r >= total) return; /* warp-uniform */
     const int t = (int)(r % p.q_len);
     const int h = (int)((r / p.q_len) % p.heads_q);
     const int b = (int)(r / ((int64_t)p.q_len * p.heads_q));
-    char *dst = p.o + b * p.o_stride[0] + t * p.o_stride[1] + h * p.o_stride[2] + lane * kCols * 2;
-    uint32_t packed[kCols / 2];
-#pragma unroll
-    for (int j = 0; j < kCols / 2; ++j) packed[j] = sk_sm80_pack<kDtype>(acc[2 * j], acc[2 * j + 1]);
-    if constexpr (kCols == 4)
-        *(uint2 *)dst = make_uint2(packed[0], packed[1]);
-    else
-        *(uint32_t *)dst = packed[0];
-    if (lane == 0 && p.lse != nullptr) p.lse[r] = mall == -INFINITY ? -INFINITY : mall + logf(wsum);
+    sk_decode_merge_row<kDtype, kD>(p, r, b, h, t, threadIdx.x & 31);
 }
 
 #endif /* SK_CUDA_DECODE_KERNEL_BODY_CUH */
