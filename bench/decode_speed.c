@@ -7,7 +7,7 @@
  * Build: make build/decode_speed
  * Run:   build/decode_speed [--reps N] [--commit HASH] [--backend cuda|sm80|sm90]
  *                           [--splits N[,N...]] [--quick] [--case B,CONTEXT,HKV,QLEN]
- *                           [--topk K] [--merge fused|kernel|both] [--rule 1|2|both]
+ *                           [--topk K] [--rule 1|2|both]
  *
  * Per case: the caches are [num_pages, 64, Hkv, 128] bf16 with num_pages =
  * B x context / 64, every sequence's pages a random permutation of its own
@@ -29,9 +29,8 @@
  * for the dense layout (equal keys and values wherever read).
  *
  * The A/B switches, measured in one process on the same buffers (one JSON
- * line per variant, each checked before it is timed): --merge (the split
- * CTAs merge their rows, "fused", or the separate merge kernel, "kernel";
- * default both), --rule (the split rule, core/decode.h; default both),
+ * line per variant, each checked before it is timed): --rule (the split
+ * rule, core/decode.h; default both),
  * --splits (a list of forced counts instead of the rule: the sweep). Each
  * line also holds loop_us (20 runs enqueued back to back, per run: the
  * host's enqueue hidden behind the GPU, as in a loop or a CUDA graph) and
@@ -54,7 +53,6 @@ enum { MAX_REPS = 1000, PAGE = 64, DIM = 128, HQ = 32, MAX_SWEEP = 16, LOOP = 20
 typedef struct bench_opts {
     int reps, quick, topk;
     int splits[MAX_SWEEP], n_splits; /* --splits: forced counts (0: the rule) */
-    int merges[2], n_merges;         /* --merge: 1 fused, 0 the merge kernel */
     int rules[2], n_rules;           /* --rule */
     sk_backend backend;
     const char *commit;
@@ -67,7 +65,6 @@ static int parse(int argc, char **argv, bench_opts *o) {
     o->backend = SK_BACKEND_CUDA;
     o->commit = "unknown";
     o->n_splits = 1;
-    o->merges[0] = 1, o->merges[1] = 0, o->n_merges = 2;
     o->rules[0] = 2, o->rules[1] = 1, o->n_rules = 2;
     for (int i = 1; i < argc; ++i) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -89,9 +86,6 @@ static int parse(int argc, char **argv, bench_opts *o) {
                 if (c != NULL) ++c;
             }
             if (o->n_splits == 0) return -1;
-        } else if (strcmp(a, "--merge") == 0) {
-            o->n_merges = strcmp(v, "both") == 0 ? 2 : 1;
-            o->merges[0] = strcmp(v, "kernel") != 0;
         } else if (strcmp(a, "--rule") == 0) {
             o->n_rules = strcmp(v, "both") == 0 ? 2 : 1;
             o->rules[0] = strcmp(v, "1") == 0 ? 1 : 2;
@@ -201,12 +195,11 @@ typedef struct bench_bufs {
     uint16_t *host_o;
 } bench_bufs;
 
-/* One variant (rule, forced splits, merge) of a case: checked, timed, one
- * JSON line. */
+/* One variant (rule, forced splits) of a case: checked, timed, one JSON
+ * line. */
 static void run_variant(const bench_opts *o, sk_decode_desc d, const sk_bsr *lay,
-                        bench_bufs *m, int64_t selected, int rule, int forced, int fused) {
+                        bench_bufs *m, int64_t selected, int rule, int forced) {
     sk_decode_set_split_rule(rule);
-    sk_decode_set_fused_merge(fused);
     d.num_splits = forced;
     int32_t splits = 0;
     size_t ws_bytes = 0;
@@ -218,8 +211,8 @@ static void run_variant(const bench_opts *o, sk_decode_desc d, const sk_bsr *lay
         m->ws_cap = ws_bytes;
     }
     /* Check: every O element is the cached value (a softmax of equal
-     * scores over equal values); the workspace poisoned first, so the
-     * plan's zeroing of the counters is what the run relies on. */
+     * scores over equal values); the workspace poisoned first (the run
+     * must write every partial it merges). */
     if (m->ws_cap > 0) CUDA_OK(cudaMemset(m->ws, 0xff, m->ws_cap));
     CUDA_OK(cudaMemset(m->out, 0xff, m->q_bytes)); /* NaN */
     SK_OK(sk_decode(&d, lay, m->lens, m->table, m->q, m->k, m->v, m->out, m->lse, m->ws, ws_bytes,
@@ -268,7 +261,7 @@ static void run_variant(const bench_opts *o, sk_decode_desc d, const sk_bsr *lay
     CUDA_OK(cudaEventSynchronize(e1));
     CUDA_OK(cudaEventElapsedTime(&loop_ms, e0, e1));
     const double loop_us = 1e3 * loop_ms / LOOP;
-    /* The timed runs left the counters as the plan did: one more check. */
+    /* The runs after the one plan: one more check. */
     CUDA_OK(cudaMemcpy(m->host_o, m->out, m->q_bytes, cudaMemcpyDeviceToHost));
     for (size_t i = 0; i < m->q_bytes / 2; ++i) bad += m->host_o[i] != 0x3c3c;
     const char *check = bad == 0 ? "ok" : "FAILED";
@@ -284,7 +277,7 @@ static void run_variant(const bench_opts *o, sk_decode_desc d, const sk_bsr *lay
            "\"%s\", \"cc\": \"%d.%d\", \"backend\": \"%s\", \"batch\": %lld, \"context\": %lld, "
            "\"heads_q\": %d, \"heads_kv\": %lld, \"q_len\": %lld, \"page_size\": %d, "
            "\"head_dim\": %d, \"dtype\": \"bf16\", \"layout\": \"%s\", \"topk\": %d, "
-           "\"selected_blocks\": %lld, \"merge\": \"%s\", \"rule\": %d, \"forced_splits\": %d, "
+           "\"selected_blocks\": %lld, \"rule\": %d, \"forced_splits\": %d, "
            "\"splits\": %d, \"workspace_bytes\": %zu, \"median_us\": %.2f, \"min_us\": %.2f, "
            "\"loop_us\": %.2f, \"host_us\": %.2f, \"kv_bytes\": %.0f, \"tb_per_s\": %.3f, "
            "\"loop_tb_per_s\": %.3f, \"check\": \"%s\"}\n",
@@ -294,8 +287,7 @@ static void run_variant(const bench_opts *o, sk_decode_desc d, const sk_bsr *lay
            : o->backend == SK_BACKEND_CUDA_SM90 ? "sm90"
                                                 : "cuda",
            (long long)batch, (long long)context, HQ, (long long)hkv, (long long)q_len, PAGE, DIM,
-           lay != NULL ? "topk" : "dense", o->topk, (long long)selected, fused ? "fused" : "kernel",
-           rule, forced, (int)splits, ws_bytes, median_us, min_us, loop_us, host_us, kv_bytes,
+           lay != NULL ? "topk" : "dense", o->topk, (long long)selected, rule, forced, (int)splits, ws_bytes, median_us, min_us, loop_us, host_us, kv_bytes,
            kv_bytes / (median_us * 1e-6) / 1e12, kv_bytes / (loop_us * 1e-6) / 1e12, check);
     fflush(stdout);
     CUDA_OK(cudaEventDestroy(e0));
@@ -349,9 +341,8 @@ static void run_case(const bench_opts *o, int64_t batch, int64_t context, int64_
 
     for (int si = 0; si < o->n_splits; ++si)
         for (int ri = 0; ri < (o->splits[si] == 0 ? o->n_rules : 1); ++ri)
-            for (int mi = 0; mi < o->n_merges; ++mi)
-                run_variant(o, d, lay, &m, selected, o->splits[si] == 0 ? o->rules[ri] : 2,
-                            o->splits[si], o->merges[mi]);
+            run_variant(o, d, lay, &m, selected, o->splits[si] == 0 ? o->rules[ri] : 2,
+                        o->splits[si]);
 
     cudaFree(m.k), cudaFree(m.v), cudaFree(m.q), cudaFree(m.out), cudaFree(m.lse);
     cudaFree(m.lens), cudaFree(m.table), cudaFree(m.ws);
@@ -364,7 +355,7 @@ int main(int argc, char **argv) {
     if (parse(argc, argv, &o) != 0) {
         fprintf(stderr, "usage: decode_speed [--reps N] [--commit HASH] [--backend cuda|sm80|sm90] "
                         "[--splits N[,N...]] [--quick] [--case B,CONTEXT,HKV,QLEN] [--topk K] "
-                        "[--merge fused|kernel|both] [--rule 1|2|both]\n");
+                        "[--rule 1|2|both]\n");
         return 2;
     }
     if (o.only[0] != 0) {

@@ -974,20 +974,14 @@ SK_API sk_status sk_topk_paged_select(const sk_topk_varlen_desc *desc,
  * v_strides[1]) below 2^26 elements, grids below 2^31 CTAs; anything else
  * is SK_STATUS_NOT_SUPPORTED after the argument checks. Each CTA takes one (sequence, KV head, split) and
  * its group's Hq / Hkv heads x q_len queries together; with more than one
- * split the last split CTA of each row (a ticket counter in the
- * workspace) merges the splits by LSE in a fixed order, so results are
- * bitwise repeatable; one launch per run. The split count is a function of the
+ * split a second kernel merges the splits by LSE in a fixed order, so
+ * results are bitwise repeatable. The split count is a function of the
  * descriptor, the layout's geometry and the current device (its SMs and
  * the kernel's resident CTAs per SM; desc->num_splits forces one), so the
- * workspace size is fixed for a device and the run is graph safe.
- * The workspace contract (CUDA, more than one split): sk_decode_plan zeroes
- * the workspace's ticket counters (one memset on its stream) and every run
- * leaves them zero, so one plan serves any number of runs of the same
- * problem on that workspace (CUDA graph replays of sk_decode_run
- * included). A workspace not planned for this problem, or used for
- * anything else since, must be planned again before a run: a run on
- * unplanned workspace may skip or corrupt the merge. sk_decode plans
- * every call. The plan reads no array on the GPU.
+ * workspace size is fixed for a device and the run is graph safe. The plan
+ * reads nothing on the GPU and enqueues nothing (it makes the checks); one
+ * plan serves any number of runs of the same problem on its workspace, the
+ * layout's content and the lengths may change between them.
  */
 
 typedef struct sk_decode_desc {
@@ -1032,18 +1026,16 @@ SK_API sk_status sk_layout_validate_decode(const sk_bsr *layout, const sk_decode
 SK_API sk_status sk_decode_splits(const sk_decode_desc *desc, const sk_bsr *layout,
                                   int32_t *num_splits);
 
-/* Bytes of device workspace (the splits' partial O and LSE, fp32, then a
- * uint32 ticket counter per (sequence, KV head, row group)) for this
+/* Bytes of device workspace (the splits' partial O and LSE, fp32) for this
  * descriptor and layout geometry; no array is read. 0 on the CPU backend
  * and when the run uses one split. */
 SK_API sk_status sk_decode_workspace_size(const sk_decode_desc *desc, const sk_bsr *layout,
                                           size_t *workspace_bytes);
 
-/* Enqueue the planning of runs (graph safe): the checks (on the CPU, of the
- * lengths, pages and layout too) and, on CUDA with more than one split, the
- * workspace's ticket counters zeroed on `stream` (the contract above).
- * Call it once per workspace and problem before the first sk_decode_run;
- * the layout's content and the lengths may change between runs. */
+/* Enqueue the planning of runs (graph safe): today the checks only (on the
+ * CPU, of the lengths, pages and layout too). Call it once per workspace
+ * and problem before the first sk_decode_run; the layout's content and
+ * the lengths may change between runs (each run reads them). */
 SK_API sk_status sk_decode_plan(const sk_decode_desc *desc, const sk_bsr *layout,
                                 const int32_t *seq_lens_k, const int32_t *page_table,
                                 void *workspace, size_t workspace_size,

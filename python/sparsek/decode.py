@@ -110,11 +110,10 @@ class DecodePlan:
     """What every decode call of one problem shares, made on a cache miss
     (plan_cache.cached_unowned): the descriptor, the workspace size and,
     on CUDA, the workspace (torch, on the current stream's device). The
-    first run is sk_decode, its plan included (on CUDA the plan zeroes the
-    workspace's ticket counters); later runs are sk_decode_run alone, each
-    leaving the workspace as the plan did (sparsek.h "Decode"). The lengths
-    and the layout's content may change between calls: the run reads them,
-    and on the CPU checks them as the plan does."""
+    first run is sk_decode, its plan included; later runs are sk_decode_run
+    alone (one plan per workspace and problem: sparsek.h "Decode"). The
+    lengths and the layout's content may change between calls: the run
+    reads them, and on the CPU checks them as the plan does."""
 
     __slots__ = ("desc", "workspace", "workspace_size", "workspace_ptr", "planned")
 

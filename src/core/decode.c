@@ -110,13 +110,11 @@ static sk_status check_geometry(const sk_decode_desc *d, const sk_bsr *layout,
     return SK_STATUS_SUCCESS;
 }
 
-/* The switches of decode.h (benchmarks and tests). */
-static int split_rule = 2, fused_merge = 1;
+/* The switch of decode.h (benchmarks and tests). */
+static int split_rule = 2;
 
 void sk_decode_set_split_rule(int rule) { split_rule = rule == 1 ? 1 : 2; }
 int sk_decode_get_split_rule(void) { return split_rule; }
-void sk_decode_set_fused_merge(int on) { fused_merge = on != 0; }
-int sk_decode_get_fused_merge(void) { return fused_merge; }
 
 int32_t sk_decode_split_count(const sk_decode_problem *dp, int32_t row_groups,
                               int64_t target_ctas, int64_t sms) {

@@ -61,19 +61,13 @@ sk_status sk_decode_layout_content(const sk_bsr *layout, int32_t col_blocks,
 int32_t sk_decode_split_count(const sk_decode_problem *p, int32_t row_groups, int64_t target_ctas,
                               int64_t sms);
 
-/* Benchmark and test switches of the CUDA decode (process-wide; set them
- * between calls, not while another thread plans or runs a decode):
- * the split rule (1 or 2, default 2; see sk_decode_split_count), and
- * the merge of the splits (1, the default: the split CTAs merge their row
- * themselves, one launch; 0: the separate merge kernel, two launches).
- * The merges give the same O and LSE bit for bit for one split count,
- * and the same workspace size; the rule sets the split count, hence the
- * workspace size (plan again, with a workspace of the new size, after
- * changing it). */
+/* The benchmark and test switch of the split rule (process-wide; set it
+ * between calls, not while another thread plans or runs a decode): 1 or
+ * 2, default 2 (see sk_decode_split_count). The rule sets the split count,
+ * hence the workspace size: plan again, with a workspace of the new size,
+ * after changing it. */
 void sk_decode_set_split_rule(int rule);
 int sk_decode_get_split_rule(void);
-void sk_decode_set_fused_merge(int on);
-int sk_decode_get_fused_merge(void);
 
 #ifdef __cplusplus
 }

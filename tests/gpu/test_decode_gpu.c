@@ -8,19 +8,14 @@
  *                           1..16, D 64/128, pages 16..128, blocks 16..128
  *                           or dense, empty selections, forced splits);
  *                           per case: the workspace poisoned, O and LSE
- *                           NaN-poisoned, plan + run (the fused merge),
- *                           compared with the rule; a second plan + run and
- *                           a run without a plan (the tickets reset) bitwise
- *                           equal; the two-launch path (merge kernel)
- *                           bitwise equal; the CPU backend's empty rows the
- *                           same
+ *                           NaN-poisoned, plan + run, compared with the
+ *                           rule; a second plan + run and a run without a
+ *                           plan bitwise equal; the CPU backend's empty
+ *                           rows the same
  *   gpu_decode_long         one sequence of 256K keys (split-KV at work)
  *   gpu_decode_splits       one case under splits 1, 2, 7, 33, 128 and the
  *                           rule's, split rules 1 and 2: each within the
- *                           rule, fused = two launches bit for bit
- *   gpu_decode_tickets      the fused merge's counters: zero after the plan
- *                           (workspace poisoned), after every run, and after
- *                           runs that alternate with the merge kernel
+ *                           rule
  *   gpu_decode_absent_pages a sequence whose page table row holds only
  *                           pages outside [0, num_pages): O = 0, LSE = -inf
  *   gpu_decode_graph        plan + run captured in a CUDA graph, then the
@@ -95,11 +90,11 @@ static int gd_poison(gd_dev *d, const void *o_nan, const float *lse_nan) {
 }
 
 /* How gd_run calls: plan + run, the one-shot call, or the run alone (the
- * workspace planned before: the fused merge's counters left zero). */
+ * workspace planned before, for this problem). */
 enum { GD_PLAN_RUN = 0, GD_ONE_SHOT = 1, GD_RUN_ONLY = 2 };
 
-/* Workspace (a new one poisoned with 0xff: the plan must zero what the
- * run needs), plan, run on `stream`, as `mode` says. */
+/* Workspace (a new one poisoned with 0xff: the run must write every
+ * partial the merge reads), plan, run on `stream`, as `mode` says. */
 static sk_status gd_run(const dc_case *c, const dc_data *x, gd_dev *d, cudaStream_t stream,
                         int mode) {
     const sk_decode_desc desc = dc_desc(c, x, gt_opt.backend);
@@ -177,8 +172,7 @@ static int run_case(const dc_case *c, uint64_t seed, int one_shot) {
     const int before = sk_test_failures();
     void *o1 = NULL, *o2 = NULL, *o_ref = NULL;
     float *l1 = NULL, *l2 = NULL, *l_ref = NULL;
-    static const char *const what[4] = {"a second plan + run", "a run without a plan",
-                                        "the merge kernel (two launches)", ""};
+    static const char *const what[2] = {"a second plan + run", "a run without a plan"};
     if (!dc_make(c, &rng, &x)) {
         CHECK(0, "%s out of memory", label);
         goto done;
@@ -196,18 +190,16 @@ static int run_case(const dc_case *c, uint64_t seed, int one_shot) {
     sk_status st = cpu_reference(c, &x, o_ref, l_ref);
     CHECK(st == SK_STATUS_SUCCESS, "%s CPU reference: %s %s", label, sk_status_name(st),
           sk_last_error());
-    /* Run 0: the fused merge (the default), planned; then 1: again; 2:
-     * without a plan; 3: the merge kernel. Each bitwise equal to run 0. */
-    for (int rep = 0; rep < 4; ++rep) {
+    /* Run 0, planned; then 1: again; 2: without a plan. Each bitwise
+     * equal to run 0. */
+    for (int rep = 0; rep < 3; ++rep) {
         void *o = rep == 0 ? o1 : o2;
         float *l = rep == 0 ? l1 : l2;
         if (gd_poison(&d, x.o, x.lse) != 0) {
             CHECK(0, "%s upload", label);
             goto done;
         }
-        sk_decode_set_fused_merge(rep != 3);
         st = gd_run(c, &x, &d, NULL, rep == 2 ? GD_RUN_ONLY : one_shot);
-        sk_decode_set_fused_merge(1);
         if (st != SK_STATUS_SUCCESS) {
             CHECK(0, "%s run %d: %s %s", label, rep, sk_status_name(st), sk_last_error());
             goto done;
@@ -314,59 +306,6 @@ SK_TEST(gpu_decode_splits) {
     }
 }
 
-/* The fused merge's ticket counters (the workspace's tail, decode.cu):
- * all zero after a plan over a poisoned workspace, and after every run,
- * fused or not; the runs without a plan equal the first bit for bit. */
-SK_TEST(gpu_decode_tickets) {
-    dc_case c = fixed_case();
-    c.num_splits = 7;
-    c.q_len = 16; /* four row groups of 32 rows */
-    tu_rng rng;
-    tu_rng_seed(&rng, tu_base_seed() + 37000);
-    dc_data x;
-    gd_dev d;
-    REQUIRE(dc_make(&c, &rng, &x), "out of memory");
-    const size_t ob = (size_t)x.q_elems * 2, lb = (size_t)x.lse_elems * 4;
-    const int64_t row_groups = 4, counters = c.batch * c.heads_kv * row_groups;
-    const int64_t partial_rows = (int64_t)c.batch * c.heads_q * c.q_len * c.num_splits;
-    const size_t at = ((size_t)(partial_rows * (c.head_dim + 1) * 4) + 15) & ~(size_t)15;
-    void *o1 = malloc(ob), *o2 = malloc(ob);
-    float *l1 = (float *)malloc(lb), *l2 = (float *)malloc(lb);
-    uint32_t *tickets = (uint32_t *)malloc((size_t)counters * 4);
-    if (!o1 || !o2 || !l1 || !l2 || !tickets || gd_upload(&c, &x, &d) != 0) {
-        CHECK(0, "setup");
-    } else {
-        for (int rep = 0; rep < 5; ++rep) {
-            CHECK(gd_poison(&d, x.o, x.lse) == 0, "upload");
-            sk_decode_set_fused_merge(rep != 3);
-            const sk_status st = gd_run(&c, &x, &d, NULL, rep == 0 ? GD_PLAN_RUN : GD_RUN_ONLY);
-            sk_decode_set_fused_merge(1);
-            CHECK(st == SK_STATUS_SUCCESS, "run %d: %s", rep, sk_last_error());
-            if (d.ws_bytes != at + (size_t)counters * 4) {
-                CHECK(0, "workspace %zu bytes, want %zu", d.ws_bytes, at + (size_t)counters * 4);
-                break;
-            }
-            CHECK(gt_sync() == 0 && gt_download(rep == 0 ? o1 : o2, d.o, ob) == 0 &&
-                      gt_download(rep == 0 ? l1 : l2, d.lse, lb) == 0 &&
-                      gt_download(tickets, (char *)d.ws + at, (size_t)counters * 4) == 0,
-                  "download");
-            for (int64_t i = 0; i < counters; ++i)
-                if (tickets[i] != 0) {
-                    CHECK(0, "run %d: counter %lld = %u after the run", rep, (long long)i,
-                          tickets[i]);
-                    break;
-                }
-            if (rep == 0)
-                dc_compare(&c, &x, o1, l1, "[tickets]", NULL);
-            else
-                CHECK(memcmp(o1, o2, ob) == 0 && memcmp(l1, l2, lb) == 0, "run %d differs", rep);
-        }
-    }
-    free(o1), free(o2), free(l1), free(l2), free(tickets);
-    gd_free(&d);
-    dc_data_free(&x);
-}
-
 /* Pages outside [0, num_pages) are absent: a sequence whose used pages are
  * all out of range has no key (O = 0, LSE = -inf); the others are as with
  * a valid table. */
@@ -453,7 +392,7 @@ SK_TEST(gpu_decode_graph) {
     CHECK(gt_download(o1, d.o, ob) == 0 && gt_download(l1, d.lse, lb) == 0, "download");
     dc_compare(&c, &x, o1, l1, "[graph: direct]", NULL);
     /* Captured: plan + run, then the run alone (planned once, outside the
-     * capture: the replays rely on each run leaving the counters zero). */
+     * capture: the contract the Python binding's cached plans use). */
     for (int mode = 0; mode < 2; ++mode) {
         if (mode == 1) {
             const sk_decode_desc desc = dc_desc(&c, &x, gt_opt.backend);

@@ -1,10 +1,8 @@
 /*
  * decode.cu - the CUDA decode attention (the sk_cuda_decode_* calls of
- * backend.h): the split count and workspace, the plan (the workspace's
- * ticket counters zeroed), the kernel choice and its launch (the split-KV
- * kernel of decode_kernel.cuh; with more than one split its CTAs merge
- * each row themselves, or, switched off for the benchmark's A/B, a second
- * kernel does). Design: docs/perf/decode.md.
+ * backend.h): the split count and workspace, the kernel choice and the two
+ * launches (the split-KV kernel of decode_kernel.cuh, then, with more than
+ * one split, the merge). Design and status: docs/perf/decode.md.
  *
  * The split count is sk_decode_split_count's (src/core/decode.h): a pure
  * function of the descriptor, the layout's geometry and the current
@@ -14,14 +12,9 @@
  * 16 (kMT = 1, when they fit) or 32 (kMT = 2) rows, each a CTA that reads
  * the KV again (from L2, the CTAs of one KV head run side by side).
  * Workspace (splits > 1): partial O [B Hq q_len, splits, D] fp32, then
- * partial LSE [B Hq q_len, splits] fp32 (every entry written by the split
- * kernel, empty splits too: never cleared), then, 16-byte aligned, one
- * uint32 ticket counter per (sequence, KV head, row group). The counters
- * must be zero when a run starts: the plan zeroes them (one
- * cudaMemsetAsync on its stream) and every run leaves them zero (the last
- * split CTA of a row wraps its counter back to 0), so a workspace planned
- * once serves any number of runs of that problem, graph replays included.
- * A workspace used for anything else in between needs a new plan.
+ * partial LSE [B Hq q_len, splits] fp32; every entry is written by the
+ * split kernel (empty splits too), so nothing is cleared first and the
+ * plan enqueues nothing.
  *
  * Every CUDA backend runs this portable kernel (SK_BACKEND_CUDA_SM90 still
  * needs a 9.0 device, as for the other families); a Hopper-specific
@@ -134,18 +127,6 @@ static int64_t target_ctas(const sk_decode_problem *dp, int64_t *sm_count) {
     return (int64_t)(sms > 0 ? sms : 132) * (per_sm > 0 ? per_sm : 1);
 }
 
-/* Byte offset of the ticket counters in the workspace (splits > 1), and
- * how many there are: one per (sequence, KV head, row group). */
-static size_t counters_offset(const sk_decode_problem *dp, int32_t splits) {
-    const sk_attention_problem *p = &dp->paged.v.flat;
-    const int64_t rows = (int64_t)dp->paged.v.batch * p->heads_q * dp->q_len * splits;
-    return ((size_t)(rows * (p->head_dim + 1) * 4) + 15u) & ~(size_t)15u;
-}
-
-static int64_t counters_count(const sk_decode_problem *dp) {
-    return (int64_t)dp->paged.v.batch * dp->paged.v.flat.heads_kv * row_groups_of(dp);
-}
-
 /* Splits, and the workspace bytes they need (0 for one split). */
 static sk_status plan_sizes(const sk_decode_problem *dp, int32_t *splits, size_t *bytes) {
     int64_t sms = 0;
@@ -156,9 +137,10 @@ static sk_status plan_sizes(const sk_decode_problem *dp, int32_t *splits, size_t
         *bytes = 0;
         return SK_STATUS_SUCCESS;
     }
-    /* B Hq q_len < 2^31 x 2^4 (merge grid checked) x 128 splits x (D + 1) x 4,
-     * plus B Hkv row groups < 2^31 counters: fits. */
-    *bytes = counters_offset(dp, *splits) + (size_t)counters_count(dp) * 4;
+    const sk_attention_problem *p = &dp->paged.v.flat;
+    /* B Hq q_len < 2^31 x 2^4 (merge grid checked) x 128 splits x (D + 1) x 4: fits. */
+    const int64_t rows = (int64_t)dp->paged.v.batch * p->heads_q * dp->q_len * *splits;
+    *bytes = (size_t)(rows * (p->head_dim + 1) * 4 + 256);
     return SK_STATUS_SUCCESS;
 }
 
@@ -191,17 +173,10 @@ static sk_status prepare(const sk_decode_problem *dp, void *workspace, size_t wo
     return SK_STATUS_SUCCESS;
 }
 
-/* The checks, then (splits > 1) the ticket counters zeroed on the stream:
- * the one thing a run needs from its plan. */
 extern "C" sk_status sk_cuda_decode_plan(const sk_decode_problem *dp, void *workspace,
-                                         size_t workspace_size, cudaStream_t stream) {
+                                         size_t workspace_size, cudaStream_t) {
     int32_t splits;
-    SK_TRY(prepare(dp, workspace, workspace_size, &splits));
-    if (splits == 1) return SK_STATUS_SUCCESS;
-    SK_CUDA_TRY(cudaMemsetAsync((char *)workspace + counters_offset(dp, splits), 0,
-                                (size_t)counters_count(dp) * 4, stream),
-                "cudaMemsetAsync (the decode's ticket counters)");
-    return SK_STATUS_SUCCESS;
+    return prepare(dp, workspace, workspace_size, &splits); /* nothing to enqueue */
 }
 
 static sk_decode_params params_of(const sk_decode_problem *dp, int32_t splits, void *workspace) {
@@ -217,8 +192,6 @@ static sk_decode_params params_of(const sk_decode_problem *dp, int32_t splits, v
         const int64_t rows = (int64_t)dp->paged.v.batch * p->heads_q * dp->q_len * splits;
         k.part_o = (float *)workspace;
         k.part_lse = k.part_o + rows * p->head_dim;
-        k.counters = (uint32_t *)((char *)workspace + counters_offset(dp, splits));
-        k.fused_merge = sk_decode_get_fused_merge();
     }
     k.seq_lens_k = dp->paged.seq_lens_k;
     k.page_table = dp->paged.page_table;
@@ -261,7 +234,7 @@ static sk_status launch(const sk_decode_params &k, cudaStream_t stream) {
     const int64_t ctas = (int64_t)k.batch * k.heads_kv * k.splits * k.row_groups;
     kernel<<<(unsigned)ctas, SK_DECODE_THREADS, S::kTotal, stream>>>(k);
     SK_CUDA_TRY(cudaGetLastError(), "decode kernel launch");
-    if (k.splits > 1 && !k.fused_merge) {
+    if (k.splits > 1) {
         const int64_t rows = (int64_t)k.batch * k.heads_q * k.q_len;
         sk_decode_merge_kernel<kDtype, kD>
             <<<(unsigned)((rows + SK_DECODE_WARPS - 1) / SK_DECODE_WARPS), SK_DECODE_THREADS, 0,

@@ -19,12 +19,7 @@
  * softmax in base 2, O += P V (V by ldmatrix.trans). At the end the four
  * warps' (max, sum, O) are combined through shared memory in warp order,
  * and the CTA writes either O and LSE (one split) or its normalised fp32
- * partial O and its LSE into the workspace. Then (fused merge) it takes a
- * ticket on its (sequence, KV head, row group)'s counter; the CTA that
- * takes the last one merges the row group's rows from every split's
- * partials (sk_decode_merge_row, the merge kernel's own code and order)
- * and wraps the counter back to 0 for the next run. Otherwise the merge
- * kernel does the same rows in a second launch.
+ * partial O and its LSE into the workspace for the merge kernel.
  *
  * Robustness (sparsek.h "Decode"): len_k(b) is clamped to [0,
  * max_seqlen_k]; the row's offsets to [0, nnz]; an index outside [0,
@@ -55,14 +50,12 @@ struct sk_decode_params {
     char *o;
     float *lse;                 /* [B, Hq, q_len] or NULL */
     float *part_o, *part_lse;   /* workspace: [rows, splits, D], [rows, splits]; splits > 1 */
-    uint32_t *counters;         /* workspace: [B, Hkv, row_groups] tickets, zero between runs */
     const int32_t *seq_lens_k, *page_table, *row_offsets, *col_indices;
     int64_t q_stride[3], o_stride[3], k_stride[3], v_stride[3]; /* bytes */
     int64_t table_stride;
     int32_t batch, heads_q, heads_kv, group, q_len, rows, row_groups, splits;
     int32_t num_pages, page_size, max_seqlen_k, block_k, layout_heads, nnz, dense, causal;
     float scale_log2;
-    int32_t fused_merge; /* splits > 1: the last split CTA of a row group merges it */
 };
 
 /* Shared memory of a CTA: per warp kStages stages of K and V (16 rows of

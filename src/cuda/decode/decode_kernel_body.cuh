@@ -1,8 +1,8 @@
 /*
  * decode_kernel_body.cuh - the split-KV decode kernel itself (part of
  * decode_kernel.cuh; see its header for the design): the per-warp
- * pipeline and MMA steps, then the CTA's combine and stores, the merge
- * of a row's splits (in the last split CTA, or the merge kernel).
+ * pipeline and MMA steps, then the CTA's combine and stores, and the
+ * merge kernel.
  */
 #ifndef SK_CUDA_DECODE_KERNEL_BODY_CUH
 #define SK_CUDA_DECODE_KERNEL_BODY_CUH
@@ -29,9 +29,9 @@ __device__ __forceinline__ void sk_decode_issue(const sk_decode_params &p, const
  * (all of them in one round trip; their maximum by a butterfly, exact in
  * any order), lane s % 32 computes split s's weight exp(lse_s - max), and
  * the weighted sum runs in split order 0, 1, ... (the partial O of 8
- * splits loaded before they are added): the same bits on every run and in
- * both paths. A row whose splits are all empty gets O = 0, LSE = -inf.
- * Loads go through L2 (__ldcg): in the fused path other CTAs wrote them. */
+ * splits loaded before they are added, so 8 loads are in flight): the
+ * same bits on every run. A row whose splits are all empty gets O = 0,
+ * LSE = -inf. Loads go through L2 (__ldcg): each partial is read once. */
 template <int kDtype, int kD>
 __device__ __forceinline__ void sk_decode_merge_row(const sk_decode_params &p, int64_t r, int b,
                                                     int h, int t, int lane) {
@@ -349,31 +349,9 @@ __global__ void __launch_bounds__(SK_DECODE_THREADS)
             if (cg == 0) p.part_lse[prow] = lse_nat;
         }
     }
-    if (p.splits == 1 || !p.fused_merge) return; /* grid-uniform */
-
-    /* Publish this split's partials (every thread's stores, then a
-     * device-scope fence), take a ticket; the last of the row group's
-     * splits merges its rows, its atomicInc having wrapped the counter
-     * to 0 for the next run. */
-    __threadfence();
-    __syncthreads();
-    int *last = (int *)meta; /* the stages' meta is free now */
-    if (tid == 0) {
-        uint32_t *ctr = p.counters + ((int64_t)b * p.heads_kv + hkv) * p.row_groups + rg;
-        const uint32_t ticket = atomicInc(ctr, (uint32_t)(p.splits - 1));
-        *last = ticket == (uint32_t)(p.splits - 1);
-    }
-    __syncthreads();
-    if (*last == 0) return; /* CTA-uniform */
-    __threadfence(); /* the other splits' partials are visible from here on */
-    for (int rr = warp; rr < S::kRows && m0 + rr < p.rows; rr += SK_DECODE_WARPS) {
-        const int m = m0 + rr, t = m / p.group, h = hkv * p.group + m % p.group;
-        sk_decode_merge_row<kDtype, kD>(p, ((int64_t)b * p.heads_q + h) * p.q_len + t, b, h, t,
-                                        lane);
-    }
 }
 
-/* The merge kernel (the two-launch path): one warp per (b, h, t) row. */
+/* The merge of the splits: one warp per (b, h, t) row. */
 template <int kDtype, int kD>
 __global__ void __launch_bounds__(SK_DECODE_THREADS)
     sk_decode_merge_kernel(const __grid_constant__ sk_decode_params p) {
