@@ -19,9 +19,6 @@
  *   step_us     both, as one decode step issues them
  *   graph_step_us  the step captured in a CUDA graph, N replays back to
  *               back, mean per replay (GPU time, no launch gaps)
- *   graph_select_us  the select alone, so
- * Per kernel: bench/kernel_medians.py on a CUPTI trace of this program
- * (its header has the commands).
  * and one JSON object on stdout with the bytes the selection reads (the
  * summaries of every candidate block) and the bytes the sparse decode
  * reads (K and V of the selected blocks), and the ratio of the step to that
@@ -100,14 +97,14 @@ static double time_step(bench *b, int what, int reps) {
     return med;
 }
 
-/* step(what) as a captured graph, `reps` replays back to back. */
-static double time_graph(bench *b, int what, int reps) {
+/* The step as a captured graph, `reps` replays back to back. */
+static double time_graph(bench *b, int reps) {
     cudaStream_t s;
     CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     cudaGraph_t g;
     cudaGraphExec_t exec;
     CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-    step(b, what, s);
+    step(b, 3, s);
     CUDA_OK(cudaStreamEndCapture(s, &g));
     CUDA_OK(cudaGraphInstantiate(&exec, g, 0));
     for (int i = 0; i < WARMUP; ++i) CUDA_OK(cudaGraphLaunch(exec, s));
@@ -245,8 +242,7 @@ int main(int argc, char **argv) {
     const double append_us = time_step(&b, 1, reps);
     const double select_us = time_step(&b, 2, reps);
     const double step_us = time_step(&b, 3, reps);
-    const double graph_us = time_graph(&b, 3, reps);
-    const double graph_select_us = time_graph(&b, 2, reps);
+    const double graph_us = time_graph(&b, reps);
 
     /* Summaries read: every block's, or with two levels every group's and
      * the kept groups' blocks. */
@@ -266,12 +262,12 @@ int main(int argc, char **argv) {
            "\"top_groups\": %d, \"k\": 64, \"sinks\": 1, "
            "\"recent\": 2, \"reps\": %d, \"selected\": %d, \"capacity\": %d, "
            "\"build_us\": %.2f, \"append_us\": %.2f, \"select_us\": %.2f, \"step_us\": %.2f, "
-           "\"graph_step_us\": %.2f, \"graph_select_us\": %.2f, \"summary_read_bytes\": %.0f, "
+           "\"graph_step_us\": %.2f, \"summary_read_bytes\": %.0f, "
            "\"select_summary_rate_TBps\": %.3f, \"sparse_decode_bytes\": %.0f, "
            "\"sparse_decode_us_at_3TBps\": %.2f, \"step_over_decode\": %.3f, "
            "\"graph_step_over_decode\": %.3f, \"target\": 0.10}\n",
            commit, prop.name, batch, context, block_k, group_blocks, group_blocks ? top_groups : 0, reps, (int)off[rows], (int)cap,
-           1000.0 * build_ms, append_us, select_us, step_us, graph_us, graph_select_us, summary_read,
+           1000.0 * build_ms, append_us, select_us, step_us, graph_us, summary_read,
            summary_read / (select_us * 1e-6) / 1e12, decode_bytes, decode_us, step_us / decode_us,
            graph_us / decode_us);
     free(pattern), free(table), free(lens), free(old), free(off);

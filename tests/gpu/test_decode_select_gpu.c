@@ -154,112 +154,81 @@ typedef struct case_cfg {
     int32_t group_blocks, top_groups; /* two levels when group_blocks > 0 */
 } case_cfg;
 
-/* A case's host problem, device copies and host outputs (CPU, GPU, and a
- * GPU repeat). */
-typedef struct case_run {
-    dc_case c;
-    sk_decode_select_desc gd; /* the GPU descriptor */
-    dev_case d;
-    host_out cpu, gpu, again;
-} case_run;
-
-/* Draws the case (sequence 1 empty when with_empty) and allocates; 0 on
- * failure (case_close still frees). */
-static int case_open(case_run *x, const case_cfg *g, tu_rng *rng, int with_empty) {
-    memset(x, 0, sizeof *x);
-    if (!dc_alloc(&x->c, rng, SK_BACKEND_CPU, g->dtype, g->batch, g->q_len, g->hq, g->hkv,
-                  g->head_dim, g->block_k, g->page_size, g->max_len, g->padded, g->quant, with_empty))
-        return 0;
-    x->c.desc.k = g->k;
-    x->c.desc.sink_blocks = g->sinks;
-    x->c.desc.recent_blocks = g->recent;
-    x->c.desc.group_blocks = g->group_blocks;
-    x->c.desc.top_groups = g->top_groups;
-    x->gd = x->c.desc;
-    x->gd.backend = gt_opt.backend;
-    const int ok = dev_alloc(&x->d, &x->c, &x->gd) &&
-                   host_alloc(&x->cpu, x->d.sum_bytes, x->d.rows, x->d.cap) &&
-                   host_alloc(&x->gpu, x->d.sum_bytes, x->d.rows, x->d.cap) &&
-                   host_alloc(&x->again, x->d.sum_bytes, x->d.rows, x->d.cap);
-    if (!ok) fprintf(stderr, "  setup failed: %s\n", sk_last_error());
-    return ok;
-}
-
-/* Prints the case when it failed, frees it; returns fails != 0. */
-static int case_close(case_run *x, const case_cfg *g, uint64_t seed, int fails, const char *what) {
-    if (fails)
-        fprintf(stderr,
-                "  %s: dtype %d B %d q_len %d hq %d hkv %d D %d bk %d page %d len %d k %d sinks "
-                "%d recent %d padded %d quant %d groups %d top %d seed %llu\n",
-                what, (int)g->dtype, (int)g->batch, (int)g->q_len, (int)g->hq, (int)g->hkv,
-                (int)g->head_dim, (int)g->block_k, (int)g->page_size, (int)g->max_len, (int)g->k,
-                (int)g->sinks, (int)g->recent, g->padded, g->quant, (int)g->group_blocks,
-                (int)g->top_groups, (unsigned long long)seed);
-    host_free(&x->cpu), host_free(&x->gpu), host_free(&x->again); /* zeroed or allocated */
-    dev_free(&x->d);
-    dc_free(&x->c);
-    return fails != 0;
-}
-
 /* One case: build, select (twice), append; each against the CPU. Returns
  * 0 on success. */
 static int run_case(const case_cfg *g, uint64_t seed) {
     tu_rng rng;
     tu_rng_seed(&rng, seed);
-    case_run x;
+    dc_case c;
+    if (!dc_alloc(&c, &rng, SK_BACKEND_CPU, g->dtype, g->batch, g->q_len, g->hq, g->hkv, g->head_dim,
+                  g->block_k, g->page_size, g->max_len, g->padded, g->quant, g->batch > 2))
+        return 1;
+    c.desc.k = g->k;
+    c.desc.sink_blocks = g->sinks;
+    c.desc.recent_blocks = g->recent;
+    c.desc.group_blocks = g->group_blocks;
+    c.desc.top_groups = g->top_groups;
+    sk_decode_select_desc gd = c.desc;
+    gd.backend = gt_opt.backend;
+    dev_case d;
+    host_out cpu, gpu, again;
     int fails = 0;
-    if (!case_open(&x, g, &rng, g->batch > 2)) {
+    const int ok = dev_alloc(&d, &c, &gd) && host_alloc(&cpu, d.sum_bytes, d.rows, d.cap) &&
+                   host_alloc(&gpu, d.sum_bytes, d.rows, d.cap) &&
+                   host_alloc(&again, d.sum_bytes, d.rows, d.cap);
+    if (!ok) {
+        fprintf(stderr, "  setup failed: %s\n", sk_last_error());
         fails = 1;
         goto done;
     }
     /* Build + select. */
-    if (cpu_run(&x.c, NULL, x.c.lens, &x.cpu, 1) != SK_STATUS_SUCCESS) {
+    if (cpu_run(&c, NULL, c.lens, &cpu, 1) != SK_STATUS_SUCCESS) {
         fprintf(stderr, "  cpu: %s\n", sk_last_error());
         fails = 1;
         goto done;
     }
-    poison(x.d.sum, x.d.sum_bytes);
-    if (sk_kv_summary_build(&x.gd, x.d.cache, x.d.table, x.d.lens, x.d.sum, NULL) != SK_STATUS_SUCCESS ||
-        gt_sync() != 0 || gt_download(x.gpu.sum, x.d.sum, x.d.sum_bytes) != 0) {
+    poison(d.sum, d.sum_bytes);
+    if (sk_kv_summary_build(&gd, d.cache, d.table, d.lens, d.sum, NULL) != SK_STATUS_SUCCESS ||
+        gt_sync() != 0 || gt_download(gpu.sum, d.sum, d.sum_bytes) != 0) {
         fprintf(stderr, "  gpu build: %s\n", sk_last_error());
         fails = 1;
         goto done;
     }
-    if (memcmp(x.cpu.sum, x.gpu.sum, x.d.sum_bytes) != 0) {
+    if (memcmp(cpu.sum, gpu.sum, d.sum_bytes) != 0) {
         fprintf(stderr, "  built summaries differ\n");
         fails = 1;
     }
-    if (!gpu_select(&x.c, &x.gd, &x.d, &x.gpu) || !gpu_select(&x.c, &x.gd, &x.d, &x.again)) {
+    if (!gpu_select(&c, &gd, &d, &gpu) || !gpu_select(&c, &gd, &d, &again)) {
         fails = 1;
         goto done;
     }
-    fails += !same_layout(&x.cpu, &x.gpu, x.d.rows, x.d.cap, "build + select");
-    fails += !same_layout(&x.gpu, &x.again, x.d.rows, x.d.cap, "repeat");
+    fails += !same_layout(&cpu, &gpu, d.rows, d.cap, "build + select");
+    fails += !same_layout(&gpu, &again, d.rows, d.cap, "repeat");
     /* Append from random old lengths: build at old, append to lens. */
     {
         int32_t *old = (int32_t *)malloc((size_t)g->batch * 4);
         for (int32_t b = 0; b < g->batch; ++b)
-            old[b] = tu_rng_uniform(&rng) < 0.5 ? x.c.lens[b] - (int32_t)tu_rng_range(&rng, 0, x.c.lens[b] < 3 ? x.c.lens[b] : 3)
-                                                 : (int32_t)tu_rng_range(&rng, 0, x.c.lens[b]);
-        if (cpu_run(&x.c, old, x.c.lens, &x.cpu, 1) != SK_STATUS_SUCCESS) {
+            old[b] = tu_rng_uniform(&rng) < 0.5 ? c.lens[b] - (int32_t)tu_rng_range(&rng, 0, c.lens[b] < 3 ? c.lens[b] : 3)
+                                                 : (int32_t)tu_rng_range(&rng, 0, c.lens[b]);
+        if (cpu_run(&c, old, c.lens, &cpu, 1) != SK_STATUS_SUCCESS) {
             fprintf(stderr, "  cpu append: %s\n", sk_last_error());
             fails = 1;
         } else {
-            poison(x.d.sum, x.d.sum_bytes);
-            const int up = gt_upload(x.d.old, old, (size_t)g->batch * 4) == 0;
-            sk_status s1 = sk_kv_summary_build(&x.gd, x.d.cache, x.d.table, x.d.old, x.d.sum, NULL);
-            sk_status s2 = sk_kv_summary_append(&x.gd, x.d.cache, x.d.table, x.d.old, x.d.lens, x.d.sum, NULL);
+            poison(d.sum, d.sum_bytes);
+            const int up = gt_upload(d.old, old, (size_t)g->batch * 4) == 0;
+            sk_status s1 = sk_kv_summary_build(&gd, d.cache, d.table, d.old, d.sum, NULL);
+            sk_status s2 = sk_kv_summary_append(&gd, d.cache, d.table, d.old, d.lens, d.sum, NULL);
             if (!up || s1 != SK_STATUS_SUCCESS || s2 != SK_STATUS_SUCCESS || gt_sync() != 0 ||
-                gt_download(x.gpu.sum, x.d.sum, x.d.sum_bytes) != 0) {
+                gt_download(gpu.sum, d.sum, d.sum_bytes) != 0) {
                 fprintf(stderr, "  gpu append: %s\n", sk_last_error());
                 fails = 1;
             } else {
-                if (memcmp(x.cpu.sum, x.gpu.sum, x.d.sum_bytes) != 0) {
+                if (memcmp(cpu.sum, gpu.sum, d.sum_bytes) != 0) {
                     fprintf(stderr, "  appended summaries differ\n");
                     fails = 1;
                 }
-                if (gpu_select(&x.c, &x.gd, &x.d, &x.gpu))
-                    fails += !same_layout(&x.cpu, &x.gpu, x.d.rows, x.d.cap, "append + select");
+                if (gpu_select(&c, &gd, &d, &gpu))
+                    fails += !same_layout(&cpu, &gpu, d.rows, d.cap, "append + select");
                 else
                     fails = 1;
             }
@@ -267,7 +236,18 @@ static int run_case(const case_cfg *g, uint64_t seed) {
         free(old);
     }
 done:
-    return case_close(&x, g, seed, fails, "case");
+    if (fails)
+        fprintf(stderr,
+                "  case: dtype %d B %d q_len %d hq %d hkv %d D %d bk %d page %d len %d k %d sinks "
+                "%d recent %d padded %d quant %d groups %d top %d seed %llu\n",
+                (int)g->dtype, (int)g->batch, (int)g->q_len, (int)g->hq, (int)g->hkv,
+                (int)g->head_dim, (int)g->block_k, (int)g->page_size, (int)g->max_len, (int)g->k,
+                (int)g->sinks, (int)g->recent, g->padded, g->quant, (int)g->group_blocks,
+                (int)g->top_groups, (unsigned long long)seed);
+    if (ok) host_free(&cpu), host_free(&gpu), host_free(&again);
+    dev_free(&d);
+    dc_free(&c);
+    return fails != 0;
 }
 
 SK_TEST(dsel_gpu_random_cases_match_cpu) {
@@ -377,22 +357,16 @@ SK_TEST(dsel_gpu_clamps_device_arrays) {
 }
 
 /* A decode step (append one token, select) captured once and replayed on
- * new queries and lengths equals the eager calls; one level, then two
- * (the two-level chain's five select kernels, programmatically serialised
- * on sm90, inside a graph). */
-static void graph_replay(int32_t group_blocks, int32_t top_groups, uint64_t seed) {
+ * new queries and lengths equals the eager calls. */
+SK_TEST(dsel_gpu_graph_capture_replays_on_new_inputs) {
     tu_rng rng;
-    tu_rng_seed(&rng, seed);
+    tu_rng_seed(&rng, tu_base_seed() ^ 0x6a9);
     dc_case c;
     REQUIRE(dc_alloc(&c, &rng, SK_BACKEND_CPU, SK_DTYPE_BF16, 4, 2, 16, 4, 128, 64, 64, 3000, 0, 0, 0),
             "no memory");
     sk_decode_select_desc gd = c.desc;
     gd.backend = gt_opt.backend;
     gd.k = 8;
-    gd.group_blocks = group_blocks;
-    gd.top_groups = top_groups;
-    fprintf(stderr, "  graph replay: groups of %d, %d kept, seed %llu\n", (int)group_blocks,
-            (int)top_groups, (unsigned long long)seed);
     dev_case d;
     host_out eager, graph;
     REQUIRE(dev_alloc(&d, &c, &gd) && host_alloc(&eager, d.sum_bytes, d.rows, d.cap) &&
@@ -461,121 +435,4 @@ static void graph_replay(int32_t group_blocks, int32_t top_groups, uint64_t seed
     host_free(&eager), host_free(&graph);
     dev_free(&d);
     dc_free(&c);
-}
-
-SK_TEST(dsel_gpu_graph_capture_replays_on_new_inputs) {
-    graph_replay(0, 0, tu_base_seed() ^ 0x6a9);
-    graph_replay(4, 3, tu_base_seed() ^ 0x6aa);
-}
-
-/* Summary values for the crafted cases: few distinct ones (ties), signed
- * zeros, +-inf and NaN (16-bit patterns of the dtype). */
-static uint16_t crafted_value(tu_rng *rng, sk_dtype dtype) {
-    static const uint16_t f16[10] = {0x0000, 0x8000, 0x3c00, 0xbc00, 0x4000,
-                                     0xc000, 0x3800, 0x7c00, 0xfc00, 0x7e00};
-    static const uint16_t b16[10] = {0x0000, 0x8000, 0x3f80, 0xbf80, 0x4000,
-                                     0xc000, 0x3f00, 0x7f80, 0xff80, 0x7fc0};
-    const double u = tu_rng_uniform(rng);
-    /* inf, -inf, NaN: 1 % each; else one of the seven finite values. */
-    const int i = u < 0.01 ? 7 : (u < 0.02 ? 8 : (u < 0.03 ? 9 : (int)tu_rng_range(rng, 0, 6)));
-    return dtype == SK_DTYPE_BF16 ? b16[i] : f16[i];
-}
-
-/* One crafted case: the select alone on a summary written directly
- * (crafted values; every fourth row all ties: one summary copied to every
- * block and group), GPU against CPU and against a repeat. Returns 0 on
- * success. */
-static int crafted_case(const case_cfg *g, uint64_t seed) {
-    tu_rng rng;
-    tu_rng_seed(&rng, seed);
-    case_run x;
-    int fails = 0;
-    if (!case_open(&x, g, &rng, g->batch > 1)) {
-        fails = 1;
-        goto done;
-    }
-    {
-        uint16_t *sum = (uint16_t *)x.cpu.sum;
-        const int64_t per = 2 * (int64_t)g->head_dim; /* one summary */
-        const int64_t blocks = dc_max_blocks(&x.c), groups = dc_max_groups(&x.c);
-        for (int64_t i = 0; i < (int64_t)(x.d.sum_bytes / 2); ++i) sum[i] = crafted_value(&rng, g->dtype);
-        for (int32_t r = 3; r < x.d.rows; r += 4) {
-            uint16_t *row = sum + (int64_t)r * blocks * per;
-            for (int64_t j = 1; j < blocks; ++j) memcpy(row + j * per, row, (size_t)per * 2);
-            uint16_t *grow = sum + ((int64_t)x.d.rows * blocks + (int64_t)r * groups) * per;
-            for (int64_t j = 0; j < groups; ++j) memcpy(grow + j * per, row, (size_t)per * 2);
-        }
-    }
-    if (gt_upload(x.d.sum, x.cpu.sum, x.d.sum_bytes) != 0) {
-        fails = 1;
-        goto done;
-    }
-    {
-        sk_decode_select_desc cd = x.c.desc;
-        sk_bsr l;
-        memset(&l, 0, sizeof l);
-        l.row_offsets = x.cpu.off;
-        l.col_indices = x.cpu.idx;
-        if (sk_decode_select(&cd, x.c.q, x.cpu.sum, x.c.lens, &l, NULL, 0, NULL) != SK_STATUS_SUCCESS) {
-            fprintf(stderr, "  cpu: %s\n", sk_last_error());
-            fails = 1;
-            goto done;
-        }
-    }
-    if (!gpu_select(&x.c, &x.gd, &x.d, &x.gpu) || !gpu_select(&x.c, &x.gd, &x.d, &x.again)) {
-        fails = 1;
-        goto done;
-    }
-    fails += !same_layout(&x.cpu, &x.gpu, x.d.rows, x.d.cap, "crafted summaries");
-    fails += !same_layout(&x.gpu, &x.again, x.d.rows, x.d.cap, "repeat");
-done:
-    return case_close(&x, g, seed, fails, "crafted case");
-}
-
-/* The select paths on crafted summaries: NaN / +-inf / signed zeros and
- * heavy ties, rows shorter than k, q_len 1..16, GQA 1..16, one and two
- * levels (groups of 2 .. 100 blocks: kept-group scoring CTAs split in
- * runs of 16, top_groups below and at or above the row's groups). */
-SK_TEST(dsel_gpu_select_crafted_summaries_match_cpu) {
-    const uint64_t seed = tu_base_seed() ^ 0xc4af7;
-    tu_rng rng;
-    tu_rng_seed(&rng, seed);
-    static const int32_t groups[5] = {1, 2, 4, 8, 16};
-    static const int32_t group_sizes[6] = {2, 5, 16, 17, 40, 100};
-    const int n = gt_opt.quick ? 12 : 48;
-    int fails = 0;
-    for (int i = 0; i < n; ++i) {
-        case_cfg g;
-        memset(&g, 0, sizeof g);
-        g.dtype = i % 2 ? SK_DTYPE_BF16 : SK_DTYPE_F16;
-        g.hkv = (int32_t)tu_rng_range(&rng, 1, 4);
-        g.hq = g.hkv * groups[i % 5];
-        g.batch = (int32_t)tu_rng_range(&rng, 1, 4);
-        g.q_len = i % 3 == 0 ? 1 : (int32_t)tu_rng_range(&rng, 2, 16);
-        g.head_dim = 32 * (int32_t)tu_rng_range(&rng, 1, 8);
-        g.block_k = 16 << (i % 3);
-        g.page_size = 64;
-        g.max_len = (int32_t)tu_rng_range(&rng, 1, gt_opt.quick ? 2000 : 9000);
-        g.k = i % 7 == 0 ? 1000 : (int32_t)tu_rng_range(&rng, 0, 80); /* 1000: above every row */
-        g.sinks = (int32_t)tu_rng_range(&rng, 0, 2);
-        g.recent = (int32_t)tu_rng_range(&rng, 0, 3);
-        g.padded = (int)tu_rng_range(&rng, 0, 1);
-        g.quant = i % 4 < 2;
-        if (i % 4 != 3) { /* three cases in four: two levels */
-            g.group_blocks = group_sizes[(i / 4) % 6];
-            g.top_groups = i % 5 == 0 ? 100000 : (int32_t)tu_rng_range(&rng, 1, 8);
-        }
-        const int f = crafted_case(&g, seed + 1000 * (uint64_t)i);
-        if (gt_opt.verbose || f) fprintf(stderr, "  crafted case %d: %s\n", i, f ? "FAIL" : "ok");
-        fails += f;
-    }
-    CHECK(fails == 0, "%d of %d crafted cases differ from the CPU (seed %llu)", fails, n,
-          (unsigned long long)seed);
-    /* Both sides of the one-CTA group pass's limit (PICK_MAX_GROUPS 256):
-     * 1024 blocks of 16 in groups of 4 (256 groups), then one more block. */
-    const case_cfg at = {SK_DTYPE_BF16, 2, 3, 6, 2, 96, 16, 64, 16384, 50, 1, 2, 0, 1, 4, 20};
-    case_cfg past = at;
-    past.max_len = 16385;
-    CHECK(crafted_case(&at, seed ^ 0x256) == 0, "256 groups");
-    CHECK(crafted_case(&past, seed ^ 0x257) == 0, "257 groups");
 }

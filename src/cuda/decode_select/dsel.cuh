@@ -24,19 +24,15 @@ static __device__ __forceinline__ uint32_t dsel_to_bits(float x, int bf16) {
     return bf16 ? __float_as_uint(x) >> 16 : (uint32_t)__half_as_ushort(__float2half_rn(x));
 }
 
-/* Eight channels held in 16 bytes, as fp32. */
-static __device__ __forceinline__ void dsel_unpack8(uint4 v, int bf16, float out[8]) {
+/* Eight channels from 16-byte aligned memory. */
+static __device__ __forceinline__ void dsel_load8(const uint16_t *src, int bf16, float out[8]) {
+    const uint4 v = *reinterpret_cast<const uint4 *>(src);
     const uint32_t w[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
         out[2 * i] = dsel_to_f32(w[i] & 0xffffu, bf16);
         out[2 * i + 1] = dsel_to_f32(w[i] >> 16, bf16);
     }
-}
-
-/* Eight channels from 16-byte aligned memory. */
-static __device__ __forceinline__ void dsel_load8(const uint16_t *src, int bf16, float out[8]) {
-    dsel_unpack8(*reinterpret_cast<const uint4 *>(src), bf16, out);
 }
 
 static __device__ __forceinline__ void dsel_store8(uint16_t *dst, int bf16, const float in[8]) {
@@ -47,14 +43,10 @@ static __device__ __forceinline__ void dsel_store8(uint16_t *dst, int bf16, cons
     *reinterpret_cast<uint4 *>(dst) = make_uint4(w[0], w[1], w[2], w[3]);
 }
 
-/* A usable device of compute capability 8.0 or later (9.0 for CUDA_SM90).
- * *pdl: whether the launches after a call's first may use programmatic
- * stream serialization (a 9.0 device; the kernels wait in pdl_enter). */
-static inline sk_status dsel_check_device(sk_backend backend, int *pdl) {
+/* A usable device of compute capability 8.0 or later (9.0 for CUDA_SM90). */
+static inline sk_status dsel_check_device(sk_backend backend) {
     int hopper = 0;
-    SK_TRY(sk_cuda_check_arch(backend, &hopper));
-    *pdl = hopper && backend != SK_BACKEND_CUDA_SM80;
-    return SK_STATUS_SUCCESS;
+    return sk_cuda_check_arch(backend, &hopper);
 }
 
 #endif /* SK_CUDA_DECODE_SELECT_DSEL_CUH */

@@ -19,14 +19,12 @@
  */
 #include "cuda/backend.h"
 #include "cuda/decode_select/dsel.cuh"
-#include "cuda/topk/kernels.cuh"
 
 enum {
     SUM_THREADS = 256,
     SUM_CHUNK = 8,           /* channels per thread: one 16-byte load */
     SUM_BUILD_SLOTS = 4096,  /* block slots of a build (gridDim.y) */
-    SUM_APPEND_SLOTS = 16,   /* ... of an append: a decode step touches one block */
-    SUM_GROUP_BATCH = 8      /* block summaries a group thread loads before it merges */
+    SUM_APPEND_SLOTS = 16    /* ... of an append: a decode step touches one block */
 };
 
 /* A thread's row r and 8-channel chunk c, the row's clamped length and
@@ -47,7 +45,6 @@ static __device__ __forceinline__ bool summary_item(const sk_dsel_problem &p, in
 
 __global__ void __launch_bounds__(SUM_THREADS)
     sk_dsel_summary_kernel(const __grid_constant__ sk_dsel_problem p, int append) {
-    pdl_release();
     int32_t r, c, len, old;
     if (!summary_item(p, append, &r, &c, &len, &old)) return;
     const int32_t b = r / p.heads_kv, h = r % p.heads_kv;
@@ -61,10 +58,6 @@ __global__ void __launch_bounds__(SUM_THREADS)
         uint16_t *dst = out + ((int64_t)r * p.max_blocks + j) * 2 * p.head_dim + c * SUM_CHUNK;
         const int64_t lo = (int64_t)j * p.block_k;
         const int64_t hi = lo + p.block_k < len ? lo + p.block_k : len;
-        /* The first key's page entry is loaded before the stored summary
-         * (an append's one key: one round trip fewer on its chain). */
-        const int64_t first = lo > old ? lo : old;
-        const int32_t first_page = first < hi ? table[first / p.page_size] : 0;
         float mn[SUM_CHUNK], mx[SUM_CHUNK];
         if (append && lo < old) {
             dsel_load8(dst, bf16, mn);
@@ -76,8 +69,8 @@ __global__ void __launch_bounds__(SUM_THREADS)
                 mx[e] = __int_as_float((int)0xff800000u);
             }
         }
-        for (int64_t pos = first; pos < hi; ++pos) {
-            const int32_t page = pos == first ? first_page : table[pos / p.page_size];
+        for (int64_t pos = lo > old ? lo : old; pos < hi; ++pos) {
+            const int32_t page = table[pos / p.page_size];
             if (page < 0 || page >= p.num_pages) continue; /* absent */
             float x[SUM_CHUNK];
             dsel_load8(cache + page * p.k_stride[0] + (pos % p.page_size) * p.k_stride[1], bf16, x);
@@ -98,7 +91,6 @@ __global__ void __launch_bounds__(SUM_THREADS)
  * thread mapping, over group slots. */
 __global__ void __launch_bounds__(SUM_THREADS)
     sk_dsel_group_kernel(const __grid_constant__ sk_dsel_problem p, int append) {
-    pdl_enter();
     int32_t r, c, len, old;
     if (!summary_item(p, append, &r, &c, &len, &old)) return;
     const int32_t n = sk_dsel_blocks(len, p.block_k);
@@ -117,29 +109,14 @@ __global__ void __launch_bounds__(SUM_THREADS)
             mx[e] = __int_as_float((int)0xff800000u);
         }
         const int32_t j1 = (g + 1) * p.group_blocks < n ? (g + 1) * p.group_blocks : n;
-        /* SUM_GROUP_BATCH blocks' loads in flight, then merged in block
-         * order (the order decides between -0 and +0). */
-        for (int32_t j0 = g * p.group_blocks; j0 < j1; j0 += SUM_GROUP_BATCH) {
-            uint4 lo[SUM_GROUP_BATCH], hi[SUM_GROUP_BATCH];
+        for (int32_t j = g * p.group_blocks; j < j1; ++j) {
+            float lo[SUM_CHUNK], hi[SUM_CHUNK];
+            dsel_load8(blocks + (int64_t)j * 2 * p.head_dim, bf16, lo);
+            dsel_load8(blocks + (int64_t)j * 2 * p.head_dim + p.head_dim, bf16, hi);
 #pragma unroll
-            for (int u = 0; u < SUM_GROUP_BATCH; ++u) {
-                const uint16_t *src = blocks + (int64_t)(j0 + u) * 2 * p.head_dim;
-                if (j0 + u < j1) {
-                    lo[u] = *reinterpret_cast<const uint4 *>(src);
-                    hi[u] = *reinterpret_cast<const uint4 *>(src + p.head_dim);
-                }
-            }
-#pragma unroll
-            for (int u = 0; u < SUM_GROUP_BATCH; ++u) {
-                if (j0 + u >= j1) break;
-                float a[SUM_CHUNK], b[SUM_CHUNK];
-                dsel_unpack8(lo[u], bf16, a);
-                dsel_unpack8(hi[u], bf16, b);
-#pragma unroll
-                for (int e = 0; e < SUM_CHUNK; ++e) {
-                    if (a[e] < mn[e]) mn[e] = a[e];
-                    if (b[e] > mx[e]) mx[e] = b[e];
-                }
+            for (int e = 0; e < SUM_CHUNK; ++e) {
+                if (lo[e] < mn[e]) mn[e] = lo[e];
+                if (hi[e] > mx[e]) mx[e] = hi[e];
             }
         }
         uint16_t *dst = groups + (int64_t)g * 2 * p.head_dim;
@@ -149,8 +126,7 @@ __global__ void __launch_bounds__(SUM_THREADS)
 }
 
 sk_status sk_cuda_dsel_summary(const sk_dsel_problem *p, int append, struct CUstream_st *stream) {
-    int pdl = 0;
-    SK_TRY(dsel_check_device(p->backend, &pdl));
+    SK_TRY(dsel_check_device(p->backend));
     const int64_t items = (int64_t)p->rows * (p->head_dim / SUM_CHUNK);
     const int64_t ctas = (items + SUM_THREADS - 1) / SUM_THREADS;
     if (ctas > INT32_MAX)
@@ -162,14 +138,8 @@ sk_status sk_cuda_dsel_summary(const sk_dsel_problem *p, int append, struct CUst
                              (cudaStream_t)stream>>>(*p, append);
     if (p->max_groups == 0) return sk_cuda_status(cudaGetLastError(), "summary kernel launch");
     SK_CUDA_TRY(cudaGetLastError(), "summary kernel launch");
-    /* On a 9.0 device the group kernel's CTAs are scheduled while the
-     * block kernel drains (programmatic serialization; pdl_enter waits). */
     const int32_t group_slots = p->max_groups < slots_max ? p->max_groups : slots_max;
-    launch_cfg l;
-    cudaLaunchConfig_t *c =
-        (cudaLaunchConfig_t *)launch_config(&l, (unsigned)ctas, SUM_THREADS, 0, (cudaStream_t)stream,
-                                            pdl);
-    c->gridDim = dim3((unsigned)ctas, (unsigned)group_slots, 1);
-    return sk_cuda_status(cudaLaunchKernelEx(c, sk_dsel_group_kernel, *p, append),
-                          "group summary kernel launch");
+    sk_dsel_group_kernel<<<dim3((unsigned)ctas, (unsigned)group_slots, 1), SUM_THREADS, 0,
+                           (cudaStream_t)stream>>>(*p, append);
+    return sk_cuda_status(cudaGetLastError(), "group summary kernel launch");
 }
