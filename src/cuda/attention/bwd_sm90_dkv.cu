@@ -80,7 +80,7 @@ enum {
     kBkvBarZero = 1, /* named barriers (0 is __syncthreads); +wg at 64-key blocks */
     kBkvEnd = -1,    /* a stage's query row: no more tiles */
     kBkvBarDs = 3,   /* fused dQ: a warpgroup's dS^T stored (+wg; bwd_sm90_dkv_dq.cuh) */
-    kBkvBarPair = 5  /* fused dQ, merged: both warpgroups' dS^T stored; before the epilogue */
+    kBkvBarPair = 5  /* fused dQ, merged: both warpgroups' dS^T stored */
 };
 static_assert(kBkvProducerRegs * 128 + kBkvConsumerRegs * 256 <= kBkvThreads * 168,
               "register budget");
@@ -112,9 +112,11 @@ template <int kD, int kKeyWgs, bool kFuse = false> struct sk_bwd90kv_smem {
     static constexpr uint32_t kBarKv = kBarEmpty + 8 * kStages;
     /* 64-key blocks: "both left the ring", then "both gave their sums". */
     static constexpr uint32_t kBarSwap = kBarKv + 8;
-    static constexpr uint32_t kBarClean = kBarSwap + 16; /* kFuse: unreached K rows zeroed */
+    /* kFuse: "unreached K rows zeroed", then (merged) "both products done" */
+    static constexpr uint32_t kBarClean = kBarSwap + 16;
+    static constexpr uint32_t kBarDone = kBarClean + 8;
     /* per stage: first query row, or kBkvEnd; then (kFuse) the query head */
-    static constexpr uint32_t kInfo = kBarClean + (kFuse ? 8 : 0);
+    static constexpr uint32_t kInfo = kBarClean + (kFuse ? 16 : 0);
     static constexpr uint32_t kInfoH = kInfo + 4 * kStages;
     static constexpr uint32_t kUsed = kInfoH + (kFuse ? 4 * kStages : 0);
     static constexpr uint32_t kDynamicBytes = kUsed + 1024; /* + the base's alignment */
@@ -431,8 +433,13 @@ __device__ void sk_bwd90kv_consume(const sk_bwd_params &p, uint32_t base, int wg
     char *dvo = p.dv + b * p.dv_sb + hk * p.dv_sh + (int64_t)kw * p.dv_ss;
     const int valid = p.seq_k - kw;
     /* Merged fused dQ: the other warpgroup's last product may still read
-     * this warpgroup's K rows, which the epilogue overwrites. */
-    if constexpr (L::kMerged) sk_bar_sync(kBkvBarPair, 256);
+     * this warpgroup's K rows, which the epilogue overwrites. An mbarrier
+     * each thread arrives on and waits for (as the 64-key swap: the chain
+     * racecheck follows). */
+    if constexpr (L::kMerged) {
+        sk_mbar_arrive(base + L::kBarDone);
+        sk_mbar_wait(base + L::kBarDone, 0, "dkv dQ done");
+    }
     if constexpr (kKeyWgs == 2) {
         /* Only this warpgroup reads its K and V rows: they stage its outputs. */
         sk_bwd90kv_store<kDtype, kD>(dk, p.scale, k_wg, L::kKvSlab, dko, p.dk_ss, valid);
@@ -502,7 +509,10 @@ __device__ __forceinline__ void sk_bwd90kv_body(const sk_bwd90kv_params &P, floa
         sk_mbar_init(base + L::kBarKv, 1);
         sk_mbar_init(base + L::kBarSwap, L::kSwapArrivals);
         sk_mbar_init(base + L::kBarSwap + 8, L::kSwapArrivals);
-        if constexpr (kFuse) sk_mbar_init(base + L::kBarClean, 256);
+        if constexpr (kFuse) {
+            sk_mbar_init(base + L::kBarClean, 256);
+            sk_mbar_init(base + L::kBarDone, 256);
+        }
         sk_fence_mbar_init();
     }
     __syncthreads();
