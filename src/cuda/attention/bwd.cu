@@ -16,7 +16,8 @@
  *   t_entries     int32 [nnz]         (bwd_kernels.h)
  *   lse2, dl      fp32 [B * Hq, sq_pad]  LSE * log2(e) and rowsum(dO * O),
  *                 written by the run's pre-pass
- *   dqacc         bwd->deterministic = 0 only: fp32 [B * Hq, sq_pad, D],
+ *   dqacc         bwd->deterministic = 0 only: fp32 [B * Hq, sq_pad, D]
+ *                 (element order: bwd_dqacc.cuh),
  *                 the fused Hopper pass's dQ sums (zeroed by the run; the
  *                 size for deterministic = 1 is unchanged)
  *

@@ -58,6 +58,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "cuda/attention/bwd_dqacc.cuh"
 #include "cuda/attention/bwd_kernels.h"
 #include "cuda/attention/bwd_params.h"
 #include "cuda/attention/sm80_common.cuh"
@@ -306,7 +307,8 @@ __global__ void __launch_bounds__(SK_BWD_THREADS)
 
 /* dQ = s x dQaccum, rounded once to the dtype, at the caller's strides: one
  * thread per 8 elements of a row (two 16-byte loads, one 16-byte store),
- * grid-stride over the B * Hq * Sq rows. With GQA dQ is per query head:
+ * grid-stride over the B * Hq * Sq rows; dQaccum's element order is
+ * bwd_dqacc.cuh's. With GQA dQ is per query head:
  * nothing to reduce. Rows past Sq of dQaccum are padding, never read. */
 template <int kDtype, int kD>
 __global__ void __launch_bounds__(256)
@@ -319,7 +321,12 @@ __global__ void __launch_bounds__(256)
         const int64_t row = i / kChunks;
         const int32_t q = (int32_t)(row % p.seq_q), bh = (int32_t)(row / p.seq_q);
         const int32_t h = bh % p.heads_q, b = bh / p.heads_q;
+#if SK_BWD90_DQ_BULK
+        const float4 *src =
+            (const float4 *)(acc + (int64_t)bh * p.sq_pad * kD + sk_bwd_dqacc_at<kD>(q, 8 * c));
+#else
         const float4 *src = (const float4 *)(acc + ((int64_t)bh * p.sq_pad + q) * kD + 8 * c);
+#endif
         const float4 x = src[0], y = src[1];
         uint4 out;
         out.x = sk_sm80_pack<kDtype>(x.x * p.scale, x.y * p.scale);

@@ -48,13 +48,14 @@
  * bytes), no tensor-map encoder in the driver.
  *
  * Fused form (sk_bwd90kv_fused_kernel, kFuse; bwd->deterministic = 0):
- * the same walk, plus each tile's dQ added into an fp32 dQaccum with
- * red.global.add (bwd_sm90_dkv_dq.cuh has its design); the dQ pass is not
+ * the same walk, plus each tile's dQ added into an fp32 dQaccum with a bulk
+ * reduce-add or red.global.add (bwd_sm90_dkv_dq.cuh has its design; the
+ * switch SK_BWD90_DQ_BULK is bwd_dqacc.cuh's); the dQ pass is not
  * run, a post-pass scales and converts dQaccum. The D = 64 cross-tile
  * overlap is off in it (each tile retires its groups before its adds), and
  * at 128-key blocks with D = 128 its ring has 3 stages (the dS^T buffers
- * take the fourth's shared memory). Where it declines (as above), the
- * deterministic two passes run. The kernels without kFuse are the same
+ * take the fourth's shared memory, the staged dQ tiles the rest). Where
+ * it declines (as above), the deterministic two passes run. The kernels without kFuse are the same
  * instruction for instruction as before the fused form existed.
  */
 #include <math.h>
@@ -64,6 +65,7 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 
+#include "cuda/attention/bwd_dqacc.cuh"
 #include "cuda/attention/bwd_kernels.h"
 #include "cuda/attention/bwd_params.h"
 #include "cuda/attention/bwd_sm90_dkv.h"
@@ -80,7 +82,8 @@ enum {
     kBkvBarZero = 1, /* named barriers (0 is __syncthreads); +wg at 64-key blocks */
     kBkvEnd = -1,    /* a stage's query row: no more tiles */
     kBkvBarDs = 3,   /* fused dQ: a warpgroup's dS^T stored (+wg; bwd_sm90_dkv_dq.cuh) */
-    kBkvBarPair = 5  /* fused dQ, merged: both warpgroups' dS^T stored */
+    kBkvBarPair = 5, /* fused dQ, merged: both warpgroups' dS^T stored */
+    kBkvBarDq = 6    /* fused dQ, bulk: a warpgroup's dQ tile staged (+wg) */
 };
 static_assert(kBkvProducerRegs * 128 + kBkvConsumerRegs * 256 <= kBkvThreads * 168,
               "register budget");
@@ -90,9 +93,15 @@ static_assert(kBkvStages % 2 == 0, "alternating warpgroups need an even ring");
  * slabs of 128-byte swizzled rows (TMA's SWIZZLE_128B, wgmma's mode 1). */
 template <int kD, int kKeyWgs, bool kFuse = false> struct sk_bwd90kv_smem {
     /* kFuse (bwd_sm90_dkv_dq.cuh): merged dQ split at 128-key blocks and
-     * D = 128, with a ring of 3 so that the dS^T buffers fit. */
-    static constexpr bool kMerged = kFuse && kKeyWgs == 2 && kD == 128;
-    static constexpr int kStages = kMerged ? 3 : kBkvStages;
+     * D = 128 (unless SK_BWD90_DQ_OWN), with a ring of 3 so that the dS^T
+     * buffers and the staged dQ tiles fit. */
+    static constexpr bool kMerged = kFuse && kKeyWgs == 2 && kD == 128 && !SK_BWD90_DQ_OWN;
+    static constexpr int kStages = kFuse && kKeyWgs == 2 && kD == 128 ? 3 : kBkvStages;
+    /* SK_BWD90_DQ_BULK: each warpgroup stages its fp32 dQ tiles (64 x 64,
+     * bwd_dqacc.cuh's order) for bulk reduce-adds; not at 64-key blocks
+     * and D = 128, whose 4-stage ring leaves no 32 KB (red there). */
+    static constexpr bool kBulk = kFuse && SK_BWD90_DQ_BULK && !(kKeyWgs == 1 && kD == 128);
+    static constexpr uint32_t kDqStage = kBkvRows * 64 * 4; /* a warpgroup's dQ tile */
     static constexpr uint32_t kDsBuf = 2 * kBkvRows * 128; /* a dS^T buffer: 128 key rows */
     static constexpr int kSlabs = kD / 64;
     static constexpr int kKeys = kBkvRows * kKeyWgs; /* the block's keys */
@@ -106,7 +115,8 @@ template <int kD, int kKeyWgs, bool kFuse = false> struct sk_bwd90kv_smem {
     static constexpr uint32_t kV = kK + kKvBytes;
     static constexpr uint32_t kStage0 = kV + kKvBytes;
     static constexpr uint32_t kDs = kStage0 + kStages * kStageBytes; /* kFuse: 2 dS^T buffers */
-    static constexpr uint32_t kRows = kDs + (kFuse ? 2 * kDsBuf : 0);
+    static constexpr uint32_t kDq = kDs + (kFuse ? 2 * kDsBuf : 0); /* kBulk: 2 dQ tiles */
+    static constexpr uint32_t kRows = kDq + (kBulk ? 2 * kDqStage : 0);
     static constexpr uint32_t kBarFull = kRows + kStages * kRowBytes;
     static constexpr uint32_t kBarEmpty = kBarFull + 8 * kStages;
     static constexpr uint32_t kBarKv = kBarEmpty + 8 * kStages;
@@ -428,6 +438,10 @@ __device__ void sk_bwd90kv_consume(const sk_bwd_params &p, uint32_t base, int wg
         sk_bwd90kv_retire<0, kD>(dk, dv, pa, dsa);
         if (pending) sk_bwd90kv_release(base + L::kBarEmpty + 8 * pending_stage);
     }
+    /* Bulk dQ: the last reduce-add read its staged tile (which must outlive
+     * it) and landed, before the CTA ends. */
+    if constexpr (L::kBulk)
+        if (wtid == 0) sk_bulk_wait<0>();
 
     char *dko = p.dk + b * p.dk_sb + hk * p.dk_sh + (int64_t)kw * p.dk_ss;
     char *dvo = p.dv + b * p.dv_sb + hk * p.dv_sh + (int64_t)kw * p.dv_ss;

@@ -3,9 +3,12 @@
  * (bwd_sm90_dkv.cu with kFuse; bwd->deterministic = 0): per tile, each
  * consumer warpgroup stores its dS^T to shared memory, and dQ of the tile's
  * 64 queries, dQ = dS K summed over the tile's keys, is added into the fp32
- * dQaccum [B * Hq, sq_pad, D] of the workspace with red.global.add.v2.f32
- * (scale and dtype come later: the post-pass in bwd_sm80.cu). Only
- * bwd_sm90_dkv.cu includes it, after the consumer helpers it uses.
+ * dQaccum [B * Hq, sq_pad, D] of the workspace (element order:
+ * bwd_dqacc.cuh), by bulk reduce-adds of staged 64 x 64 tiles
+ * (SK_BWD90_DQ_BULK, except at 64-key blocks with D = 128) or by
+ * red.global.add.v2.f32 (scale and dtype come later: the post-pass in
+ * bwd_sm80.cu). Only bwd_sm90_dkv.cu includes it, after the consumer
+ * helpers it uses.
  *
  * Split of a tile's dQ between the warpgroups:
  *   merged (128-key blocks, D = 128): both warpgroups take every tile;
@@ -19,11 +22,25 @@
  *     meets only its own warps (128-thread named barrier). At 128-key blocks
  *     and D = 64 that is two adds an element a tile (the N = 32 halves a
  *     merged split would need start mid swizzle atom).
- * Why red.global.add and not a bulk reduce-add from shared memory: the
- * shared budget is spent at D = 128 (K, V, the Q / dO ring and the two dS^T
- * buffers, ~194 KB), and the adds need no staging, fence or bulk-group wait:
- * each thread adds its accumulator pairs (8-byte vector adds, sm_90) as soon
- * as the product lands.
+ * SK_BWD90_DQ_OWN = 1 (bwd_dqacc.cuh): the own-keys split at 128-key
+ * blocks and D = 128 as well (an A/B: no pair barrier, twice the adds).
+ * Bulk reduce-add (SK_BWD90_DQ_BULK = 1, the default): the red form's 16
+ * red.global.add.v2 a thread a tile are issued back to back after
+ * wait_group 0, and the warps wait for the LSU to drain 32 KB a CTA a tile
+ * into L2 before the stage is freed and the next tile starts (merged: both
+ * warpgroups at once, in phase by the pair barrier; docs/perf/backward.md,
+ * "Fused, measured; why slower"). Instead each warpgroup stores a 64 x 64
+ * fp32 tile to its own 16 KB of shared memory in dQaccum's fragment order
+ * (conflict-free), fences, meets its own warps, and one thread issues one
+ * cp.reduce.async.bulk .add.f32 of the tile's contiguous 16 KB and commits:
+ * the adds drain while the next tile runs. Before the staged tile is
+ * written again that thread waits for the bulk group's reads
+ * (wait_group.read 0, before a barrier the warpgroup passes after it), and
+ * before the CTA ends for the whole group. The two staged tiles take
+ * 32 KB: at 128-key blocks and D = 128 beside K, V, the 3-stage ring and
+ * the two dS^T buffers (232,048 of 232,448 bytes); at 64-key blocks and
+ * D = 128 the 4-stage ring leaves too little, and red stays (in fragment
+ * order: a warp's pair of adds, 256 contiguous bytes).
  *
  * dS^T buffers: two, alternating per tile (a warpgroup's tile t uses buffer
  * t % 2): a store of tile t + 2 comes after the barrier of tile t + 1,
@@ -90,8 +107,9 @@ __device__ void sk_bwd90kv_clean_keys(const sk_bwd_params &p, uint32_t base, int
 }
 
 /* acc (queries q0 + 16 warp + g + 8 ii, columns col0 + 8 j + 2 t4, + 1)
- * added into dQaccum rows `rows` (query head's [sq_pad, kD] block); rows
- * past Sq are skipped (they would add 0 to the padding). */
+ * added into dQaccum rows `rows` (query head's [sq_pad, kD] block, in
+ * bwd_dqacc.cuh's order); rows past Sq are skipped (they would add 0 to
+ * the padding). */
 template <int kD>
 __device__ __forceinline__ void sk_bwd90kv_add_dq(const float (&acc)[32], float *rows, int32_t q0,
                                                   int32_t seq_q, int col0) {
@@ -101,10 +119,47 @@ __device__ __forceinline__ void sk_bwd90kv_add_dq(const float (&acc)[32], float 
     for (int ii = 0; ii < 2; ++ii) {
         const int32_t q = q0 + 16 * warp + g + 8 * ii;
         if (q >= seq_q) continue;
-        float *row = rows + (int64_t)q * kD + col0 + 2 * t4;
+#if SK_BWD90_DQ_BULK
+        float *row = rows + sk_bwd_dqacc_at<kD>(q, col0 + 2 * t4);
+        constexpr int kStep = 128; /* columns c and c + 8 of a slab (bwd_dqacc.cuh) */
+#else
+        float *row = rows + (int64_t)q * kD + col0 + 2 * t4; /* row-major */
+        constexpr int kStep = 8;
+#endif
 #pragma unroll
-        for (int j = 0; j < 8; ++j) sk_red_add_v2_f32(row + 8 * j, acc[4 * j + 2 * ii],
+        for (int j = 0; j < 8; ++j) sk_red_add_v2_f32(row + kStep * j, acc[4 * j + 2 * ii],
                                                       acc[4 * j + 2 * ii + 1]);
+    }
+}
+
+/* acc (as sk_bwd90kv_add_dq's) stored to a staged 64 x 64 tile at
+ * `staged` in bwd_dqacc.cuh's order: each warp writes 256 contiguous bytes
+ * a register pair (no bank conflicts). */
+__device__ __forceinline__ void sk_bwd90kv_stage_dq(const float (&acc)[32], uint32_t staged) {
+    const int wtid = threadIdx.x % 128, warp = wtid / 32, lane = wtid % 32;
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+        for (int ii = 0; ii < 2; ++ii)
+            *sk90_shared_ptr<float2>(staged + 4u * (uint32_t)sk_bwd_dqacc_pair(warp, j, ii, lane)) =
+                make_float2(acc[4 * j + 2 * ii], acc[4 * j + 2 * ii + 1]);
+}
+
+/* Bulk form: acc staged at `staged` (free: the caller saw the previous
+ * reduce-add's reads done), fenced for the async proxy, the warpgroup met,
+ * and one thread adds the 64 x 64 tile into dst (its contiguous 16 KB in
+ * dQaccum) with one bulk reduce-add, committed as its own group. The whole
+ * tile, rows past Sq included: there dS^T is 0 and K finite, so they add 0
+ * to the padding. */
+template <int kD>
+__device__ __forceinline__ void sk_bwd90kv_bulk_dq(const float (&acc)[32], uint32_t staged,
+                                                   float *dst, int wg, uint32_t bytes) {
+    sk_bwd90kv_stage_dq(acc, staged);
+    sk_fence_proxy_async_smem(); /* generic writes before the bulk copy's reads */
+    sk_bar_sync(kBkvBarDq + wg, 128);
+    if (threadIdx.x % 128 == 0) {
+        sk_bulk_reduce_add_f32(dst, staged, bytes);
+        sk_bulk_commit();
     }
 }
 
@@ -121,14 +176,28 @@ sk_bwd90kv_dq_tile(const sk_bwd_params &p, uint32_t base, int wg, uint32_t ds_bu
     using L = sk_bwd90kv_smem<kD, kKeyWgs, true>;
     float acc[32];
     if constexpr (L::kMerged) {
+        const int wtid = threadIdx.x % 128;
+        const uint32_t staged = base + L::kDq + (uint32_t)wg * L::kDqStage;
+        /* Bulk: this warpgroup's previous reduce-add has read its staged
+         * tile before any thread passes the barrier and rewrites it. */
+        if constexpr (L::kBulk)
+            if (wtid == 0) sk_bulk_wait_read<0>();
         sk_bar_sync(kBkvBarPair, 256); /* both warpgroups' dS^T are in shared memory */
         sk_wgmma_fence();
         sk_bwd90_gemm_dq<kDtype, 8>(acc, ds_buf, base + L::kK + (uint32_t)wg * L::kKvSlab);
         sk_wgmma_commit();
         sk_bwd90kv_retire<0, kD>(dk, dv, pa, dsa);
         sk_bwd90kv_fence_f(acc);
-        sk_bwd90kv_add_dq<kD>(acc, rows, q0, p.seq_q, 64 * wg);
+        if constexpr (L::kBulk)
+            sk_bwd90kv_bulk_dq<kD>(acc, staged, rows + sk_bwd_dqacc_at<kD>(q0, 64 * wg), wg,
+                                   L::kDqStage);
+        else
+            sk_bwd90kv_add_dq<kD>(acc, rows, q0, p.seq_q, 64 * wg);
     } else {
+        const int wtid = threadIdx.x % 128;
+        const uint32_t staged = base + L::kDq + (uint32_t)wg * L::kDqStage;
+        if constexpr (L::kBulk) /* as the merged form's */
+            if (wtid == 0) sk_bulk_wait_read<0>();
         sk_bar_sync(kBkvBarDs + wg, 128); /* this warpgroup's dS^T is in shared memory */
 #pragma unroll
         for (int c = 0; c < kD / 64; ++c) {
@@ -137,7 +206,16 @@ sk_bwd90kv_dq_tile(const sk_bwd_params &p, uint32_t base, int wg, uint32_t ds_bu
             sk_wgmma_commit();
             sk_bwd90kv_retire<0, kD>(dk, dv, pa, dsa);
             sk_bwd90kv_fence_f(acc);
-            sk_bwd90kv_add_dq<kD>(acc, rows, q0, p.seq_q, 64 * c);
+            if constexpr (L::kBulk) {
+                if (c > 0) { /* slab c - 1's reduce-add has read the staged tile */
+                    if (wtid == 0) sk_bulk_wait_read<0>();
+                    sk_bar_sync(kBkvBarDq + wg, 128);
+                }
+                sk_bwd90kv_bulk_dq<kD>(acc, staged, rows + sk_bwd_dqacc_at<kD>(q0, 64 * c), wg,
+                                       L::kDqStage);
+            } else {
+                sk_bwd90kv_add_dq<kD>(acc, rows, q0, p.seq_q, 64 * c);
+            }
         }
     }
 }

@@ -685,6 +685,16 @@ __device__ __forceinline__ void sk_red_add_v2_f32(float *a, float x, float y) {
     asm volatile("red.global.add.v2.f32 [%0], {%1, %2};" ::"l"(a), "f"(x), "f"(y) : "memory");
 }
 
+/* cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [dst], [src], bytes: dst[i] +=
+ * src[i] over `bytes` (a multiple of 16; both 16-byte aligned) by the bulk-copy unit, in L2;
+ * closed by sk_bulk_commit, src reusable after sk_bulk_wait_read. Unordered with other adds. */
+__device__ __forceinline__ void sk_bulk_reduce_add_f32(float *dst, uint32_t src, uint32_t bytes) {
+    asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(
+                     dst),
+                 "r"(src), "r"(bytes)
+                 : "memory");
+}
+
 #endif /* sm_90a section guard */
 
 #endif /* SK_CUDA_PTX_CUH */
