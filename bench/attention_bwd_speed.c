@@ -7,6 +7,7 @@
  *   build/attention_bwd_speed [--batch 16] [--heads 96] [--heads-kv 96] [--seq 4096]
  *                             [--dim 128] [--block 128] [--per-row K] [--causal]
  *                             [--dtype f16|bf16] [--backend cuda|sm80|sm90] [--reps 10]
+ *                             [--deterministic 1|0|0,1]
  * Defaults: issue 29's seed row, B16 H96 S4096 D128 fp16, 128 x 128 blocks,
  * random 25 % (per_row = key blocks / 4, per (batch, head), seeded).
  *
@@ -17,6 +18,12 @@
  * of dQ, dK and dV must be finite (exit 1 otherwise). One JSON object on
  * stdout; TFLOPS count 2.5 x the forward's 4 D bq bk per selected block
  * over all (batch, head) (the issue's rule), i.e. the selected blocks only.
+ * --deterministic lists bwd->deterministic modes (default 1): with more
+ * than one, the same inputs, workspace (the largest) and plan serve every
+ * mode, the backward runs are interleaved (round r times mode 0, then mode
+ * 1, ...: drifts of clock and temperature hit both), and one JSON object
+ * per mode is printed, each with its "deterministic" field and its own
+ * finiteness check.
  */
 #include <cuda_runtime_api.h>
 #include <math.h>
@@ -41,12 +48,14 @@ typedef struct opts {
     int causal, reps;
     sk_dtype dtype;
     sk_backend backend;
+    int modes[2], n_modes; /* bwd->deterministic values, in order */
 } opts;
 
 static int parse(int argc, char **argv, opts *o) {
     o->batch = 16, o->heads = 96, o->heads_kv = 0, o->seq = 4096, o->dim = 128;
     o->block = 128, o->per_row = 0, o->causal = 0, o->reps = 10;
     o->dtype = SK_DTYPE_F16, o->backend = SK_BACKEND_CUDA;
+    o->modes[0] = 1, o->n_modes = 1;
     for (int i = 1; i < argc; ++i) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(a, "--causal") == 0) {
@@ -63,6 +72,12 @@ static int parse(int argc, char **argv, opts *o) {
         else if (strcmp(a, "--block") == 0) o->block = atoi(v);
         else if (strcmp(a, "--per-row") == 0) o->per_row = atoi(v);
         else if (strcmp(a, "--reps") == 0) o->reps = atoi(v);
+        else if (strcmp(a, "--deterministic") == 0) {
+            o->n_modes = 0;
+            for (const char *t = v; *t != '\0' && o->n_modes < 2; ++t)
+                if (*t == '0' || *t == '1') o->modes[o->n_modes++] = *t - '0';
+            if (o->n_modes == 0) return -1;
+        }
         else if (strcmp(a, "--dtype") == 0) o->dtype = strcmp(v, "bf16") == 0 ? SK_DTYPE_BF16 : SK_DTYPE_F16;
         else if (strcmp(a, "--backend") == 0)
             o->backend = strcmp(v, "sm80") == 0   ? SK_BACKEND_CUDA_SM80
@@ -115,6 +130,26 @@ static void time_calls(const bench_call *c, int what, int reps, float *median, f
     bench_time(call_timed, &t, WARMUP, reps, median, best);
 }
 
+/* The backward of each of n calls (their modes), interleaved: `reps`
+ * rounds of one timed run each after WARMUP runs each; median and minimum
+ * per call. */
+static void time_interleaved(const bench_call *c, int n, int reps, float *median, float *best) {
+    float ms[2][BENCH_MAX_REPS];
+    for (int i = 0; i < n; ++i)
+        for (int w = 0; w < WARMUP; ++w) call(&c[i], 1);
+    for (int r = 0; r < reps; ++r)
+        for (int i = 0; i < n; ++i) {
+            const timed_call t = {&c[i], 1};
+            float unused;
+            bench_time(call_timed, &t, 0, 1, &ms[i][r], &unused);
+        }
+    for (int i = 0; i < n; ++i) {
+        qsort(ms[i], (size_t)reps, sizeof(float), bench_cmp_float);
+        median[i] = ms[i][reps / 2];
+        best[i] = ms[i][0];
+    }
+}
+
 int main(int argc, char **argv) {
     opts o;
     if (parse(argc, argv, &o) != 0) {
@@ -142,7 +177,7 @@ int main(int argc, char **argv) {
     bench_fill_pattern(c.v, pattern, PATTERN, nk, 4242);
 
     sk_attention_desc d;
-    sk_attention_backward_desc bd;
+    sk_attention_backward_desc bd, bdm[2];
     SK_OK(sk_attention_desc_init(&d, sizeof d));
     SK_OK(sk_attention_backward_desc_init(&bd, sizeof bd));
     d.backend = o.backend;
@@ -157,31 +192,56 @@ int main(int argc, char **argv) {
     c.bd = &bd;
     c.layout = &layout;
     SK_OK(sk_attention_workspace_size(&d, &layout, &c.fws_bytes));
-    SK_OK(sk_attention_backward_workspace_size(&d, &bd, &layout, &c.bws_bytes));
+    /* The largest workspace of the modes (deterministic = 0 adds dQaccum). */
+    c.bws_bytes = 0;
+    for (int m = 0; m < o.n_modes; ++m) {
+        size_t bytes;
+        bdm[m] = bd;
+        bdm[m].deterministic = o.modes[m];
+        SK_OK(sk_attention_backward_workspace_size(&d, &bdm[m], &layout, &bytes));
+        if (bytes > c.bws_bytes) c.bws_bytes = bytes;
+    }
     CUDA_OK(cudaMalloc(&c.fws, c.fws_bytes));
     CUDA_OK(cudaMalloc(&c.bws, c.bws_bytes));
     SK_OK(sk_attention_plan(&d, &layout, c.fws, c.fws_bytes, NULL));
-    float fwd_med, fwd_min, bwd_med, bwd_min, plan_med, plan_min;
+    float fwd_med, fwd_min, bwd_med[2], bwd_min[2], plan_med, plan_min;
     time_calls(&c, 0, o.reps, &fwd_med, &fwd_min); /* leaves O and LSE */
-    time_calls(&c, 2, o.reps, &plan_med, &plan_min);
-    time_calls(&c, 1, o.reps, &bwd_med, &bwd_min);
-    CUDA_OK(cudaDeviceSynchronize());
-    const int64_t bad = bench_non_finite(c.dq, nq, SAMPLE, o.dtype) +
-                        bench_non_finite(c.dk, nk, SAMPLE, o.dtype) +
-                        bench_non_finite(c.dv, nk, SAMPLE, o.dtype);
+    c.bd = &bdm[0];
+    time_calls(&c, 2, o.reps, &plan_med, &plan_min); /* the plan serves every mode */
+    bench_call cm[2];
+    for (int m = 0; m < o.n_modes; ++m) {
+        cm[m] = c;
+        cm[m].bd = &bdm[m];
+    }
+    if (o.n_modes == 1)
+        time_calls(&cm[0], 1, o.reps, &bwd_med[0], &bwd_min[0]);
+    else
+        time_interleaved(cm, o.n_modes, o.reps, bwd_med, bwd_min);
+    int64_t bad_any = 0;
 
     const double fwd_flops = 4.0 * (double)o.dim * o.block * o.block * (double)hl.nnz;
     sk_device_info info;
     SK_OK(sk_device_get_info(0, &info));
-    printf("{\"gpu\": \"%s\", \"batch\": %lld, \"heads\": %lld, \"heads_kv\": %lld, \"seq\": %lld, "
-           "\"dim\": %lld, \"block\": %d, \"per_row\": %d, \"causal\": %d, \"dtype\": \"%s\", "
-           "\"selected_blocks\": %d, \"fwd_ms\": %.4f, \"fwd_min_ms\": %.4f, \"fwd_tflops\": %.1f, "
-           "\"bwd_plan_ms\": %.4f, \"bwd_ms\": %.4f, \"bwd_min_ms\": %.4f, \"bwd_tflops\": %.1f, "
-           "\"non_finite_in_sample\": %lld}\n",
-           info.name, (long long)o.batch, (long long)o.heads, (long long)o.heads_kv,
-           (long long)o.seq, (long long)o.dim, (int)o.block, (int)o.per_row, o.causal,
-           host_dtype_name(o.dtype), (int)hl.nnz, fwd_med, fwd_min, fwd_flops / fwd_med * 1e-9,
-           plan_med, bwd_med, bwd_min, 2.5 * fwd_flops / bwd_med * 1e-9, (long long)bad);
+    for (int m = 0; m < o.n_modes; ++m) {
+        /* Each mode's own outputs: run it once more, then check a sample. */
+        call(&cm[m], 1);
+        CUDA_OK(cudaDeviceSynchronize());
+        const int64_t bad = bench_non_finite(c.dq, nq, SAMPLE, o.dtype) +
+                            bench_non_finite(c.dk, nk, SAMPLE, o.dtype) +
+                            bench_non_finite(c.dv, nk, SAMPLE, o.dtype);
+        bad_any += bad;
+        printf("{\"gpu\": \"%s\", \"batch\": %lld, \"heads\": %lld, \"heads_kv\": %lld, "
+               "\"seq\": %lld, \"dim\": %lld, \"block\": %d, \"per_row\": %d, \"causal\": %d, "
+               "\"dtype\": \"%s\", \"deterministic\": %d, \"selected_blocks\": %d, "
+               "\"fwd_ms\": %.4f, \"fwd_min_ms\": %.4f, \"fwd_tflops\": %.1f, "
+               "\"bwd_plan_ms\": %.4f, \"bwd_ms\": %.4f, \"bwd_min_ms\": %.4f, "
+               "\"bwd_tflops\": %.1f, \"non_finite_in_sample\": %lld}\n",
+               info.name, (long long)o.batch, (long long)o.heads, (long long)o.heads_kv,
+               (long long)o.seq, (long long)o.dim, (int)o.block, (int)o.per_row, o.causal,
+               host_dtype_name(o.dtype), o.modes[m], (int)hl.nnz, fwd_med, fwd_min,
+               fwd_flops / fwd_med * 1e-9, plan_med, bwd_med[m], bwd_min[m],
+               2.5 * fwd_flops / bwd_med[m] * 1e-9, (long long)bad);
+    }
     sk_layout_destroy(host_layout);
-    return bad == 0 ? 0 : 1;
+    return bad_any == 0 ? 0 : 1;
 }

@@ -102,14 +102,17 @@ def run_backward_case(case, args, timer, ctx_global, build_layout):
         print(f"    {name:<13} {meas['time_ms']:9.3f} ms  {out['tflops_actual']:7.1f} TFLOPS", flush=True)
 
     ref = None
-    variants = [("sparsek", None)]
+    variants = [("sparsek", None, True)]
     if args.device == "cuda" and "sparsek_sm80" in args.peers:
-        variants.append(("sparsek_sm80", "cuda_sm80"))
-    for name, backend in variants:
+        variants.append(("sparsek_sm80", "cuda_sm80", True))
+    if args.device == "cuda" and "sparsek_nondet" in args.peers:
+        variants.append(("sparsek_nondet", None, False))  # fp32 atomic dQ (fused Hopper pass)
+    for name, backend, deterministic in variants:
         try:
             fplan = sparsek.plan_attention(q0, k0, v0, layout, causal=case.causal, backend=backend)
             fwd = [fplan.run(qs[i], ks[i], vs[i], return_lse=True) for i in range(n_rot)]
-            bplan = sparsek.plan_attention_backward(q0, k0, v0, layout, causal=case.causal, backend=backend)
+            bplan = sparsek.plan_attention_backward(q0, k0, v0, layout, causal=case.causal, backend=backend,
+                                                    deterministic=deterministic)
             grads = [(torch.empty_like(qs[i]), torch.empty_like(ks[i]), torch.empty_like(vs[i])) for i in range(n_rot)]
             for g in grads[0]:
                 g.fill_(float("nan"))

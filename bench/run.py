@@ -61,6 +61,8 @@ if str(REPO / "bench") not in sys.path:  # bench/backward.py, when imported as a
 
 SCHEMA = "sparsek-bench/1"
 ALL_PEERS = ["sparsek", "sparsek_sm80", "sdpa_cudnn", "sdpa_flash", "flex", "flex_flash", "flashinfer", "fa4"]
+# --backward only: SparseK with bwd->deterministic = 0 (the fused Hopper pass).
+ALL_PEERS.append("sparsek_nondet")
 GROUPS = ["seed", "causal", "long", "long64", "mixed", "gemm"]
 
 # ---------------------------------------------------------------------------
@@ -648,7 +650,7 @@ def run_case(case: Case, args, timer: Timer, ctx_global: dict) -> dict:
 
     # --- peers -------------------------------------------------------------
     for name in args.peers:
-        if name in ("sparsek", "sparsek_sm80"):
+        if name in ("sparsek", "sparsek_sm80", "sparsek_nondet"):
             continue
         try:
             t0 = time.perf_counter()

@@ -1110,9 +1110,16 @@ SK_API sk_status sk_decode(const sk_decode_desc *desc, const sk_bsr *layout,
  *   gives bitwise the same dQ, dK and dV for the same arguments and inputs
  *   on every run, whatever the thread count (CPU) or the order in which
  *   the GPU schedules work. Backends may differ from each other in the last
- *   bits. deterministic = 0 is reserved for a faster mode with fp32 atomics
- *   (last-bit differences from run to run); no backend has one yet, so it
- *   gives the deterministic results.
+ *   bits. deterministic = 0 allows a faster mode with fp32 atomics: on a
+ *   Hopper GPU (backends CUDA and CUDA_SM90, fixed-batch calls) one fused
+ *   pass computes dK, dV and each tile's dQ, adding dQ into an fp32
+ *   accumulator in the workspace with atomic adds, then scales and rounds
+ *   it: dQ may differ in the last bits from run to run (within the same
+ *   tolerance), dK and dV stay bitwise repeatable. Where that pass does not
+ *   apply (the CPU, other GPUs, the varlen backward, strides TMA cannot
+ *   take) the call gives the deterministic results. The CUDA workspace is
+ *   then larger by B * Hq * ceil(Sq / 64) * 64 * D * 4 bytes (rounded up to
+ *   256), whatever the device.
  * - Workspace and plan: nothing on the CPU (workspace size 0, the plan a
  *   no-op after the checks). On CUDA the plan builds on the GPU, with no
  *   host synchronisation, what the run needs: the transposed layout (for
@@ -1141,8 +1148,8 @@ SK_API sk_status sk_decode(const sk_decode_desc *desc, const sk_bsr *layout,
 
 typedef struct sk_attention_backward_desc {
     size_t struct_size;      /* sizeof(sk_attention_backward_desc); set by its init */
-    int32_t deterministic;   /* 1 (default): bitwise repeatable; 0: reserved for a
-                                faster non-deterministic mode (see above) */
+    int32_t deterministic;   /* 1 (default): bitwise repeatable; 0: the faster mode
+                                with fp32 atomics where there is one (see above) */
     int64_t dout_strides[3]; /* dO [B, Sq, Hq, D]; all 0 (default) = packed */
     int64_t dq_strides[3];   /* dQ [B, Sq, Hq, D]; all 0 (default) = packed */
     int64_t dk_strides[3];   /* dK [B, Sk, Hkv, D]; all 0 (default) = packed */

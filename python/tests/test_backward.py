@@ -263,3 +263,22 @@ def test_bad_plan_arguments(case):
     with pytest.raises(SparseKError, match="layout grid") as e:
         sparsek.attention_backward(q, k, v, o, do, lse, Layout.dense(256, block=64))
     assert e.value.status_name == "SK_STATUS_BAD_LAYOUT_MISMATCH"
+
+
+def test_deterministic_false_reaches_the_descriptor():
+    # bwd->deterministic = 0 selects the fused Hopper pass (fp32 atomic
+    # dQ) on CUDA; the CPU backend has no such mode and must give the same
+    # bits as the default.
+    rng = seeded_rng(2909)
+    q, k, v = make_qkv(rng, 1, 130, 100, 4, 2, 16)
+    lay = Layout.random(130, 100, k=1, seed=3, causal=True, block=64)
+    o, lse = sparsek.attention(q, k, v, lay, causal=True, return_lse=True)
+    do = rng.standard_normal(q.shape).astype(np.float32)
+    fast = sparsek.plan_attention_backward(q, k, v, lay, causal=True, deterministic=False)
+    assert fast.bwd.deterministic == 0
+    assert sparsek.plan_attention_backward(q, k, v, lay, causal=True).bwd.deterministic == 1
+    a = fast.run(q, k, v, o, do, lse)
+    b = sparsek.attention_backward(q, k, v, o, do, lse, lay, causal=True, deterministic=False)
+    c = sparsek.attention_backward(q, k, v, o, do, lse, lay, causal=True)
+    for x, y, z in zip(a, b, c):
+        assert x.tobytes() == z.tobytes() and y.tobytes() == z.tobytes()

@@ -38,7 +38,7 @@ sk_status sk_backward_check_header(size_t struct_size, int32_t deterministic, si
     SK_TRY(sk_check_desc_struct_size(struct_size, size, "bwd", init));
     if (deterministic != 0 && deterministic != 1)
         return sk_error(SK_STATUS_BAD_PARAM_VALUE,
-                        "bwd->deterministic = %d must be 1 (bitwise repeatable) or 0 (reserved)",
+                        "bwd->deterministic = %d must be 1 (bitwise repeatable) or 0 (fp32 atomics allowed)",
                         (int)deterministic);
     return SK_STATUS_SUCCESS;
 }

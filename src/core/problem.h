@@ -81,7 +81,7 @@ typedef struct sk_attention_problem {
  * backward reads them and never writes through them. */
 typedef struct sk_attention_backward_problem {
     sk_attention_problem fwd; /* fwd.lse is never NULL here */
-    int32_t deterministic;    /* 1, or 0 (reserved: no backend has a faster mode yet) */
+    int32_t deterministic;    /* 1, or 0 (CUDA on Hopper: the fused pass, dQ by fp32 atomics) */
     int64_t dout_stride[3], dq_stride[3], dk_stride[3], dv_stride[3]; /* resolved, elements */
     const void *dout;         /* dO [B, Sq, Hq, D]; NULL in workspace-size / plan calls */
     void *dq;                 /* [B, Sq, Hq, D] */

@@ -48,7 +48,7 @@ typedef struct bwd_case {
     int empty_rows;       /* also empty every third layout row */
     bwd_strides strides;
     int use_plan_run;     /* sk_attention_backward_plan + _run instead of the one-shot */
-    int deterministic;    /* the bwd field (1 default; 0 reserved) */
+    int deterministic;    /* the bwd field (1 default; 0: on the CPU the same results) */
 } bwd_case;
 
 /* What one run saw, so that a test can prove it was not vacuous. */
@@ -532,7 +532,7 @@ SK_TEST(backward_cpu_causal_and_tails) {
 }
 
 /* From one block a row to dense; padded and permuted strides on every
- * tensor; plan + run; the reserved deterministic = 0. */
+ * tensor; plan + run; deterministic = 0 (no CPU mode of its own). */
 SK_TEST(backward_cpu_densities_and_strides) {
     static const int32_t per_row[4] = {1, 2, 0, 0};
     static const double density[4] = {0.0, 0.0, 0.3, 1.0};

@@ -16,7 +16,7 @@
 #include "cuda/attention/bwd_sm90_dkv.h" /* sk_bwd90_dkv_launches: which dK/dV kernel ran */
 
 int gb_cases_run, gb_cases_failed, gb_cases_declined;
-int64_t gb_hopper_dkv_runs;
+int64_t gb_hopper_dkv_runs, gb_hopper_fused_runs;
 
 /* Whether the Hopper dK/dV kernel (bwd_sm90_dkv.cu) must run a case's dK/dV
  * pass: a compute capability 9.0 device and a backend other than
@@ -39,7 +39,8 @@ void gb_case_describe(const gb_case *c, char *buf, size_t len) {
     gt_case_describe(&c->f, f, sizeof f);
     snprintf(buf, len, "%s; grad strides do%d dq%d dk%d dv%d, %s", f, c->grad_stride[0],
              c->grad_stride[1], c->grad_stride[2], c->grad_stride[3],
-             c->plan_run ? "plan + run" : "one-shot");
+             c->plan_run ? (c->nondet ? "plan + run, deterministic 0" : "plan + run")
+                         : (c->nondet ? "one-shot, deterministic 0" : "one-shot"));
 }
 
 static int64_t slice_of(const gt_inst *x, int64_t b, int64_t h) {
@@ -59,6 +60,7 @@ void gb_inst_desc(const gb_inst *b, sk_backend backend, sk_attention_desc *d,
     memcpy(bd->dq_strides, b->dq.desc_stride, sizeof bd->dq_strides);
     memcpy(bd->dk_strides, b->dk.desc_stride, sizeof bd->dk_strides);
     memcpy(bd->dv_strides, b->dv.desc_stride, sizeof bd->dv_strides);
+    bd->deterministic = b->c.nondet ? 0 : 1;
 }
 
 void gb_inst_destroy(gb_inst *b) {
@@ -370,7 +372,7 @@ int gb_run_case(const gb_case *c, int64_t counts[2]) {
             goto done;
         }
     }
-    const int64_t hopper_dkv0 = sk_bwd90_dkv_launches();
+    const int64_t hopper_dkv0 = sk_bwd90_dkv_launches(), fused0 = sk_bwd90_fused_launches();
     for (int run = 0; run < 2; ++run) {
         if (gb_inst_poison(&b, run ? 0x5a : 0xa5) != 0) {
             CHECK(0, "upload failed [%s]", desc);
@@ -401,12 +403,15 @@ int gb_run_case(const gb_case *c, int64_t counts[2]) {
     {
         static const char *const names[3] = {"dQ", "dK", "dV"};
         int same = 1;
-        for (int i = 0; i < 3; ++i)
+        /* deterministic = 0: dQ comes from fp32 atomics (any order); both
+         * runs are checked against the reference instead. */
+        for (int i = c->nondet ? 1 : 0; i < 3; ++i)
             if (memcmp(g1[i], g2[i], bytes[i]) != 0) {
                 CHECK(0, "two runs differ in %s (not bitwise reproducible) [%s]", names[i], desc);
                 same = 0;
             }
-        const int errors = gb_inst_compare(&b, g1[0], g1[1], g1[2], "gpu vs reference");
+        int errors = gb_inst_compare(&b, g1[0], g1[1], g1[2], "gpu vs reference");
+        if (c->nondet) errors += gb_inst_compare(&b, g2[0], g2[1], g2[2], "second run");
         CHECK(errors == 0, "%d gradient elements outside the tolerance [%s]", errors, desc);
         failed = errors != 0 || !same;
         /* Which dK/dV kernel ran: both runs on the Hopper one, or neither. */
@@ -416,6 +421,29 @@ int gb_run_case(const gb_case *c, int64_t counts[2]) {
               (long long)ran, (long long)want, desc);
         failed |= ran != want;
         gb_hopper_dkv_runs += ran;
+        const int64_t fused = sk_bwd90_fused_launches() - fused0;
+        const int64_t want_fused = c->nondet ? want : 0;
+        CHECK(fused == want_fused, "the fused Hopper pass ran %lld times in 2 runs, want %lld [%s]",
+              (long long)fused, (long long)want_fused, desc);
+        failed |= fused != want_fused;
+        gb_hopper_fused_runs += fused;
+    }
+    if (c->nondet && !failed) {
+        /* dK and dV have one owner in either mode and the same arithmetic:
+         * deterministic = 1 must give the same bits. */
+        b.c.nondet = 0;
+        void *g3[3] = {malloc(bytes[0]), malloc(bytes[1]), malloc(bytes[2])};
+        const int ok = g3[0] && g3[1] && g3[2] && gb_inst_poison(&b, 0x3c) == 0 &&
+                       gb_inst_backward(&b, gt_opt.backend, NULL) == SK_STATUS_SUCCESS &&
+                       gt_sync() == 0 && gb_inst_fetch(&b, g3[0], g3[1], g3[2]) == 0;
+        CHECK(ok, "deterministic = 1 run failed: %s [%s]", sk_last_error(), desc);
+        const int dk_same = ok && memcmp(g1[1], g3[1], bytes[1]) == 0;
+        const int dv_same = ok && memcmp(g1[2], g3[2], bytes[2]) == 0;
+        CHECK(dk_same && dv_same,
+              "deterministic 0 and 1 differ in dK (%s) or dV (%s): one owner, same sums [%s]",
+              dk_same ? "same" : "differs", dv_same ? "same" : "differs", desc);
+        failed = !(ok && dk_same && dv_same);
+        for (int i = 0; i < 3; ++i) free(g3[i]);
     }
 done:
     for (int i = 0; i < 3; ++i) free(g1[i]), free(g2[i]);

@@ -24,6 +24,7 @@
  *   6. Every element within 2 (u_dtype |ref| + E) + 2^-24 of the reference
  *      (E: the naive bound, summed over the query heads of a KV head),
  *      and finite.
+ * With gb_case.nondet (bwd->deterministic = 0) step 5 differs: see there.
  */
 #ifndef SK_TESTS_GPU_BWD_H
 #define SK_TESTS_GPU_BWD_H
@@ -41,6 +42,10 @@ typedef struct gb_case {
     int plan_run;       /* plan + run instead of the one-shot sk_attention_backward */
     int keep_unread;    /* leave the inputs no gradient reads finite (step 3 off), for a
                            GPU forward, which does read the K, V of keys no pair reaches */
+    int nondet;         /* bwd->deterministic = 0 (the fused Hopper pass): step 5's two
+                           runs must agree bitwise in dK and dV only (dQ: each within the
+                           tolerance), and a third run with deterministic = 1 must give
+                           the same dK and dV bits */
 } gb_case;
 
 /* A materialised case. */
@@ -80,8 +85,9 @@ int gb_run_case(const gb_case *c, int64_t counts[2]);
 /* Backward cases run and failed so far; declined by the forced backend
  * (SK_STATUS_NOT_SUPPORTED checked, nothing written). */
 extern int gb_cases_run, gb_cases_failed, gb_cases_declined;
-/* Runs whose dK/dV pass was the Hopper kernel (bwd_sm90_dkv.cu). */
-extern int64_t gb_hopper_dkv_runs;
+/* Runs whose dK/dV pass was the Hopper kernel (bwd_sm90_dkv.cu); of those,
+ * runs of its fused form (deterministic = 0). */
+extern int64_t gb_hopper_dkv_runs, gb_hopper_fused_runs;
 
 void gb_case_describe(const gb_case *c, char *buf, size_t len);
 

@@ -78,5 +78,6 @@ int main(int argc, char **argv) {
     printf("backward cases: %d run, %d failed, %d declined\n", gb_cases_run, gb_cases_failed,
            gb_cases_declined);
     printf("backward runs on the Hopper dK/dV kernel: %lld\n", (long long)gb_hopper_dkv_runs);
+    printf("of those, fused (deterministic = 0): %lld\n", (long long)gb_hopper_fused_runs);
     return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }

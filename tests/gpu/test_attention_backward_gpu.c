@@ -18,6 +18,11 @@
  *   gpu_bwd_edge_shapes  one token, nothing selected, Sq >> Sk causal, ...
  *   gpu_bwd_hopper_dkv_edges  the Hopper dK/dV kernel's edges (block tails,
  *                        alternating warpgroups, GQA 8, causal Sq != Sk).
+ *   gpu_bwd_nondet_*     bwd->deterministic = 0 (the fused Hopper pass: dQ by
+ *                        fp32 atomics): 4 x 32 random cases as above, the
+ *                        NaN and Hopper edge cases; each run twice (dQ within
+ *                        the tolerance both times, dK / dV bitwise) and once
+ *                        more with deterministic = 1 (the same dK / dV bits).
  *   gpu_bwd_graph_capture  forward + backward plan + run captured in a CUDA
  *                        graph: capturing runs nothing, replays equal the
  *                        direct run bitwise.
@@ -59,23 +64,30 @@ static void random_case(gb_case *c, tu_rng *rng, sk_dtype dtype, int64_t d, int3
     c->plan_run = tu_rng_uniform(rng) < 0.5;
 }
 
-/* All block sizes x causal for one (dtype, head_dim). */
-static void run_group(sk_dtype dtype, int64_t d, uint64_t salt) {
+/* All block sizes x causal for one (dtype, head_dim): `variants` cases
+ * each, in deterministic mode 1 or 0 (nondet). */
+static void run_group_mode(sk_dtype dtype, int64_t d, uint64_t salt, int variants, int nondet) {
     tu_rng rng;
     tu_rng_seed(&rng, tu_base_seed() ^ salt);
     int run = 0, failed = 0;
     for (int combo = 0; combo < 8; ++combo) {
         const int32_t bq = combo & 1 ? 128 : 64, bk = combo & 2 ? 128 : 64;
         const int causal = (combo >> 2) & 1;
-        for (int v = 0; v < GB_VARIANTS; ++v) {
+        for (int v = 0; v < variants; ++v) {
             gb_case c;
             random_case(&c, &rng, dtype, d, bq, bk, causal);
+            c.nondet = nondet;
             if (gt_opt.quick && !(v == 0 && (combo == 2 || combo == 5))) continue;
             failed += gb_run_case(&c, NULL) != 0;
             ++run;
         }
     }
-    printf("    %d backward cases, %d failed\n", run, failed);
+    printf("    %d backward cases%s, %d failed\n", run, nondet ? " (deterministic 0)" : "",
+           failed);
+}
+
+static void run_group(sk_dtype dtype, int64_t d, uint64_t salt) {
+    run_group_mode(dtype, d, salt, GB_VARIANTS, 0);
 }
 
 SK_TEST(gpu_bwd_random_f16_d64) {
@@ -91,6 +103,20 @@ SK_TEST(gpu_bwd_random_bf16_d128) {
     run_group(SK_DTYPE_BF16, 128, 0x2904);
 }
 
+/* deterministic = 0: 4 x 8 x 4 = 128 cases, other seeds than the above. */
+SK_TEST(gpu_bwd_nondet_random_f16_d64) {
+    run_group_mode(SK_DTYPE_F16, 64, 0x29f1, 4, 1);
+}
+SK_TEST(gpu_bwd_nondet_random_f16_d128) {
+    run_group_mode(SK_DTYPE_F16, 128, 0x29f2, 4, 1);
+}
+SK_TEST(gpu_bwd_nondet_random_bf16_d64) {
+    run_group_mode(SK_DTYPE_BF16, 64, 0x29f3, 4, 1);
+}
+SK_TEST(gpu_bwd_nondet_random_bf16_d128) {
+    run_group_mode(SK_DTYPE_BF16, 128, 0x29f4, 4, 1);
+}
+
 /* ---------------------------------------------------------------------------
  * Hand-picked cases
  * ------------------------------------------------------------------------- */
@@ -103,7 +129,7 @@ static gb_case base_case(sk_dtype dtype, int64_t d, int64_t sq, int64_t sk, int3
 /* Empty rows (empty layout rows, and the first Sq - Sk rows when causal)
  * and keys that no pair reaches (one block a row of many): their Q, dO, O,
  * LSE and K, V are NaN. Each case must have both, or it proves nothing. */
-SK_TEST(gpu_bwd_nan_unread) {
+static void nan_unread_cases(int nondet) {
     const int n = gt_opt.quick ? 1 : 4;
     for (int t = 0; t < n; ++t) {
         gb_case c = base_case(t & 1 ? SK_DTYPE_BF16 : SK_DTYPE_F16, t & 2 ? 128 : 64, 300,
@@ -116,12 +142,22 @@ SK_TEST(gpu_bwd_nan_unread) {
         c.grad_stride[0] = c.grad_stride[2] = t % 3;
         c.f.stride_mode[1] = (t + 1) % 3;
         c.plan_run = t & 1;
+        c.nondet = nondet;
         int64_t counts[2] = {0, 0};
         gb_run_case(&c, counts);
         CHECK(counts[0] > 0 && counts[1] > 0,
               "case %d: %lld empty rows and %lld keys no pair reaches: vacuous", t,
               (long long)counts[0], (long long)counts[1]);
     }
+}
+
+SK_TEST(gpu_bwd_nan_unread) {
+    nan_unread_cases(0);
+}
+
+/* The fused pass: NaN K rows of unreached keys must not reach dQ (0 x NaN). */
+SK_TEST(gpu_bwd_nondet_nan_unread) {
+    nan_unread_cases(1);
 }
 
 SK_TEST(gpu_bwd_edge_shapes) {
@@ -172,8 +208,8 @@ SK_TEST(gpu_bwd_edge_shapes) {
  * one (T repeated 8 times), causal Sq != Sk both ways with empty rows (NaN
  * Q / dO rows inside the diagonal tiles: zeroed before the GEMMs), padded
  * strides. NaN in unread inputs and the bitwise repeat as in every case. */
-SK_TEST(gpu_bwd_hopper_dkv_edges) {
-    gb_case cs[8];
+static void hopper_edges(int nondet) {
+    gb_case cs[10];
     int n = 0;
     cs[n] = base_case(SK_DTYPE_BF16, 128, 200, 300, 64, 128, 1); /* Sk tail inside a block */
     cs[n].f.heads_q = 8;
@@ -212,17 +248,38 @@ SK_TEST(gpu_bwd_hopper_dkv_edges) {
     cs[n] = base_case(SK_DTYPE_BF16, 128, 64, 64, 64, 64, 1); /* one tile: the end marks alone */
     cs[n].f.heads_q = 1;
     cs[n++].f.layout_heads = 1; /* base_case's 2 would name a head the case lacks */
+    /* 64-row query blocks, 128-key blocks, causal, one block a row with
+     * empty rows: key blocks that only early rows select keep keys past
+     * their last row's diagonal (NaN, zeroed by the fused pass before dQ). */
+    for (int t = 0; t < 2; ++t) {
+        cs[n] = base_case(t ? SK_DTYPE_F16 : SK_DTYPE_BF16, 64 << t, 512, 512, 64, 128, 1);
+        cs[n].f.heads_q = 4;
+        cs[n].f.heads_kv = 2;
+        cs[n].f.layout_heads = 4;
+        cs[n].f.k_per_row = 1;
+        cs[n++].f.empty_rows = 0.4;
+    }
     int failed = 0, empty = 0;
     const int count = gt_opt.quick ? 3 : n;
     for (int i = 0; i < count; ++i) {
         cs[i].plan_run = i & 1;
+        cs[i].nondet = nondet;
         int64_t counts[2] = {0, 0};
         failed += gb_run_case(&cs[i], counts) != 0;
         empty += counts[0] > 0;
     }
     /* Cases 1 and 5 must have empty rows (NaN inside diagonal tiles). */
     CHECK(empty >= (count > 5 ? 2 : 1), "only %d cases with empty rows: vacuous", empty);
-    printf("    %d Hopper dK/dV edge cases, %d failed\n", count, failed);
+    printf("    %d Hopper dK/dV edge cases%s, %d failed\n", count,
+           nondet ? " (deterministic 0)" : "", failed);
+}
+
+SK_TEST(gpu_bwd_hopper_dkv_edges) {
+    hopper_edges(0);
+}
+
+SK_TEST(gpu_bwd_nondet_hopper_edges) {
+    hopper_edges(1);
 }
 
 /* ---------------------------------------------------------------------------

@@ -16,6 +16,10 @@
  *   t_entries     int32 [nnz]         (bwd_kernels.h)
  *   lse2, dl      fp32 [B * Hq, sq_pad]  LSE * log2(e) and rowsum(dO * O),
  *                 written by the run's pre-pass
+ *   dqacc         bwd->deterministic = 0 only: fp32 [B * Hq, sq_pad, D]
+ *                 (element order: bwd_dqacc.cuh),
+ *                 the fused Hopper pass's dQ sums (zeroed by the run; the
+ *                 size for deterministic = 1 is unchanged)
  *
  * Plan (on the stream; no host sync, graph safe): T (bwd_transpose.cu),
  * then the two schedules. Run: checks, then pre-pass, dK/dV, dQ
@@ -24,6 +28,10 @@
  * (bwd_kernels.h), else the portable ones; SK_BACKEND_CUDA_SM80 always runs
  * the portable kernels. SK_BACKEND_CUDA_SM90 requires compute capability
  * 9.0, so that one descriptor serves a Hopper forward and its backward.
+ * With bwd->deterministic = 0 on a Hopper device the run tries the fused
+ * one-pass kernel first (dK, dV and fp32 dQ adds; bwd_kernels.h), and
+ * falls back to the deterministic passes where it declines: that mode is
+ * then deterministic too.
  */
 #include <stdint.h>
 
@@ -39,6 +47,7 @@ typedef struct sk_bwd_workspace {
     sk_plan_layout dq, dkv; /* each schedule's parts, from its own start */
     size_t dq_at, dkv_at;
     sk_bwd_tail tail; /* T, lse2, Dl and the total (bwd_kernels.h) */
+    size_t dqacc, dqacc_bytes; /* deterministic = 0: fp32 dQaccum (0 bytes otherwise) */
 } sk_bwd_workspace;
 
 static sk_status sk_bwd_shape_of(const sk_attention_problem *p, sk_bwd_shape *s) {
@@ -128,12 +137,33 @@ sk_status sk_bwd_workspace_tail(const sk_attention_problem *p, const sk_bwd_shap
     return SK_STATUS_SUCCESS;
 }
 
+/* deterministic = 0: the dQaccum part after the tail's parts (before its
+ * alignment slack), B * Hq * sq_pad * D floats. */
+static sk_status sk_bwd_dqacc_of(const sk_attention_backward_problem *bp, const sk_bwd_shape *s,
+                                 sk_bwd_workspace *w) {
+    w->dqacc = w->dqacc_bytes = 0;
+    if (bp->deterministic) return SK_STATUS_SUCCESS;
+    const sk_attention_problem *p = &bp->fwd;
+    const int64_t f[5] = {p->batch, p->heads_q, s->sq_pad, p->head_dim, (int64_t)sizeof(float)};
+    int64_t bytes;
+    if (!sk_product_i64(f, 5, &bytes) || bytes > INT64_MAX / 4)
+        return sk_error(SK_STATUS_BAD_PARAM_OVERFLOW,
+                        "bwd->deterministic = 0: the fp32 dQ accumulator (batch * heads_q * %lld "
+                        "rows * head_dim floats) overflows int64",
+                        (long long)s->sq_pad);
+    w->dqacc = w->tail.total - SK_SCHED_ALIGN;
+    w->dqacc_bytes = (size_t)bytes;
+    w->tail.total += sk_sched_align((size_t)bytes);
+    return SK_STATUS_SUCCESS;
+}
+
 /* Support, shapes and workspace parts: everything that needs no device. */
 static sk_status sk_bwd_prepare(const sk_attention_backward_problem *bp, sk_bwd_shape *s,
                                 sk_bwd_workspace *w) {
     SK_TRY(sk_attention_bwd_sm80_check(bp));
     SK_TRY(sk_bwd_shape_of(&bp->fwd, s));
-    return sk_bwd_workspace_of(&bp->fwd, s, w);
+    SK_TRY(sk_bwd_workspace_of(&bp->fwd, s, w));
+    return sk_bwd_dqacc_of(bp, s, w);
 }
 
 /* The checks the plan and the run both make before enqueuing anything,
@@ -193,5 +223,7 @@ extern "C" sk_status sk_cuda_attention_backward_run(const sk_attention_backward_
     v.lse2 = (float *)(base + w.tail.lse2);
     v.dl = (float *)(base + w.tail.dl);
     v.hopper = hopper && bp->fwd.backend != SK_BACKEND_CUDA_SM80;
+    v.dqacc = w.dqacc_bytes > 0 ? (float *)(base + w.dqacc) : NULL;
+    v.dqacc_bytes = w.dqacc_bytes;
     return sk_attention_bwd_sm80_launch(bp, &s, &v, stream);
 }

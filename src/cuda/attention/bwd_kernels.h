@@ -91,6 +91,10 @@ typedef struct sk_bwd_plan_view {
     const int32_t *row_start;
     const int2 *rows, *cols;
     int32_t batch, col_cap;
+    /* bwd->deterministic = 0 (fixed mode only; else NULL): the fp32
+     * dQaccum [B * Hq, sq_pad, D] of the fused Hopper kernel. */
+    float *dqacc;
+    size_t dqacc_bytes;
 } sk_bwd_plan_view;
 
 /* The portable backward (mma.sync, ldmatrix, cp.async), compute capability
@@ -116,5 +120,16 @@ sk_status sk_attention_bwd_sm90_dkv_launch(const sk_attention_backward_problem *
 sk_status sk_attention_bwd_sm90_dq_launch(const sk_attention_backward_problem *bp,
                                           const sk_bwd_shape *s, const struct sk_bwd_params *k,
                                           cudaStream_t stream, int *launched);
+
+/* bwd->deterministic = 0 (bwd_sm90_dkv.cu, kFuse): one Hopper pass that
+ * computes dK, dV and, per tile, dQ, added with fp32 atomics into dqacc
+ * (zeroed here on the stream first); the run then converts dqacc (the
+ * post-pass of bwd_sm80.cu) instead of running a dQ pass. Declines as
+ * sk_attention_bwd_sm90_dkv_launch does (*launched = 0, nothing enqueued),
+ * and when dqacc is NULL: the two-pass path runs. */
+sk_status sk_attention_bwd_sm90_fused_launch(const sk_attention_backward_problem *bp,
+                                             const sk_bwd_shape *s, const struct sk_bwd_params *k,
+                                             float *dqacc, size_t dqacc_bytes,
+                                             cudaStream_t stream, int *launched);
 
 #endif /* SK_CUDA_ATTENTION_BWD_KERNELS_H */

@@ -58,6 +58,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "cuda/attention/bwd_dqacc.cuh"
 #include "cuda/attention/bwd_kernels.h"
 #include "cuda/attention/bwd_params.h"
 #include "cuda/attention/sm80_common.cuh"
@@ -301,6 +302,42 @@ __global__ void __launch_bounds__(SK_BWD_THREADS)
 }
 
 /* ---------------------------------------------------------------------------
+ * dQ post-pass (bwd->deterministic = 0, after the fused Hopper pass)
+ * ------------------------------------------------------------------------- */
+
+/* dQ = s x dQaccum, rounded once to the dtype, at the caller's strides: one
+ * thread per 8 elements of a row (two 16-byte loads, one 16-byte store),
+ * grid-stride over the B * Hq * Sq rows; dQaccum's element order is
+ * bwd_dqacc.cuh's. With GQA dQ is per query head:
+ * nothing to reduce. Rows past Sq of dQaccum are padding, never read. */
+template <int kDtype, int kD>
+__global__ void __launch_bounds__(256)
+    sk_bwd_dq_post_kernel(const __grid_constant__ sk_bwd_params p, const float *acc) {
+    constexpr int kChunks = kD / 8;
+    const int64_t total = (int64_t)p.dq_tiles / p.row_blocks * p.seq_q * kChunks;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        const int c = (int)(i % kChunks);
+        const int64_t row = i / kChunks;
+        const int32_t q = (int32_t)(row % p.seq_q), bh = (int32_t)(row / p.seq_q);
+        const int32_t h = bh % p.heads_q, b = bh / p.heads_q;
+#if SK_BWD90_DQ_BULK
+        const float4 *src =
+            (const float4 *)(acc + (int64_t)bh * p.sq_pad * kD + sk_bwd_dqacc_at<kD>(q, 8 * c));
+#else
+        const float4 *src = (const float4 *)(acc + ((int64_t)bh * p.sq_pad + q) * kD + 8 * c);
+#endif
+        const float4 x = src[0], y = src[1];
+        uint4 out;
+        out.x = sk_sm80_pack<kDtype>(x.x * p.scale, x.y * p.scale);
+        out.y = sk_sm80_pack<kDtype>(x.z * p.scale, x.w * p.scale);
+        out.z = sk_sm80_pack<kDtype>(y.x * p.scale, y.y * p.scale);
+        out.w = sk_sm80_pack<kDtype>(y.z * p.scale, y.w * p.scale);
+        *(uint4 *)(p.dq + b * p.dq_sb + h * p.dq_sh + (int64_t)q * p.dq_ss + 16 * c) = out;
+    }
+}
+
+/* ---------------------------------------------------------------------------
  * Host side
  * ------------------------------------------------------------------------- */
 
@@ -349,16 +386,29 @@ sk_status sk_attention_bwd_sm80_check(const sk_attention_backward_problem *bp) {
 
 /* The pre-pass, then the dK/dV and dQ passes on the stream: each pass on
  * the Hopper kernel when `hopper` and it covers the problem, else on the
- * portable kernel. */
+ * portable kernel. With dqacc (deterministic = 0), first the fused Hopper
+ * pass and the dQ post-pass, where it covers the problem. */
 template <int kDtype, int kD, bool kVarlen>
 static sk_status sk_bwd_launch_typed(const sk_attention_backward_problem *bp,
                                      const sk_bwd_params &k, const sk_bwd_shape *s, int hopper,
-                                     cudaStream_t stream) {
+                                     float *dqacc, size_t dqacc_bytes, cudaStream_t stream) {
     const int prepass = (s->dq_tiles / k.row_blocks) * k.q_tiles; /* B * Hq * q_tiles */
     sk_bwd_prepass_kernel<kDtype, kD, kVarlen><<<prepass, SK_BWD_THREADS, 0, stream>>>(k);
     SK_CUDA_TRY(cudaGetLastError(), "backward pre-pass kernel launch");
 
     int launched = 0;
+    if (hopper && dqacc != NULL) {
+        SK_TRY(sk_attention_bwd_sm90_fused_launch(bp, s, &k, dqacc, dqacc_bytes, stream,
+                                                  &launched));
+        if (launched) {
+            const int64_t chunks = (int64_t)(s->dq_tiles / k.row_blocks) * k.seq_q * (kD / 8);
+            const int64_t blocks = (chunks + 255) / 256;
+            const int grid = (int)(blocks < 65536 * 16 ? blocks : 65536 * 16);
+            sk_bwd_dq_post_kernel<kDtype, kD><<<grid, 256, 0, stream>>>(k, dqacc);
+            SK_CUDA_TRY(cudaGetLastError(), "backward dQ post-pass kernel launch");
+            return SK_STATUS_SUCCESS;
+        }
+    }
     if (hopper) SK_TRY(sk_attention_bwd_sm90_dkv_launch(bp, s, &k, stream, &launched));
     if (!launched) {
         void (*dkv)(sk_bwd_params) = sk_bwd_dkv_kernel<kDtype, kD, kVarlen>;
@@ -457,16 +507,23 @@ sk_status sk_attention_bwd_sm80_launch(const sk_attention_backward_problem *bp,
     if (v->seqs != NULL) {
         if (p->dtype == SK_DTYPE_F16)
             return p->head_dim == 64
-                       ? sk_bwd_launch_typed<SK_DTYPE_F16, 64, true>(bp, k, s, 0, stream)
-                       : sk_bwd_launch_typed<SK_DTYPE_F16, 128, true>(bp, k, s, 0, stream);
+                       ? sk_bwd_launch_typed<SK_DTYPE_F16, 64, true>(bp, k, s, 0, NULL, 0,
+                                                                     stream)
+                       : sk_bwd_launch_typed<SK_DTYPE_F16, 128, true>(bp, k, s, 0, NULL, 0,
+                                                                      stream);
         return p->head_dim == 64
-                   ? sk_bwd_launch_typed<SK_DTYPE_BF16, 64, true>(bp, k, s, 0, stream)
-                   : sk_bwd_launch_typed<SK_DTYPE_BF16, 128, true>(bp, k, s, 0, stream);
+                   ? sk_bwd_launch_typed<SK_DTYPE_BF16, 64, true>(bp, k, s, 0, NULL, 0, stream)
+                   : sk_bwd_launch_typed<SK_DTYPE_BF16, 128, true>(bp, k, s, 0, NULL, 0,
+                                                                   stream);
     }
     const int h = v->hopper;
+    float *acc = v->dqacc;
+    const size_t ab = v->dqacc_bytes;
     if (p->dtype == SK_DTYPE_F16)
-        return p->head_dim == 64 ? sk_bwd_launch_typed<SK_DTYPE_F16, 64, false>(bp, k, s, h, stream)
-                                 : sk_bwd_launch_typed<SK_DTYPE_F16, 128, false>(bp, k, s, h, stream);
-    return p->head_dim == 64 ? sk_bwd_launch_typed<SK_DTYPE_BF16, 64, false>(bp, k, s, h, stream)
-                             : sk_bwd_launch_typed<SK_DTYPE_BF16, 128, false>(bp, k, s, h, stream);
+        return p->head_dim == 64
+                   ? sk_bwd_launch_typed<SK_DTYPE_F16, 64, false>(bp, k, s, h, acc, ab, stream)
+                   : sk_bwd_launch_typed<SK_DTYPE_F16, 128, false>(bp, k, s, h, acc, ab, stream);
+    return p->head_dim == 64
+               ? sk_bwd_launch_typed<SK_DTYPE_BF16, 64, false>(bp, k, s, h, acc, ab, stream)
+               : sk_bwd_launch_typed<SK_DTYPE_BF16, 128, false>(bp, k, s, h, acc, ab, stream);
 }

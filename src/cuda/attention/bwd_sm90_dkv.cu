@@ -46,6 +46,17 @@
  * Declined (*launched = 0, the portable kernel runs the pass): strides TMA
  * cannot take (a stepped axis with a stride <= 0 or not a multiple of 16
  * bytes), no tensor-map encoder in the driver.
+ *
+ * Fused form (sk_bwd90kv_fused_kernel, kFuse; bwd->deterministic = 0):
+ * the same walk, plus each tile's dQ added into an fp32 dQaccum with a bulk
+ * reduce-add or red.global.add (bwd_sm90_dkv_dq.cuh has its design; the
+ * switch SK_BWD90_DQ_BULK is bwd_dqacc.cuh's); the dQ pass is not
+ * run, a post-pass scales and converts dQaccum. The D = 64 cross-tile
+ * overlap is off in it (each tile retires its groups before its adds), and
+ * at 128-key blocks with D = 128 its ring has 3 stages (the dS^T buffers
+ * take the fourth's shared memory, the staged dQ tiles the rest). Where
+ * it declines (as above), the deterministic two passes run. The kernels without kFuse are the same
+ * instruction for instruction as before the fused form existed.
  */
 #include <math.h>
 #include <stdint.h>
@@ -54,6 +65,7 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 
+#include "cuda/attention/bwd_dqacc.cuh"
 #include "cuda/attention/bwd_kernels.h"
 #include "cuda/attention/bwd_params.h"
 #include "cuda/attention/bwd_sm90_dkv.h"
@@ -68,7 +80,10 @@ enum {
     kBkvProducerRegs = 40,
     kBkvConsumerRegs = 232,
     kBkvBarZero = 1, /* named barriers (0 is __syncthreads); +wg at 64-key blocks */
-    kBkvEnd = -1     /* a stage's query row: no more tiles */
+    kBkvEnd = -1,    /* a stage's query row: no more tiles */
+    kBkvBarDs = 3,   /* fused dQ: a warpgroup's dS^T stored (+wg; bwd_sm90_dkv_dq.cuh) */
+    kBkvBarPair = 5, /* fused dQ, merged: both warpgroups' dS^T stored */
+    kBkvBarDq = 6    /* fused dQ, bulk: a warpgroup's dQ tile staged (+wg) */
 };
 static_assert(kBkvProducerRegs * 128 + kBkvConsumerRegs * 256 <= kBkvThreads * 168,
               "register budget");
@@ -76,7 +91,18 @@ static_assert(kBkvStages % 2 == 0, "alternating warpgroups need an even ring");
 
 /* Shared memory, byte offsets from the 1024-aligned base. Tiles are 64-column
  * slabs of 128-byte swizzled rows (TMA's SWIZZLE_128B, wgmma's mode 1). */
-template <int kD, int kKeyWgs> struct sk_bwd90kv_smem {
+template <int kD, int kKeyWgs, bool kFuse = false> struct sk_bwd90kv_smem {
+    /* kFuse (bwd_sm90_dkv_dq.cuh): merged dQ split at 128-key blocks and
+     * D = 128 (unless SK_BWD90_DQ_OWN), with a ring of 3 so that the dS^T
+     * buffers and the staged dQ tiles fit. */
+    static constexpr bool kMerged = kFuse && kKeyWgs == 2 && kD == 128 && !SK_BWD90_DQ_OWN;
+    static constexpr int kStages = kFuse && kKeyWgs == 2 && kD == 128 ? 3 : kBkvStages;
+    /* SK_BWD90_DQ_BULK: each warpgroup stages its fp32 dQ tiles (64 x 64,
+     * bwd_dqacc.cuh's order) for bulk reduce-adds; not at 64-key blocks
+     * and D = 128, whose 4-stage ring leaves no 32 KB (red there). */
+    static constexpr bool kBulk = kFuse && SK_BWD90_DQ_BULK && !(kKeyWgs == 1 && kD == 128);
+    static constexpr uint32_t kDqStage = kBkvRows * 64 * 4; /* a warpgroup's dQ tile */
+    static constexpr uint32_t kDsBuf = 2 * kBkvRows * 128; /* a dS^T buffer: 128 key rows */
     static constexpr int kSlabs = kD / 64;
     static constexpr int kKeys = kBkvRows * kKeyWgs; /* the block's keys */
     static constexpr uint32_t kKvSlab = kKeys * 128; /* a slab of K or V */
@@ -88,14 +114,21 @@ template <int kD, int kKeyWgs> struct sk_bwd90kv_smem {
     static constexpr uint32_t kK = 0;
     static constexpr uint32_t kV = kK + kKvBytes;
     static constexpr uint32_t kStage0 = kV + kKvBytes;
-    static constexpr uint32_t kRows = kStage0 + kBkvStages * kStageBytes;
-    static constexpr uint32_t kBarFull = kRows + kBkvStages * kRowBytes;
-    static constexpr uint32_t kBarEmpty = kBarFull + 8 * kBkvStages;
-    static constexpr uint32_t kBarKv = kBarEmpty + 8 * kBkvStages;
+    static constexpr uint32_t kDs = kStage0 + kStages * kStageBytes; /* kFuse: 2 dS^T buffers */
+    static constexpr uint32_t kDq = kDs + (kFuse ? 2 * kDsBuf : 0); /* kBulk: 2 dQ tiles */
+    static constexpr uint32_t kRows = kDq + (kBulk ? 2 * kDqStage : 0);
+    static constexpr uint32_t kBarFull = kRows + kStages * kRowBytes;
+    static constexpr uint32_t kBarEmpty = kBarFull + 8 * kStages;
+    static constexpr uint32_t kBarKv = kBarEmpty + 8 * kStages;
     /* 64-key blocks: "both left the ring", then "both gave their sums". */
     static constexpr uint32_t kBarSwap = kBarKv + 8;
-    static constexpr uint32_t kInfo = kBarSwap + 16; /* per stage: first query row, or kBkvEnd */
-    static constexpr uint32_t kUsed = kInfo + 4 * kBkvStages;
+    /* kFuse: "unreached K rows zeroed", then (merged) "both products done" */
+    static constexpr uint32_t kBarClean = kBarSwap + 16;
+    static constexpr uint32_t kBarDone = kBarClean + 8;
+    /* per stage: first query row, or kBkvEnd; then (kFuse) the query head */
+    static constexpr uint32_t kInfo = kBarClean + (kFuse ? 16 : 0);
+    static constexpr uint32_t kInfoH = kInfo + 4 * kStages;
+    static constexpr uint32_t kUsed = kInfoH + (kFuse ? 4 * kStages : 0);
     static constexpr uint32_t kDynamicBytes = kUsed + 1024; /* + the base's alignment */
     /* 64-key blocks: the partial sums swapped at the end, fp32, over the ring. */
     static constexpr uint32_t kSwapBytes = kBkvRows * kD * 4;
@@ -110,7 +143,8 @@ template <int kD, int kKeyWgs> struct sk_bwd90kv_smem {
     static_assert(kV % 1024 == 0 && kStage0 % 1024 == 0 && kStageBytes % 1024 == 0 &&
                       kTileBytes % 1024 == 0,
                   "swizzled tiles must be 1024-B aligned");
-    static_assert(2 * kSwapBytes <= kBkvStages * kStageBytes, "the swap fits the ring");
+    static_assert(2 * kSwapBytes <= kStages * kStageBytes, "the swap fits the ring");
+    static_assert(kKeyWgs == 2 || kStages % 2 == 0, "alternating warpgroups need an even ring");
     static_assert(kDynamicBytes <= 227 * 1024, "shared memory budget of one sm_90 CTA");
 };
 
@@ -124,87 +158,8 @@ struct sk_bwd90kv_params {
     sk_bwd_params p;
 };
 
-/* ---------------------------------------------------------------------------
- * Producer
- * ------------------------------------------------------------------------- */
-
-/* One stage: the tile's first row for the consumers, then its Q, dO, lse2
- * and Dl, all counted on the stage's full barrier. Lead lane only. */
-template <int kD, int kKeyWgs>
-__device__ __forceinline__ void sk_bwd90kv_load_tile(const sk_bwd90kv_params &P, uint32_t base,
-                                                     uint32_t stage, int32_t b, int32_t h,
-                                                     int32_t q0) {
-    using L = sk_bwd90kv_smem<kD, kKeyWgs>;
-    const sk_bwd_params &p = P.p;
-    const uint32_t full = base + L::kBarFull + 8 * stage;
-    const uint32_t q_dst = base + L::kStage0 + stage * L::kStageBytes;
-    const uint32_t rows = base + L::kRows + stage * L::kRowBytes;
-    /* Q and dO: every key block of the KV head rereads them. */
-    const uint64_t keep = sk_policy_evict_last();
-    sk90_shared_ptr<volatile int32_t>(base + L::kInfo)[stage] = q0;
-    sk_mbar_arrive_expect_tx(full, L::kStageBytes + L::kRowBytes);
-#pragma unroll
-    for (int s = 0; s < L::kSlabs; ++s) {
-        sk_tma_load_4d(q_dst + s * L::kQSlab, &P.tm_q, s * 64, h, q0, b, full, keep);
-        sk_tma_load_4d(q_dst + L::kTileBytes + s * L::kQSlab, &P.tm_do, s * 64, h, q0, b, full,
-                       keep);
-    }
-    /* The pre-pass rows, padded to 64 (256-byte aligned: sq_pad and q0 are
-     * multiples of 64, the workspace parts of 256). */
-    const int64_t row = ((int64_t)b * p.heads_q + h) * p.sq_pad + q0;
-    sk_bulk_load(rows, p.lse2 + row, kBkvRows * 4, full);
-    sk_bulk_load(rows + kBkvRows * 4, p.dl + row, kBkvRows * 4, full);
-}
-
-/* The walk of T row [start, end) for key block kt .. (bwd_kernels.h), in
- * the portable kernel's order: repetition, entry, 64-row query tile.
- * Entries outside [0, t_group * row_blocks) are skipped (a stale plan stays
- * in bounds). Lead lane only. */
-template <int kD, int kKeyWgs>
-__device__ void sk_bwd90kv_produce(const sk_bwd90kv_params &P, uint32_t base, int32_t b, int32_t hk,
-                                   int32_t kt, int32_t start, int32_t end) {
-    using L = sk_bwd90kv_smem<kD, kKeyWgs>;
-    const sk_bwd_params &p = P.p;
-    const int32_t qsubs = p.block_q / kBkvRows, entries = p.t_group * p.row_blocks;
-    sk90_pipe<kBkvStages> pipe = {0, 0};
-    bool kv = false;
-    for (int32_t rep = 0; rep < p.t_reps; ++rep) {
-        for (int32_t pos = start; pos < end; ++pos) {
-            const int32_t e = __ldg(p.t_entries + pos);
-            if ((uint32_t)e >= (uint32_t)entries) continue;
-            const int32_t hl = e / p.row_blocks, i = e - hl * p.row_blocks;
-            const int32_t h = hk * p.group + rep * p.t_group + hl;
-            for (int32_t qt = 0; qt < qsubs; ++qt) {
-                const int32_t q0 = i * p.block_q + qt * kBkvRows;
-                if (q0 >= p.seq_q) break;
-                if (p.causal && kt > min(q0 + kBkvRows, p.seq_q) - 1 + p.diag) continue;
-                if (!kv) { /* K and V, once: read by this CTA alone */
-                    const uint64_t once = sk_policy_evict_first();
-                    const uint32_t bar = base + L::kBarKv;
-                    sk_mbar_arrive_expect_tx(bar, 2 * L::kKvBytes);
-#pragma unroll
-                    for (int s = 0; s < L::kSlabs; ++s) {
-                        sk_tma_load_4d(base + L::kK + s * L::kKvSlab, &P.tm_k, s * 64, hk, kt, b,
-                                       bar, once);
-                        sk_tma_load_4d(base + L::kV + s * L::kKvSlab, &P.tm_v, s * 64, hk, kt, b,
-                                       bar, once);
-                    }
-                    kv = true;
-                }
-                sk_mbar_wait(base + L::kBarEmpty + 8 * pipe.stage, pipe.phase ^ 1, "dkv empty");
-                sk_bwd90kv_load_tile<kD, kKeyWgs>(P, base, pipe.stage, b, h, q0);
-                pipe.advance();
-            }
-        }
-    }
-    /* The end mark, for each warpgroup's sequence of stages. */
-    for (int k = 0; k < (kKeyWgs == 2 ? 1 : 2); ++k) {
-        sk_mbar_wait(base + L::kBarEmpty + 8 * pipe.stage, pipe.phase ^ 1, "dkv empty");
-        sk90_shared_ptr<volatile int32_t>(base + L::kInfo)[pipe.stage] = kBkvEnd;
-        sk_mbar_arrive(base + L::kBarFull + 8 * pipe.stage); /* release, no bytes */
-        pipe.advance();
-    }
-}
+/* The producer: the walk and the loads (its own part). */
+#include "cuda/attention/bwd_sm90_dkv_producer.cuh"
 
 /* ---------------------------------------------------------------------------
  * Consumers
@@ -289,18 +244,22 @@ __device__ __forceinline__ bool sk_bwd90kv_counts(const sk_bwd_params &p, bool a
     return all || (key < p.seq_k && q < p.seq_q && (!p.causal || key <= q + p.diag));
 }
 
+/* The fused dQ's parts (kFuse): dS^T store, K clean-up, dQ product and adds. */
+#include "cuda/attention/bwd_sm90_dkv_dq.cuh"
+
 /* The rest of a tile whose S^T and dP^T groups are the only ones in
  * flight: P^T = 2^(S^T s log2(e) - lse2) as soon as S^T lands (under
  * dP^T), dV += P^T dO issued, dS^T = P^T (dP^T - Dl) under it, dK += dS^T
  * Q issued. Keys kw .. kw + 63, queries q0 .. q0 + 63 (Q, dO at q_st;
  * lse2, Dl at rows). Masked entries are selected to 0, never multiplied.
  * Returns with the dV and dK groups in flight: pa and dsa are their A
- * operands until sk_bwd90kv_retire. */
-template <int kDtype, int kD, int kKeyWgs>
+ * operands until sk_bwd90kv_retire. kFuse: dS^T also goes to ds_st
+ * (fenced for wgmma) before dK is issued. */
+template <int kDtype, int kD, int kKeyWgs, bool kFuse>
 __device__ __forceinline__ void
 sk_bwd90kv_finish(const sk_bwd_params &p, uint32_t q_st, const float *rows, int32_t kw, int32_t q0,
                   float (&s)[32], float (&dp)[32], uint32_t (&pa)[16], uint32_t (&dsa)[16],
-                  float (&dk)[kD / 2], float (&dv)[kD / 2]) {
+                  float (&dk)[kD / 2], float (&dv)[kD / 2], uint32_t ds_st) {
     using L = sk_bwd90kv_smem<kD, kKeyWgs>;
     const int wtid = threadIdx.x % 128, warp = wtid / 32, lane = wtid % 32;
     const int g = lane / 4, t4 = lane % 4;
@@ -350,6 +309,10 @@ sk_bwd90kv_finish(const sk_bwd_params &p, uint32_t q_st, const float *rows, int3
     }
 #pragma unroll
     for (int m = 0; m < 16; ++m) dsa[m] = sk_sm80_pack<kDtype>(dp[2 * m], dp[2 * m + 1]);
+    if constexpr (kFuse) {
+        sk_bwd90kv_store_ds(dsa, ds_st);
+        sk_fence_proxy_async_smem(); /* generic writes before the dQ product's reads */
+    }
     sk_bwd90kv_fence_f(dk);
     sk_bwd90kv_fence_u(dsa);
     sk_wgmma_fence();
@@ -396,11 +359,13 @@ __device__ __forceinline__ void sk_bwd90kv_release(uint32_t empty) {
 }
 
 /* A consumer warpgroup (wg 0 or 1): its tiles, then its part of the
- * epilogue. */
-template <int kDtype, int kD, int kKeyWgs>
+ * epilogue. kFuse: each tile's dQ is added into dqacc as well
+ * (bwd_sm90_dkv_dq.cuh); start, end: the walk's T row, for the K clean-up. */
+template <int kDtype, int kD, int kKeyWgs, bool kFuse>
 __device__ void sk_bwd90kv_consume(const sk_bwd_params &p, uint32_t base, int wg, int32_t b,
-                                   int32_t hk, int32_t kt) {
-    using L = sk_bwd90kv_smem<kD, kKeyWgs>;
+                                   int32_t hk, int32_t kt, [[maybe_unused]] float *dqacc,
+                                   [[maybe_unused]] int32_t start, [[maybe_unused]] int32_t end) {
+    using L = sk_bwd90kv_smem<kD, kKeyWgs, kFuse>;
     const int wtid = threadIdx.x % 128;
     const int32_t kw = kt + (kKeyWgs == 2 ? kBkvRows * wg : 0); /* this warpgroup's first key */
     const uint32_t own = kKeyWgs == 2 ? (uint32_t)(wg * kBkvRows * 128) : 0u;
@@ -412,8 +377,12 @@ __device__ void sk_bwd90kv_consume(const sk_bwd_params &p, uint32_t base, int wg
 
     /* Both warpgroups take every stage, or each every other one. A tile's
      * stage is freed once its last GEMM completed: at the next tile when
-     * the groups cross tiles (kCross), else at its own end. */
-    constexpr bool kCross = kD == 64;
+     * the groups cross tiles (kCross; not with the fused dQ, which retires
+     * every group of its tile), else at its own end. */
+    constexpr bool kCross = kD == 64 && !kFuse;
+    if constexpr (kFuse)
+        if (p.causal) sk_bwd90kv_clean_keys<kD, kKeyWgs>(p, base, kt, start, end);
+    [[maybe_unused]] uint32_t tiles = 0; /* kFuse: this warpgroup's tiles so far */
     const uint32_t first = kKeyWgs == 2 ? 0u : (uint32_t)wg, step = kKeyWgs == 2 ? 1u : 2u;
     float s[32], dp[32];
     uint32_t pa[16], dsa[16];
@@ -421,7 +390,7 @@ __device__ void sk_bwd90kv_consume(const sk_bwd_params &p, uint32_t base, int wg
     [[maybe_unused]] bool pending = false; /* kCross: a tile's groups are in flight */
     [[maybe_unused]] uint32_t pending_stage = 0;
     for (uint32_t n = first;; n += step) {
-        const uint32_t stage = n % kBkvStages, phase = (n / kBkvStages) & 1u;
+        const uint32_t stage = n % L::kStages, phase = (n / L::kStages) & 1u;
         sk_mbar_wait(base + L::kBarFull + 8 * stage, phase, "dkv full");
         const int32_t q0 = info[stage]; /* every reader releases the stage */
         if (q0 < 0) break;
@@ -446,10 +415,19 @@ __device__ void sk_bwd90kv_consume(const sk_bwd_params &p, uint32_t base, int wg
             sk_bwd90kv_retire<2, kD>(dk, dv, pa, dsa);
             if (pending) sk_bwd90kv_release(base + L::kBarEmpty + 8 * pending_stage);
         }
-        sk_bwd90kv_finish<kDtype, kD, kKeyWgs>(
+        const uint32_t ds_buf = base + L::kDs + (tiles & 1u) * L::kDsBuf;
+        const uint32_t ds_own = ds_buf + (uint32_t)wg * (kBkvRows * 128);
+        sk_bwd90kv_finish<kDtype, kD, kKeyWgs, kFuse>(
             p, q_st, sk90_shared_ptr<const float>(base + L::kRows + stage * L::kRowBytes), kw, q0,
-            s, dp, pa, dsa, dk, dv);
-        if constexpr (!kCross) {
+            s, dp, pa, dsa, dk, dv, ds_own);
+        if constexpr (kFuse) {
+            const int32_t h = sk90_shared_ptr<volatile int32_t>(base + L::kInfoH)[stage];
+            float *rows = dqacc + ((int64_t)b * p.heads_q + h) * p.sq_pad * kD;
+            sk_bwd90kv_dq_tile<kDtype, kD, kKeyWgs>(p, base, wg, ds_buf, ds_own, k_wg, rows, q0,
+                                                    dk, dv, pa, dsa);
+            sk_bwd90kv_release(base + L::kBarEmpty + 8 * stage);
+            ++tiles;
+        } else if constexpr (!kCross) {
             sk_bwd90kv_retire<0, kD>(dk, dv, pa, dsa);
             sk_bwd90kv_release(base + L::kBarEmpty + 8 * stage);
         }
@@ -460,10 +438,22 @@ __device__ void sk_bwd90kv_consume(const sk_bwd_params &p, uint32_t base, int wg
         sk_bwd90kv_retire<0, kD>(dk, dv, pa, dsa);
         if (pending) sk_bwd90kv_release(base + L::kBarEmpty + 8 * pending_stage);
     }
+    /* Bulk dQ: the last reduce-add read its staged tile (which must outlive
+     * it) and landed, before the CTA ends. */
+    if constexpr (L::kBulk)
+        if (wtid == 0) sk_bulk_wait<0>();
 
     char *dko = p.dk + b * p.dk_sb + hk * p.dk_sh + (int64_t)kw * p.dk_ss;
     char *dvo = p.dv + b * p.dv_sb + hk * p.dv_sh + (int64_t)kw * p.dv_ss;
     const int valid = p.seq_k - kw;
+    /* Merged fused dQ: the other warpgroup's last product may still read
+     * this warpgroup's K rows, which the epilogue overwrites. An mbarrier
+     * each thread arrives on and waits for (as the 64-key swap: the chain
+     * racecheck follows). */
+    if constexpr (L::kMerged) {
+        sk_mbar_arrive(base + L::kBarDone);
+        sk_mbar_wait(base + L::kBarDone, 0, "dkv dQ done");
+    }
     if constexpr (kKeyWgs == 2) {
         /* Only this warpgroup reads its K and V rows: they stage its outputs. */
         sk_bwd90kv_store<kDtype, kD>(dk, p.scale, k_wg, L::kKvSlab, dko, p.dk_ss, valid);
@@ -502,11 +492,19 @@ __device__ void sk_bwd90kv_consume(const sk_bwd_params &p, uint32_t base, int wg
  * Kernel
  * ------------------------------------------------------------------------- */
 
-template <int kDtype, int kD, int kKeyWgs>
-__global__ void __launch_bounds__(kBkvThreads, 1)
-    sk_bwd90kv_kernel(const __grid_constant__ sk_bwd90kv_params P) {
-    using L = sk_bwd90kv_smem<kD, kKeyWgs>;
-    extern __shared__ __align__(1024) unsigned char smem_raw[];
+/* The fused kernel's parameters: the dK/dV kernel's and the fp32 dQaccum
+ * [B * Hq, sq_pad, D] (zeroed on the stream before the launch). */
+struct sk_bwd90kv_fused_params {
+    sk_bwd90kv_params k;
+    float *dqacc;
+};
+
+/* The kernel body, for both kernels below (P: a __grid_constant__
+ * parameter, where TMA reads the maps). */
+template <int kDtype, int kD, int kKeyWgs, bool kFuse>
+__device__ __forceinline__ void sk_bwd90kv_body(const sk_bwd90kv_params &P, float *dqacc,
+                                                unsigned char *smem_raw) {
+    using L = sk_bwd90kv_smem<kD, kKeyWgs, kFuse>;
     const sk_bwd_params &p = P.p;
     const int4 info = p.dkv_info[blockIdx.x];
     if (info.x < 0 || info.x >= p.dkv_tiles) return; /* a stale plan: no tile */
@@ -518,13 +516,17 @@ __global__ void __launch_bounds__(kBkvThreads, 1)
     const uint32_t base = ((uint32_t)__cvta_generic_to_shared(smem_raw) + 1023u) & ~1023u;
 
     if (threadIdx.x == 0) {
-        for (int s = 0; s < kBkvStages; ++s) {
+        for (int s = 0; s < L::kStages; ++s) {
             sk_mbar_init(base + L::kBarFull + 8 * s, 1);
             sk_mbar_init(base + L::kBarEmpty + 8 * s, L::kEmptyArrivals);
         }
         sk_mbar_init(base + L::kBarKv, 1);
         sk_mbar_init(base + L::kBarSwap, L::kSwapArrivals);
         sk_mbar_init(base + L::kBarSwap + 8, L::kSwapArrivals);
+        if constexpr (kFuse) {
+            sk_mbar_init(base + L::kBarClean, 256);
+            sk_mbar_init(base + L::kBarDone, 256);
+        }
         sk_fence_mbar_init();
     }
     __syncthreads();
@@ -536,12 +538,29 @@ __global__ void __launch_bounds__(kBkvThreads, 1)
             sk_prefetch_tensormap(&P.tm_do);
             sk_prefetch_tensormap(&P.tm_k);
             sk_prefetch_tensormap(&P.tm_v);
-            sk_bwd90kv_produce<kD, kKeyWgs>(P, base, b, hk, kt, start, end);
+            sk_bwd90kv_produce<kD, kKeyWgs, kFuse>(P, base, b, hk, kt, start, end);
         }
         return;
     }
     sk_setmaxnreg_inc<kBkvConsumerRegs>();
-    sk_bwd90kv_consume<kDtype, kD, kKeyWgs>(p, base, (int)threadIdx.x / 128 - 1, b, hk, kt);
+    sk_bwd90kv_consume<kDtype, kD, kKeyWgs, kFuse>(p, base, (int)threadIdx.x / 128 - 1, b, hk, kt,
+                                                   dqacc, start, end);
+}
+
+template <int kDtype, int kD, int kKeyWgs>
+__global__ void __launch_bounds__(kBkvThreads, 1)
+    sk_bwd90kv_kernel(const __grid_constant__ sk_bwd90kv_params P) {
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    sk_bwd90kv_body<kDtype, kD, kKeyWgs, false>(P, nullptr, smem_raw);
+}
+
+/* bwd->deterministic = 0: the same walk, and each tile's dQ added into
+ * P.dqacc (bwd_sm90_dkv_dq.cuh). */
+template <int kDtype, int kD, int kKeyWgs>
+__global__ void __launch_bounds__(kBkvThreads, 1)
+    sk_bwd90kv_fused_kernel(const __grid_constant__ sk_bwd90kv_fused_params P) {
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    sk_bwd90kv_body<kDtype, kD, kKeyWgs, true>(P.k, P.dqacc, smem_raw);
 }
 
 /* ---------------------------------------------------------------------------
@@ -571,56 +590,103 @@ static bool sk_bwd90kv_covers(const sk_attention_backward_problem *bp) {
     return true;
 }
 
-template <int kDtype, int kD, int kKeyWgs>
-static sk_status sk_bwd90kv_launch_typed(const sk_bwd90kv_params &prm, int grid,
+template <int kDtype, int kD, int kKeyWgs, bool kFuse>
+static sk_status sk_bwd90kv_launch_typed(const sk_bwd90kv_fused_params &prm, int grid,
                                          cudaStream_t stream) {
-    using L = sk_bwd90kv_smem<kD, kKeyWgs>;
-    void (*kernel)(sk_bwd90kv_params) = sk_bwd90kv_kernel<kDtype, kD, kKeyWgs>;
-    SK_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     (int)L::kDynamicBytes),
-                "cudaFuncSetAttribute (Hopper backward dK/dV)");
-    kernel<<<grid, kBkvThreads, L::kDynamicBytes, stream>>>(prm);
-    SK_CUDA_TRY(cudaGetLastError(), "Hopper backward dK/dV kernel launch");
+    using L = sk_bwd90kv_smem<kD, kKeyWgs, kFuse>;
+    if constexpr (kFuse) {
+        void (*kernel)(sk_bwd90kv_fused_params) = sk_bwd90kv_fused_kernel<kDtype, kD, kKeyWgs>;
+        SK_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         (int)L::kDynamicBytes),
+                    "cudaFuncSetAttribute (Hopper fused backward)");
+        kernel<<<grid, kBkvThreads, L::kDynamicBytes, stream>>>(prm);
+        SK_CUDA_TRY(cudaGetLastError(), "Hopper fused backward kernel launch");
+    } else {
+        void (*kernel)(sk_bwd90kv_params) = sk_bwd90kv_kernel<kDtype, kD, kKeyWgs>;
+        SK_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         (int)L::kDynamicBytes),
+                    "cudaFuncSetAttribute (Hopper backward dK/dV)");
+        kernel<<<grid, kBkvThreads, L::kDynamicBytes, stream>>>(prm.k);
+        SK_CUDA_TRY(cudaGetLastError(), "Hopper backward dK/dV kernel launch");
+    }
     return SK_STATUS_SUCCESS;
 }
 
-template <int kDtype, int kD>
-static sk_status sk_bwd90kv_launch_blocks(const sk_bwd90kv_params &prm, int grid,
-                                          cudaStream_t stream) {
-    return prm.p.block_k == 128 ? sk_bwd90kv_launch_typed<kDtype, kD, 2>(prm, grid, stream)
-                                : sk_bwd90kv_launch_typed<kDtype, kD, 1>(prm, grid, stream);
+/* The instance for the problem's dtype, head dim and key block. */
+template <bool kFuse>
+static sk_status sk_bwd90kv_dispatch(const sk_attention_problem *p,
+                                     const sk_bwd90kv_fused_params &prm, int grid,
+                                     cudaStream_t stream) {
+    const bool f16 = p->dtype == SK_DTYPE_F16, d64 = p->head_dim == 64, k64 = p->block_k == 64;
+    if (f16 && d64)
+        return k64 ? sk_bwd90kv_launch_typed<SK_DTYPE_F16, 64, 1, kFuse>(prm, grid, stream)
+                   : sk_bwd90kv_launch_typed<SK_DTYPE_F16, 64, 2, kFuse>(prm, grid, stream);
+    if (f16)
+        return k64 ? sk_bwd90kv_launch_typed<SK_DTYPE_F16, 128, 1, kFuse>(prm, grid, stream)
+                   : sk_bwd90kv_launch_typed<SK_DTYPE_F16, 128, 2, kFuse>(prm, grid, stream);
+    if (d64)
+        return k64 ? sk_bwd90kv_launch_typed<SK_DTYPE_BF16, 64, 1, kFuse>(prm, grid, stream)
+                   : sk_bwd90kv_launch_typed<SK_DTYPE_BF16, 64, 2, kFuse>(prm, grid, stream);
+    return k64 ? sk_bwd90kv_launch_typed<SK_DTYPE_BF16, 128, 1, kFuse>(prm, grid, stream)
+               : sk_bwd90kv_launch_typed<SK_DTYPE_BF16, 128, 2, kFuse>(prm, grid, stream);
+}
+
+/* The parameters of either kernel: false when the kernel does not cover
+ * the problem or a tensor map cannot be encoded (then nothing runs). */
+static bool sk_bwd90kv_prepare(const sk_attention_backward_problem *bp, const sk_bwd_shape *s,
+                               const struct sk_bwd_params *k, sk_bwd90kv_params *prm) {
+    const sk_attention_problem *p = &bp->fwd;
+    if (s->dkv_tiles <= 0 || !sk_bwd90kv_covers(bp)) return false;
+    memset(prm, 0, sizeof *prm);
+    prm->p = *k;
+    const int keys = p->block_k;
+    CUresult r =
+        sk90_encode(&prm->tm_q, p, p->dtype, 64, p->q, p->seq_q, p->heads_q, p->q_stride, kBkvRows);
+    if (r == CUDA_SUCCESS)
+        r = sk90_encode(&prm->tm_do, p, p->dtype, 64, bp->dout, p->seq_q, p->heads_q,
+                        bp->dout_stride, kBkvRows);
+    if (r == CUDA_SUCCESS)
+        r = sk90_encode(&prm->tm_k, p, p->dtype, 64, p->k, p->seq_k, p->heads_kv, p->k_stride,
+                        keys);
+    if (r == CUDA_SUCCESS)
+        r = sk90_encode(&prm->tm_v, p, p->dtype, 64, p->v, p->seq_k, p->heads_kv, p->v_stride,
+                        keys);
+    return r == CUDA_SUCCESS;
 }
 
 sk_status sk_attention_bwd_sm90_dkv_launch(const sk_attention_backward_problem *bp,
                                            const sk_bwd_shape *s, const struct sk_bwd_params *k,
                                            cudaStream_t stream, int *launched) {
     *launched = 0;
-    const sk_attention_problem *p = &bp->fwd;
-    if (s->dkv_tiles <= 0 || !sk_bwd90kv_covers(bp)) return SK_STATUS_SUCCESS;
-    sk_bwd90kv_params prm;
-    memset(&prm, 0, sizeof prm);
-    prm.p = *k;
-    const int keys = p->block_k;
-    CUresult r =
-        sk90_encode(&prm.tm_q, p, p->dtype, 64, p->q, p->seq_q, p->heads_q, p->q_stride, kBkvRows);
-    if (r == CUDA_SUCCESS)
-        r = sk90_encode(&prm.tm_do, p, p->dtype, 64, bp->dout, p->seq_q, p->heads_q,
-                        bp->dout_stride, kBkvRows);
-    if (r == CUDA_SUCCESS)
-        r = sk90_encode(&prm.tm_k, p, p->dtype, 64, p->k, p->seq_k, p->heads_kv, p->k_stride, keys);
-    if (r == CUDA_SUCCESS)
-        r = sk90_encode(&prm.tm_v, p, p->dtype, 64, p->v, p->seq_k, p->heads_kv, p->v_stride, keys);
-    if (r != CUDA_SUCCESS) return SK_STATUS_SUCCESS; /* declined: the portable kernel runs */
-    const int grid = s->dkv_tiles;
-    sk_status st;
-    if (p->dtype == SK_DTYPE_F16)
-        st = p->head_dim == 64 ? sk_bwd90kv_launch_blocks<SK_DTYPE_F16, 64>(prm, grid, stream)
-                               : sk_bwd90kv_launch_blocks<SK_DTYPE_F16, 128>(prm, grid, stream);
-    else
-        st = p->head_dim == 64 ? sk_bwd90kv_launch_blocks<SK_DTYPE_BF16, 64>(prm, grid, stream)
-                               : sk_bwd90kv_launch_blocks<SK_DTYPE_BF16, 128>(prm, grid, stream);
-    if (st != SK_STATUS_SUCCESS) return st;
+    sk_bwd90kv_fused_params prm;
+    if (!sk_bwd90kv_prepare(bp, s, k, &prm.k)) return SK_STATUS_SUCCESS; /* the portable kernel runs */
+    prm.dqacc = NULL;
+    SK_TRY(sk_bwd90kv_dispatch<false>(&bp->fwd, prm, s->dkv_tiles, stream));
     __atomic_fetch_add(&sk_bwd90kv_count, 1, __ATOMIC_RELAXED);
+    *launched = 1;
+    return SK_STATUS_SUCCESS;
+}
+
+static int64_t sk_bwd90kv_fused_count = 0;
+
+extern "C" int64_t sk_bwd90_fused_launches(void) {
+    return __atomic_load_n(&sk_bwd90kv_fused_count, __ATOMIC_RELAXED);
+}
+
+sk_status sk_attention_bwd_sm90_fused_launch(const sk_attention_backward_problem *bp,
+                                             const sk_bwd_shape *s, const struct sk_bwd_params *k,
+                                             float *dqacc, size_t dqacc_bytes,
+                                             cudaStream_t stream, int *launched) {
+    *launched = 0;
+    sk_bwd90kv_fused_params prm;
+    if (dqacc == NULL || !sk_bwd90kv_prepare(bp, s, k, &prm.k)) return SK_STATUS_SUCCESS;
+    prm.dqacc = dqacc;
+    /* Every add lands on zeros; a memset node when captured. */
+    SK_CUDA_TRY(cudaMemsetAsync(dqacc, 0, dqacc_bytes, stream), "zeroing the backward's dQaccum");
+    SK_TRY(sk_bwd90kv_dispatch<true>(&bp->fwd, prm, s->dkv_tiles, stream));
+    /* It is the dK/dV kernel too (the GPU tests count that). */
+    __atomic_fetch_add(&sk_bwd90kv_count, 1, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&sk_bwd90kv_fused_count, 1, __ATOMIC_RELAXED);
     *launched = 1;
     return SK_STATUS_SUCCESS;
 }

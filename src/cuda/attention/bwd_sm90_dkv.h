@@ -17,6 +17,10 @@ extern "C" {
  * (counted when enqueued: a captured graph counts once, at capture). */
 int64_t sk_bwd90_dkv_launches(void);
 
+/* Of those, the launches of its fused form (bwd->deterministic = 0: dQ
+ * added into the workspace's fp32 dQaccum in the same pass). */
+int64_t sk_bwd90_fused_launches(void);
+
 #ifdef __cplusplus
 }
 #endif

@@ -636,6 +636,65 @@ __device__ __forceinline__ void sk_wgmma_m64n64k16_ss_bf16_zero(float d[32], uin
                  : "l"(desc_a), "l"(desc_b));
 }
 
+/* --- Attention backward, fused dQ (attention/bwd_sm90_dkv_dq.cuh): dQ = dS K with dS stored
+ * transposed (MN-major) and K read N-major, both from shared memory; the fp32 adds into dQaccum --- */
+
+/* wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16, A and B from shared memory, both MN-major
+ * (imm-trans-a = imm-trans-b = 1): d = a * b (+ d when scale_d != 0). */
+__device__ __forceinline__ void sk_wgmma_m64n64k16_ss_tt_f16(float d[32], uint64_t desc_a,
+                                                             uint64_t desc_b, int scale_d) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 " SK_WGMMA_D32_STR
+                 ", %32, %33, p, 1, 1, 1, 1;\n}\n"
+                 : SK_WGMMA_D32_OPS(d)
+                 : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+}
+
+/* wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16, A and B from shared memory, both MN-major. */
+__device__ __forceinline__ void sk_wgmma_m64n64k16_ss_tt_bf16(float d[32], uint64_t desc_a,
+                                                              uint64_t desc_b, int scale_d) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " SK_WGMMA_D32_STR
+                 ", %32, %33, p, 1, 1, 1, 1;\n}\n"
+                 : SK_WGMMA_D32_OPS(d)
+                 : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+}
+
+/* wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16, both MN-major, scale-d = 0: d = a * b
+ * (the old accumulator is not an input). */
+__device__ __forceinline__ void sk_wgmma_m64n64k16_ss_tt_f16_zero(float d[32], uint64_t desc_a,
+                                                                  uint64_t desc_b) {
+    asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 " SK_WGMMA_D32_STR
+                 ", %32, %33, 0, 1, 1, 1, 1;\n"
+                 : SK_WGMMA_D32_OUT(d)
+                 : "l"(desc_a), "l"(desc_b));
+}
+
+/* wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16, both MN-major, scale-d = 0: d = a * b. */
+__device__ __forceinline__ void sk_wgmma_m64n64k16_ss_tt_bf16_zero(float d[32], uint64_t desc_a,
+                                                                   uint64_t desc_b) {
+    asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " SK_WGMMA_D32_STR
+                 ", %32, %33, 0, 1, 1, 1, 1;\n"
+                 : SK_WGMMA_D32_OUT(d)
+                 : "l"(desc_a), "l"(desc_b));
+}
+
+/* red.global.add.v2.f32 [a], {x, y}: a[0] += x, a[1] += y in L2, no return value (8-byte
+ * aligned a; the vector form needs sm_90). Relaxed, unordered with other adds. */
+__device__ __forceinline__ void sk_red_add_v2_f32(float *a, float x, float y) {
+    asm volatile("red.global.add.v2.f32 [%0], {%1, %2};" ::"l"(a), "f"(x), "f"(y) : "memory");
+}
+
+/* cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [dst], [src], bytes: dst[i] +=
+ * src[i] over `bytes` (a multiple of 16; both 16-byte aligned) by the bulk-copy unit, in L2;
+ * closed by sk_bulk_commit, src reusable after sk_bulk_wait_read. Unordered with other adds. */
+__device__ __forceinline__ void sk_bulk_reduce_add_f32(float *dst, uint32_t src, uint32_t bytes) {
+    asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(
+                     dst),
+                 "r"(src), "r"(bytes)
+                 : "memory");
+}
+
 #endif /* sm_90a section guard */
 
 #endif /* SK_CUDA_PTX_CUH */
