@@ -1115,7 +1115,9 @@ SK_API sk_status sk_decode(const sk_decode_desc *desc, const sk_bsr *layout,
  *   pass computes dK, dV and each tile's dQ, adding dQ into an fp32
  *   accumulator in the workspace with atomic adds, then scales and rounds
  *   it: dQ may differ in the last bits from run to run (within the same
- *   tolerance), dK and dV stay bitwise repeatable. Where that pass does not
+ *   tolerance), dK and dV stay bitwise repeatable. It is faster than the
+ *   deterministic passes on most shapes but not all (on an H100 slower on
+ *   a 64K-token causal window row: docs/perf/backward.md). Where that pass does not
  *   apply (the CPU, other GPUs, the varlen backward, strides TMA cannot
  *   take) the call gives the deterministic results. The CUDA workspace is
  *   then larger by B * Hq * ceil(Sq / 64) * 64 * D * 4 bytes (rounded up to
@@ -2018,7 +2020,8 @@ SK_API sk_status sk_quantize_e4m3(const sk_quantize_desc *desc, const void *x, u
 
 typedef struct sk_attention_varlen_backward_desc {
     size_t struct_size;      /* sizeof(sk_attention_varlen_backward_desc); set by its init */
-    int32_t deterministic;   /* 1 (default) or 0 (reserved), as sk_attention_backward_desc */
+    int32_t deterministic;   /* 1 (default) or 0, as sk_attention_backward_desc (0 runs the
+                                deterministic path here too: no fused varlen pass) */
     int64_t dout_strides[2]; /* dO [total_q, Hq, D] over [token, head]; 0 0 (default) = packed */
     int64_t dq_strides[2];   /* dQ [total_q, Hq, D]; 0 0 = packed */
     int64_t dk_strides[2];   /* dK [total_k, Hkv, D]; 0 0 = packed */
