@@ -1116,8 +1116,9 @@ SK_API sk_status sk_decode(const sk_decode_desc *desc, const sk_bsr *layout,
  *   accumulator in the workspace with atomic adds, then scales and rounds
  *   it: dQ may differ in the last bits from run to run (within the same
  *   tolerance), dK and dV stay bitwise repeatable. It is faster than the
- *   deterministic passes on most shapes but not all (on an H100 slower on
- *   a 64K-token causal window row: docs/perf/backward.md). Where that pass does not
+ *   deterministic passes on most shapes but not all (on an H100 slower at
+ *   64K tokens with 16 random blocks a row, where its fp32 accumulator
+ *   and Q / dO outgrow L2: docs/perf/backward.md). Where that pass does not
  *   apply (the CPU, other GPUs, the varlen backward, strides TMA cannot
  *   take) the call gives the deterministic results. The CUDA workspace is
  *   then larger by B * Hq * ceil(Sq / 64) * 64 * D * 4 bytes (rounded up to
