@@ -202,9 +202,9 @@ def layouts(q, k, args):
     S = q.shape[0]
     out = [("causal", sparsek.Layout.causal(S, block=BLOCK))]
     if -(-S // BLOCK) > args.sinks + args.local:
-        sel = sparsek.pool_select_topk(np.ascontiguousarray(q[None], np.float32), np.ascontiguousarray(k[None], np.float32),
-                                       args.topk, sink_blocks=args.sinks, local_blocks=args.local, causal=True,
-                                       backend="cpu")
+        q32, k32 = (np.ascontiguousarray(x[None], np.float32) for x in (q, k))
+        sel = sparsek.pool_select_topk(q32, k32, args.topk, sink_blocks=args.sinks, local_blocks=args.local,
+                                       causal=True, backend="cpu")
         out.append((f"topk{args.topk}+sink{args.sinks}+local{args.local}", sel))
     return out
 
@@ -214,6 +214,7 @@ def compare_layer(ar: Arrays, l, q, k, v, args):
     S, Hq, _ = q.shape
     qb, kb, vb = (ar.rounded(x) for x in (q, k, v))
     dq = [dequantized(ar, x) for x in (qb, kb, vb)]
+    ks = ar.rounded(k - k.mean(axis=0, keepdims=True))
     rows = []
     for name, layout in layouts(q, k, args):
         allow = token_allow(layout, S, Hq)
@@ -221,6 +222,10 @@ def compare_layer(ar: Arrays, l, q, k, v, args):
         o8, lse8 = run_fp8(ar, qb, kb, vb, layout, vt=False)
         o8t, lse8t = run_fp8(ar, qb, kb, vb, layout, vt=True)
         o16, lse16 = run_bf16(ar, qb, kb, vb, layout)
+        # K smoothing (SageAttention): K minus its per-head channel mean over
+        # the tokens shifts every score of a row by the same q . mean, so O is
+        # unchanged (the LSE moves by it), while e4m3 sees smaller K values.
+        o8s = run_fp8(ar, qb, ks, vb, layout, vt=False)[0]
         # Where the FP8 error comes from: fp64 attention with only Q and K,
         # or only V, replaced by their e4m3 values.
         o_qk = reference(dq[0], dq[1], v, allow)[0]
@@ -242,6 +247,7 @@ def compare_layer(ar: Arrays, l, q, k, v, args):
             "o_rmse_bf16": e["bf16_vs_fp64"]["rmse"], "o_max_bf16": e["bf16_vs_fp64"]["max"],
             "o_rel_rmse_fp8": e["fp8_vs_fp64"]["rmse"] / float(np.sqrt(np.mean(o_ref ** 2))),
             "o_rel_rmse_bf16": e["bf16_vs_fp64"]["rmse"] / float(np.sqrt(np.mean(o_ref ** 2))),
+            "o_rmse_fp8_ksmooth": errors(o8s, o_ref)["rmse"], "o_max_fp8_ksmooth": errors(o8s, o_ref)["max"],
             "o_rmse_qk_e4m3_only": errors(o_qk, o_ref)["rmse"], "o_rmse_v_e4m3_only": errors(o_v, o_ref)["rmse"],
             "o_rmse_fp8_bf16": e["fp8_vs_bf16"]["rmse"], "o_max_fp8_bf16": e["fp8_vs_bf16"]["max"],
             "o_rmse_ratio": ratio("fp8_vs_fp64", "bf16_vs_fp64", "rmse"),
@@ -331,8 +337,8 @@ def synthetic_inputs(args, info):
 # ---------------------------------------------------------------------------
 
 COLUMNS = ("layer", "layout", "density", "o_rms", "o_rmse_fp8", "o_rmse_bf16", "o_rmse_ratio", "o_rel_rmse_fp8",
-           "o_max_fp8", "o_max_bf16", "o_rmse_fp8_bf16", "o_rmse_qk_e4m3_only", "o_rmse_v_e4m3_only", "lse_rmse_fp8",
-           "lse_rmse_bf16", "lse_max_fp8", "lse_max_bf16")
+           "o_max_fp8", "o_max_bf16", "o_rmse_fp8_bf16", "o_rmse_qk_e4m3_only", "o_rmse_v_e4m3_only",
+           "o_rmse_fp8_ksmooth", "lse_rmse_fp8", "lse_rmse_bf16", "lse_max_fp8", "lse_max_bf16")
 
 
 def table(rows) -> str:
@@ -356,6 +362,7 @@ def summary(rows):
             "o_rmse_fp8_max": max(r["o_rmse_fp8"] for r in rs),
             "o_max_fp8_max": max(r["o_max_fp8"] for r in rs),
             "o_rmse_bf16_max": max(r["o_rmse_bf16"] for r in rs),
+            "o_rmse_ksmooth_over_fp8_mean": float(np.mean([r["o_rmse_fp8_ksmooth"] / r["o_rmse_fp8"] for r in rs])),
             "lse_max_fp8_max": max(r["lse_max_fp8"] for r in rs),
             "all_finite_ok": all(r["finite_ok"] for r in rs),
             "vt_bitwise_equal_rows": all(r["vt_bitwise_equal_rows"] for r in rs),
