@@ -10,7 +10,7 @@ import json
 import numpy as np
 import pytest
 
-from conftest import import_bench, seeded_rng
+from conftest import import_bench, requires_cuda, seeded_rng
 
 
 @pytest.fixture(scope="module")
@@ -37,16 +37,7 @@ def test_reference_masks_rows(fa):
     np.testing.assert_allclose(lse[0, 0], q[0, 0] @ k[0, 0] / 2.0, rtol=1e-15)
 
 
-def test_synthetic_run(fa, tmp_path):
-    out = tmp_path / "fp8_accuracy.json"
-    # 300 tokens: 3 blocks (a tail of 44); top-k 0 + sink 1 + local 1 leaves
-    # the middle block out of the last row block: a really sparse layout.
-    r = fa.main(["--synthetic", "--tokens", "300", "--layers", "0,1", "--topk", "0", "--out", str(out)])
-    assert json.loads(out.read_text())["rows"] == json.loads(json.dumps(r["rows"]))
-    rows = r["rows"]
-    assert [(x["layer"], x["layout"]) for x in rows] == [(0, "causal"), (0, "topk0+sink1+local1"),
-                                                         (1, "causal"), (1, "topk0+sink1+local1")]
-    assert rows[0]["density"] == 1.0 and rows[1]["density"] < 0.9
+def check_rows(rows):
     for x in rows:
         assert x["finite_ok"] and x["vt_bitwise_equal_rows"]
         # The library's 16-bit attention agrees with the fp64 reference on
@@ -61,7 +52,28 @@ def test_synthetic_run(fa, tmp_path):
         assert max(x["o_rmse_qk_e4m3_only"], x["o_rmse_v_e4m3_only"]) < 1.2 * x["o_rmse_fp8"], x
         # K smoothing leaves O as it is: an FP8-sized error, not a wrong O.
         assert x["o_rmse_fp8_ksmooth"] < 2.0 * x["o_rmse_fp8"], x
+
+
+def test_synthetic_run(fa, tmp_path):
+    out = tmp_path / "fp8_accuracy.json"
+    # 300 tokens: 3 blocks (a tail of 44); top-k 0 + sink 1 + local 1 leaves
+    # the middle block out of the last row block: a really sparse layout.
+    r = fa.main(["--synthetic", "--tokens", "300", "--layers", "0,1", "--topk", "0", "--out", str(out)])
+    assert json.loads(out.read_text())["rows"] == json.loads(json.dumps(r["rows"]))
+    rows = r["rows"]
+    assert [(x["layer"], x["layout"]) for x in rows] == [(0, "causal"), (0, "topk0+sink1+local1"),
+                                                         (1, "causal"), (1, "topk0+sink1+local1")]
+    assert rows[0]["density"] == 1.0 and rows[1]["density"] < 0.9
+    check_rows(rows)
     assert r["summary"]["causal"]["layers"] == 2
+
+
+@requires_cuda
+def test_synthetic_run_cuda(fa):
+    # The Hopper kernels (FP8 and bf16, D 64, 128 x 128 blocks), a tail of 44.
+    r = fa.main(["--synthetic", "--backend", "cuda", "--tokens", "300", "--layers", "0,1", "--topk", "0"])
+    assert r["device"] != "cpu" and len(r["rows"]) == 4
+    check_rows(r["rows"])
 
 
 def test_saved_inputs_round_trip(fa, tmp_path):
