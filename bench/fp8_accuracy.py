@@ -437,7 +437,9 @@ def main(argv=None):
     print(table(rows))
     out = {
         "bench": "fp8_accuracy", "commit": commit(), "device": device_name(ar), "backend": args.backend,
-        "date": datetime.date.today().isoformat(), "arrays": ar.kind, "input_dtype": ar.in_dtype,
+        "date": datetime.date.today().isoformat(), "library": sparsek.build_info(),
+        "library_file": os.path.basename(os.environ.get("SPARSEK_LIBRARY", "")), "arrays": ar.kind,
+        "input_dtype": ar.in_dtype,
         "inputs": info, "block": BLOCK, "causal": True,
         "method": "O and LSE of sparsek.attention_fp8 (quantize_e4m3 of the bf16-rounded Q, K, V; per-head descales; "
         "O bf16) and of sparsek.attention (bf16) on the same layout, against fp64 attention of the fp32 activations. "
