@@ -589,6 +589,8 @@ class MiniLM:
             v = lin("attention.self.value", x).reshape(S, H, Dh)
             if capture is not None:
                 capture(l, q, k)
+            if capture_qkv is not None:
+                capture_qkv(l, q, k, v)
             ctx = np.empty_like(q)
             for h in range(H):
                 pr = softmax_probs(q[:, h], k[:, h], 1.0 / math.sqrt(Dh), False)
@@ -659,9 +661,10 @@ class SmolLM2:
         out[..., 1::2] = a * sin + b * cos
         return out
 
-    def forward(self, ids, capture=None, neox=False, layers=None):
+    def forward(self, ids, capture=None, neox=False, layers=None, capture_qkv=None):
         """Returns the final normalised hidden states [S, n_embd] (fp32);
-        capture(layer, q, k) gets the post-RoPE Q [S, Hq, D] and K [S, Hkv, D]."""
+        capture(layer, q, k) gets the post-RoPE Q [S, Hq, D] and K [S, Hkv, D],
+        capture_qkv(layer, q, k, v) also V [S, Hkv, D] (bench/fp8_accuracy.py)."""
         S = len(ids)
         H, Hkv, D = self.n_head, self.n_head_kv, self.head_dim
         g = H // Hkv
@@ -678,6 +681,8 @@ class SmolLM2:
             k = self.rope(k.astype(np.float64), pos, neox)
             if capture is not None:
                 capture(l, q, k)
+            if capture_qkv is not None:
+                capture_qkv(l, q, k, v)
             ctx = np.empty((S, H, D), np.float32)
             for hh in range(H):
                 pr = softmax_probs(q[:, hh], k[:, hh // g], 1.0 / math.sqrt(D), True)
