@@ -96,15 +96,23 @@ __global__ void __launch_bounds__(kQThreads) sk_quant_amax_kernel(const sk_quant
     }
 }
 
+/* The (b, h) scale rule, one place for both convert kernels (and the same
+ * as the CPU's, byte for byte): codes are x * (448 / amax) rounded;
+ * descale = amax / 448, 1 when amax is 0 or not finite. The caller that
+ * owns the (b, h)'s first item writes its descale. */
+__device__ __forceinline__ float sk_quant_inv_scale(const sk_quant_params &p, int64_t bh,
+                                                    bool write_descale) {
+    const float amax = __uint_as_float(__ldg(p.amax + bh));
+    const bool scaled = amax > 0.0f && isfinite(amax);
+    if (write_descale && threadIdx.x == 0) p.descale[bh] = scaled ? __fdiv_rn(amax, 448.0f) : 1.0f;
+    return scaled ? __fdiv_rn(448.0f, amax) : 1.0f;
+}
+
 __global__ void __launch_bounds__(kQThreads) sk_quant_convert_kernel(const sk_quant_params p) {
     const int64_t vecs = (int64_t)kChunkRows * (p.dim / 8);
     for (int64_t item = blockIdx.x; item < p.items; item += gridDim.x) {
         const int64_t bh = item / p.chunks;
-        const float amax = __uint_as_float(__ldg(p.amax + bh));
-        const bool scaled = amax > 0.0f && isfinite(amax);
-        const float inv = scaled ? __fdiv_rn(448.0f, amax) : 1.0f;
-        if (item % p.chunks == 0 && threadIdx.x == 0)
-            p.descale[bh] = scaled ? __fdiv_rn(amax, 448.0f) : 1.0f;
+        const float inv = sk_quant_inv_scale(p, bh, item % p.chunks == 0);
         for (int64_t vec = threadIdx.x; vec < vecs; vec += kQThreads) {
             int64_t xo, yo, unused;
             if (!sk_quant_vector(p, item, vec, &xo, &yo, &unused)) break;
@@ -137,10 +145,7 @@ __global__ void __launch_bounds__(kQThreads) sk_quant_convert_vt_kernel(const sk
     for (int64_t item = blockIdx.x; item < vt_items; item += gridDim.x) {
         const int64_t bh = item / vt_chunks, chunk = item % vt_chunks;
         const int64_t b = bh / p.heads, h = bh % p.heads;
-        const float amax = __uint_as_float(__ldg(p.amax + bh));
-        const bool scaled = amax > 0.0f && isfinite(amax);
-        const float inv = scaled ? __fdiv_rn(448.0f, amax) : 1.0f;
-        if (chunk == 0 && threadIdx.x == 0) p.descale[bh] = scaled ? __fdiv_rn(amax, 448.0f) : 1.0f;
+        const float inv = sk_quant_inv_scale(p, bh, chunk == 0);
         for (int64_t v = threadIdx.x; v < p.dim; v += kQThreads) {
             const int kh = (int)(v / 4) % 2, t = (int)v % 4;
             const int64_t d0 = (v / 8) * 8;
