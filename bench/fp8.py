@@ -321,6 +321,7 @@ def run_fp8_case(case, args, timer, R) -> dict:
     for name in ("sparsek_fp8", "sparsek_fp8_rows"):  # the ">= 1.5x the bf16 kernel"
         if sy.get(name, {}).get("status") == sy.get("sparsek_bf16", {}).get("status") == "ok":
             rec[f"{name}_over_bf16"] = sy["sparsek_bf16"]["time_ms"] / sy[name]["time_ms"]
+            print(f"    {name} / sparsek_bf16: {rec[f'{name}_over_bf16']:.3f}x (target 1.5x)", flush=True)
     del inp, ctx, f8, ref
     gc.collect()
     if cuda:
