@@ -905,7 +905,9 @@ def main(argv=None) -> int:
     out_path.parent.mkdir(parents=True, exist_ok=True)
     if args.resume and Path(args.resume).exists():
         old = json.loads(Path(args.resume).read_text())
-        done = {c["name"] for c in old.get("cases", []) if c.get("systems", {}).get("sparsek", {}).get("status")}
+        ref_names = ("sparsek", "sparsek_bf16")  # the reference system of each mode (--fp8: sparsek_bf16)
+        done = {c["name"] for c in old.get("cases", [])
+                if any(c.get("systems", {}).get(n, {}).get("status") for n in ref_names)}
         results["cases"] = [c for c in old.get("cases", []) if c["name"] in done]
         results["resumed_from"] = str(args.resume)
         cases = [c for c in cases if c.name not in done]
@@ -945,6 +947,7 @@ def main(argv=None) -> int:
         results["elapsed_s"] = time.perf_counter() - t_start
         # Written after every case, so a run cut short keeps what it measured.
         out_path.write_text(json.dumps(results, indent=1, default=str))
+    results["elapsed_s"] = time.perf_counter() - t_start  # also when --resume left nothing to run
     out_path.write_text(json.dumps(results, indent=1, default=str))
     print(f"wrote {out_path} ({len(results['cases'])} cases, {results['elapsed_s']:.0f} s)")
     return 0

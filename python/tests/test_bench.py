@@ -211,3 +211,8 @@ def test_fp8_mode_smoke_on_cpu(tmp_path):
     assert set(case["quantize"]) == {"q_ms", "v_rows_ms", "v_vt_ms"}
     for name in ("flashinfer_fp8", "flashinfer_fp8_dense", "sdpa_cudnn_fp8", "sdpa_cudnn"):
         assert sy[name] == {"status": "skipped", "reason": "needs CUDA"}
+    # --resume keeps the case (its reference system, sparsek_bf16, ran) and runs nothing again.
+    again = tmp_path / "fp8_again.json"
+    assert run.main(["--fp8", "--quick", "--device", "cpu", "--cases", "fp8_seed_topk25", "--out", str(again),
+                     "--resume", str(out)]) == 0
+    assert json.loads(again.read_text())["cases"] == [case]
