@@ -81,12 +81,8 @@ static void regenerate_inputs(const workload *w, int64_t b, int64_t h, int64_t q
 }
 
 static void free_inputs(head_inputs *in) {
-    free(in->q_all);
-    free(in->k);
-    free(in->v);
-    free(in->q8_all);
-    free(in->k8);
-    free(in->v8);
+    void *bufs[] = {in->q_all, in->k, in->v, in->q8_all, in->k8, in->v8};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; ++i) free(bufs[i]);
 }
 
 /* The fp64 attention of query row qi (q: its D values) over the keys of the
