@@ -234,7 +234,18 @@ def _quantized(inp, R, timer, rec):
 def run_fp8_case(case, args, timer, R) -> dict:
     """One case of --fp8 (see the module text). R: run.py's namespace
     (build_layout, case_record, make_inputs, rates, compare, run_peer,
-    reference_check, PEER_MAKERS, Skip)."""
+    reference_check, PEER_MAKERS, Skip). The case's tensors are freed when
+    _fp8_case returns, before the next case."""
+    rec = _fp8_case(case, args, timer, R)
+    gc.collect()
+    if args.device == "cuda":
+        import torch
+
+        torch.cuda.empty_cache()
+    return rec
+
+
+def _fp8_case(case, args, timer, R) -> dict:
     import torch
 
     import sparsek
@@ -322,10 +333,6 @@ def run_fp8_case(case, args, timer, R) -> dict:
         if sy.get(name, {}).get("status") == sy.get("sparsek_bf16", {}).get("status") == "ok":
             rec[f"{name}_over_bf16"] = sy["sparsek_bf16"]["time_ms"] / sy[name]["time_ms"]
             print(f"    {name} / sparsek_bf16: {rec[f'{name}_over_bf16']:.3f}x (target 1.5x)", flush=True)
-    del inp, ctx, f8, ref
-    gc.collect()
-    if cuda:
-        torch.cuda.empty_cache()
     return rec
 
 
