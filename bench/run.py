@@ -5,6 +5,8 @@
                          [--quick] [--peers sparsek,sdpa_cudnn,...] [--commit SHA]
     python3 bench/run.py --backward --out results.json [--cases NAME,...]
                          (the backward: bench/backward.py)
+    python3 bench/run.py --fp8 --out results.json [--cases NAME,...]
+                         (the FP8 forward against bf16 and FP8 peers: bench/fp8.py)
 
 For every case (shape, dtype, block layout) this script
   1. builds the inputs once (torch.randn, fixed seed) in [B, S, H, D], plus
@@ -50,6 +52,7 @@ import time
 import traceback
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -63,6 +66,10 @@ SCHEMA = "sparsek-bench/1"
 ALL_PEERS = ["sparsek", "sparsek_sm80", "sdpa_cudnn", "sdpa_flash", "flex", "flex_flash", "flashinfer", "fa4"]
 # --backward only: SparseK with bwd->deterministic = 0 (the fused Hopper pass).
 ALL_PEERS.append("sparsek_nondet")
+# --fp8 only (bench/fp8.py): SparseK bf16 and FP8 (V^T, rows V), flashinfer's
+# FP8 block-sparse and dense prefill, cuDNN SDPA on float8 inputs (probed).
+FP8_PEERS = ["sparsek_bf16", "sparsek_fp8", "sparsek_fp8_rows", "flashinfer_fp8", "flashinfer_fp8_dense", "sdpa_cudnn_fp8"]
+ALL_PEERS += FP8_PEERS
 GROUPS = ["seed", "causal", "long", "long64", "mixed", "gemm"]
 
 # ---------------------------------------------------------------------------
@@ -536,17 +543,11 @@ def reference_check(case: Case, inp: Inputs, out) -> dict:
     return {"rows": [q0, q1], "heads": heads, "max_abs_diff": worst, "tolerance": tol, "pass": worst <= tol}
 
 
-def run_case(case: Case, args, timer: Timer, ctx_global: dict) -> dict:
-    import torch
-
-    import sparsek
-
+def case_record(case: Case, layout) -> tuple:
+    """The case's record (shape, layout, FLOP counts), printed as its header
+    line; returns (rec, actual FLOPs of the selected blocks, dense-equivalent
+    FLOPs)."""
     rec = {"name": case.name, "group": case.group, "case": asdict(case), "systems": {}}
-    dev = torch.device(args.device)
-    dt = getattr(torch, case.dtype)
-    t0 = time.perf_counter()
-    layout = build_layout(case)
-    rec["layout_build_s"] = time.perf_counter() - t0
     selected = layout.selected_blocks(case.B, case.H)
     sparse_flops = 4.0 * case.D * layout.block_rows * layout.block_cols * selected
     dense_flops = 4.0 * case.B * case.H * case.S * case.S * case.D
@@ -567,37 +568,113 @@ def run_case(case: Case, args, timer: Timer, ctx_global: dict) -> dict:
     )
     print(f"[{case.name}] B{case.B} H{case.H} S{case.S} D{case.D} {case.dtype} {case.pattern} "
           f"causal={case.causal} density={layout.density:.4f} blocks={selected}", flush=True)
+    return rec, sparse_flops, dense_equiv
 
-    # Inputs: enough copies that one pass over them exceeds the L2.
+
+def make_inputs(case: Case, args, layout) -> Inputs:
+    """q, k, v drawn once (seeded) in the case's dtype, plus enough rotated
+    copies that one pass over them exceeds the L2."""
+    import torch
+
+    dev = torch.device(args.device)
+    dt = getattr(torch, case.dtype)
     elem = torch.finfo(dt).bits // 8
     set_bytes = 4 * case.B * case.S * case.H * case.D * elem
     n_rot = max(1, min(args.max_copies, math.ceil(args.rotate_mb * 2**20 / set_bytes)))
     gen = torch.Generator(device=dev).manual_seed(1234 + case.S + case.H)
     base = [torch.randn(case.B, case.S, h, case.D, generator=gen, device=dev, dtype=torch.float32).to(dt)
             for h in (case.H, case.Hkv, case.Hkv)]
-    inp = Inputs(
+    return Inputs(
         q=[base[0]] + [base[0].clone() for _ in range(n_rot - 1)],
         k=[base[1]] + [base[1].clone() for _ in range(n_rot - 1)],
         v=[base[2]] + [base[2].clone() for _ in range(n_rot - 1)],
         layout=layout, device=args.device, n_rot=n_rot,
     )
+
+
+def rates(case: Case, meas: dict, flops: float, dense_equiv: float) -> dict:
+    """A timed system's figures: the measurement, status ok, TFLOPS actual
+    and dense-equivalent, us per head."""
+    t = meas["time_ms"] * 1e-3
+    out = dict(meas)
+    out.update({"status": "ok", "flops": flops, "tflops_actual": flops / t / 1e12,
+                "tflops_dense_equiv": dense_equiv / t / 1e12, "us_per_head": meas["time_ms"] * 1e3 / (case.B * case.H)})
+    return out
+
+
+def compare(o, ref) -> dict:
+    """o against the reference output: max |diff| and RMSE (None when the
+    shapes differ), and whether o holds a NaN."""
+    import torch
+
+    res = {"nan_in_output": bool(torch.isnan(o).any().item())}
+    if tuple(o.shape) != tuple(ref.shape):
+        res.update(max_abs_diff_vs_sparsek=None, compare_note=f"output shape {tuple(o.shape)} differs from {tuple(ref.shape)}")
+        return res
+    d = o.float() - ref.float()
+    res.update(max_abs_diff_vs_sparsek=d.abs().max().item(), rmse_vs_sparsek=d.square().mean().sqrt().item())
+    return res
+
+
+def run_peer(name, maker, case: Case, inp: Inputs, ctx: dict, args, timer: Timer, ref_out, rec: dict, finish) -> None:
+    """One peer: made (maker(case, inp, ctx) -> spec), run once and compared
+    with ref_out before timing, then timed; a Skip or a failure is recorded
+    in rec["systems"][name] with its reason."""
+    import torch
+
+    try:
+        t0 = time.perf_counter()
+        spec = maker(case, inp, ctx)
+        first = spec["fn"](0)
+        if args.device == "cuda":
+            torch.cuda.synchronize()
+        setup_s = time.perf_counter() - t0
+        o = spec["output"](first)
+        extra = dict(spec.get("extra", {}))
+        extra["setup_s"] = setup_s
+        extra["computes"] = spec["computes"]
+        if ref_out is not None:
+            extra.update(compare(o, ref_out))
+            extra["comparable"] = spec["comparable"]
+        else:
+            extra["nan_in_output"] = bool(torch.isnan(o).any().item())
+        del first, o
+        meas = timer.measure(spec["fn"], inp.n_rot)
+        finish(name, meas, spec["flops"], extra)
+        del spec
+    except Skip as s:
+        rec["systems"][name] = {"status": "skipped", "reason": str(s)}
+        print(f"    {name:<11} skipped: {s}", flush=True)
+    except Exception as e:
+        msg = f"{type(e).__name__}: {e}"
+        rec["systems"][name] = {"status": "error", "error": msg[:2000], "traceback": traceback.format_exc(limit=6)[-4000:]}
+        print(f"    {name:<11} ERROR {msg[:300]}", flush=True)
+    finally:
+        ctx.pop("_keep", None)
+        gc.collect()
+        if args.device == "cuda":
+            torch.cuda.empty_cache()
+
+
+def run_case(case: Case, args, timer: Timer, ctx_global: dict) -> dict:
+    import torch
+
+    import sparsek
+
+    t0 = time.perf_counter()
+    layout = build_layout(case)
+    layout_build_s = time.perf_counter() - t0
+    rec, sparse_flops, dense_equiv = case_record(case, layout)
+    rec["layout_build_s"] = layout_build_s
+    inp = make_inputs(case, args, layout)
+    n_rot = inp.n_rot
     rec["rotation_copies"] = n_rot
-    rec["rotation_bytes"] = n_rot * set_bytes
+    rec["rotation_bytes"] = n_rot * 4 * case.B * case.S * case.H * case.D * inp.q[0].element_size()
     ctx = dict(ctx_global)
     ctx["sparse_flops"] = sparse_flops
 
     def finish(name, meas, flops, extra):
-        t = meas["time_ms"] * 1e-3
-        out = dict(meas)
-        out.update(
-            {
-                "status": "ok",
-                "flops": flops,
-                "tflops_actual": flops / t / 1e12,
-                "tflops_dense_equiv": dense_equiv / t / 1e12,
-                "us_per_head": meas["time_ms"] * 1e3 / (case.B * case.H),
-            }
-        )
+        out = rates(case, meas, flops, dense_equiv)
         out.update(extra)
         rec["systems"][name] = out
         print(f"    {name:<11} {meas['time_ms']:9.3f} ms  {out['tflops_actual']:7.1f} TFLOPS actual  "
@@ -650,48 +727,13 @@ def run_case(case: Case, args, timer: Timer, ctx_global: dict) -> dict:
 
     # --- peers -------------------------------------------------------------
     for name in args.peers:
-        if name in ("sparsek", "sparsek_sm80", "sparsek_nondet"):
-            continue
-        try:
-            t0 = time.perf_counter()
-            spec = PEER_MAKERS[name](case, inp, ctx)
-            first = spec["fn"](0)
-            if args.device == "cuda":
-                torch.cuda.synchronize()
-            setup_s = time.perf_counter() - t0
-            o = spec["output"](first)
-            extra = dict(spec.get("extra", {}))
-            extra["setup_s"] = setup_s
-            extra["computes"] = spec["computes"]
-            extra["nan_in_output"] = bool(torch.isnan(o).any().item())
-            if ref_out is not None and tuple(o.shape) == tuple(ref_out.shape):
-                diff = (o.float() - ref_out.float()).abs().max().item()
-                extra["max_abs_diff_vs_sparsek"] = diff
-                extra["comparable"] = spec["comparable"]
-            elif ref_out is not None:
-                extra["max_abs_diff_vs_sparsek"] = None
-                extra["compare_note"] = f"output shape {tuple(o.shape)} differs from {tuple(ref_out.shape)}"
-            del first, o
-            meas = timer.measure(spec["fn"], n_rot)
-            finish(name, meas, spec["flops"], extra)
-            del spec
-        except Skip as s:
-            rec["systems"][name] = {"status": "skipped", "reason": str(s)}
-            print(f"    {name:<11} skipped: {s}", flush=True)
-        except Exception as e:
-            msg = f"{type(e).__name__}: {e}"
-            rec["systems"][name] = {"status": "error", "error": msg[:2000], "traceback": traceback.format_exc(limit=6)[-4000:]}
-            print(f"    {name:<11} ERROR {msg[:300]}", flush=True)
-        finally:
-            ctx.pop("_keep", None)
-            gc.collect()
-            if args.device == "cuda":
-                torch.cuda.empty_cache()
+        if name in PEER_MAKERS:  # the SparseK variants ran above; --fp8's systems run in fp8.py
+            run_peer(name, PEER_MAKERS[name], case, inp, ctx, args, timer, ref_out, rec, finish)
     # Keep compiled functions for later cases.
     for key in ("flex_fn", "flex_flash_fn"):
         if key in ctx:
             ctx_global[key] = ctx[key]
-    del inp, base, ref_out
+    del inp, ref_out
     gc.collect()
     if args.device == "cuda":
         torch.cuda.empty_cache()
@@ -796,6 +838,9 @@ def parse_args(argv=None):
     p.add_argument("--backward", action="store_true",
                    help="time the attention backward instead (bench/backward.py: issue 29's cases; "
                    "SparseK, Flex and cuDNN SDPA backward)")
+    p.add_argument("--fp8", action="store_true",
+                   help="the FP8 (e4m3) forward instead (bench/fp8.py: issue 32's cases; SparseK bf16 and FP8, "
+                   "flashinfer FP8, cuDNN SDPA)")
     p.add_argument("--resume", default=None,
                    help="an earlier results JSON: its cases are kept and not run again")
     args = p.parse_args(argv)
@@ -805,6 +850,8 @@ def parse_args(argv=None):
             p.error(f"unknown peer {x!r}")
     if "sparsek" not in args.peers:
         args.peers.insert(0, "sparsek")
+    if args.backward and args.fp8:
+        p.error("--backward and --fp8 are separate runs")
     if args.iters < 20:
         p.error("--iters must be >= 20")
     return args
@@ -819,6 +866,12 @@ def select_cases(args):
         all_cases = backward_cases(Case, args.quick, tiny=tiny)
         names = [w for w in wanted if w not in GROUPS and w != "backward"]
         groups = [] if names else ["backward"]
+    elif args.fp8:  # issue 32's cases
+        from fp8 import fp8_cases
+
+        all_cases = fp8_cases(Case, args.quick, tiny=tiny)
+        names = [w for w in wanted if w not in GROUPS and w != "fp8"]
+        groups = [] if names else ["fp8"]
     else:
         all_cases = make_cases(GROUPS, args.quick, args.max_dense_seq, tiny=tiny)
         names = [w for w in wanted if w not in GROUPS]
@@ -852,7 +905,9 @@ def main(argv=None) -> int:
     out_path.parent.mkdir(parents=True, exist_ok=True)
     if args.resume and Path(args.resume).exists():
         old = json.loads(Path(args.resume).read_text())
-        done = {c["name"] for c in old.get("cases", []) if c.get("systems", {}).get("sparsek", {}).get("status")}
+        ref_names = ("sparsek", "sparsek_bf16")  # the reference system of each mode (--fp8: sparsek_bf16)
+        done = {c["name"] for c in old.get("cases", [])
+                if any(c.get("systems", {}).get(n, {}).get("status") for n in ref_names)}
         results["cases"] = [c for c in old.get("cases", []) if c["name"] in done]
         results["resumed_from"] = str(args.resume)
         cases = [c for c in cases if c.name not in done]
@@ -878,6 +933,10 @@ def main(argv=None) -> int:
                 from backward import run_backward_case
 
                 rec = run_backward_case(case, args, timer, ctx_global, build_layout)
+            elif args.fp8:
+                from fp8 import run_fp8_case
+
+                rec = run_fp8_case(case, args, timer, SimpleNamespace(**globals()))
             else:
                 rec = run_case(case, args, timer, ctx_global)
         except Exception as e:  # a case that could not even be set up
@@ -888,6 +947,7 @@ def main(argv=None) -> int:
         results["elapsed_s"] = time.perf_counter() - t_start
         # Written after every case, so a run cut short keeps what it measured.
         out_path.write_text(json.dumps(results, indent=1, default=str))
+    results["elapsed_s"] = time.perf_counter() - t_start  # also when --resume left nothing to run
     out_path.write_text(json.dumps(results, indent=1, default=str))
     print(f"wrote {out_path} ({len(results['cases'])} cases, {results['elapsed_s']:.0f} s)")
     return 0

@@ -190,3 +190,8 @@ __all__ += ["attention_varlen_backward"]
 from .context_parallel import cp_balance  # noqa: E402
 
 __all__ += ["cp_balance"]
+
+# The planned FP8 forward (fp8.py): plan once, run() alone (the bench times it).
+from .fp8 import AttentionFp8Plan, plan_attention_fp8  # noqa: E402
+
+__all__ += ["AttentionFp8Plan", "plan_attention_fp8"]

@@ -111,88 +111,126 @@ def attention_fp8(q, k, v, layout, *, q_descale=None, k_descale=None, v_descale=
     [B, Sk, Hkv, D] (see the module text; v_layout="vt": v is V^T [B, Hkv,
     D, Sk_pad] from quantize_e4m3(..., layout="vt"), contiguous). Returns O
     [B, Sq, Hq, D] in out_dtype, or (O, lse) with lse float32 [B, Hq, Sq]
-    when return_lse."""
-    _check_layout(layout)
-    aq, ak, av = _fp8(q, "q"), _fp8(k, "k"), _fp8(v, "v")
-    if len({aq.kind, ak.kind, av.kind}) > 1:
-        raise TypeError("q, k, v must all be numpy arrays or all torch tensors")
-    if len({aq.device, ak.device, av.device}) > 1:
-        raise ValueError(f"q, k, v are on different devices: {aq.device}, {ak.device}, {av.device}")
-    for a, name in ((aq, "q"), (ak, "k"), (av, "v")):
-        if len(a.shape) != 4:
-            raise ValueError(f"{name} must have 4 dimensions; got shape {a.shape}")
-    vt = _v_layout(v_layout)
-    B, Sq, Hq, D = aq.shape
-    _, Sk, Hkv, _ = ak.shape
-    if vt:
-        want = vt_shape(B, Sk, Hkv, D)
-        if av.shape != want:
-            raise ValueError(f"v {av.shape} must be V^T {want} [B, Hkv, D, Sk_pad] (v_layout='vt')")
-        check_packed(av, "v", "[B, Hkv, D, Sk_pad] (v_layout='vt')")
-    elif ak.shape != av.shape:
-        raise ValueError(f"k {ak.shape} and v {av.shape} must have the same shape [B, Sk, Hkv, D]")
-    if ak.shape[0] != B or ak.shape[3] != D:
-        raise ValueError(f"q {aq.shape} and k {ak.shape} differ in batch or head_dim")
-    be = _parse_backend(backend, aq.device)
-    if aq.kind == "numpy" and be != Backend.CPU:
-        raise ValueError("numpy arrays run on the CPU backend only")
-    if scale is not None:
-        scale = float32(scale, "scale", nonzero=True)
-        if not math.isfinite(scale):
-            raise ValueError(f"scale = {scale} must be finite")
-    odt, o_np = _out_dtype(out_dtype, aq.kind)
-    qd, qd_ptr = _descale(q_descale, "q_descale", (B, Hq), aq)
-    kd, kd_ptr = _descale(k_descale, "k_descale", (B, Hkv), aq)
-    vd, vd_ptr = _descale(v_descale, "v_descale", (B, Hkv), aq)
+    when return_lse. Plans and runs (plan_attention_fp8 plans once)."""
+    plan = AttentionFp8Plan(q, k, v, layout, q_descale=q_descale, k_descale=k_descale, v_descale=v_descale,
+                            causal=causal, scale=scale, out_dtype=out_dtype, backend=backend, v_layout=v_layout)
+    return plan.run(q, k, v, return_lse=return_lse)
 
-    if aq.kind == "numpy":
-        out = np.empty((B, Sq, Hq, D), dtype=o_np)
-        o_ptr, o_strides = out.ctypes.data, tuple(s // out.itemsize for s in out.strides)
-        lse = np.empty((B, Hq, Sq), dtype=np.float32) if return_lse else None
-        lse_ptr = lse.ctypes.data if return_lse else None
-    else:
+
+class AttentionFp8Plan:
+    """A planned FP8 attention (sk_attention_plan once; run() only calls
+    sk_attention_run): for timing and repeated calls on tensors of the same
+    shapes and strides. The descales are fixed at plan time (the plan keeps
+    them); run() takes q, k, v with the planned shapes, strides, dtype and
+    device. On CUDA the plan is enqueued on torch's current stream."""
+
+    def __init__(self, q, k, v, layout, *, q_descale=None, k_descale=None, v_descale=None, causal=False,
+                 scale=None, out_dtype=None, backend=None, v_layout="rows"):
+        _check_layout(layout)
+        aq, ak, av = _fp8(q, "q"), _fp8(k, "k"), _fp8(v, "v")
+        if len({aq.kind, ak.kind, av.kind}) > 1:
+            raise TypeError("q, k, v must all be numpy arrays or all torch tensors")
+        if len({aq.device, ak.device, av.device}) > 1:
+            raise ValueError(f"q, k, v are on different devices: {aq.device}, {ak.device}, {av.device}")
+        for a, name in ((aq, "q"), (ak, "k"), (av, "v")):
+            if len(a.shape) != 4:
+                raise ValueError(f"{name} must have 4 dimensions; got shape {a.shape}")
+        vt = _v_layout(v_layout)
+        B, Sq, Hq, D = aq.shape
+        _, Sk, Hkv, _ = ak.shape
+        if vt:
+            want = vt_shape(B, Sk, Hkv, D)
+            if av.shape != want:
+                raise ValueError(f"v {av.shape} must be V^T {want} [B, Hkv, D, Sk_pad] (v_layout='vt')")
+            check_packed(av, "v", "[B, Hkv, D, Sk_pad] (v_layout='vt')")
+        elif ak.shape != av.shape:
+            raise ValueError(f"k {ak.shape} and v {av.shape} must have the same shape [B, Sk, Hkv, D]")
+        if ak.shape[0] != B or ak.shape[3] != D:
+            raise ValueError(f"q {aq.shape} and k {ak.shape} differ in batch or head_dim")
+        be = _parse_backend(backend, aq.device)
+        if aq.kind == "numpy" and be != Backend.CPU:
+            raise ValueError("numpy arrays run on the CPU backend only")
+        if scale is not None:
+            scale = float32(scale, "scale", nonzero=True)
+            if not math.isfinite(scale):
+                raise ValueError(f"scale = {scale} must be finite")
+        odt, self._o_np = _out_dtype(out_dtype, aq.kind)
+        # Kept alive with the plan: the descriptor holds their pointers.
+        self._descales = [_descale(x, name, shape, aq) for x, name, shape in
+                          ((q_descale, "q_descale", (B, Hq)), (k_descale, "k_descale", (B, Hkv)),
+                           (v_descale, "v_descale", (B, Hkv)))]
+
+        desc = SkAttentionDesc()
+        check(F.sk_attention_desc_init(byref(desc), sizeof(desc)))
+        desc.backend = int(be)
+        desc.dtype = int(DType.E4M3)
+        desc.out_dtype = int(odt)
+        desc.batch, desc.seq_q, desc.seq_k = B, Sq, Sk
+        desc.heads_q, desc.heads_kv, desc.head_dim = Hq, Hkv, D
+        desc.scale = 0.0 if scale is None else scale
+        desc.mask = int(Mask.CAUSAL if causal else Mask.NONE)
+        for field, a, name in (("q_strides", aq, "q"), ("k_strides", ak, "k"), ("v_strides", av, "v")):
+            if not (vt and name == "v"):  # V^T: packed, strides 0
+                setattr(desc, field, outer_strides(a, name))
+        desc.v_layout = 1 if vt else 0
+        desc.o_strides = (Sq * Hq * D, Hq * D, D)  # run() allocates O packed
+        desc.q_descale, desc.k_descale, desc.v_descale = (d[1] for d in self._descales)
+        self.desc, self.backend, self.workspace_size = desc, be, 0
+        self._spec = tuple((a.kind, a.device, a.shape, a.strides) for a in (aq, ak, av))
+        self._shape = (B, Sq, Hq)
+        if be == Backend.CPU:
+            self.bsr, self.workspace, self._device = layout.view(), None, None
+            check(F.sk_attention_plan(byref(desc), byref(self.bsr), None, 0, None))
+            return
         import torch
 
-        out = torch.empty((B, Sq, Hq, D), dtype=o_np, device=q.device)
-        o_ptr, o_strides = out.data_ptr(), tuple(out.stride())
-        lse = torch.empty((B, Hq, Sq), dtype=torch.float32, device=q.device) if return_lse else None
-        lse_ptr = lse.data_ptr() if return_lse else None
-
-    desc = SkAttentionDesc()
-    check(F.sk_attention_desc_init(byref(desc), sizeof(desc)))
-    desc.backend = int(be)
-    desc.dtype = int(DType.E4M3)
-    desc.out_dtype = int(odt)
-    desc.batch, desc.seq_q, desc.seq_k = B, Sq, Sk
-    desc.heads_q, desc.heads_kv, desc.head_dim = Hq, Hkv, D
-    desc.scale = 0.0 if scale is None else scale
-    desc.mask = int(Mask.CAUSAL if causal else Mask.NONE)
-    for field, a, name in (("q_strides", aq, "q"), ("k_strides", ak, "k"), ("v_strides", av, "v")):
-        if not (vt and name == "v"):  # V^T: packed, strides 0
-            setattr(desc, field, outer_strides(a, name))
-    desc.v_layout = 1 if vt else 0
-    desc.o_strides = o_strides[:3]
-    desc.q_descale, desc.k_descale, desc.v_descale = qd_ptr, kd_ptr, vd_ptr
-
-    if be == Backend.CPU:
-        bsr = layout.view()
-        check(F.sk_attention_forward(byref(desc), byref(bsr), aq.ptr, ak.ptr, av.ptr, o_ptr, lse_ptr, None, 0, None))
-    else:
-        import torch
-
+        self._device = q.device
         with torch.cuda.device(q.device):
-            bsr = layout.device_view(q.device)
+            self.bsr = layout.device_view(q.device)
             size = c_size_t()
-            check(F.sk_attention_workspace_size(byref(desc), byref(bsr), byref(size)))
-            ws = torch.empty(max(size.value, 1), dtype=torch.uint8, device=q.device)
+            check(F.sk_attention_workspace_size(byref(desc), byref(self.bsr), byref(size)))
+            self.workspace_size = size.value
+            self.workspace = torch.empty(max(size.value, 1), dtype=torch.uint8, device=q.device)
             stream = torch.cuda.current_stream(q.device).cuda_stream
-            check(
-                F.sk_attention_forward(
-                    byref(desc), byref(bsr), aq.ptr, ak.ptr, av.ptr, o_ptr, lse_ptr, ws.data_ptr(), size.value, stream
-                )
-            )
-    del qd, kd, vd  # kept alive until the call was enqueued (torch's allocator orders reuse)
-    return (out, lse) if return_lse else out
+            check(F.sk_attention_plan(byref(desc), byref(self.bsr), self.workspace.data_ptr(), size.value, stream))
+
+    def run(self, q, k, v, *, return_lse=False):
+        """Enqueue sk_attention_run on q, k, v (the planned shapes and
+        strides). Returns O, or (O, lse) when return_lse."""
+        arrs = (_fp8(q, "q"), _fp8(k, "k"), _fp8(v, "v"))
+        got = tuple((a.kind, a.device, a.shape, a.strides) for a in arrs)
+        if got != self._spec:
+            raise ValueError(f"run() got q, k, v as {got}; the plan was made for {self._spec}")
+        aq, ak, av = arrs
+        B, Sq, Hq = self._shape
+        D = aq.shape[3]
+        if aq.kind == "numpy":
+            out = np.empty((B, Sq, Hq, D), dtype=self._o_np)
+            lse = np.empty((B, Hq, Sq), dtype=np.float32) if return_lse else None
+            o_ptr, lse_ptr = out.ctypes.data, (lse.ctypes.data if return_lse else None)
+        else:
+            import torch
+
+            out = torch.empty((B, Sq, Hq, D), dtype=self._o_np, device=q.device)
+            lse = torch.empty((B, Hq, Sq), dtype=torch.float32, device=q.device) if return_lse else None
+            o_ptr, lse_ptr = out.data_ptr(), (lse.data_ptr() if return_lse else None)
+        if self.backend == Backend.CPU:
+            check(F.sk_attention_run(byref(self.desc), byref(self.bsr), aq.ptr, ak.ptr, av.ptr, o_ptr, lse_ptr,
+                                     None, 0, None))
+        else:
+            import torch
+
+            with torch.cuda.device(self._device):
+                stream = torch.cuda.current_stream(self._device).cuda_stream
+                check(F.sk_attention_run(byref(self.desc), byref(self.bsr), aq.ptr, ak.ptr, av.ptr, o_ptr, lse_ptr,
+                                         self.workspace.data_ptr(), self.workspace_size, stream))
+        return (out, lse) if return_lse else out
+
+
+def plan_attention_fp8(q, k, v, layout, **kwargs) -> AttentionFp8Plan:
+    """Plan an FP8 attention once (attention_fp8's arguments, less
+    return_lse); call .run(q, k, v) as often as needed."""
+    return AttentionFp8Plan(q, k, v, layout, **kwargs)
 
 
 def quantize_e4m3(x, *, backend=None, layout="rows"):
@@ -242,4 +280,4 @@ def quantize_e4m3(x, *, backend=None, layout="rows"):
     return y.view(torch.float8_e4m3fn), ds
 
 
-__all__ = ["attention_fp8", "quantize_e4m3", "vt_shape"]
+__all__ = ["AttentionFp8Plan", "attention_fp8", "plan_attention_fp8", "quantize_e4m3", "vt_shape"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import json
 
+import numpy as np
 import pytest
 
 from conftest import import_bench
@@ -147,3 +148,71 @@ def test_backward_mode_selects_its_cases():
     assert len(run.select_cases(args)) == 5
     with pytest.raises(SystemExit):
         run.select_cases(run.parse_args(["--out", "x.json", "--backward", "--cases", "nope"]))
+
+
+def test_fp8_cases_follow_issue_32():
+    """run.py --fp8: the issue's speed rows (bf16 inputs, D 128)."""
+    run = import_bench("run")
+    fp8 = import_bench("fp8")
+    cases = {c.name: c for c in fp8.fp8_cases(run.Case, quick=False, tiny=False)}
+    assert sorted(cases) == sorted(["fp8_seed_topk25", "fp8_long_s16k", "fp8_long_s64k", "fp8_long_s128k"])
+    seed = cases["fp8_seed_topk25"]
+    assert (seed.B, seed.H, seed.S, seed.D, seed.k, seed.causal, seed.pattern) == (16, 96, 4096, 128, 8, False, "random")
+    assert run.build_layout(seed).density == 0.25  # 8 of 32 key blocks per row
+    for s in (16384, 65536, 131072):
+        c = cases[f"fp8_long_s{s // 1024}k"]
+        assert (c.B, c.H, c.S, c.D, c.window, c.causal, c.pattern) == (1, 32, s, 128, 2048, True, "window")
+    assert all(c.dtype == "bfloat16" for c in cases.values())
+    args = run.parse_args(["--out", "x.json", "--fp8", "--cases", "fp8_long_s64k"])
+    assert [c.name for c in run.select_cases(args)] == ["fp8_long_s64k"]
+    assert len(run.select_cases(run.parse_args(["--out", "x.json", "--fp8"]))) == 4
+    with pytest.raises(SystemExit):
+        run.parse_args(["--out", "x.json", "--fp8", "--backward"])
+
+
+def test_fp8_fold_is_block_diagonal():
+    """flashinfer_fp8's fold of a per-(b, h) layout: sequence b * H + h
+    holds exactly (b, h)'s blocks, key blocks offset by its slice."""
+    import sparsek
+
+    run = import_bench("run")
+    fp8 = import_bench("fp8")
+    B, H, S = 2, 3, 640
+    lay = run.build_layout(run.Case("r", "x", B, H, H, S, 64, "bfloat16", "random", False, k=2, seed=5))
+    ro, ci = fp8.fold_bsr(lay, B, H)
+    rb, cb = lay.row_blocks, lay.col_blocks
+    folded = sparsek.Layout.from_bsr(ro, ci, B * H * S, block=128).to_mask()[0]
+    want = np.zeros((B * H * rb, B * H * cb), dtype=bool)
+    m = lay.to_mask().astype(bool).reshape(B * H, rb, cb)
+    for f in range(B * H):
+        want[f * rb:(f + 1) * rb, f * cb:(f + 1) * cb] = m[f]
+    assert (folded.astype(bool) == want).all() and want.sum() == B * H * rb * 2
+
+
+def test_fp8_mode_smoke_on_cpu(tmp_path):
+    """run.py --fp8 --quick --device cpu: SparseK bf16, the quantizer and
+    both FP8 variants run and agree with bf16 to FP8's accuracy; the CUDA
+    peers are recorded as skipped with a reason."""
+    pytest.importorskip("torch")
+    run = import_bench("run")
+    out = tmp_path / "fp8.json"
+    assert run.main(["--fp8", "--quick", "--device", "cpu", "--cases", "fp8_seed_topk25", "--iters", "20",
+                     "--warmup", "1", "--out", str(out)]) == 0
+    case = json.loads(out.read_text())["cases"][0]
+    sy = case["systems"]
+    assert sy["sparsek_bf16"]["status"] == "ok" and sy["sparsek_bf16"]["reference_check"]["pass"]
+    for name in ("sparsek_fp8", "sparsek_fp8_rows"):
+        s = sy[name]
+        assert s["status"] == "ok" and not s["nan_in_output"], s
+        # e4m3 keeps 3 mantissa bits: N(0, 1) inputs give an O error of a few
+        # per cent of |O| (~0.1 here), never 0 (that would mean bf16 ran).
+        assert 0 < s["rmse_vs_sparsek"] < 0.03 and s["max_abs_diff_vs_sparsek"] < 0.5, s
+    assert sy["sparsek_fp8"]["max_abs_diff_vs_sparsek"] == sy["sparsek_fp8_rows"]["max_abs_diff_vs_sparsek"]
+    assert set(case["quantize"]) == {"q_ms", "v_rows_ms", "v_vt_ms"}
+    for name in ("flashinfer_fp8", "flashinfer_fp8_dense", "sdpa_cudnn_fp8", "sdpa_cudnn"):
+        assert sy[name] == {"status": "skipped", "reason": "needs CUDA"}
+    # --resume keeps the case (its reference system, sparsek_bf16, ran) and runs nothing again.
+    again = tmp_path / "fp8_again.json"
+    assert run.main(["--fp8", "--quick", "--device", "cpu", "--cases", "fp8_seed_topk25", "--out", str(again),
+                     "--resume", str(out)]) == 0
+    assert json.loads(again.read_text())["cases"] == [case]

@@ -239,3 +239,50 @@ def test_attention_fp8_vt_bad_arguments():
     with pytest.raises(ValueError, match="layout"):
         sparsek.quantize_e4m3(np.zeros((1, 4, 1, 8), np.float16), layout="t")
     sparsek.attention_fp8(q, q, vt, layout, v_layout="vt")  # the right shape runs
+
+
+def test_plan_attention_fp8_runs_like_attention_fp8():
+    """plan_attention_fp8: planned once, each run() equals attention_fp8
+    bit for bit (new inputs of the planned shapes included); inputs of
+    other shapes or strides are refused."""
+    rng = seeded_rng(3209)
+    B, S, H, D = 1, 200, 2, 64
+    x = [(rng.standard_normal((B, S, H, D))).astype(np.float16) for _ in range(4)]
+    (q, qd), (k, kd), (v, vd), (q2, _) = (sparsek.quantize_e4m3(a) for a in x)
+    layout = sparsek.Layout.window(S, left=100, block=64)
+    kw = dict(q_descale=qd, k_descale=kd, v_descale=vd, causal=True)
+    plan = sparsek.plan_attention_fp8(q, k, v, layout, **kw)
+    for qq in (q, q2, q):
+        o, lse = plan.run(qq, k, v, return_lse=True)
+        o1, lse1 = sparsek.attention_fp8(qq, k, v, layout, return_lse=True, **kw)
+        np.testing.assert_array_equal(o.view(np.uint16), o1.view(np.uint16))
+        np.testing.assert_array_equal(lse, lse1)
+    assert np.isfinite(o.astype(np.float32)).all()
+    with pytest.raises(ValueError, match="the plan was made for"):
+        plan.run(q[:, :100], k, v)
+    with pytest.raises(ValueError, match="the plan was made for"):
+        plan.run(np.ascontiguousarray(q.transpose(0, 2, 1, 3)).transpose(0, 2, 1, 3), k, v)
+
+
+@requires_cuda
+def test_plan_attention_fp8_cuda_runs_like_attention_fp8():
+    """The planned FP8 call on the GPU (what bench/run.py --fp8 times): each
+    run() bit for bit attention_fp8's O and LSE, rows V and V^T."""
+    import torch
+
+    rng = seeded_rng(3210)
+    B, S, H, D = 2, 640, 4, 128
+    xs = [torch.from_numpy(rng.standard_normal((B, S, H, D)).astype(np.float32)).to(torch.bfloat16).cuda()
+          for _ in range(3)]
+    (q, qd), (k, kd), (v, vd) = (sparsek.quantize_e4m3(x) for x in xs)
+    vt, vtd = sparsek.quantize_e4m3(xs[2], layout="vt")
+    layout = sparsek.Layout.random(S, k=2, seed=7, block=128, batch=B, heads=H)
+    for vv, dd, vl in ((v, vd, "rows"), (vt, vtd, "vt")):
+        kw = dict(q_descale=qd, k_descale=kd, v_descale=dd, v_layout=vl)
+        plan = sparsek.plan_attention_fp8(q, k, vv, layout, **kw)
+        runs = [plan.run(q, k, vv, return_lse=True) for _ in range(2)]
+        o1, lse1 = sparsek.attention_fp8(q, k, vv, layout, return_lse=True, **kw)
+        torch.cuda.synchronize()
+        for o, lse in runs:
+            assert torch.equal(o.view(torch.int16), o1.view(torch.int16)) and torch.equal(lse, lse1), vl
+        assert torch.isfinite(o1.float()).all()

@@ -120,6 +120,37 @@ static void test_dtype(const char *dtype) {
     fixture_free(&f);
 }
 
+/* --dtype e4m3 (rows V and V^T): the FP8 rule of check_fp8.c passes the
+ * run (after test_dtype's corruptions) and fails runs that are wrong in
+ * FP8's own ways: a dropped descale, and the bf16 values instead of their
+ * e4m3 codes (the quantization the run skipped is far outside what P's
+ * rounding costs). */
+static void test_fp8(const char *v_layout) {
+    char *args[] = {"--backend", "cpu",       "--batch",  "1",     "--heads",      "4",
+                    "--heads-kv", "2",        "--seq-q",  "300",   "--seq-k",      "333",
+                    "--dim",     "64",        "--causal", "--check-rows", "4", "--dtype",
+                    "e4m3",      "--v-layout", (char *)v_layout};
+    const char *name = v_layout[0] == 'v' ? "e4m3 V^T" : "e4m3 rows";
+    fixture f;
+    fixture_run(&f, args, (int)(sizeof args / sizeof args[0]));
+    workload *w = &f.w;
+    const check_result c = check(&f);
+    expect(c.passed && c.fp8_rule && c.heads == 4 && c.max_err > 0, name,
+           "the run's output passes the FP8 rule (bf16 O: error > 0)");
+    float *saved = f.t.v_descale;
+    f.t.v_descale = NULL; /* V's descale dropped: O off by its scale */
+    (void)run_timed(w, &f.t, NULL, NULL);
+    expect(!check(&f).passed, name, "a run without V's descale fails");
+    f.t.v_descale = saved;
+    w->fp8 = 0; /* the run reads the bf16 values: no quantization error */
+    (void)run_timed(w, &f.t, NULL, NULL);
+    w->fp8 = 1;
+    expect(!check(&f).passed, name, "a run on the bf16 values, not the e4m3 codes, fails");
+    (void)run_timed(w, &f.t, NULL, NULL);
+    expect(check(&f).passed, name, "the right run passes again");
+    fixture_free(&f);
+}
+
 /* The estimate behind the progress lines, on two threads: the README's 64K
  * CPU example (about 80 s on two cores) is long, the default CPU run short. */
 static void test_expected_seconds(void) {
@@ -148,6 +179,9 @@ int main(void) {
     test_dtype("f16");
     test_dtype("bf16");
     test_dtype("f32");
+    test_dtype("e4m3");
+    test_fp8("rows");
+    test_fp8("vt");
     test_expected_seconds();
     printf("%d passed, %d failed\n", passed, failed);
     return failed == 0 ? 0 : 1;

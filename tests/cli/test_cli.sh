@@ -219,6 +219,39 @@ expect_ok "GQA, batch 2, tails, Sq != Sk, 64 x 128 blocks" \
     --block-q 64 --block-k 128 --pattern causal --check-rows 8
 expect_ok "several iterations and warm-up" run $TINY --iters 3 --warmup 1
 
+# --- FP8 (--dtype e4m3): bf16 values quantized by sk_quantize_e4m3 ------------
+json_check "dtype e4m3: the codes, V rows, O bf16, checked by the FP8 rule" \
+    "d['dtype'] == 'e4m3' and d['v_layout'] == 'rows' and d['out_dtype'] == 'bf16' and d['tolerance'] == 'fp8 yardstick rule' and d['check_passed'] is True and 0 < d['max_abs_err'] < 0.05" \
+    run $TINY --dtype e4m3
+FP8_GQA="run --backend cpu --batch 2 --heads 4 --heads-kv 2 --seq-q 200 --seq-k 333 --dim 64 --block-q 64 --block-k 128 --pattern causal --dtype e4m3 --check-rows 8"
+json_check "dtype e4m3, GQA, batch 2, tails, Sq != Sk, 64 x 128 blocks, causal" \
+    "d['check_passed'] is True and d['checked_heads'] == 8" $FP8_GQA
+cp "$out" "$tmp/fp8_rows.json"
+json_check "dtype e4m3 --v-layout vt: V^T from the quantizer, the same errors as rows V" \
+    "d['v_layout'] == 'vt' and d['check_passed'] is True and (d['max_abs_err'], d['max_abs_err_lse']) == (lambda r: (r['max_abs_err'], r['max_abs_err_lse']))(json.load(open('$tmp/fp8_rows.json')))" \
+    $FP8_GQA --v-layout vt
+run_cmd run $TINY --dtype e4m3 --v-layout vt
+if [ "$rc" -eq 0 ] && grep -q "^dtype  *e4m3 .*V as V^T; O bf16" "$out" && grep -q "rule: FP8" "$out" &&
+    grep -q "^result  *PASS" "$out"; then
+    ok "dtype e4m3, text: the dtype line and the FP8 rule"
+else
+    bad "dtype e4m3, text: the dtype line and the FP8 rule" "status $rc"
+fi
+if [ "$no_gpu" -eq 0 ]; then # the library's refusals pass through (exit 1)
+    run_cmd run --backend sm80 --batch 1 --heads 2 --seq 256 --dim 64 --dtype e4m3
+    if [ "$rc" -eq 1 ] && grep -q "^sparsek: sk_attention_.*SK_STATUS_NOT_SUPPORTED" "$err"; then
+        ok "dtype e4m3 on the portable kernel (sm80): the library's NOT_SUPPORTED, exit 1"
+    else
+        bad "dtype e4m3 on the portable kernel (sm80): the library's NOT_SUPPORTED, exit 1" "status $rc"
+    fi
+    run_cmd run --backend cuda --batch 1 --heads 2 --seq 256 --dim 64 --block 64 --dtype e4m3
+    if [ "$rc" -eq 1 ] && grep -q "^sparsek: sk_attention_.*SK_STATUS_NOT_SUPPORTED" "$err"; then
+        ok "dtype e4m3 with 64 x 64 blocks on CUDA: the library's NOT_SUPPORTED, exit 1"
+    else
+        bad "dtype e4m3 with 64 x 64 blocks on CUDA: the library's NOT_SUPPORTED, exit 1" "status $rc"
+    fi
+fi
+
 # The text report carries every figure.
 run_cmd run $TINY
 missing=""
@@ -324,6 +357,9 @@ expect_usage "--per-kv-head takes no value" run --backend cpu --pattern topk --p
 expect_usage "topk: --sinks-blocks and --sinks together" run --backend cpu --pattern topk --sinks-blocks 1 --sinks 64
 expect_usage "topk: --local-blocks and --window together" run --backend cpu --pattern topk --local-blocks 1 --window 64
 expect_usage "topk: nothing to select" run --backend cpu --pattern topk --topk-k 0
+expect_usage "--v-layout is for --dtype e4m3" run --backend cpu --v-layout vt
+expect_usage "--v-layout nope" run --backend cpu --dtype e4m3 --v-layout nope
+expect_usage "--dtype e4m3 with --pattern topk" run --backend cpu --dtype e4m3 --pattern topk
 
 # --- numbers derived from the flags stay in range (issue 27) -----------------
 # strided's default stride is round(1 / density): a density so small that the

@@ -63,7 +63,8 @@ static const char usage_text[] =
     "  --seq N          Sq = Sk (GPU 4096, CPU 1024)\n"
     "  --seq-q N        Sq alone;  --seq-k N   Sk alone\n"
     "  --dim N          head dim D (GPU 128, CPU 64; the CUDA backend takes 64, 128)\n"
-    "  --dtype T        f16 | bf16 | f32 (default f16; f32 on the CPU backend only)\n"
+    "  --dtype T        f16 | bf16 | f32 | e4m3 (default f16; f32 on the CPU backend\n"
+    "                   only; e4m3: see FP8 below)\n"
     "  --block N        bq = bk, 64 or 128 (default 128);  --block-q N, --block-k N\n"
     "  --pattern P      dense | causal | window | sinks | strided | random | topk\n"
     "                   (default random). topk selects the blocks from the workload's\n"
@@ -137,6 +138,25 @@ static const char usage_more[] =
     "the timing). The check runs on the output of one more sk_attention_topk call,\n"
     "against the layout that call selected (copied back).\n";
 
+/* FP8 (--dtype e4m3): its own part of the help. */
+static const char usage_fp8[] =
+    "\n"
+    "FP8 (--dtype e4m3): Q, K and V are generated in bf16 as for --dtype bf16, then\n"
+    "quantized once by sk_quantize_e4m3 on the backend (per (b, h) amax descales;\n"
+    "not timed); the attention runs on the e4m3 codes with the descales, O in bf16.\n"
+    "  --v-layout L     rows | vt (default rows): V as rows [B, Sk, Hkv, D], or V^T\n"
+    "                   as the quantizer writes it for the FP8 kernel\n"
+    "                   (SK_QUANT_LAYOUT_VT_FP8)\n"
+    "CUDA: the Hopper FP8 kernel (compute capability 9.0, D 64 or 128, 128 x 128\n"
+    "blocks); other cases, and --backend sm80, fail with the library's message.\n"
+    "The check dequantizes the codes (requantized on the host by the CPU\n"
+    "quantizer) and runs the fp64 reference on them; its tolerance is the GPU\n"
+    "tests' rule: per row 2 x (yardstick + 2^-8 |ref| + 2^-13 (smag vmax + vmax))\n"
+    "+ 1e-5 for O, where the yardstick is a naive FP8 attention's deviation (P\n"
+    "rounded to e4m3; scores summed as the FP8 tensor cores sum them), smag the\n"
+    "row's largest scaled sum |q k| and vmax its largest |v|; LSE 2 x (LSE\n"
+    "yardstick + 2^-13 smag + 2^-23 (|ref| + 1)) + 1e-5.\n";
+
 void print_usage(FILE *f, int full) {
     if (!full) {
         fputs(usage_short, f);
@@ -145,6 +165,7 @@ void print_usage(FILE *f, int full) {
     }
     fputs(usage_text, f);
     fputs(usage_more, f);
+    fputs(usage_fp8, f);
 }
 
 static int parse_i64(const char *s, int64_t *out) {
@@ -263,9 +284,9 @@ void parse_run_opts(int argc, char **argv, run_opts *o) {
         int int_id = -1;
         for (int f = 0; f < OPT_INT_COUNT; ++f)
             if (strcmp(name, int_flags[f].name) == 0) int_id = f;
-        static const char *const other_flags[] = {"--density", "--seed", "--dtype", "--pattern",
-                                                  "--backend"};
-        const int other_id = lookup(name, other_flags, 5);
+        static const char *const other_flags[] = {"--density", "--seed",    "--dtype",
+                                                  "--pattern", "--backend", "--v-layout"};
+        const int other_id = lookup(name, other_flags, 6);
         if (int_id < 0 && other_id < 0) usage_error("run: unknown flag '%s'", name);
         if (value == NULL) {
             if (i + 1 >= argc || strncmp(argv[i + 1], "--", 2) == 0)
@@ -302,10 +323,11 @@ void parse_run_opts(int argc, char **argv, run_opts *o) {
                 usage_error("--seed: '%s' is not an unsigned 64-bit integer", value);
             break;
         case 2: {
-            static const char *const dtypes[] = {"f16", "bf16", "f32"};
-            static const sk_dtype ids[] = {SK_DTYPE_F16, SK_DTYPE_BF16, SK_DTYPE_F32};
-            const int d = lookup(value, dtypes, 3);
-            if (d < 0) usage_error("--dtype: '%s' is not f16, bf16 or f32", value);
+            static const char *const dtypes[] = {"f16", "bf16", "f32", "e4m3"};
+            static const sk_dtype ids[] = {SK_DTYPE_F16, SK_DTYPE_BF16, SK_DTYPE_F32,
+                                           SK_DTYPE_E4M3};
+            const int d = lookup(value, dtypes, 4);
+            if (d < 0) usage_error("--dtype: '%s' is not f16, bf16, f32 or e4m3", value);
             o->dtype = ids[d];
             break;
         }
@@ -318,10 +340,18 @@ void parse_run_opts(int argc, char **argv, run_opts *o) {
             o->pattern = (pattern_id)p;
             break;
         }
-        default: {
+        case 4: {
             const int b = lookup(value, backend_choice_names, BK_COUNT);
             if (b < 0) usage_error("--backend: '%s' is not auto, cpu, cuda, sm80 or sm90", value);
             o->backend = (backend_choice)b;
+            break;
+        }
+        default: {
+            static const char *const layouts[] = {"rows", "vt"};
+            const int l = lookup(value, layouts, 2);
+            if (l < 0) usage_error("--v-layout: '%s' is not rows or vt", value);
+            o->v_vt = l;
+            o->v_layout_set = 1;
             break;
         }
         }

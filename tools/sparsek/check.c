@@ -17,6 +17,8 @@
  * Rule: every element of O and LSE satisfies |got - ref| <= tol (1 + |ref|)
  * (tol per dtype, check_tolerance), and NaN / inf positions match. The
  * outputs were NaN before the run, so an element it did not write fails.
+ * --dtype e4m3: the reference runs on the dequantized codes, and each row
+ * has its own tolerance (check_fp8.c says why).
  */
 #include <math.h>
 #include <stdint.h>
@@ -30,8 +32,9 @@ static double check_tolerance(sk_dtype dtype) {
     return dtype == SK_DTYPE_F16 ? 2e-2 : dtype == SK_DTYPE_BF16 ? 5e-2 : 1e-4;
 }
 
-/* Compares one value; raises *max_err, returns 0 when it fails the rule. */
-static int compare_value(double got, double want, double tol, double *max_err) {
+/* Compares one value against |got - want| <= tol_abs + tol_rel |want|;
+ * raises *max_err, returns 0 when it fails. */
+static int compare_value(double got, double want, double tol_abs, double tol_rel, double *max_err) {
     if (isnan(got) || isnan(want) || isinf(got) || isinf(want)) {
         if ((isnan(got) && isnan(want)) || got == want) return 1;
         *max_err = INFINITY;
@@ -39,27 +42,25 @@ static int compare_value(double got, double want, double tol, double *max_err) {
     }
     const double err = fabs(got - want);
     if (err > *max_err) *max_err = err;
-    return err <= tol * (1.0 + fabs(want));
+    return err <= tol_abs + tol_rel * fabs(want);
 }
 
 /* A head's inputs as its tensors hold them (fp32 holds every f16 / bf16
- * value exactly): the checked query rows, and all of its KV head's keys. */
-typedef struct head_inputs {
-    float *q;     /* [rows, D] */
-    float *k, *v; /* [Sk, D] */
-} head_inputs;
-
+ * value exactly): the checked query rows, and all of its KV head's keys;
+ * FP8: the whole query head (its amax sets the descale), all quantized. */
 static void regenerate_inputs(const workload *w, int64_t b, int64_t h, int64_t q0, int64_t rows,
                               head_inputs *in) {
     const int64_t dim = w->dim, hkv = h / (w->heads_q / w->heads_kv);
-    in->q = xmalloc((size_t)(rows * dim) * sizeof(float), "the check's Q");
+    const int64_t qf = w->fp8 ? 0 : q0, qn = w->fp8 ? w->seq_q : rows;
+    memset(in, 0, sizeof *in);
+    in->q_all = xmalloc((size_t)(qn * dim) * sizeof(float), "the check's Q");
     in->k = xmalloc((size_t)(w->seq_k * dim) * sizeof(float), "the check's K");
     in->v = xmalloc((size_t)(w->seq_k * dim) * sizeof(float), "the check's V");
 #pragma omp parallel for schedule(static)
-    for (int64_t s = 0; s < rows; ++s)
+    for (int64_t s = 0; s < qn; ++s)
         for (int64_t d = 0; d < dim; ++d) {
-            const uint64_t src = (uint64_t)(((b * w->seq_q + q0 + s) * w->heads_q + h) * dim + d);
-            in->q[s * dim + d] = host_round(w->dtype, host_rng_normal(w->seed, GEN_Q, src));
+            const uint64_t src = (uint64_t)(((b * w->seq_q + qf + s) * w->heads_q + h) * dim + d);
+            in->q_all[s * dim + d] = host_round(w->dtype, host_rng_normal(w->seed, GEN_Q, src));
         }
 #pragma omp parallel for schedule(static)
     for (int64_t s = 0; s < w->seq_k; ++s)
@@ -68,14 +69,28 @@ static void regenerate_inputs(const workload *w, int64_t b, int64_t h, int64_t q
             in->k[s * dim + d] = host_round(w->dtype, host_rng_normal(w->seed, GEN_K, src));
             in->v[s * dim + d] = host_round(w->dtype, host_rng_normal(w->seed, GEN_V, src));
         }
+    in->q = in->q_all + (q0 - qf) * dim;
+    if (!w->fp8) return;
+    in->q8_all = xmalloc((size_t)(qn * dim), "the check's Q codes");
+    in->k8 = xmalloc((size_t)(w->seq_k * dim), "the check's K codes");
+    in->v8 = xmalloc((size_t)(w->seq_k * dim), "the check's V codes");
+    fp8_quantize_head(w, in->q_all, qn, in->q8_all, &in->qd);
+    fp8_quantize_head(w, in->k, w->seq_k, in->k8, &in->kd);
+    fp8_quantize_head(w, in->v, w->seq_k, in->v8, &in->vd);
+    in->q8 = in->q8_all + q0 * dim;
+}
+
+static void free_inputs(head_inputs *in) {
+    void *bufs[] = {in->q_all, in->k, in->v, in->q8_all, in->k8, in->v8};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; ++i) free(bufs[i]);
 }
 
 /* The fp64 attention of query row qi (q: its D values) over the keys of the
  * selected key blocks cols[0 .. ncols): o[D] and the returned LSE. keys and
- * scores: scratch for every key of the row. */
+ * scores: every key of the row and its scaled score, *nkeys of them. */
 static double reference_row(const workload *w, const int32_t *cols, int32_t ncols, const float *q,
                             const head_inputs *in, int64_t qi, int64_t *keys, double *scores,
-                            double *o) {
+                            double *o, int64_t *nkeys) {
     const int64_t dim = w->dim;
     /* Bottom-right causal alignment: key k is visible to query qi iff k <= qi + Sk - Sq. */
     const int64_t last_key = w->causal ? qi + w->seq_k - w->seq_q : w->seq_k - 1;
@@ -94,6 +109,7 @@ static double reference_row(const workload *w, const int32_t *cols, int32_t ncol
         }
     }
     for (int64_t d = 0; d < dim; ++d) o[d] = 0.0;
+    *nkeys = n;
     if (n == 0) return -INFINITY;
     double sum = 0.0;
     for (int64_t i = 0; i < n; ++i) {
@@ -128,17 +144,26 @@ static void check_one_head(const workload *w, const sk_bsr *layout, const tensor
         int64_t *keys = xmalloc((size_t)max_keys * sizeof(int64_t), "the check's keys");
         double *scores = xmalloc((size_t)max_keys * sizeof(double), "the check's scores");
         double *o = xmalloc((size_t)dim * sizeof(double), "the check's row");
+        double *work = w->fp8 ? xmalloc((size_t)(max_keys + 2 * dim) * sizeof(double), "the check's FP8 row")
+                              : NULL;
 #pragma omp for schedule(dynamic, 16)
         for (int64_t i = 0; i < rows; ++i) {
             const int64_t qi = q0 + i, r = qi / w->block_q;
+            int64_t n = 0;
             const double lse =
                 reference_row(w, layout->col_indices + offsets[r], offsets[r + 1] - offsets[r],
-                              in.q + i * dim, &in, qi, keys, scores, o);
+                              in.q + i * dim, &in, qi, keys, scores, o, &n);
+            double o_abs = c->tol, o_rel = c->tol, lse_abs = c->tol, lse_rel = c->tol;
+            if (w->fp8) {
+                fp8_row_tolerance(w, &in, i, keys, scores, n, o, lse, work, &o_abs, &o_rel,
+                                  &lse_abs);
+                lse_rel = 0.0;
+            }
             double e = 0.0, e_lse = 0.0;
             int ok = 1;
             for (int64_t d = 0; d < dim; ++d)
-                ok &= compare_value(host_load(o_got, w->dtype, i * dim + d), o[d], c->tol, &e);
-            ok &= compare_value(lse_got[i], lse, c->tol, &e_lse);
+                ok &= compare_value(host_load(o_got, w->dtype, i * dim + d), o[d], o_abs, o_rel, &e);
+            ok &= compare_value(lse_got[i], lse, lse_abs, lse_rel, &e_lse);
             err_o[i] = e;
             err_lse[i] = e_lse;
             row_ok[i] = ok;
@@ -146,15 +171,14 @@ static void check_one_head(const workload *w, const sk_bsr *layout, const tensor
         free(keys);
         free(scores);
         free(o);
+        free(work);
     }
     for (int64_t i = 0; i < rows; ++i) {
         if (err_o[i] > c->max_err) c->max_err = err_o[i];
         if (err_lse[i] > c->max_err_lse) c->max_err_lse = err_lse[i];
         if (!row_ok[i]) c->passed = 0;
     }
-    free(in.q);
-    free(in.k);
-    free(in.v);
+    free_inputs(&in);
     free(o_got);
     free(lse_got);
     free(err_o);
@@ -187,6 +211,7 @@ static void pick_heads(const workload *w, int64_t n, int64_t *pick) {
 void check_heads(const workload *w, const sk_bsr *host_layout, const tensors *t, check_result *c) {
     memset(c, 0, sizeof *c);
     c->tol = check_tolerance(w->dtype);
+    c->fp8_rule = w->fp8;
     c->passed = 1;
     const int64_t pairs = w->batch * w->heads_q;
     const int64_t n = w->check_heads < pairs ? w->check_heads : pairs;

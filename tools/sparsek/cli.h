@@ -9,6 +9,7 @@
  *   run.c       one call, the timer, the expected duration
  *   progress.c  progress lines on stderr
  *   check.c     sampled rows against a naive fp64 attention
+ *   check_fp8.c --dtype e4m3: the host quantization and per-row FP8 tolerance of the check
  *   report.c    figures, text and JSON reports
  *   topk.c      `run --pattern topk`: selection and attention in one call
  *
@@ -106,6 +107,7 @@ typedef struct run_opts {
     int per_kv_head;
     int json;
     progress_mode progress;
+    int v_vt, v_layout_set; /* --v-layout vt (--dtype e4m3) */
 } run_opts;
 
 /* Parses `run`'s flags (argv after "run"); exits 2 on bad usage, 0 after --help. */
@@ -154,6 +156,9 @@ typedef struct workload {
     int32_t sink_blocks, local_blocks; /* topk: forced blocks */
     int per_kv_head;                   /* topk: one selection per KV head */
     int iters, warmup, check_heads;
+    /* --dtype e4m3: dtype is then BF16 (the generated values and O), and the
+     * attention reads their e4m3 codes (tensors' q8, k8, v8); v_vt: V^T. */
+    int fp8, v_vt;
 } workload;
 
 /* The tensors, on the host (CPU backend) or the device. */
@@ -163,6 +168,10 @@ typedef struct tensors {
     float *lse;          /* [B, Hq, Sq] */
     int64_t q_elems, kv_elems, lse_elems;
     sk_bsr layout; /* the layout as the backend reads it (host or device arrays) */
+    /* --dtype e4m3: the codes sk_quantize_e4m3 made of q, k, v (v8: V^T with
+     * --v-layout vt) and their descales [B, Hq], [B, Hkv], [B, Hkv]. */
+    uint8_t *q8, *k8, *v8;
+    float *q_descale, *k_descale, *v_descale;
 } tensors;
 
 int64_t ceil_div(int64_t a, int64_t b);
@@ -252,7 +261,32 @@ typedef struct check_result {
     double max_err_lse; /* the same over LSE */
     double tol;
     int passed;
+    int fp8_rule; /* the tolerance of check_fp8.c (tol unused) */
 } check_result;
+
+/* One checked head's inputs as the attention read them, in fp32: its
+ * checked query rows (q: rows x D) and all keys of its KV head (k, v: Sk x
+ * D); with --dtype e4m3 the dequantized codes, and the codes themselves
+ * (q8 the checked rows, k8 every key) with their descales. */
+typedef struct head_inputs {
+    float *q, *k, *v;
+    float *q_all; /* what q points into (FP8: the whole head, for its amax) */
+    uint8_t *q8_all, *q8, *k8, *v8;
+    float qd, kd, vd;
+} head_inputs;
+
+/* FP8 (check_fp8.c): vals [rows, D] of one head (bf16 values) quantized as
+ * sk_quantize_e4m3 does it (the CPU backend's quantizer, which gives the
+ * CUDA one's bytes): the codes into codes, their descale into *descale, and
+ * vals replaced by descale x value(code). */
+void fp8_quantize_head(const workload *w, float *vals, int64_t rows, uint8_t *codes, float *descale);
+/* The FP8 tolerance of query row i of in (its reference o_ref, lse_ref over
+ * the keys keys[0 .. n) with exact scaled scores): *o_abs and the
+ * per-|ref| *o_rel of O's elements, *lse_tol of the LSE. work: n + 2 D
+ * doubles. */
+void fp8_row_tolerance(const workload *w, const head_inputs *in, int64_t i, const int64_t *keys,
+                       const double *scores, int64_t n, const double *o_ref, double lse_ref,
+                       double *work, double *o_abs, double *o_rel, double *lse_tol);
 
 /* The output in t against a naive fp64 attention on the layout host_layout
  * (host arrays), for w->check_heads (b, h) pairs: their last

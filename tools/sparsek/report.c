@@ -82,7 +82,11 @@ static void report_text(const workload *w, const run_stats *s, const check_resul
     printf("shape      B=%lld Hq=%lld Hkv=%lld Sq=%lld Sk=%lld D=%lld\n", (long long)w->batch,
            (long long)w->heads_q, (long long)w->heads_kv, (long long)w->seq_q, (long long)w->seq_k,
            (long long)w->dim);
-    printf("dtype      %s\n", host_dtype_name(w->dtype));
+    if (w->fp8)
+        printf("dtype      e4m3 (bf16 values quantized by sk_quantize_e4m3, V %s; O bf16)\n",
+               w->v_vt ? "as V^T" : "as rows");
+    else
+        printf("dtype      %s\n", host_dtype_name(w->dtype));
     printf("blocks     %d x %d tokens, %d x %d blocks per head\n", (int)w->block_q, (int)w->block_k,
            (int)w->row_blocks, (int)w->col_blocks);
     printf("pattern    %s; causal mask %s; seed %llu\n", pat, w->causal ? "on" : "off",
@@ -120,8 +124,13 @@ static void report_text(const workload *w, const run_stats *s, const check_resul
     for (int i = 0; i < c->heads && i < 3; ++i)
         printf(" (b=%lld, h=%lld)", (long long)c->head_b[i], (long long)c->head_h[i]);
     printf("%s\n", c->heads > 3 ? " ..." : "");
-    printf("max error  %.3g (O), %.3g (LSE); rule |o - ref| <= %.0e * (1 + |ref|)\n", c->max_err,
-           c->max_err_lse, c->tol);
+    if (c->fp8_rule)
+        printf("max error  %.3g (O), %.3g (LSE); rule: FP8, per row from a naive FP8 attention "
+               "(sparsek --help)\n",
+               c->max_err, c->max_err_lse);
+    else
+        printf("max error  %.3g (O), %.3g (LSE); rule |o - ref| <= %.0e * (1 + |ref|)\n",
+               c->max_err, c->max_err_lse, c->tol);
     printf("result     %s\n", c->passed ? "PASS" : "FAIL");
 }
 
@@ -144,7 +153,7 @@ static void report_json(const workload *w, const run_stats *s, const check_resul
             (long long)w->batch, (long long)w->heads_q, (long long)w->heads_kv, (long long)w->seq_q,
             (long long)w->seq_k, (long long)w->dim);
     fprintf(f, ", \"dtype\": \"%s\", \"block_q\": %d, \"block_k\": %d, \"pattern\": ",
-            host_dtype_name(w->dtype), (int)w->block_q, (int)w->block_k);
+            w->fp8 ? "e4m3" : host_dtype_name(w->dtype), (int)w->block_q, (int)w->block_k);
     json_string(f, pattern_names[w->pattern]);
     fputs(", \"pattern_detail\": ", f);
     json_string(f, pat);
@@ -196,7 +205,11 @@ static void report_json(const workload *w, const run_stats *s, const check_resul
     else
         fputs("null", f);
     fputs(", \"tolerance\": ", f);
-    json_number(f, c->tol);
+    if (c->fp8_rule) /* per row (check_fp8.c) */
+        fputs("\"fp8 yardstick rule\"", f);
+    else
+        json_number(f, c->tol);
+    if (w->fp8) fprintf(f, ", \"v_layout\": \"%s\", \"out_dtype\": \"bf16\"", w->v_vt ? "vt" : "rows");
     fprintf(f, ", \"check_passed\": %s}\n", c->heads == 0 ? "null" : c->passed ? "true" : "false");
 }
 

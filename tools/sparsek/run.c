@@ -48,6 +48,11 @@ static void make_desc(const workload *w, sk_attention_desc *d) {
     d->heads_kv = w->heads_kv;
     d->head_dim = w->dim;
     d->mask = w->causal ? SK_MASK_CAUSAL : SK_MASK_NONE;
+    if (w->fp8) { /* the e4m3 codes of the bf16 values; O bf16 */
+        d->dtype = SK_DTYPE_E4M3;
+        d->out_dtype = SK_DTYPE_BF16;
+        d->v_layout = w->v_vt ? SK_V_LAYOUT_VT_FP8 : SK_V_LAYOUT_ROWS;
+    }
 }
 
 static void call_once(call_kind kind, const call_args *a) {
@@ -57,11 +62,14 @@ static void call_once(call_kind kind, const call_args *a) {
         check_sk(sk_attention_plan(&a->desc, &t->layout, a->ws, a->ws_bytes, a->stream),
                  "sk_attention_plan");
         break;
-    case CALL_RUN:
-        check_sk(sk_attention_run(&a->desc, &t->layout, t->q, t->k, t->v, t->o, t->lse, a->ws,
-                                  a->ws_bytes, a->stream),
+    case CALL_RUN: {
+        const int fp8 = a->desc.dtype == SK_DTYPE_E4M3; /* --dtype e4m3: the codes */
+        check_sk(sk_attention_run(&a->desc, &t->layout, fp8 ? (void *)t->q8 : t->q,
+                                  fp8 ? (void *)t->k8 : t->k, fp8 ? (void *)t->v8 : t->v, t->o,
+                                  t->lse, a->ws, a->ws_bytes, a->stream),
                  "sk_attention_run");
         break;
+    }
     case CALL_TOPK:
         check_sk(sk_attention_topk(&a->desc, &a->tk->desc, t->q, t->k, t->v, t->o, t->lse,
                                    &a->tk->out, a->ws, a->ws_bytes, a->stream),
@@ -175,6 +183,11 @@ timing run_timed(const workload *w, tensors *t, topk_state *tk, const char *labe
     call_args a;
     memset(&a, 0, sizeof a);
     make_desc(w, &a.desc);
+    if (w->fp8) { /* --dtype e4m3: the quantizer's descales */
+        a.desc.q_descale = t->q_descale;
+        a.desc.k_descale = t->k_descale;
+        a.desc.v_descale = t->v_descale;
+    }
     a.t = t;
     a.tk = tk;
     if (tk != NULL)

@@ -90,7 +90,10 @@ void resolve_workload(const run_opts *o, int32_t gpu_count, workload *w) {
     w->block_k = (int32_t)opt_or(o, OPT_BLOCK_K, block);
     w->row_blocks = (int32_t)ceil_div(w->seq_q, w->block_q);
     w->col_blocks = (int32_t)ceil_div(w->seq_k, w->block_k);
-    w->dtype = o->dtype;
+    /* e4m3: bf16 values quantized once by sk_quantize_e4m3 (setup_tensors); O bf16. */
+    w->fp8 = o->dtype == SK_DTYPE_E4M3;
+    w->dtype = w->fp8 ? SK_DTYPE_BF16 : o->dtype;
+    w->v_vt = o->v_vt;
     w->pattern = o->pattern;
     w->seed = o->seed;
     w->density_target = o->density;
@@ -103,6 +106,10 @@ void resolve_workload(const run_opts *o, int32_t gpu_count, workload *w) {
                     (long long)w->heads_q);
     if (w->dtype == SK_DTYPE_F32 && w->on_gpu)
         usage_error("--dtype f32 is for the CPU backend only (add --backend cpu)");
+    if (o->v_layout_set && !w->fp8) usage_error("--v-layout is for --dtype e4m3");
+    if (w->fp8 && w->pattern == PAT_TOPK)
+        usage_error("--dtype e4m3 runs sk_attention_run on a fixed layout; --pattern topk "
+                    "(sk_attention_topk) takes no e4m3 inputs");
     check_workload_size(w);
 
     const int pattern_causal =
@@ -254,6 +261,74 @@ static size_t checked_bytes(int64_t a, int64_t b, int64_t c, int64_t d, size_t e
     return (size_t)(*elems) * es;
 }
 
+/* Host or device memory of the tensors' kind. */
+static void *tensor_alloc(const tensors *t, size_t bytes, const char *what) {
+    if (!t->on_gpu) return xmalloc(bytes, what);
+#ifndef SK_NO_CUDA
+    void *p = NULL;
+    check_cuda(cudaMalloc(&p, bytes > 0 ? bytes : 16), "cudaMalloc");
+    return p;
+#else
+    fail("internal error: a GPU allocation in a build without CUDA");
+#endif
+}
+
+static void tensor_free(const tensors *t, void *p) {
+    if (!t->on_gpu) {
+        free(p);
+        return;
+    }
+#ifndef SK_NO_CUDA
+    cudaFree(p);
+#endif
+}
+
+/* --dtype e4m3: Q, K and V quantized by sk_quantize_e4m3 on the run's
+ * backend (per (b, h) descales; V as rows or V^T), on the legacy stream
+ * (setup_tensors synchronises after). */
+static void quantize_inputs(const workload *w, tensors *t) {
+    sk_quantize_desc d;
+    check_sk(sk_quantize_desc_init(&d, sizeof d), "sk_quantize_desc_init");
+    d.backend = w->backend;
+    d.dtype = w->dtype;
+    d.batch = w->batch;
+    d.head_dim = w->dim;
+    int64_t vt_elems = t->kv_elems;
+    if (w->v_vt)
+        check_sk(sk_quantize_vt_elems(w->batch, w->seq_k, w->heads_kv, w->dim, &vt_elems),
+                 "sk_quantize_vt_elems");
+    t->q8 = tensor_alloc(t, (size_t)t->q_elems, "Q codes");
+    t->k8 = tensor_alloc(t, (size_t)t->kv_elems, "K codes");
+    t->v8 = tensor_alloc(t, (size_t)vt_elems, "V codes");
+    t->q_descale = tensor_alloc(t, (size_t)(w->batch * w->heads_q) * sizeof(float), "descales");
+    t->k_descale = tensor_alloc(t, (size_t)(w->batch * w->heads_kv) * sizeof(float), "descales");
+    t->v_descale = tensor_alloc(t, (size_t)(w->batch * w->heads_kv) * sizeof(float), "descales");
+    const struct {
+        const void *x;
+        uint8_t *y;
+        float *descale;
+        int64_t seq, heads;
+        int32_t layout;
+    } jobs[3] = {{t->q, t->q8, t->q_descale, w->seq_q, w->heads_q, SK_QUANT_LAYOUT_ROWS},
+                 {t->k, t->k8, t->k_descale, w->seq_k, w->heads_kv, SK_QUANT_LAYOUT_ROWS},
+                 {t->v, t->v8, t->v_descale, w->seq_k, w->heads_kv,
+                  w->v_vt ? SK_QUANT_LAYOUT_VT_FP8 : SK_QUANT_LAYOUT_ROWS}};
+    for (int j = 0; j < 3; ++j) {
+        d.seq = jobs[j].seq;
+        d.heads = jobs[j].heads;
+        d.layout = jobs[j].layout;
+        size_t ws_bytes = 0;
+        check_sk(sk_quantize_e4m3_workspace_size(&d, &ws_bytes), "sk_quantize_e4m3_workspace_size");
+        void *ws = ws_bytes > 0 ? tensor_alloc(t, ws_bytes, "the quantizer's workspace") : NULL;
+        check_sk(sk_quantize_e4m3(&d, jobs[j].x, jobs[j].y, jobs[j].descale, ws, ws_bytes, NULL),
+                 "sk_quantize_e4m3");
+#ifndef SK_NO_CUDA
+        if (t->on_gpu) check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize (quantizer)");
+#endif
+        if (ws != NULL) tensor_free(t, ws);
+    }
+}
+
 #ifndef SK_NO_CUDA
 /* The layout arrays of host into device memory: dev keeps host's grid and nnz. */
 static void upload_layout(const sk_bsr *host, sk_bsr *dev) {
@@ -296,6 +371,7 @@ void setup_tensors(const workload *w, const sk_bsr *host_layout, tensors *t) {
         host_fill_normal(t->q, w->dtype, t->q_elems, w->seed, GEN_Q);
         host_fill_normal(t->k, w->dtype, t->kv_elems, w->seed, GEN_K);
         host_fill_normal(t->v, w->dtype, t->kv_elems, w->seed, GEN_V);
+        if (w->fp8) quantize_inputs(w, t);
         poison_outputs(w, t); /* NaN: an unwritten element fails the check */
     } else {
 #ifndef SK_NO_CUDA
@@ -314,6 +390,7 @@ void setup_tensors(const workload *w, const sk_bsr *host_layout, tensors *t) {
         check_cuda(cudaMemcpy(t->v, stage, kv_bytes, cudaMemcpyHostToDevice), "cudaMemcpy");
         free(stage);
         if (host_layout != NULL) upload_layout(host_layout, &t->layout);
+        if (w->fp8) quantize_inputs(w, t);
         /* NaN, then a synchronisation: the memsets and copies ran on the legacy
          * stream, which the timing stream (non-blocking) does not wait for. */
         poison_outputs(w, t);
@@ -325,6 +402,9 @@ void setup_tensors(const workload *w, const sk_bsr *host_layout, tensors *t) {
 }
 
 void free_tensors(tensors *t) {
+    void *fp8[] = {t->q8, t->k8, t->v8, t->q_descale, t->k_descale, t->v_descale};
+    for (int i = 0; i < 6; ++i)
+        if (fp8[i] != NULL) tensor_free(t, fp8[i]);
     if (!t->on_gpu) {
         free(t->q);
         free(t->k);
