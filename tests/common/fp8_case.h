@@ -60,6 +60,8 @@ typedef struct f8_case {
     sk_dtype out_dtype;   /* F16 or BF16 */
     float amp;            /* input amplitude (1 if 0) */
     uint64_t seed;
+    int k_shape;          /* tu_shape (common/key_shape.h) of the real Q, K values; 0: none */
+    float k_shape_arg;
 } f8_case;
 
 typedef struct f8_inst {
