@@ -537,26 +537,14 @@ SK_TEST(gpu_fp8_shaped) {
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; ++i)
         for (int v = 0; v < 2; ++v) {
             if (gt_opt.quick && v > 0) continue;
-            f8_case c;
-            memset(&c, 0, sizeof c);
-            c.seed = tu_base_seed() ^ (0xF81A0000u + 16u * (unsigned)i + (unsigned)v);
-            c.batch = 1;
-            c.seq_q = 256;
-            c.seq_k = 1000 + 24 * (int64_t)i;
-            c.heads_q = 2;
-            c.heads_kv = 1;
-            c.head_dim = v ? 64 : 128;
-            c.block_q = c.block_k = 128;
-            c.causal = i == 2;
-            c.density = 1.0;
-            c.layout_batch = 1;
-            c.layout_heads = 1;
-            c.with_lse = 1;
-            c.with_descale = 1;
-            c.out_dtype = v ? SK_DTYPE_F16 : SK_DTYPE_BF16;
-            c.amp = shapes[i].amp;
-            c.k_shape = shapes[i].shape;
-            c.k_shape_arg = shapes[i].arg;
+            const f8_case c = {
+                .seed = tu_base_seed() ^ (0xF81A0000u + 16u * (unsigned)i + (unsigned)v),
+                .batch = 1, .seq_q = 256, .seq_k = 1000 + 24 * (int64_t)i, .heads_q = 2,
+                .heads_kv = 1, .head_dim = v ? 64 : 128, .block_q = 128, .block_k = 128,
+                .causal = i == 2, .density = 1.0, .layout_batch = 1, .layout_heads = 1,
+                .with_lse = 1, .with_descale = 1,
+                .out_dtype = v ? SK_DTYPE_F16 : SK_DTYPE_BF16, .amp = shapes[i].amp,
+                .k_shape = shapes[i].shape, .k_shape_arg = shapes[i].arg};
             run_case(&c);
         }
     f8_model_stats = 0;
