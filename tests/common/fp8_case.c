@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/key_shape.h"
 #include "common/naive_ref.h"
 #include "core/fp8_vt.h"
 #include "common/test_util.h"
@@ -80,25 +81,40 @@ static int admitted(const f8_inst *x, int64_t b, int64_t h, int64_t q, int64_t k
     return !c->causal || k <= q + (c->seq_k - c->seq_q);
 }
 
-/* The FP8 tensor cores' sum (wgmma ... .f32.e4m3.e4m3 on sm_90), as the
- * H200 run of main 333df50 showed it (docs/perf/fp8.md, "Accumulation"):
- * each k32 step aligns the carried accumulator and its 32 exact products to
- * the largest exponent E among them and truncates each toward zero to a
- * multiple of 2^(E - 13) before adding; the sum is exact from there. With
- * frac = 13 this reproduces the LSE the kernel returned for the one failing
- * case to fp32 rounding. prod: n exact products in GEMM order. */
-static double mma_sum(const double *prod, int64_t n, int frac) {
+/* Exponent of an e4m3 value as its encoding holds it: floor(log2 |v|) for
+ * normal numbers, -6 for the subnormals (0.mmm x 2^-6). v != 0. */
+static int e4m3_exponent(double v) {
+    const int e = ilogb(v);
+    return e < -6 ? -6 : e;
+}
+
+/* The FP8 tensor cores' sum (wgmma ... .f32.e4m3.e4m3 on sm_90), as two GPU
+ * runs showed it (docs/perf/fp8.md, "Accumulation precision" and "The
+ * shaped-row LSE"): each k32 step aligns the carried accumulator and its 32
+ * exact products to the largest exponent E among them and truncates each
+ * toward zero to a multiple of 2^(E - frac) before adding; the sum is exact
+ * from there. A product's exponent is that of its factors added, ea + eb,
+ * not the product's own: the product of the significands, in [1, 4), is
+ * not normalised first, so a product at or above 2^(ea+eb+1) does not move
+ * E. The accumulator's is its own (normalised). With frac = 13 this
+ * reproduces the LSE the kernel returned for the two cases (an H200 and an
+ * H100) to fp32 rounding; the normalised product exponent misses the
+ * second by 4.7e-3. a, b: the n e4m3 factors in GEMM order. */
+static double mma_sum(const double *a, const double *b, int64_t n, int frac) {
     double acc = 0.0;
     for (int64_t c0 = 0; c0 < n; c0 += F8_MMA_K) {
         const int64_t c1 = c0 + F8_MMA_K < n ? c0 + F8_MMA_K : n;
-        double mx = fabs(acc);
-        for (int64_t i = c0; i < c1; ++i) mx = fmax(mx, fabs(prod[i]));
-        if (mx == 0.0) continue;
-        int e;
-        (void)frexp(mx, &e); /* mx in [2^(e-1), 2^e): E = e - 1 */
-        const double ulp = ldexp(1.0, e - 1 - frac), inv = 1.0 / ulp; /* powers of 2: exact */
+        int any = acc != 0.0, E = any ? ilogb(acc) : 0;
+        for (int64_t i = c0; i < c1; ++i) {
+            if (a[i] == 0.0 || b[i] == 0.0) continue;
+            const int e = e4m3_exponent(a[i]) + e4m3_exponent(b[i]);
+            E = any && E > e ? E : e;
+            any = 1;
+        }
+        if (!any) continue;
+        const double ulp = ldexp(1.0, E - frac), inv = 1.0 / ulp; /* powers of 2: exact */
         double sum = trunc(acc * inv) * ulp;
-        for (int64_t i = c0; i < c1; ++i) sum += trunc(prod[i] * inv) * ulp;
+        for (int64_t i = c0; i < c1; ++i) sum += trunc(a[i] * b[i] * inv) * ulp;
         acc = sum;
     }
     return acc;
@@ -122,7 +138,7 @@ static double naive_fp8_row(const f8_inst *x, int64_t b, int64_t h, int64_t q, i
     const double scale = c->scale != 0.0f ? c->scale : 1.0 / sqrt((double)D);
     const double f = scale * gain * descale_of(x->q_descale, c->heads_q, b, h) *
                      descale_of(x->k_descale, c->heads_kv, b, hk);
-    double *s = work, *p8 = work + c->seq_k, *qc = p8 + c->seq_k, *prod = qc + D;
+    double *s = work, *p8 = work + c->seq_k, *qc = p8 + c->seq_k, *kc = qc + D;
     for (int64_t d = 0; d < D; ++d)
         qc[d] = e4m3_table[x->q8[b * x->qs[0] + q * x->qs[1] + h * x->qs[2] + d]];
     int64_t last = -1;
@@ -133,8 +149,8 @@ static double naive_fp8_row(const f8_inst *x, int64_t b, int64_t h, int64_t q, i
         s[k] = NAN;
         if (!admitted(x, b, h, q, k) || (drop_last && k == last)) continue;
         for (int64_t d = 0; d < D; ++d)
-            prod[d] = qc[d] * e4m3_table[x->k8[b * x->ks[0] + k * x->ks[1] + hk * x->ks[2] + d]];
-        s[k] = f * mma_sum(prod, D, frac);
+            kc[d] = e4m3_table[x->k8[b * x->ks[0] + k * x->ks[1] + hk * x->ks[2] + d]];
+        s[k] = f * mma_sum(qc, kc, D, frac);
         m = fmax(m, s[k]);
     }
     for (int64_t d = 0; d < D; ++d) o[d] = 0.0;
@@ -248,6 +264,19 @@ static float *random_values(tu_rng *rng, int64_t n, float amp) {
     return v;
 }
 
+/* Packed [B, S, H, D] real values reshaped by c->k_shape (key_shape.h). */
+static void shape_values(float *v, const f8_case *c, int64_t B, int64_t S, int64_t H, int is_k) {
+    const int64_t D = c->head_dim;
+    const double scale = c->scale != 0.0f ? c->scale : 1.0 / sqrt((double)D);
+    int64_t i = 0;
+    for (int64_t b = 0; b < B; ++b)
+        for (int64_t s = 0; s < S; ++s)
+            for (int64_t h = 0; h < H; ++h)
+                for (int64_t d = 0; d < D; ++d, ++i)
+                    v[i] = (float)tu_key_shape((tu_shape)c->k_shape, c->k_shape_arg, scale, is_k,
+                                               s, S, d, v[i]);
+}
+
 int f8_inst_create(f8_inst *x, const f8_case *c) {
     memset(x, 0, sizeof *x);
     x->c = *c;
@@ -298,6 +327,10 @@ int f8_inst_create(f8_inst *x, const f8_case *c) {
         memset(x->q8, F8_NAN_CODE, (size_t)x->q_alloc);
         memset(x->k8, F8_NAN_CODE, (size_t)x->k_alloc);
         memset(x->v8, F8_NAN_CODE, (size_t)x->v_alloc);
+        if (c->k_shape != TU_SHAPE_NONE) {
+            shape_values(qv, c, B, Sq, Hq, 0);
+            shape_values(kv, c, B, Sk, Hk, 1);
+        }
         quantize(x->q8, x->qs, qv, B, Sq, Hq, D, x->q_descale);
         quantize(x->k8, x->ks, kv, B, Sk, Hk, D, x->k_descale);
         quantize(x->v8, x->vs, vv, B, Sk, Hk, D, x->v_descale);
@@ -341,14 +374,14 @@ void f8_inst_destroy(f8_inst *x) {
 void f8_case_describe(const f8_case *c, char *buf, size_t len) {
     snprintf(buf, len,
              "fp8->%s B%lld Sq%lld Sk%lld Hq%lld Hkv%lld D%lld blocks %dx%d%s layout %dx%d "
-             "density %.2f%s%s%s%s seed 0x%llx",
+             "density %.2f%s%s%s%s amp %g shape %d:%g seed 0x%llx",
              c->out_dtype == SK_DTYPE_F16 ? "f16" : "bf16", (long long)c->batch,
              (long long)c->seq_q, (long long)c->seq_k, (long long)c->heads_q,
              (long long)c->heads_kv, (long long)c->head_dim, (int)c->block_q, (int)c->block_k,
              c->causal ? " causal" : "", (int)c->layout_batch, (int)c->layout_heads, c->density,
              c->empty_rows ? " empty-rows" : "", c->padded ? " padded" : "",
-             c->with_descale ? " descales" : "", c->with_lse ? " lse" : "",
-             (unsigned long long)c->seed);
+             c->with_descale ? " descales" : "", c->with_lse ? " lse" : "", (double)c->amp,
+             c->k_shape, (double)c->k_shape_arg, (unsigned long long)c->seed);
 }
 
 void f8_inst_desc(const f8_inst *x, sk_backend backend, sk_attention_desc *d, const float *qd,

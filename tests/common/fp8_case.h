@@ -28,10 +28,11 @@
  *
  * The second yardstick (FP8 accumulation): Hopper's FP8 wgmma does not sum
  * in fp32. Each k32 step aligns the accumulator and its 32 products to the
- * largest exponent E and truncates each to a multiple of 2^(E - 13) (the
- * model in fp8_case.c, which reproduces the H200's one LSE failure of main
- * 333df50 to fp32 rounding). At logits ~46 that is an LSE error ~0.04, more
- * than 2 u_acc smag allowed. So the naive FP8 row is also computed with its
+ * largest exponent E (a product's exponent taken as ea + eb, its factors'
+ * exponents added) and truncates each to a multiple of 2^(E - 13) (the
+ * model in fp8_case.c, which reproduces the H200's LSE failure of main
+ * 333df50 and the H100's shaped-row one of bce1b87 to fp32 rounding). At
+ * logits ~46 that is an LSE error ~0.04, more than 2 u_acc smag allowed. So the naive FP8 row is also computed with its
  * scores summed that way: lse_yard = |its LSE - ref|, and yard[row] is the
  * larger of the two yardsticks' O deviations. f8_inst_model gives that
  * naive kernel and broken variants of it, so a test can show that the
@@ -60,6 +61,8 @@ typedef struct f8_case {
     sk_dtype out_dtype;   /* F16 or BF16 */
     float amp;            /* input amplitude (1 if 0) */
     uint64_t seed;
+    int k_shape;          /* tu_shape (common/key_shape.h) of the real Q, K values; 0: none */
+    float k_shape_arg;
 } f8_case;
 
 typedef struct f8_inst {
