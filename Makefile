@@ -88,7 +88,7 @@ $(BUILD)/obj/%.o: src/%.c
 
 $(BUILD)/obj/tests/%.o: tests/%.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -Itests -c $< -o $@
+	$(CC) $(CFLAGS) -Itests $(TOOLS_INC) -c $< -o $@
 
 $(BUILD)/obj/tools/%.o: tools/%.c
 	@mkdir -p $(dir $@)
@@ -114,7 +114,7 @@ $(BUILD)/asan/%.o: src/%.c
 
 $(BUILD)/asan/tests/%.o: tests/%.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ASAN) -Itests -c $< -o $@
+	$(CC) $(CFLAGS_ASAN) -Itests $(TOOLS_INC) -c $< -o $@
 
 $(BUILD)/libsparsek.so: $(LIB_OBJ)
 	$(CC) -shared -o $@ $^ $(CUDA_LIBS) $(LDLIBS)

@@ -13,16 +13,16 @@
 #include "common/naive_ref.h"
 #include "core/fp8_vt.h"
 #include "common/test_util.h"
+#include "fp8_mma_model.h" /* tools/common: the model the CLI check shares */
 
 #define F8_U_ACC 0x1p-13
 #define F8_ATOL 1e-5
 #define F8_NAN_CODE 0x7F
 /* The CPU reference accumulates in fp32 / fp64: 2^-13 -> 2^-20. */
 #define F8_TIGHT 0x1p-7
-/* The modelled FP8 wgmma sum (mma_sum): k32 steps, 13 fraction bits below
- * the largest exponent of each step. */
-#define F8_MMA_K 32
-#define F8_MMA_FRAC 13
+/* The modelled FP8 wgmma sum: tools/common/fp8_mma_model.h (shared with
+ * the CLI's check), 13 fraction bits below each k32 step's largest exponent. */
+#define F8_MMA_FRAC SK_FP8_MMA_FRAC
 
 static void strides_of(int64_t s, int64_t h, int64_t d, int padded, tu_rng *rng, int64_t st[3]) {
     const int64_t pad = padded ? 16 : 0;
@@ -81,45 +81,6 @@ static int admitted(const f8_inst *x, int64_t b, int64_t h, int64_t q, int64_t k
     return !c->causal || k <= q + (c->seq_k - c->seq_q);
 }
 
-/* Exponent of an e4m3 value as its encoding holds it: floor(log2 |v|) for
- * normal numbers, -6 for the subnormals (0.mmm x 2^-6). v != 0. */
-static int e4m3_exponent(double v) {
-    const int e = ilogb(v);
-    return e < -6 ? -6 : e;
-}
-
-/* The FP8 tensor cores' sum (wgmma ... .f32.e4m3.e4m3 on sm_90), as two GPU
- * runs showed it (docs/perf/fp8.md, "Accumulation precision" and "The
- * shaped-row LSE"): each k32 step aligns the carried accumulator and its 32
- * exact products to the largest exponent E among them and truncates each
- * toward zero to a multiple of 2^(E - frac) before adding; the sum is exact
- * from there. A product's exponent is that of its factors added, ea + eb,
- * not the product's own: the product of the significands, in [1, 4), is
- * not normalised first, so a product at or above 2^(ea+eb+1) does not move
- * E. The accumulator's is its own (normalised). With frac = 13 this
- * reproduces the LSE the kernel returned for the two cases (an H200 and an
- * H100) to fp32 rounding; the normalised product exponent misses the
- * second by 4.7e-3. a, b: the n e4m3 factors in GEMM order. */
-static double mma_sum(const double *a, const double *b, int64_t n, int frac) {
-    double acc = 0.0;
-    for (int64_t c0 = 0; c0 < n; c0 += F8_MMA_K) {
-        const int64_t c1 = c0 + F8_MMA_K < n ? c0 + F8_MMA_K : n;
-        int any = acc != 0.0, E = any ? ilogb(acc) : 0;
-        for (int64_t i = c0; i < c1; ++i) {
-            if (a[i] == 0.0 || b[i] == 0.0) continue;
-            const int e = e4m3_exponent(a[i]) + e4m3_exponent(b[i]);
-            E = any && E > e ? E : e;
-            any = 1;
-        }
-        if (!any) continue;
-        const double ulp = ldexp(1.0, E - frac), inv = 1.0 / ulp; /* powers of 2: exact */
-        double sum = trunc(acc * inv) * ulp;
-        for (int64_t i = c0; i < c1; ++i) sum += trunc(a[i] * b[i] * inv) * ulp;
-        acc = sum;
-    }
-    return acc;
-}
-
 static double descale_of(const float *descale, int64_t H, int64_t b, int64_t h) {
     return descale != NULL ? (double)descale[b * H + h] : 1.0;
 }
@@ -150,7 +111,7 @@ static double naive_fp8_row(const f8_inst *x, int64_t b, int64_t h, int64_t q, i
         if (!admitted(x, b, h, q, k) || (drop_last && k == last)) continue;
         for (int64_t d = 0; d < D; ++d)
             kc[d] = e4m3_table[x->k8[b * x->ks[0] + k * x->ks[1] + hk * x->ks[2] + d]];
-        s[k] = f * mma_sum(qc, kc, D, frac);
+        s[k] = f * sk_fp8_mma_sum(qc, kc, D, frac);
         m = fmax(m, s[k]);
     }
     for (int64_t d = 0; d < D; ++d) o[d] = 0.0;

@@ -144,7 +144,7 @@ static void check_one_head(const workload *w, const sk_bsr *layout, const tensor
         int64_t *keys = xmalloc((size_t)max_keys * sizeof(int64_t), "the check's keys");
         double *scores = xmalloc((size_t)max_keys * sizeof(double), "the check's scores");
         double *o = xmalloc((size_t)dim * sizeof(double), "the check's row");
-        double *work = w->fp8 ? xmalloc((size_t)(max_keys + 2 * dim) * sizeof(double), "the check's FP8 row")
+        double *work = w->fp8 ? xmalloc((size_t)(max_keys + 3 * dim) * sizeof(double), "the check's FP8 row")
                               : NULL;
 #pragma omp for schedule(dynamic, 16)
         for (int64_t i = 0; i < rows; ++i) {

@@ -27,13 +27,12 @@
 #include <stdlib.h>
 
 #include "cli.h"
+#include "fp8_mma_model.h"
 #include "host_data.h"
 
 #define FP8_U_ACC 0x1p-13 /* fp32 accumulation order, relative */
 #define FP8_U_OUT 0x1p-8  /* O in bf16 */
 #define FP8_ATOL  1e-5
-#define MMA_K     32 /* keys per FP8 wgmma step (k32) */
-#define MMA_FRAC  13 /* fraction bits kept below a step's largest exponent */
 
 /* OCP e4m3fn: bias 7, subnormals below 2^-6, S.1111.111 NaN, no inf. */
 static double e4m3_value(uint8_t c) {
@@ -52,28 +51,6 @@ static double e4m3_round(double x) {
     const int exp = e - 1 < -6 ? -6 : e - 1; /* subnormals share 2^-6's spacing */
     const double step = ldexp(1.0, exp - 3);
     return nearbyint(x / step) * step;
-}
-
-/* n exact products summed as the FP8 wgmma sums them, as measured on an
- * H200 (docs/perf/fp8.md): per step of 32, the carried sum and the products
- * are truncated toward zero to a multiple of 2^(E - 13), E the largest
- * exponent among them, then added exactly. */
-static double mma_model_sum(const double *prod, int64_t n) {
-    double acc = 0.0;
-    for (int64_t k0 = 0; k0 < n; k0 += MMA_K) {
-        const int64_t k1 = k0 + MMA_K < n ? k0 + MMA_K : n;
-        double big = fabs(acc);
-        for (int64_t k = k0; k < k1; ++k)
-            if (fabs(prod[k]) > big) big = fabs(prod[k]);
-        if (big == 0.0) continue;
-        int e;
-        (void)frexp(big, &e);
-        const double unit = ldexp(1.0, e - 1 - MMA_FRAC);
-        double step = trunc(acc / unit) * unit; /* division by a power of 2: exact */
-        for (int64_t k = k0; k < k1; ++k) step += trunc(prod[k] / unit) * unit;
-        acc = step;
-    }
-    return acc;
 }
 
 void fp8_quantize_head(const workload *w, float *vals, int64_t rows, uint8_t *codes,
@@ -117,19 +94,20 @@ void fp8_row_tolerance(const workload *w, const head_inputs *in, int64_t i, cons
     const double scale = 1.0 / sqrt((double)dim);
     const float *q = in->q + i * dim;
     const uint8_t *q8 = in->q8 + i * dim;
-    double *s8 = work, *o8 = work + n, *prod = work + n + dim;
+    double *s8 = work, *o8 = work + n, *qa = work + n + dim, *kb = work + n + 2 * dim;
     double smag = 0.0, vmax = 0.0;
     const double fold = scale * (double)in->qd * (double)in->kd; /* descales x scale */
+    for (int64_t d = 0; d < dim; ++d) qa[d] = e4m3_value(q8[d]);
     for (int64_t j = 0; j < n; ++j) {
         const int64_t k = keys[j];
         double mag = 0.0;
         for (int64_t d = 0; d < dim; ++d) {
             mag += fabs((double)q[d] * (double)in->k[k * dim + d]);
             vmax = fmax(vmax, fabs((double)in->v[k * dim + d]));
-            prod[d] = e4m3_value(q8[d]) * e4m3_value(in->k8[k * dim + d]); /* exact */
+            kb[d] = e4m3_value(in->k8[k * dim + d]);
         }
         smag = fmax(smag, scale * mag);
-        s8[j] = fold * mma_model_sum(prod, dim);
+        s8[j] = fold * sk_fp8_mma_sum(qa, kb, dim, SK_FP8_MMA_FRAC);
     }
     double yard = 0.0, lse_yard = 0.0;
     if (n > 0) {

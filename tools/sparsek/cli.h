@@ -282,7 +282,7 @@ typedef struct head_inputs {
 void fp8_quantize_head(const workload *w, float *vals, int64_t rows, uint8_t *codes, float *descale);
 /* The FP8 tolerance of query row i of in (its reference o_ref, lse_ref over
  * the keys keys[0 .. n) with exact scaled scores): *o_abs and the
- * per-|ref| *o_rel of O's elements, *lse_tol of the LSE. work: n + 2 D
+ * per-|ref| *o_rel of O's elements, *lse_tol of the LSE. work: n + 3 D
  * doubles. */
 void fp8_row_tolerance(const workload *w, const head_inputs *in, int64_t i, const int64_t *keys,
                        const double *scores, int64_t n, const double *o_ref, double lse_ref,
