@@ -245,7 +245,8 @@ __device__ __forceinline__ void sk_bwd_dkv_tile(const sk_bwd_params &p, unsigned
         const uint32_t ds_here = kDsAt + stage * SK_BWD_DS_BYTES;
         if constexpr (kFuse)
             if (pending)
-                sk_bwd_fused_dq<kDtype, kD>(p, ln, smem0, smem0 + (ds_here ^ SK_BWD_DS_BYTES), b,
+                sk_bwd_fused_dq<kDtype, kD>(p, ln, smem0,
+                                            smem0 + kDsAt + (stage ^ 1u) * SK_BWD_DS_BYTES, b,
                                             prev.h, prev.q0, kt, klim, dqacc);
         if (kw < p.seq_k && !(p.causal && kw > min(it.q0 + SK_BWD_TILE, p.seq_q) - 1 + p.diag))
             sk_bwd_dkv_item<kDtype, kD, kFuse>(p, ln, smem0, smem0 + here, smem + here, kw,
