@@ -107,6 +107,8 @@ def run_backward_case(case, args, timer, ctx_global, build_layout):
         variants.append(("sparsek_sm80", "cuda_sm80", True))
     if args.device == "cuda" and "sparsek_nondet" in args.peers:
         variants.append(("sparsek_nondet", None, False))  # fp32 atomic dQ (fused Hopper pass)
+    if args.device == "cuda" and "sparsek_sm80_nondet" in args.peers:
+        variants.append(("sparsek_sm80_nondet", "cuda_sm80", False))  # the portable fused pass
     for name, backend, deterministic in variants:
         try:
             fplan = sparsek.plan_attention(q0, k0, v0, layout, causal=case.causal, backend=backend)

@@ -66,6 +66,8 @@ SCHEMA = "sparsek-bench/1"
 ALL_PEERS = ["sparsek", "sparsek_sm80", "sdpa_cudnn", "sdpa_flash", "flex", "flex_flash", "flashinfer", "fa4"]
 # --backward only: SparseK with bwd->deterministic = 0 (the fused Hopper pass).
 ALL_PEERS.append("sparsek_nondet")
+# --backward only: the portable kernel's fused pass (deterministic = 0, backend cuda_sm80).
+ALL_PEERS.append("sparsek_sm80_nondet")
 # --fp8 only (bench/fp8.py): SparseK bf16 and FP8 (V^T, rows V), flashinfer's
 # FP8 block-sparse and dense prefill, cuDNN SDPA on float8 inputs (probed).
 FP8_PEERS = ["sparsek_bf16", "sparsek_fp8", "sparsek_fp8_rows", "flashinfer_fp8", "flashinfer_fp8_dense", "sdpa_cudnn_fp8"]

@@ -1118,11 +1118,13 @@ SK_API sk_status sk_decode(const sk_decode_desc *desc, const sk_bsr *layout,
  *   tolerance), dK and dV stay bitwise repeatable. It is faster than the
  *   deterministic passes on most shapes but not all (on an H100 slower at
  *   64K tokens with 16 random blocks a row, where its fp32 accumulator
- *   and Q / dO outgrow L2: docs/perf/backward.md). Where that pass does not
- *   apply (the CPU, other GPUs, the varlen backward, strides TMA cannot
- *   take) the call gives the deterministic results. The CUDA workspace is
- *   then larger by B * Hq * ceil(Sq / 64) * 64 * D * 4 bytes (rounded up to
- *   256), whatever the device.
+ *   and Q / dO outgrow L2: docs/perf/backward.md). On other GPUs and with
+ *   SK_BACKEND_CUDA_SM80 (fixed-batch calls) the portable kernel has the
+ *   same fused mode, with the same guarantees (docs/perf/backward_sm80.md).
+ *   Where no fused pass applies (the CPU, the varlen backward, on Hopper
+ *   strides TMA cannot take) the call gives the deterministic results. The
+ *   CUDA workspace is then larger by B * Hq * ceil(Sq / 64) * 64 * D * 4
+ *   bytes (rounded up to 256), whatever the device.
  * - Workspace and plan: nothing on the CPU (workspace size 0, the plan a
  *   no-op after the checks). On CUDA the plan builds on the GPU, with no
  *   host synchronisation, what the run needs: the transposed layout (for

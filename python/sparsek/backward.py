@@ -52,9 +52,10 @@ class AttentionBackwardPlan:
     run() must have the planned shapes, dtype and device (strides may
     differ; the last dimension is contiguous). deterministic=True (the
     default) gives bitwise repeatable gradients; False allows the faster
-    fused pass on a Hopper GPU (dQ summed with fp32 atomics: last-bit
+    fused pass on a CUDA GPU (Hopper's, or the portable kernel's on other
+    GPUs and the sm80 backend; dQ summed with fp32 atomics: last-bit
     differences from run to run; dK, dV still repeatable, a larger
-    workspace); elsewhere it gives the deterministic results."""
+    workspace); elsewhere (CPU, varlen) it gives the deterministic results."""
 
     def __init__(self, q, k, v, layout, *, causal=False, scale=None, backend=None, deterministic=True):
         aq, ak, _ = _check_qkv(q, k, v)

@@ -14,9 +14,11 @@
 #include "common/test_util.h"
 #include "gpu/cuda_api.h"
 #include "cuda/attention/bwd_sm90_dkv.h" /* sk_bwd90_dkv_launches: which dK/dV kernel ran */
+#include "cuda/attention/bwd_sm80_fused.h" /* sk_bwd80_fused_launches: the portable fused pass */
 
 int gb_cases_run, gb_cases_failed, gb_cases_declined;
 int64_t gb_hopper_dkv_runs, gb_hopper_fused_runs;
+int64_t gb_portable_fused_runs;
 
 /* Whether the Hopper dK/dV kernel (bwd_sm90_dkv.cu) must run a case's dK/dV
  * pass: a compute capability 9.0 device and a backend other than
@@ -30,6 +32,18 @@ static int gb_expect_hopper_dkv(void) {
            cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
            cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) == cudaSuccess &&
            major == 9 && minor == 0;
+}
+
+/* Whether the portable fused pass (bwd_sm80.cu) must run a deterministic
+ * = 0 case off the Hopper kernels: a block must get its shared memory, the
+ * dK/dV kernel's and two 8 KB dS^T buffers (115,712 bytes at D = 128,
+ * 66,560 at D = 64; compute capability 8.6 / 8.9 give 101,376). */
+static int gb_expect_portable_fused(int64_t d) {
+    int dev = 0, optin = 0;
+    return cudaGetDevice(&dev) == cudaSuccess &&
+           cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) ==
+               cudaSuccess &&
+           optin >= (d == 128 ? 115712 : 66560);
 }
 
 enum { GB_MAX_REPORTS = 6 };
@@ -373,6 +387,7 @@ int gb_run_case(const gb_case *c, int64_t counts[2]) {
         }
     }
     const int64_t hopper_dkv0 = sk_bwd90_dkv_launches(), fused0 = sk_bwd90_fused_launches();
+    const int64_t pfused0 = sk_bwd80_fused_launches();
     for (int run = 0; run < 2; ++run) {
         if (gb_inst_poison(&b, run ? 0x5a : 0xa5) != 0) {
             CHECK(0, "upload failed [%s]", desc);
@@ -427,6 +442,16 @@ int gb_run_case(const gb_case *c, int64_t counts[2]) {
               (long long)fused, (long long)want_fused, desc);
         failed |= fused != want_fused;
         gb_hopper_fused_runs += fused;
+        /* Off the Hopper kernels (SK_BACKEND_CUDA_SM80, or not a Hopper
+         * device), deterministic = 0 is the portable fused pass, both runs. */
+        const int64_t pfused = sk_bwd80_fused_launches() - pfused0;
+        const int64_t want_pfused =
+            c->nondet && want == 0 && gb_expect_portable_fused(c->f.head_dim) ? 2 : 0;
+        CHECK(pfused == want_pfused,
+              "the portable fused pass ran %lld times in 2 runs, want %lld [%s]",
+              (long long)pfused, (long long)want_pfused, desc);
+        failed |= pfused != want_pfused;
+        gb_portable_fused_runs += pfused;
     }
     if (c->nondet && !failed) {
         /* dK and dV have one owner in either mode and the same arithmetic:

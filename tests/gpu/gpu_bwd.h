@@ -42,7 +42,7 @@ typedef struct gb_case {
     int plan_run;       /* plan + run instead of the one-shot sk_attention_backward */
     int keep_unread;    /* leave the inputs no gradient reads finite (step 3 off), for a
                            GPU forward, which does read the K, V of keys no pair reaches */
-    int nondet;         /* bwd->deterministic = 0 (the fused Hopper pass): step 5's two
+    int nondet;         /* bwd->deterministic = 0 (a fused pass): step 5's two
                            runs must agree bitwise in dK and dV only (dQ: each within the
                            tolerance), and a third run with deterministic = 1 must give
                            the same dK and dV bits */
@@ -88,6 +88,9 @@ extern int gb_cases_run, gb_cases_failed, gb_cases_declined;
 /* Runs whose dK/dV pass was the Hopper kernel (bwd_sm90_dkv.cu); of those,
  * runs of its fused form (deterministic = 0). */
 extern int64_t gb_hopper_dkv_runs, gb_hopper_fused_runs;
+/* Runs of the portable fused pass (deterministic = 0 off the Hopper
+ * kernels: bwd_sm80_fused.cuh). */
+extern int64_t gb_portable_fused_runs;
 
 void gb_case_describe(const gb_case *c, char *buf, size_t len);
 

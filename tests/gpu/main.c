@@ -79,5 +79,7 @@ int main(int argc, char **argv) {
            gb_cases_declined);
     printf("backward runs on the Hopper dK/dV kernel: %lld\n", (long long)gb_hopper_dkv_runs);
     printf("of those, fused (deterministic = 0): %lld\n", (long long)gb_hopper_fused_runs);
+    printf("backward runs on the portable fused pass (deterministic = 0): %lld\n",
+           (long long)gb_portable_fused_runs);
     return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }

@@ -18,9 +18,11 @@
  *   gpu_bwd_edge_shapes  one token, nothing selected, Sq >> Sk causal, ...
  *   gpu_bwd_hopper_dkv_edges  the Hopper dK/dV kernel's edges (block tails,
  *                        alternating warpgroups, GQA 8, causal Sq != Sk).
- *   gpu_bwd_nondet_*     bwd->deterministic = 0 (the fused Hopper pass: dQ by
- *                        fp32 atomics): 4 x 32 random cases as above, the
- *                        NaN and Hopper edge cases; each run twice (dQ within
+ *   gpu_bwd_nondet_*     bwd->deterministic = 0 (the fused pass: dQ by fp32
+ *                        atomics; Hopper's, or the portable one under
+ *                        --backend sm80 / off Hopper, gpu_bwd.c checks which
+ *                        ran): 4 x 32 random cases as above, the NaN, edge
+ *                        and Hopper edge cases; each run twice (dQ within
  *                        the tolerance both times, dK / dV bitwise) and once
  *                        more with deterministic = 1 (the same dK / dV bits).
  *   gpu_bwd_graph_capture  forward + backward plan + run captured in a CUDA
@@ -160,7 +162,7 @@ SK_TEST(gpu_bwd_nondet_nan_unread) {
     nan_unread_cases(1);
 }
 
-SK_TEST(gpu_bwd_edge_shapes) {
+static void edge_shapes(int nondet) {
     gb_case cs[12];
     int n = 0;
     cs[n++] = base_case(SK_DTYPE_F16, 64, 1, 1, 64, 64, 0);
@@ -195,9 +197,20 @@ SK_TEST(gpu_bwd_edge_shapes) {
     const int count = gt_opt.quick ? 4 : n;
     for (int i = 0; i < count; ++i) {
         cs[i].plan_run = i & 1;
+        cs[i].nondet = nondet;
         failed += gb_run_case(&cs[i], NULL) != 0;
     }
-    printf("    %d edge cases, %d failed\n", count, failed);
+    printf("    %d edge cases%s, %d failed\n", count, nondet ? " (deterministic 0)" : "", failed);
+}
+
+SK_TEST(gpu_bwd_edge_shapes) {
+    edge_shapes(0);
+}
+
+/* The fused passes on the same edges: one token, nothing selected (dQaccum
+ * stays zero), Sq >> Sk, MQA, padded strides. */
+SK_TEST(gpu_bwd_nondet_edge_shapes) {
+    edge_shapes(1);
 }
 
 /* The Hopper dK/dV kernel's own edges (bwd_sm90_dkv.cu; on other devices

@@ -18,7 +18,7 @@
  *                 written by the run's pre-pass
  *   dqacc         bwd->deterministic = 0 only: fp32 [B * Hq, sq_pad, D]
  *                 (element order: bwd_dqacc.cuh),
- *                 the fused Hopper pass's dQ sums (zeroed by the run; the
+ *                 the fused pass's dQ sums (zeroed by the run; the
  *                 size for deterministic = 1 is unchanged)
  *
  * Plan (on the stream; no host sync, graph safe): T (bwd_transpose.cu),
@@ -31,7 +31,9 @@
  * With bwd->deterministic = 0 on a Hopper device the run tries the fused
  * one-pass kernel first (dK, dV and fp32 dQ adds; bwd_kernels.h), and
  * falls back to the deterministic passes where it declines: that mode is
- * then deterministic too.
+ * then deterministic too. Without the Hopper kernels (SK_BACKEND_CUDA_SM80,
+ * or not a Hopper device) deterministic = 0 runs the portable fused pass
+ * (bwd_sm80_fused.cuh) into the same dqacc part.
  */
 #include <stdint.h>
 

@@ -92,7 +92,7 @@ typedef struct sk_bwd_plan_view {
     const int2 *rows, *cols;
     int32_t batch, col_cap;
     /* bwd->deterministic = 0 (fixed mode only; else NULL): the fp32
-     * dQaccum [B * Hq, sq_pad, D] of the fused Hopper kernel. */
+     * dQaccum [B * Hq, sq_pad, D] of the fused kernels (Hopper or portable). */
     float *dqacc;
     size_t dqacc_bytes;
 } sk_bwd_plan_view;

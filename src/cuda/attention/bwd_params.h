@@ -42,6 +42,9 @@ typedef struct sk_bwd_params {
     const int2 *v_rows;      /* [row_blocks] {b, i} */
     const int2 *v_cols;      /* [v_col_cap] {b, j} */
     int32_t v_batch, v_col_cap;
+    /* bwd->deterministic = 0 on the portable fused kernel (bwd_sm80_fused.cuh):
+     * the workspace's fp32 dQaccum [B * Hq, sq_pad, D]; NULL otherwise. */
+    float *dqacc;
 } sk_bwd_params;
 
 #endif /* SK_CUDA_ATTENTION_BWD_PARAMS_H */

@@ -17,6 +17,9 @@
  *             plan's longest-first order: Q, dO, lse2, Dl stay resident, dQ
  *             in registers; it walks the layout row's selected blocks in
  *             64-key chunks (bwd_sm80_dq.cuh).
+ *   fused     bwd->deterministic = 0 off the Hopper kernels: the dK/dV
+ *             kernel also adds each item's dQ into an fp32 dQaccum
+ *             (bwd_sm80_fused.cuh), then a post-pass converts it; no dQ pass.
  * Both recompute S = s Q K^T, P = 2^(S log2(e) - lse2), dP = dO V^T and
  * dS = P (dP - Dl) for their pairs; dK/dV accumulates dV += P^T dO and
  * dK += dS^T Q, dQ accumulates dQ += dS K; the scale s multiplies dQ and dK
@@ -45,7 +48,9 @@
  *
  * Determinism: each output element has one owner (CTA, warp, lane) that
  * accumulates in a fixed order (the layout's and T's entry order), so the
- * results are bitwise the same on every run whatever the schedule.
+ * results are bitwise the same on every run whatever the schedule. The
+ * fused form's dQ is the exception (fp32 atomics, any order); its dK and
+ * dV are the same arithmetic, so the same bits.
  *
  * Invariants: nothing outside [0, Sq) x [0, Sk) of the inputs is read and
  * only dQ, dK, dV rows inside their extents are written; layout and plan
@@ -61,6 +66,7 @@
 #include "cuda/attention/bwd_dqacc.cuh"
 #include "cuda/attention/bwd_kernels.h"
 #include "cuda/attention/bwd_params.h"
+#include "cuda/attention/bwd_sm80_fused.h"
 #include "cuda/attention/sm80_common.cuh"
 #include "cuda/common/cuda_check.cuh"
 #include "cuda/common/ptx.cuh"
@@ -177,18 +183,20 @@ __device__ __forceinline__ void sk_bwd_to_a(const float (&s)[kNT][4], uint32_t (
 }
 
 /* acc (16 x D) += A (16 x 16 kPK, fragments) B, with B's 16 kPK rows [k][D]
- * in shared memory (b: the lane's transposed-ldmatrix row address). */
-template <int kDtype, int kD, int kPK>
-__device__ __forceinline__ void sk_bwd_mma_rows(float (&acc)[kD / 8][4],
+ * in shared memory (b: the lane's transposed-ldmatrix row address). With
+ * kN < kD, acc is the slab of columns c0 .. c0 + kN - 1 (c0 a multiple of
+ * 16; the fused dQ product, bwd_sm80_fused.cuh). */
+template <int kDtype, int kD, int kPK, int kN = kD>
+__device__ __forceinline__ void sk_bwd_mma_rows(float (&acc)[kN / 8][4],
                                                 const uint32_t (&a)[kPK][4], uint32_t b,
-                                                const sk_bwd_lane &ln) {
+                                                const sk_bwd_lane &ln, int c0 = 0) {
 #pragma unroll
     for (int kk = 0; kk < kPK; ++kk)
 #pragma unroll
-        for (int dp2 = 0; dp2 < kD / 16; ++dp2) {
+        for (int dp2 = 0; dp2 < kN / 16; ++dp2) {
             uint32_t bb[4];
             sk_ldmatrix_x4_trans(bb, b + (uint32_t)(kk * 16 * kD * 2) +
-                                         (((uint32_t)(2 * dp2) ^ ln.t_y) << 4));
+                                         (((uint32_t)(c0 / 8 + 2 * dp2) ^ ln.t_y) << 4));
             sk_sm80_mma<kDtype>(acc[2 * dp2], a[kk], bb[0], bb[1]);
             sk_sm80_mma<kDtype>(acc[2 * dp2 + 1], a[kk], bb[2], bb[3]);
         }
@@ -223,7 +231,8 @@ __device__ __forceinline__ void sk_bwd_varlen_narrow(const sk_bwd_params &p, int
     n->col_blocks = min(p.col_blocks, (len_k + p.block_k - 1) / p.block_k);
 }
 
-/* The kernels' parts: dK/dV, then dQ. */
+/* The kernels' parts: the fused dQ product, dK/dV (which calls it), then dQ. */
+#include "cuda/attention/bwd_sm80_fused.cuh"
 #include "cuda/attention/bwd_sm80_dkv.cuh"
 #include "cuda/attention/bwd_sm80_dq.cuh"
 
@@ -345,6 +354,9 @@ static_assert(sk_bwd_dkv_smem_bytes<128>() <= SK_BWD_SMEM_LIMIT / SK_BWD_CTAS_PE
               "two dK/dV CTAs (K, V and two stages of Q, dO, lse2, Dl) must fit one SM");
 static_assert(sk_bwd_dq_smem_bytes<128>() <= SK_BWD_SMEM_LIMIT / SK_BWD_CTAS_PER_SM,
               "two dQ CTAs (Q, dO and two stages of K, V) must fit one SM");
+/* 2 x (115,712 + the 1 KB the runtime reserves a CTA) = 228 KB: an H100 SM exactly. */
+static_assert(sk_bwd_dkv_smem_bytes<128, true>() + 1024 <= 228 * 1024 / SK_BWD_CTAS_PER_SM,
+              "two fused dK/dV CTAs (the dK/dV kernel's + two dS^T buffers) must fit one SM");
 
 sk_status sk_attention_bwd_sm80_check(const sk_attention_backward_problem *bp) {
     const sk_attention_problem *p = &bp->fwd;
@@ -384,10 +396,58 @@ sk_status sk_attention_bwd_sm80_check(const sk_attention_backward_problem *bp) {
     return SK_STATUS_SUCCESS;
 }
 
+/* dQ from dQaccum: the post-pass after a fused pass. */
+template <int kDtype, int kD>
+static sk_status sk_bwd_dq_post_launch(const sk_bwd_params &k, const sk_bwd_shape *s,
+                                       const float *dqacc, cudaStream_t stream) {
+    const int64_t chunks = (int64_t)(s->dq_tiles / k.row_blocks) * k.seq_q * (kD / 8);
+    const int64_t blocks = (chunks + 255) / 256;
+    const int grid = (int)(blocks < 65536 * 16 ? blocks : 65536 * 16);
+    sk_bwd_dq_post_kernel<kDtype, kD><<<grid, 256, 0, stream>>>(k, dqacc);
+    SK_CUDA_TRY(cudaGetLastError(), "backward dQ post-pass kernel launch");
+    return SK_STATUS_SUCCESS;
+}
+
+static int64_t sk_bwd80_fused_count = 0;
+
+extern "C" int64_t sk_bwd80_fused_launches(void) {
+    return __atomic_load_n(&sk_bwd80_fused_count, __ATOMIC_RELAXED);
+}
+
+/* The portable fused pass (deterministic = 0 off the Hopper kernels):
+ * dQaccum zeroed (a memset node when captured), the dK/dV kernel in its
+ * fused form, then the post-pass. *launched = 0 and nothing enqueued where
+ * a block cannot have its shared memory (113 KB at D = 128: compute
+ * capability 8.6 / 8.9 give 99 KB): the deterministic passes run then. */
+template <int kDtype, int kD>
+static sk_status sk_bwd_fused_launch(const sk_bwd_params &k, const sk_bwd_shape *s, float *dqacc,
+                                     size_t dqacc_bytes, cudaStream_t stream, int *launched) {
+    *launched = 0;
+    const int smem = (int)sk_bwd_dkv_smem_bytes<kD, true>();
+    int device = 0, optin = 0;
+    SK_CUDA_TRY(cudaGetDevice(&device), "cudaGetDevice");
+    SK_CUDA_TRY(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
+                "cudaDeviceGetAttribute");
+    if (optin < smem) return SK_STATUS_SUCCESS;
+    SK_CUDA_TRY(cudaMemsetAsync(dqacc, 0, dqacc_bytes, stream), "zeroing the backward's dQaccum");
+    sk_bwd_params kf = k;
+    kf.dqacc = dqacc;
+    void (*dkv)(sk_bwd_params) = sk_bwd_dkv_kernel<kDtype, kD, false, true>;
+    SK_CUDA_TRY(cudaFuncSetAttribute(dkv, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
+                "cudaFuncSetAttribute (fused backward dK/dV/dQ)");
+    dkv<<<s->dkv_tiles * (k.block_k / SK_BWD_TILE), SK_BWD_THREADS, smem, stream>>>(kf);
+    SK_CUDA_TRY(cudaGetLastError(), "fused backward dK/dV/dQ kernel launch");
+    SK_TRY((sk_bwd_dq_post_launch<kDtype, kD>(k, s, dqacc, stream)));
+    __atomic_fetch_add(&sk_bwd80_fused_count, 1, __ATOMIC_RELAXED);
+    *launched = 1;
+    return SK_STATUS_SUCCESS;
+}
+
 /* The pre-pass, then the dK/dV and dQ passes on the stream: each pass on
  * the Hopper kernel when `hopper` and it covers the problem, else on the
  * portable kernel. With dqacc (deterministic = 0), first the fused Hopper
- * pass and the dQ post-pass, where it covers the problem. */
+ * pass and the dQ post-pass, where it covers the problem; without the
+ * Hopper kernels, the portable fused pass. */
 template <int kDtype, int kD, bool kVarlen>
 static sk_status sk_bwd_launch_typed(const sk_attention_backward_problem *bp,
                                      const sk_bwd_params &k, const sk_bwd_shape *s, int hopper,
@@ -400,15 +460,13 @@ static sk_status sk_bwd_launch_typed(const sk_attention_backward_problem *bp,
     if (hopper && dqacc != NULL) {
         SK_TRY(sk_attention_bwd_sm90_fused_launch(bp, s, &k, dqacc, dqacc_bytes, stream,
                                                   &launched));
-        if (launched) {
-            const int64_t chunks = (int64_t)(s->dq_tiles / k.row_blocks) * k.seq_q * (kD / 8);
-            const int64_t blocks = (chunks + 255) / 256;
-            const int grid = (int)(blocks < 65536 * 16 ? blocks : 65536 * 16);
-            sk_bwd_dq_post_kernel<kDtype, kD><<<grid, 256, 0, stream>>>(k, dqacc);
-            SK_CUDA_TRY(cudaGetLastError(), "backward dQ post-pass kernel launch");
-            return SK_STATUS_SUCCESS;
-        }
+        if (launched) return sk_bwd_dq_post_launch<kDtype, kD>(k, s, dqacc, stream);
     }
+    if constexpr (!kVarlen)
+        if (!hopper && dqacc != NULL) {
+            SK_TRY((sk_bwd_fused_launch<kDtype, kD>(k, s, dqacc, dqacc_bytes, stream, &launched)));
+            if (launched) return SK_STATUS_SUCCESS;
+        }
     if (hopper) SK_TRY(sk_attention_bwd_sm90_dkv_launch(bp, s, &k, stream, &launched));
     if (!launched) {
         void (*dkv)(sk_bwd_params) = sk_bwd_dkv_kernel<kDtype, kD, kVarlen>;
@@ -504,6 +562,7 @@ sk_status sk_attention_bwd_sm80_launch(const sk_attention_backward_problem *bp,
     k.v_cols = v->cols;
     k.v_batch = v->batch;
     k.v_col_cap = v->col_cap;
+    k.dqacc = NULL; /* the portable fused pass sets its own copy's */
     if (v->seqs != NULL) {
         if (p->dtype == SK_DTYPE_F16)
             return p->head_dim == 64

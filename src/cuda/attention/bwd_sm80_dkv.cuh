@@ -23,10 +23,11 @@ __host__ __device__ constexpr uint32_t sk_bwd_dkv_stage_bytes(void) {
     return 2u * SK_BWD_TILE * kD * 2u + 2u * SK_BWD_TILE * 4u;
 }
 
-/* K, V, then two item stages. */
-template <int kD>
+/* K, V, then two item stages; kFuse: then two dS^T buffers. */
+template <int kD, bool kFuse = false>
 __host__ __device__ constexpr uint32_t sk_bwd_dkv_smem_bytes(void) {
-    return 2u * SK_BWD_TILE * kD * 2u + 2u * sk_bwd_dkv_stage_bytes<kD>();
+    return 2u * SK_BWD_TILE * kD * 2u + 2u * sk_bwd_dkv_stage_bytes<kD>() +
+           (kFuse ? 2u * SK_BWD_DS_BYTES : 0u);
 }
 
 /* Where the item walk is: repetition, T entry, 64-row query tile of that
@@ -97,14 +98,38 @@ __device__ __forceinline__ void sk_bwd_dkv_load_item(const sk_bwd_params &p, int
     }
 }
 
+/* The fused form (bwd_sm80_fused.cuh): this warp's packed dS^T A fragments
+ * of kPK 16-query groups from query c0 of the item (keys 16 w + g, + 8;
+ * queries c0 + 16 kk + 2 t4, + 1 and + 8) as 32-bit words into the dS^T
+ * buffer at ds: [64 keys][64 queries] of the dtype, 128-byte rows, 16-byte
+ * chunk c of row r at c ^ (r & 7) (conflict-free stores and ldmatrix). */
+template <int kPK>
+__device__ __forceinline__ void sk_bwd_ds_store(const uint32_t (&a)[kPK][4], unsigned char *ds,
+                                                int c0) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t4 = lane & 3;
+#pragma unroll
+    for (int ii = 0; ii < 2; ++ii) {
+        unsigned char *row = ds + (SK_BWD_WARP_ROWS * warp + g + 8 * ii) * 128 + 4 * t4;
+#pragma unroll
+        for (int kk = 0; kk < kPK; ++kk)
+#pragma unroll
+            for (int x = 0; x < 2; ++x)
+                *(uint32_t *)(row + (((uint32_t)(c0 / 8 + 2 * kk + x) ^ (uint32_t)g) << 4)) =
+                    a[kk][2 * x + ii];
+    }
+}
+
 /* One item for this warp (keys kw .. kw + 15 of the tile): dK and dV
- * accumulate its pairs. */
-template <int kDtype, int kD>
+ * accumulate its pairs. kFuse (bwd_sm80_fused.cuh): also its dS^T rows
+ * into the item's dS^T buffer at ds_buf, zeros for the query steps it skips
+ * as causally hidden (a step past Sq is read by no dQ warp). */
+template <int kDtype, int kD, bool kFuse = false>
 __device__ __forceinline__ void sk_bwd_dkv_item(const sk_bwd_params &p, const sk_bwd_lane &ln,
                                                 uint32_t kv, uint32_t stage,
                                                 const unsigned char *stage_ptr, int32_t kw,
                                                 int32_t q0, float (&dk)[kD / 8][4],
-                                                float (&dv)[kD / 8][4]) {
+                                                float (&dv)[kD / 8][4],
+                                                unsigned char *ds_buf = nullptr) {
     constexpr int kRowBytes = kD * 2;
     constexpr int kQN = kD == 128 ? 32 : 64; /* queries per step */
     constexpr int kNT = kQN / 8, kPK = kQN / 16;
@@ -118,7 +143,13 @@ __device__ __forceinline__ void sk_bwd_dkv_item(const sk_bwd_params &p, const sk
     for (int half = 0; half < SK_BWD_TILE / kQN; ++half) {
         const int32_t qh = q0 + half * kQN; /* first query of the step */
         if (qh >= p.seq_q) break;
-        if (p.causal && kw > min(qh + kQN, p.seq_q) - 1 + p.diag) continue;
+        if (p.causal && kw > min(qh + kQN, p.seq_q) - 1 + p.diag) {
+            if constexpr (kFuse) {
+                const uint32_t zero[kPK][4] = {};
+                sk_bwd_ds_store<kPK>(zero, ds_buf, half * kQN);
+            }
+            continue;
+        }
         float s[kNT][4], dp[kNT][4];
         const uint32_t qs = q_st + (uint32_t)(half * kQN) * kRowBytes;
         const uint32_t ds = do_st + (uint32_t)(half * kQN) * kRowBytes;
@@ -147,6 +178,7 @@ __device__ __forceinline__ void sk_bwd_dkv_item(const sk_bwd_params &p, const sk
         uint32_t pa[kPK][4], dsa[kPK][4];
         sk_bwd_to_a<kDtype, kNT>(s, pa);
         sk_bwd_to_a<kDtype, kNT>(dp, dsa);
+        if constexpr (kFuse) sk_bwd_ds_store<kPK>(dsa, ds_buf, half * kQN);
         /* dV += P^T dO, dK += dS^T Q: B from [query][D] rows, transposed. */
         sk_bwd_mma_rows<kDtype, kD, kPK>(dv, pa, ds + ln.t_row, ln);
         sk_bwd_mma_rows<kDtype, kD, kPK>(dk, dsa, qs + ln.t_row, ln);
@@ -154,11 +186,14 @@ __device__ __forceinline__ void sk_bwd_dkv_item(const sk_bwd_params &p, const sk
 }
 
 /* The key tile [kt, kt + 64) of (batch b, KV head hk) over T entries
- * [start, end): the whole CTA's work once its tile is known. */
-template <int kDtype, int kD>
+ * [start, end): the whole CTA's work once its tile is known. kFuse
+ * (bwd_sm80_fused.cuh): each item's dQ too, added into dqacc one item
+ * late (after the barrier that opens the next item, or the one after the
+ * loop), from the two dS^T buffers after the item stages. */
+template <int kDtype, int kD, bool kFuse = false>
 __device__ __forceinline__ void sk_bwd_dkv_tile(const sk_bwd_params &p, unsigned char *smem,
                                                 int32_t b, int32_t hk, int32_t kt, int32_t start,
-                                                int32_t end) {
+                                                int32_t end, float *dqacc = nullptr) {
     constexpr int kRowBytes = kD * 2, kDTiles = kD / 8;
     constexpr uint32_t kTileBytes = SK_BWD_TILE * kRowBytes;
     constexpr uint32_t kStageBytes = sk_bwd_dkv_stage_bytes<kD>();
@@ -176,19 +211,26 @@ __device__ __forceinline__ void sk_bwd_dkv_tile(const sk_bwd_params &p, unsigned
 
     sk_bwd_item it = {0, start, -1, 0, 0};
     bool have = sk_bwd_dkv_next(p, hk, kt, start, end, &it);
+    /* kFuse: keys from klim on have no pair (their K may be NaN): zero-filled. */
+    int32_t klim = p.seq_k;
+    if constexpr (kFuse)
+        if (have) klim = sk_bwd_fused_klim(p, start, end);
     if (have) { /* K and V of this warp's keys (past Sk zero), the first item */
         const char *k = p.k + b * p.k_sb + hk * p.k_sh + (int64_t)kt * p.k_ss;
         const char *v = p.v + b * p.v_sb + hk * p.v_sh + (int64_t)kt * p.v_ss;
         const int r0 = SK_BWD_WARP_ROWS * warp, valid = p.seq_k - kw;
         sk_sm80_load_rows_warp<kD, SK_BWD_WARP_ROWS>(
             smem0 + (uint32_t)(r0 * kRowBytes), k + (uint32_t)r0 * (uint32_t)p.k_ss, p.k_ss,
-            valid, k);
+            kFuse ? klim - kw : valid, k);
         sk_sm80_load_rows_warp<kD, SK_BWD_WARP_ROWS>(
             smem0 + kTileBytes + (uint32_t)(r0 * kRowBytes), v + (uint32_t)r0 * (uint32_t)p.v_ss,
             p.v_ss, valid, v);
         sk_bwd_dkv_load_item<kD>(p, b, it, kt, smem0 + 2u * kTileBytes);
         sk_cp_async_commit();
     }
+    constexpr uint32_t kDsAt = 2u * kTileBytes + 2u * kStageBytes; /* kFuse: dS^T buffers */
+    sk_bwd_item prev = it; /* kFuse: the item whose dQ is pending */
+    bool pending = false;
     uint32_t stage = 0;
     while (have) {
         sk_bwd_item next = it;
@@ -200,14 +242,34 @@ __device__ __forceinline__ void sk_bwd_dkv_tile(const sk_bwd_params &p, unsigned
         const uint32_t other = 2u * kTileBytes + (stage ^ 1u) * kStageBytes;
         if (more) sk_bwd_dkv_load_item<kD>(p, b, next, kt, smem0 + other);
         sk_cp_async_commit();
+        const uint32_t ds_here = kDsAt + stage * SK_BWD_DS_BYTES;
+        if constexpr (kFuse)
+            if (pending)
+                sk_bwd_fused_dq<kDtype, kD>(p, ln, smem0,
+                                            smem0 + kDsAt + (stage ^ 1u) * SK_BWD_DS_BYTES, b,
+                                            prev.h, prev.q0, kt, klim, dqacc);
         if (kw < p.seq_k && !(p.causal && kw > min(it.q0 + SK_BWD_TILE, p.seq_q) - 1 + p.diag))
-            sk_bwd_dkv_item<kDtype, kD>(p, ln, smem0, smem0 + here, smem + here, kw, it.q0, dk,
-                                        dv);
+            sk_bwd_dkv_item<kDtype, kD, kFuse>(p, ln, smem0, smem0 + here, smem + here, kw,
+                                               it.q0, dk, dv, smem + ds_here);
+        else if constexpr (kFuse) { /* no pair: zeros for the other warps' dQ */
+            const uint32_t zero[SK_BWD_TILE / 16][4] = {};
+            sk_bwd_ds_store<SK_BWD_TILE / 16>(zero, smem + ds_here, 0);
+        }
+        prev = it;
+        pending = kFuse;
         it = next;
         have = more;
         stage ^= 1u;
     }
     sk_cp_async_wait<0>();
+    if constexpr (kFuse)
+        if (pending) { /* the last item's dQ; then K is free for the staging below */
+            __syncthreads();
+            sk_bwd_fused_dq<kDtype, kD>(p, ln, smem0,
+                                        smem0 + kDsAt + (stage ^ 1u) * SK_BWD_DS_BYTES, b,
+                                        prev.h, prev.q0, kt, klim, dqacc);
+            __syncthreads();
+        }
     __syncwarp();
     /* dK = s dS^T Q and dV through this warp's K and V rows (its own). */
     const int valid = p.seq_k - kw;
@@ -222,10 +284,12 @@ __device__ __forceinline__ void sk_bwd_dkv_tile(const sk_bwd_params &p, unsigned
 
 /* One CTA per (plan slot, 64-key part of the block). Fixed: tile (b, hk,
  * key block j). Varlen (kVarlen): tile (hk, key column c), c = (b, j) by
- * the column table, the parameters narrowed to sequence b. */
-template <int kDtype, int kD, bool kVarlen>
+ * the column table, the parameters narrowed to sequence b. kFuse (fixed
+ * only): the fused one-pass form, dQ added into p.dqacc. */
+template <int kDtype, int kD, bool kVarlen, bool kFuse = false>
 __global__ void __launch_bounds__(SK_BWD_THREADS, SK_BWD_CTAS_PER_SM)
     sk_bwd_dkv_kernel(const __grid_constant__ sk_bwd_params p) {
+    static_assert(!(kVarlen && kFuse), "the varlen backward has no fused form");
     extern __shared__ __align__(128) unsigned char smem[];
     const int32_t ksubs = p.block_k / SK_BWD_TILE;
     const int32_t slot = (int32_t)blockIdx.x / ksubs, ksub = (int32_t)blockIdx.x - slot * ksubs;
@@ -245,8 +309,8 @@ __global__ void __launch_bounds__(SK_BWD_THREADS, SK_BWD_CTAS_PER_SM)
         sk_bwd_dkv_tile<kDtype, kD>(n, smem, 0, hk, cb.y * p.block_k + ksub * SK_BWD_TILE,
                                     start, end);
     } else {
-        sk_bwd_dkv_tile<kDtype, kD>(p, smem, b, hk, j * p.block_k + ksub * SK_BWD_TILE, start,
-                                    end);
+        sk_bwd_dkv_tile<kDtype, kD, kFuse>(p, smem, b, hk, j * p.block_k + ksub * SK_BWD_TILE,
+                                           start, end, p.dqacc);
     }
 }
 

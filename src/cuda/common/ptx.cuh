@@ -126,6 +126,12 @@ __device__ __forceinline__ uint32_t sk_cvt_rna_tf32(float x) {
     return r;
 }
 
+/* red.global.add.f32 [a], x: a[0] += x in L2, no return value. Relaxed, unordered
+ * with other adds (the sm_80 form of sk_red_add_v2_f32). */
+__device__ __forceinline__ void sk_red_add_f32(float *a, float x) {
+    asm volatile("red.global.add.f32 [%0], %1;" ::"l"(a), "f"(x) : "memory");
+}
+
 /* ===========================================================================
  * sm_90a instructions
  * ========================================================================= */
