@@ -3,7 +3,11 @@
  * Q, K and V, O in bf16 or fp16: the fp16/bf16 kernel (fwd_sm90.cu; its
  * header describes the persistent grid, the warp roles, the pipelines, the
  * ping-pong and the invariants, all kept here) with FP8 tensor-core GEMMs.
- * Head dim 64 or 128, blocks 128 x 128 (NOT_SUPPORTED otherwise).
+ * Head dim 64 or 128; blocks (block_q x block_k) 128 x 128, 128 x 64 (the
+ * _k64 kernels: key blocks of 64, BN a template parameter of the body),
+ * 64 x 128 and 64 x 64 (the _pair kernels: two 64-row query blocks a
+ * tile, the fp16/bf16 pair kernels' scheduler, TMA warp and turns,
+ * fwd_sm90_pair.cuh); NOT_SUPPORTED otherwise.
  *
  * What differs from the fp16/bf16 kernel (docs/perf/fp8.md):
  *   - Tiles are 128 rows of D bytes: Q, K and V move as one box each
@@ -40,7 +44,8 @@
  * Shared memory (all 1024-B aligned): 2 Q buffers, 2 K, 2 V, 2 Vt stages
  * of 128 x D bytes, O 2 x 64 x D x 2 bytes (as the fp16/bf16 kernel's),
  * barriers: about 161 KB at D = 128, 81 KB at D = 64 (VT: no Vt stages,
- * 129 KB and 65 KB).
+ * 129 KB and 65 KB). Blocks of 64 keys: 4 stages of each of half the
+ * size, the same bytes; pairs add the scheduler slots' extension (256 B).
  */
 #include <cuda.h>
 #include <cudaTypedefs.h>
@@ -63,6 +68,8 @@
  * softmax, the K stage helpers and the O packing. */
 #include "cuda/attention/fwd_sm90_producer.cuh"
 #include "cuda/attention/fwd_sm90_consumer.cuh"
+/* The turns of a pair tile (block_q = 64), sk90_pair_walk. */
+#include "cuda/attention/fwd_sm90_pair.cuh"
 
 enum {
     kF8Keys = 128, /* keys of a block: the Vt row in bytes */
@@ -174,8 +181,9 @@ static __constant__ sk90_vparams sk98_no_vparams;
 #include "cuda/attention/fwd_sm90_fp8_transposer.cuh"
 #include "cuda/attention/fwd_sm90_fp8_consumer.cuh"
 
-/* The kernel body for key blocks of BN (128 or 64) keys. */
-template <sk_dtype OT, int HD, bool VT, int BN>
+/* The kernel body for key blocks of BN (128 or 64) keys; PAIR: tiles of
+ * two 64-row query blocks (block_q = 64). */
+template <sk_dtype OT, int HD, bool VT, int BN, bool PAIR = false>
 __device__ __forceinline__ void sk98_kernel_body(const sk98_params &p) {
     using L = sk98_smem<HD, VT, BN>;
     extern __shared__ uint8_t sk98_smem_raw[];
@@ -198,14 +206,14 @@ __device__ __forceinline__ void sk98_kernel_body(const sk98_params &p) {
         sk_setmaxnreg_dec<kProdRegs>();
         const int warp = threadIdx.x / 32;
         if (warp == 0)
-            sk90_producer<L, kSk90Fixed>(p.base, sk98_no_vparams, base, tile_ids, block_info,
-                                         v_info, sched);
-        if (warp == 1) sk90_scheduler<L, kSk90Fixed>(p.base, sk98_no_vparams, base, sched);
+            sk90_producer<L, kSk90Fixed, PAIR>(p.base, sk98_no_vparams, base, tile_ids,
+                                               block_info, v_info, sched);
+        if (warp == 1) sk90_scheduler<L, kSk90Fixed, PAIR>(p.base, sk98_no_vparams, base, sched);
         if constexpr (!VT)
             if (warp >= 2) sk98_transposer<HD, BN>(base, v_info, warp - 2);
     } else {
         sk_setmaxnreg_inc<kConsRegs>();
-        sk98_consumer<OT, HD, VT, BN>(p, base, tile_ids, block_info, wg - 1);
+        sk98_consumer<OT, HD, VT, BN, PAIR>(p, base, tile_ids, block_info, wg - 1);
     }
 }
 
@@ -224,6 +232,17 @@ template <sk_dtype OT, int HD, bool VT>
 __global__ void __launch_bounds__(kThreads, 1)
     sk_attention_sm90_fp8_k64_kernel(const __grid_constant__ sk98_params p) {
     sk98_kernel_body<OT, HD, VT, 64>(p);
+}
+
+/* Layouts with block_q = 64 (key blocks of BN = 128 or 64): a tile is two
+ * consecutive 64-row query blocks of one (batch, head), warpgroup h
+ * computing block 2i + h over the blocks its row selected, out of the
+ * union the shared scheduler and TMA warp stream (fwd_sm90_common.cuh,
+ * "Pairs"; the turns: fwd_sm90_pair.cuh). */
+template <sk_dtype OT, int HD, bool VT, int BN>
+__global__ void __launch_bounds__(kThreads, 1)
+    sk_attention_sm90_fp8_pair_kernel(const __grid_constant__ sk98_params p) {
+    sk98_kernel_body<OT, HD, VT, BN, true>(p);
 }
 
 /* ---------------------------------------------------------------------------
@@ -272,8 +291,13 @@ int sk_attention_sm90_fp8_supports(const sk_attention_problem *p) {
     if (p->dtype != SK_DTYPE_E4M3) return 0;
     if (p->out_dtype != SK_DTYPE_F16 && p->out_dtype != SK_DTYPE_BF16) return 0;
     if (p->head_dim != 64 && p->head_dim != 128) return 0;
-    /* Query blocks of 128 rows; key blocks of 128 or 64 (the _k64 kernel). */
-    if (p->block_q != kBlockM || (p->block_k != kBlockN && p->block_k != 64)) return 0;
+    /* Query blocks of 128 rows or 64 (pairs of them: the _pair kernels);
+     * key blocks of 128 or 64 (the _k64 kernel). Pairs take no part of
+     * the order (a part of a 64-row order would split pairs). */
+    if (p->block_q != kBlockM && p->block_q != 64) return 0;
+    if (p->block_k != kBlockN && p->block_k != 64) return 0;
+    if (p->block_q == 64 && (p->lse_carry != NULL || p->tile_count > 0 || p->reserve_sms > 0))
+        return 0;
     if (!sk90_limits_ok(p, 1, 2)) return 0;
     sk90_params prm;
     const void *dummy = (const void *)(uintptr_t)(1u << 20);
@@ -293,11 +317,31 @@ static sk_status sk98_launch_vt(const sk98_params &prm, int grid, cudaStream_t s
     return sk_cuda_status(cudaGetLastError(), "sm90 FP8 attention kernel launch");
 }
 
+/* Pairs of 64-row query blocks: their kernel, with the scheduler slots'
+ * extension (kVDynamicBytes). */
+template <sk_dtype OT, int HD, bool VT, int BN>
+static sk_status sk98_launch_pair(const sk98_params &prm, int grid, cudaStream_t stream) {
+    using L = sk98_smem<HD, VT, BN>;
+    SK_CUDA_TRY(cudaFuncSetAttribute(sk_attention_sm90_fp8_pair_kernel<OT, HD, VT, BN>,
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     (int)L::kVDynamicBytes),
+                "cudaFuncSetAttribute");
+    sk_attention_sm90_fp8_pair_kernel<OT, HD, VT, BN>
+        <<<grid, kThreads, L::kVDynamicBytes, stream>>>(prm);
+    return sk_cuda_status(cudaGetLastError(), "sm90 FP8 attention kernel launch (block_q 64)");
+}
+
 /* Both V layouts are compiled (rows: the transposer; VT: V^T by TMA), at
- * both key block widths. */
+ * both key block widths, with query blocks of 128 or 64 (pairs). */
 template <sk_dtype OT, int HD>
-static sk_status sk98_launch(const sk98_params &prm, bool vt, int block_k, int grid,
-                             cudaStream_t stream) {
+static sk_status sk98_launch(const sk98_params &prm, bool vt, int block_q, int block_k,
+                             int grid, cudaStream_t stream) {
+    if (block_q == 64 && block_k == 64)
+        return vt ? sk98_launch_pair<OT, HD, true, 64>(prm, grid, stream)
+                  : sk98_launch_pair<OT, HD, false, 64>(prm, grid, stream);
+    if (block_q == 64)
+        return vt ? sk98_launch_pair<OT, HD, true, kF8Keys>(prm, grid, stream)
+                  : sk98_launch_pair<OT, HD, false, kF8Keys>(prm, grid, stream);
     if (block_k == 64)
         return vt ? sk98_launch_vt<OT, HD, true, 64>(prm, grid, stream)
                   : sk98_launch_vt<OT, HD, false, 64>(prm, grid, stream);
@@ -326,10 +370,10 @@ sk_status sk_attention_sm90_fp8_launch(const sk_attention_problem *p,
     prm.v_descale = p->v_descale;
     const bool bf16 = p->out_dtype == SK_DTYPE_BF16;
     const bool vt = p->v_layout == SK_V_LAYOUT_VT_FP8;
-    const int bk = p->block_k;
+    const int bq = p->block_q, bk = p->block_k;
     if (p->head_dim == 128)
-        return bf16 ? sk98_launch<SK_DTYPE_BF16, 128>(prm, vt, bk, grid, stream)
-                    : sk98_launch<SK_DTYPE_F16, 128>(prm, vt, bk, grid, stream);
-    return bf16 ? sk98_launch<SK_DTYPE_BF16, 64>(prm, vt, bk, grid, stream)
-                : sk98_launch<SK_DTYPE_F16, 64>(prm, vt, bk, grid, stream);
+        return bf16 ? sk98_launch<SK_DTYPE_BF16, 128>(prm, vt, bq, bk, grid, stream)
+                    : sk98_launch<SK_DTYPE_F16, 128>(prm, vt, bq, bk, grid, stream);
+    return bf16 ? sk98_launch<SK_DTYPE_BF16, 64>(prm, vt, bq, bk, grid, stream)
+                : sk98_launch<SK_DTYPE_F16, 64>(prm, vt, bq, bk, grid, stream);
 }

@@ -131,8 +131,35 @@ __device__ __forceinline__ void sk98_prepare(float s[BN / 2], const sk90_params 
     sk90_mask_block<BN>(s, p, c, wg_first_row, row0, t4);
 }
 
-/* BN: keys per block (128, or 64: S is 32 registers, P 8). */
-template <sk_dtype OT, int HD, bool VT, int BN = kF8Keys>
+/* The FP8 block steps for the turns of a pair tile (sk90_pair_walk,
+ * fwd_sm90_pair.cuh): this kernel's GEMMs, P packing and score
+ * preparation (the descales' sign in flip), 2^kF8MaxOffset in the softmax. */
+template <int HD, int BN>
+struct sk98_pair_ops {
+    static constexpr int kS = BN / 2, kP = BN / 8, kOffset = kF8MaxOffset;
+    bool flip;
+    __device__ __forceinline__ void qk(float *s, uint32_t q, uint32_t k) const {
+        sk98_gemm_qk<HD, BN>(s, q, k);
+    }
+    __device__ __forceinline__ void pv(float *o, const uint32_t *pf, uint32_t v) const {
+        sk98_gemm_pv<HD, BN>(o, pf, v);
+    }
+    __device__ __forceinline__ void prepare(float *s, const sk90_params &p, int c,
+                                            int wg_first_row, int row0, int t4) const {
+        sk98_prepare<BN>(s, p, flip, c, wg_first_row, row0, t4);
+    }
+    __device__ __forceinline__ void pack(uint32_t *pf, const float *s) const {
+        sk98_pack_p<kS>(pf, s);
+    }
+    __device__ __forceinline__ void fence(float *o, uint32_t *pf) const {
+        sk98_fence_operands<HD, kP>(o, pf);
+    }
+};
+
+/* BN: keys per block (128, or 64: S is 32 registers, P 8). PAIR: a tile
+ * is two 64-row query blocks (block_q = 64), warpgroup h computing block
+ * 2i + h over the blocks its row selected (sk90_pair_walk); t.i the pair. */
+template <sk_dtype OT, int HD, bool VT, int BN = kF8Keys, bool PAIR = false>
 __device__ void sk98_consumer(const sk98_params &p8, uint32_t base, const int32_t *tile_ids,
                               const volatile int32_t *block_info, int wg) {
     using L = sk98_smem<HD, VT, BN>;
@@ -163,8 +190,8 @@ __device__ void sk98_consumer(const sk98_params &p8, uint32_t base, const int32_
         if (slot_value == kTileEnd) break;
         if (slot_value == kTileSkip) continue;
         const bool has_blocks = slot_value >= 0;
-        const sk90_tile t =
-            sk90_tile_coords(p, has_blocks ? slot_value : kTileEmptyBase - slot_value);
+        sk90_tile t = sk90_tile_coords(p, has_blocks ? slot_value : kTileEmptyBase - slot_value);
+        if constexpr (PAIR) t.i >>= 1; /* the tile id names the pair's first block */
         const int row0 = t.i * kBlockM + wg * kWgRows + 16 * warp + g;
         const int row1 = row0 + 8;
         const int wg_first_row = t.i * kBlockM + wg * kWgRows;
@@ -185,41 +212,22 @@ __device__ void sk98_consumer(const sk98_params &p8, uint32_t base, const int32_
             const uint32_t q_empty = base + L::kBarQEmpty + 8 * qp.stage;
             sk_mbar_wait(base + L::kBarQFull + 8 * qp.stage, qp.phase, "Q full");
             qp.advance();
-            float s[kS];
-            uint32_t pf[kP];
-            float corr[2];
+            if constexpr (PAIR) {
+                const sk98_pair_ops<HD, BN> ops = {flip};
+                sk90_pair_walk<L, HD>(p, ops, scale_log2, base, block_info, wg, q_base, q_empty,
+                                      kp, vp, o, m, l, wg_first_row, row0);
+            } else {
+                float s[kS];
+                uint32_t pf[kP];
+                float corr[2];
 
-            sk_mbar_wait(base + L::kBarKFull + 8 * kp.stage, kp.phase, "K full");
-            int info = sk90_read_info(block_info, kp.stage, lane);
-            sk_bar_sync(bar_mine, 256);
-            sk_wgmma_fence();
-            sk98_gemm_qk<HD, BN>(s, q_base, base + L::kK + kp.stage * L::kKVBytes);
-            sk_bar_arrive(bar_other, 256);
-            sk_wgmma_wait<0>();
-#pragma unroll
-            for (int i = 0; i < kS; ++i) sk_reg_fence(s[i]);
-            sk90_release_k(base + L::kBarKEmpty + 8 * kp.stage, lane);
-            if (leader && !(info & kInfoMore)) sk_mbar_arrive(q_empty);
-            kp.advance();
-            sk98_prepare<BN>(s, p, flip, info & ~kInfoMore, wg_first_row, row0, t4);
-            sk90_softmax<kF8MaxOffset, kS>(s, m, l, corr, scale_log2);
-            sk98_pack_p<kS>(pf, s);
-
-            while (info & kInfoMore) {
                 sk_mbar_wait(base + L::kBarKFull + 8 * kp.stage, kp.phase, "K full");
-                sk_mbar_wait(base + L::kBarPvFull + 8 * vp.stage, vp.phase, "Vt full");
-                info = sk90_read_info(block_info, kp.stage, lane);
+                int info = sk90_read_info(block_info, kp.stage, lane);
                 sk_bar_sync(bar_mine, 256);
-                sk98_fence_operands<HD, kP>(o, pf);
                 sk_wgmma_fence();
                 sk98_gemm_qk<HD, BN>(s, q_base, base + L::kK + kp.stage * L::kKVBytes);
-#pragma unroll
-                for (int i = 0; i < kOAcc; ++i) o[i] *= corr[(i >> 1) & 1];
-                sk98_fence_operands<HD, kP>(o, pf);
-                sk_wgmma_fence();
-                sk98_gemm_pv<HD, BN>(o, pf, base + L::kPv + vp.stage * L::kPvBytes);
                 sk_bar_arrive(bar_other, 256);
-                sk_wgmma_wait<1>();
+                sk_wgmma_wait<0>();
 #pragma unroll
                 for (int i = 0; i < kS; ++i) sk_reg_fence(s[i]);
                 sk90_release_k(base + L::kBarKEmpty + 8 * kp.stage, lane);
@@ -227,25 +235,50 @@ __device__ void sk98_consumer(const sk98_params &p8, uint32_t base, const int32_
                 kp.advance();
                 sk98_prepare<BN>(s, p, flip, info & ~kInfoMore, wg_first_row, row0, t4);
                 sk90_softmax<kF8MaxOffset, kS>(s, m, l, corr, scale_log2);
+                sk98_pack_p<kS>(pf, s);
+
+                while (info & kInfoMore) {
+                    sk_mbar_wait(base + L::kBarKFull + 8 * kp.stage, kp.phase, "K full");
+                    sk_mbar_wait(base + L::kBarPvFull + 8 * vp.stage, vp.phase, "Vt full");
+                    info = sk90_read_info(block_info, kp.stage, lane);
+                    sk_bar_sync(bar_mine, 256);
+                    sk98_fence_operands<HD, kP>(o, pf);
+                    sk_wgmma_fence();
+                    sk98_gemm_qk<HD, BN>(s, q_base, base + L::kK + kp.stage * L::kKVBytes);
+#pragma unroll
+                    for (int i = 0; i < kOAcc; ++i) o[i] *= corr[(i >> 1) & 1];
+                    sk98_fence_operands<HD, kP>(o, pf);
+                    sk_wgmma_fence();
+                    sk98_gemm_pv<HD, BN>(o, pf, base + L::kPv + vp.stage * L::kPvBytes);
+                    sk_bar_arrive(bar_other, 256);
+                    sk_wgmma_wait<1>();
+#pragma unroll
+                    for (int i = 0; i < kS; ++i) sk_reg_fence(s[i]);
+                    sk90_release_k(base + L::kBarKEmpty + 8 * kp.stage, lane);
+                    if (leader && !(info & kInfoMore)) sk_mbar_arrive(q_empty);
+                    kp.advance();
+                    sk98_prepare<BN>(s, p, flip, info & ~kInfoMore, wg_first_row, row0, t4);
+                    sk90_softmax<kF8MaxOffset, kS>(s, m, l, corr, scale_log2);
+                    sk_wgmma_wait<0>();
+                    sk98_fence_operands<HD, kP>(o, pf);
+                    if (leader) sk_mbar_arrive(base + L::kBarPvEmpty + 8 * vp.stage);
+                    vp.advance();
+                    sk98_pack_p<kS>(pf, s);
+                }
+
+                sk_mbar_wait(base + L::kBarPvFull + 8 * vp.stage, vp.phase, "Vt full");
+                sk_bar_sync(bar_mine, 256);
+#pragma unroll
+                for (int i = 0; i < kOAcc; ++i) o[i] *= corr[(i >> 1) & 1];
+                sk98_fence_operands<HD, kP>(o, pf);
+                sk_wgmma_fence();
+                sk98_gemm_pv<HD, BN>(o, pf, base + L::kPv + vp.stage * L::kPvBytes);
+                sk_bar_arrive(bar_other, 256);
                 sk_wgmma_wait<0>();
                 sk98_fence_operands<HD, kP>(o, pf);
                 if (leader) sk_mbar_arrive(base + L::kBarPvEmpty + 8 * vp.stage);
                 vp.advance();
-                sk98_pack_p<kS>(pf, s);
             }
-
-            sk_mbar_wait(base + L::kBarPvFull + 8 * vp.stage, vp.phase, "Vt full");
-            sk_bar_sync(bar_mine, 256);
-#pragma unroll
-            for (int i = 0; i < kOAcc; ++i) o[i] *= corr[(i >> 1) & 1];
-            sk98_fence_operands<HD, kP>(o, pf);
-            sk_wgmma_fence();
-            sk98_gemm_pv<HD, BN>(o, pf, base + L::kPv + vp.stage * L::kPvBytes);
-            sk_bar_arrive(bar_other, 256);
-            sk_wgmma_wait<0>();
-            sk98_fence_operands<HD, kP>(o, pf);
-            if (leader) sk_mbar_arrive(base + L::kBarPvEmpty + 8 * vp.stage);
-            vp.advance();
         }
 
         /* Epilogue: O x v_descale / rowsum. */
