@@ -399,6 +399,26 @@ SK_TEST(gpu_fp8vt_smoke) {
     f8_layouts = 3;
 }
 
+/* A hand-picked shape (gpu_fp8_cases, blocks64_cases): LSE and descales
+ * on, amplitude 2, one layout slice over the batch. */
+typedef struct f8_shape {
+    int64_t b, sq, sk, hq, hkv;
+    int causal;
+    double density;
+    int empty;
+    int32_t lh;
+} f8_shape;
+
+static f8_case shape_case(const f8_shape *sh, uint64_t seed, int64_t d, int32_t bq, int32_t bk,
+                          sk_dtype out) {
+    const f8_case c = {.seed = seed, .batch = sh->b, .seq_q = sh->sq, .seq_k = sh->sk,
+                       .heads_q = sh->hq, .heads_kv = sh->hkv, .head_dim = d, .block_q = bq,
+                       .block_k = bk, .causal = sh->causal, .density = sh->density,
+                       .empty_rows = sh->empty, .layout_batch = 1, .layout_heads = sh->lh,
+                       .with_lse = 1, .with_descale = 1, .out_dtype = out, .amp = 2.0f};
+    return c;
+}
+
 /* The smoke cases on 128 x 64 blocks (the _k64 kernel), both V layouts:
  * `sk_gpu_tests fp8k64_smoke` triages it. */
 SK_TEST(gpu_fp8k64_smoke) {
@@ -427,13 +447,7 @@ SK_TEST(gpu_fp8pair_smoke) {
 static void blocks64_cases(int32_t block_q, int32_t block_k, uint64_t salt) {
     tu_rng rng;
     tu_rng_seed(&rng, tu_base_seed() ^ salt);
-    const struct {
-        int64_t b, sq, sk, hq, hkv;
-        int causal;
-        double density;
-        int empty;
-        int32_t lh;
-    } shapes[] = {
+    const f8_shape shapes[] = {
         {1, 128, 64, 2, 1, 0, 1.0, 0, 1},      /* one key block */
         {1, 128, 65, 2, 2, 0, 1.0, 0, 1},      /* a 1-key tail block */
         {1, 128, 100, 1, 1, 1, 1.0, 0, 1},     /* causal, Sk < Sq: the diagonal mid-block */
@@ -451,26 +465,8 @@ static void blocks64_cases(int32_t block_q, int32_t block_k, uint64_t salt) {
     for (int i = 0; i < n; ++i)
         for (int v = 0; v < 2; ++v) {
             if (gt_opt.quick && (i > 2 || v > 0)) break;
-            f8_case c;
-            memset(&c, 0, sizeof c);
-            c.seed = tu_rng_next(&rng);
-            c.batch = shapes[i].b;
-            c.seq_q = shapes[i].sq;
-            c.seq_k = shapes[i].sk;
-            c.heads_q = shapes[i].hq;
-            c.heads_kv = shapes[i].hkv;
-            c.head_dim = v ? 64 : 128;
-            c.block_q = block_q;
-            c.block_k = block_k;
-            c.causal = shapes[i].causal;
-            c.density = shapes[i].density;
-            c.empty_rows = shapes[i].empty;
-            c.layout_batch = 1;
-            c.layout_heads = shapes[i].lh;
-            c.with_lse = 1;
-            c.with_descale = 1;
-            c.out_dtype = (i + v) % 2 ? SK_DTYPE_F16 : SK_DTYPE_BF16;
-            c.amp = 2.0f;
+            f8_case c = shape_case(&shapes[i], tu_rng_next(&rng), v ? 64 : 128, block_q, block_k,
+                                   (i + v) % 2 ? SK_DTYPE_F16 : SK_DTYPE_BF16);
             c.scale = i == 4 ? -0.08f : 0.0f; /* a negative scale once */
             run_case(&c);
         }
@@ -493,13 +489,7 @@ SK_TEST(gpu_fp8_pair_cases) {
 SK_TEST(gpu_fp8_cases) {
     tu_rng rng;
     tu_rng_seed(&rng, tu_base_seed() ^ 0xF8CA);
-    const struct {
-        int64_t b, sq, sk, hq, hkv;
-        int causal;
-        double density;
-        int empty;
-        int32_t lh;
-    } shapes[] = {
+    const f8_shape shapes[] = {
         {1, 1024, 1024, 4, 1, 0, 0.25, 0, 1},  /* random 25 %, as the seed shape */
         {1, 2048, 2048, 2, 2, 1, 1.0, 0, 1},   /* causal, long rows */
         {2, 256, 384, 2, 1, 0, 0.0, 0, 1},     /* every row empty: O = 0, LSE = -inf */
@@ -510,25 +500,9 @@ SK_TEST(gpu_fp8_cases) {
     };
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; ++i) {
         if (gt_opt.quick && i > 2) break;
-        f8_case c;
-        memset(&c, 0, sizeof c);
-        c.seed = tu_rng_next(&rng);
-        c.batch = shapes[i].b;
-        c.seq_q = shapes[i].sq;
-        c.seq_k = shapes[i].sk;
-        c.heads_q = shapes[i].hq;
-        c.heads_kv = shapes[i].hkv;
-        c.head_dim = i + 1 == sizeof shapes / sizeof shapes[0] ? 64 : 128;
-        c.block_q = c.block_k = 128;
-        c.causal = shapes[i].causal;
-        c.density = shapes[i].density;
-        c.empty_rows = shapes[i].empty;
-        c.layout_batch = 1;
-        c.layout_heads = shapes[i].lh;
-        c.with_lse = 1;
-        c.with_descale = 1;
-        c.out_dtype = i % 2 ? SK_DTYPE_F16 : SK_DTYPE_BF16;
-        c.amp = 2.0f;
+        f8_case c = shape_case(&shapes[i], tu_rng_next(&rng),
+                               i + 1 == sizeof shapes / sizeof shapes[0] ? 64 : 128, 128, 128,
+                               i % 2 ? SK_DTYPE_F16 : SK_DTYPE_BF16);
         run_case(&c);
     }
 }
