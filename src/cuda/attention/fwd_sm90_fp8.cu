@@ -249,12 +249,12 @@ __global__ void __launch_bounds__(kThreads, 1)
  * Host side
  * ------------------------------------------------------------------------- */
 
-/* V^T [B, Hkv, D, Sk_pad] bytes (core/fp8_vt.h): boxes of bn (128 or 64) key
- * columns x D rows, 128B swizzle (64B for 64-byte rows: the Vt stage the
- * transposer would write). Key
- * columns up to Sk rounded up to 32 exist: the permutation stays inside
- * each 32-key chunk, so the last chunk's keys are all inside, and the
- * columns past it load as zeros (never read from memory). */
+/* V^T [B, Hkv, D, Sk_pad] bytes (core/fp8_vt.h): boxes of bn (128 or 64)
+ * key columns x D rows, 128B swizzle (64B for 64-byte rows): the Vt stage
+ * the transposer would write. Key columns up to Sk rounded up to 32 exist:
+ * the permutation stays inside each 32-key chunk, so the last chunk's keys
+ * are all inside, and the columns past it load as zeros (never read from
+ * memory). */
 static CUresult sk98_encode_vt(CUtensorMap *map, const sk_attention_problem *p, const void *v,
                                int bn) {
     const int64_t pad = sk_vt_seq_pad(p->seq_k), d = p->head_dim;
