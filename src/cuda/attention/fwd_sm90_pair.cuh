@@ -29,6 +29,21 @@
  * buffer once per tile at the last block, so the producer's barriers see
  * the same arrivals as in the 128-row kernel. A row that selects nothing
  * keeps m = -inf, l = 0: its O = 0 and LSE = -inf, as an empty tile's.
+ *
+ * The skipped V stage. A V stage is freed by one arrival per warpgroup,
+ * its leader's, while every thread waits for the stage's phase itself.
+ * Where the P V GEMM reads the stage, that wait comes before the turn's
+ * bar.sync, which holds all four warps, so the leader's later arrival
+ * follows every warp's wait. A stage this row skips is waited for after
+ * the turn; were the leader to free it at once, a warp still behind (its
+ * softmax, a scheduling gap) could reach its own wait after the producer
+ * had refilled the stage and that load had landed: the barrier then
+ * stands two phases past the one the warp waits for, its parity reads
+ * "not yet", and the warp waits for good, holding its next K release,
+ * so the producer stops too (the hang of 64 x 128, docs/perf/hopper.md,
+ * "The pair kernel's hang"). So the warpgroup meets at its own barrier
+ * between the waits and the leader's arrival. python/tests/
+ * test_fwd90_pair_protocol.py models the protocol with lagging warps.
  */
 #ifndef SK_CUDA_ATTENTION_FWD_SM90_PAIR_CUH
 #define SK_CUDA_ATTENTION_FWD_SM90_PAIR_CUH
@@ -83,6 +98,9 @@ __device__ __forceinline__ void sk90_pair_walk(
     const bool leader = wtid == 0;
     const uint32_t bar_mine = wg == 0 ? kBarTurn0 : kBarTurn1;
     const uint32_t bar_other = wg == 0 ? kBarTurn1 : kBarTurn0;
+    /* The warpgroup's own barrier: its epilogue's (both are syncs of its
+     * four warps in program order, so they share the id safely). */
+    const uint32_t bar_wg = wg == 0 ? kBarEpilogue0 : kBarEpilogue1;
     const int32_t sel = wg == 0 ? kInfoSel0 : kInfoSel1;
     float s[kS];
     uint32_t pf[kP];
@@ -149,6 +167,9 @@ __device__ __forceinline__ void sk90_pair_walk(
         }
         if (has_prev && !prev_mine) {
             sk_mbar_wait(base + L::kBarPvFull + 8 * vp.stage, vp.phase, "V full");
+            /* Every warp of the warpgroup waits before its leader frees the
+             * stage (the header, "The skipped V stage"). */
+            sk_bar_sync(bar_wg, 128);
             if (leader) sk_mbar_arrive(base + L::kBarPvEmpty + 8 * vp.stage);
         }
         if (has_prev) vp.advance();
