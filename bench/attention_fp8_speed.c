@@ -9,12 +9,16 @@
  *                             [--pattern random|window] [--per-row K] [--window W]
  *                             [--causal] [--out bf16|f16] [--backend cuda|sm90] [--reps 10]
  *                             [--v-layout rows|vt|rows,vt] [--rounds 3]
+ *                             [--block-q 128|64] [--block-k 128|64]
  * The issue's rows:
  *   --batch 1 --heads 32 --seq 16384 (.. 131072) --pattern window --window 2048 --causal
  *   --batch 16 --heads 96 --seq 4096 --pattern random          (random 25 %, the default)
  * random: per_row = key blocks / 4 (default) per (batch, head), seeded;
  * window: sk_layout_create_window(left = W, right = 0), one slice broadcast.
- * D = 128, blocks 128 x 128 (the FP8 kernel's shape).
+ * D = 128, blocks 128 x 128 by default; --block-q / --block-k 64 build the
+ * same pattern at other blocks (random: a quarter of the key blocks of
+ * each row, so the same density; window: the same tokens), bf16 and FP8
+ * alike (docs/perf/fp8.md, "Blocks of 64").
  * --v-layout: the FP8 variants timed, V as rows (the in-kernel transposer,
  * the default) and / or V^T from sk_quantize_e4m3's SK_QUANT_LAYOUT_VT_FP8
  * (sk_attention_desc v_layout; docs/perf/fp8.md "Round 4"). The variants
@@ -48,11 +52,11 @@
 #include "bench_timing.h"
 #include "host_data.h"
 
-enum { WARMUP = 2, PATTERN = 1 << 24, SAMPLE = 1 << 20, DIM = 128, BLOCK = 128 };
+enum { WARMUP = 2, PATTERN = 1 << 24, SAMPLE = 1 << 20, DIM = 128 };
 
 typedef struct opts {
     int64_t batch, heads, heads_kv, seq, window;
-    int32_t per_row;
+    int32_t per_row, block_q, block_k;
     int causal, reps, window_pattern, layouts, rounds; /* layouts: 1 rows, 2 vt */
     sk_dtype out;
     sk_backend backend;
@@ -62,6 +66,7 @@ static int parse(int argc, char **argv, opts *o) {
     o->batch = 16, o->heads = 96, o->heads_kv = 0, o->seq = 4096, o->window = 2048;
     o->per_row = 0, o->causal = 0, o->reps = 10, o->window_pattern = 0, o->layouts = 1;
     o->rounds = 3;
+    o->block_q = o->block_k = 128;
     o->out = SK_DTYPE_BF16, o->backend = SK_BACKEND_CUDA;
     for (int i = 1; i < argc; ++i) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -79,6 +84,8 @@ static int parse(int argc, char **argv, opts *o) {
         else if (strcmp(a, "--per-row") == 0) o->per_row = atoi(v);
         else if (strcmp(a, "--reps") == 0) o->reps = atoi(v);
         else if (strcmp(a, "--rounds") == 0) o->rounds = atoi(v);
+        else if (strcmp(a, "--block-q") == 0) o->block_q = atoi(v);
+        else if (strcmp(a, "--block-k") == 0) o->block_k = atoi(v);
         else if (strcmp(a, "--v-layout") == 0)
             o->layouts = (strstr(v, "rows") != NULL ? 1 : 0) | (strstr(v, "vt") != NULL ? 2 : 0);
         else if (strcmp(a, "--pattern") == 0) o->window_pattern = strcmp(v, "window") == 0;
@@ -88,7 +95,9 @@ static int parse(int argc, char **argv, opts *o) {
         else return -1;
     }
     if (o->heads_kv == 0) o->heads_kv = o->heads;
-    const int64_t cb = (o->seq + BLOCK - 1) / BLOCK;
+    if ((o->block_q != 64 && o->block_q != 128) || (o->block_k != 64 && o->block_k != 128))
+        return -1;
+    const int64_t cb = (o->seq + o->block_k - 1) / o->block_k;
     if (o->per_row == 0) o->per_row = (int32_t)(cb / 4 > 0 ? cb / 4 : 1);
     if (o->reps < 1 || o->reps > BENCH_MAX_REPS) o->reps = 10;
     if (o->rounds < 1 || o->rounds > 64) o->rounds = 3;
@@ -172,7 +181,7 @@ int main(int argc, char **argv) {
         return BENCH_ERROR_EXIT;
     }
     const int64_t nq = o.batch * o.seq * o.heads * DIM, nk = o.batch * o.seq * o.heads_kv * DIM;
-    sk_grid grid = {o.seq, o.seq, BLOCK, BLOCK, o.window_pattern ? 1 : (int32_t)o.batch,
+    sk_grid grid = {o.seq, o.seq, o.block_q, o.block_k, o.window_pattern ? 1 : (int32_t)o.batch,
                     o.window_pattern ? 1 : (int32_t)o.heads};
     sk_layout_t host_layout;
     if (o.window_pattern)
@@ -182,7 +191,7 @@ int main(int argc, char **argv) {
     sk_bsr hl, layout;
     SK_OK(sk_layout_view(host_layout, &hl));
     layout = hl;
-    const int64_t rows = (int64_t)grid.batch * grid.heads * ((o.seq + BLOCK - 1) / BLOCK);
+    const int64_t rows = (int64_t)grid.batch * grid.heads * ((o.seq + o.block_q - 1) / o.block_q);
     CUDA_OK(cudaMalloc((void **)&layout.row_offsets, (size_t)(rows + 1) * 4));
     CUDA_OK(cudaMalloc((void **)&layout.col_indices, (size_t)(hl.nnz > 0 ? hl.nnz : 1) * 4));
     CUDA_OK(cudaMemcpy(layout.row_offsets, hl.row_offsets, (size_t)(rows + 1) * 4,
@@ -305,18 +314,18 @@ int main(int argc, char **argv) {
         }
     }
     const double slices = (double)(o.batch * o.heads) / ((double)grid.batch * grid.heads);
-    const double flops = 4.0 * DIM * BLOCK * BLOCK * (double)hl.nnz * slices;
+    const double flops = 4.0 * DIM * o.block_q * o.block_k * (double)hl.nnz * slices;
     const int f8 = on[1] ? 1 : 2; /* the fp8_* keys: rows V when timed */
     sk_device_info info;
     SK_OK(sk_device_get_info(0, &info));
     printf("{\"gpu\": \"%s\", \"batch\": %lld, \"heads\": %lld, \"heads_kv\": %lld, \"seq\": %lld, "
-           "\"dim\": %d, \"block\": %d, \"pattern\": \"%s\", \"per_row\": %d, \"window\": %lld, "
+           "\"dim\": %d, \"block_q\": %d, \"block_k\": %d, \"pattern\": \"%s\", \"per_row\": %d, \"window\": %lld, "
            "\"causal\": %d, \"out_dtype\": \"%s\", \"selected_blocks\": %.0f, \"reps\": %d, "
            "\"rounds\": %d, \"v_layouts\": \"%s\", "
            "\"bf16_ms\": %.4f, \"bf16_min_ms\": %.4f, \"bf16_tflops\": %.1f, "
            "\"fp8_ms\": %.4f, \"fp8_min_ms\": %.4f, \"fp8_tflops\": %.1f, \"fp8_speedup\": %.3f, ",
            info.name, (long long)o.batch, (long long)o.heads, (long long)o.heads_kv,
-           (long long)o.seq, DIM, BLOCK, o.window_pattern ? "window" : "random", (int)o.per_row,
+           (long long)o.seq, DIM, (int)o.block_q, (int)o.block_k, o.window_pattern ? "window" : "random", (int)o.per_row,
            (long long)o.window, o.causal, o.out == SK_DTYPE_F16 ? "f16" : "bf16",
            (double)hl.nnz * slices, o.reps, o.rounds,
            o.layouts == 3 ? "rows,vt" : o.layouts == 2 ? "vt" : "rows", ms[0], best[0],

@@ -4,6 +4,8 @@ blocks of 64: >= 85 % of the 128x128 rate on the same layout's tokens").
 
     python3 bench/blocks64.py --out bench/results/blocks64_<commit>_<gpu>.jsonl
     python3 bench/blocks64.py --quick          # a 16K smoke run of the same grid
+    python3 bench/blocks64.py --backends sm90 --patterns random --dtype e4m3 \
+        [--v-layout vt]        # the FP8 kernel (issue 32; topk takes no e4m3)
 
 For each kernel (--backend sm90: the Hopper kernel forced; sm80: the
 portable one forced) and each (block_q, block_k) in 128x128, 128x64,
@@ -28,13 +30,16 @@ BLOCKS = [(128, 128), (128, 64), (64, 128), (64, 64)]
 
 def run_one(cli, backend, bq, bk, pattern, args):
     cmd = [cli, "run", "--json", "--quiet", "--backend", backend,
-           "--batch", "1", "--heads", "32", "--dim", "128", "--dtype", "bf16",
+           "--batch", "1", "--heads", "32", "--dim", "128", "--dtype", args.dtype,
            "--seq", str(args.seq), "--block-q", str(bq), "--block-k", str(bk),
            "--pattern", pattern, "--causal", "on", "--density", str(args.density),
            "--iters", str(args.iters), "--warmup", str(args.warmup),
            "--check-rows", str(args.check_rows)]
+    if args.dtype == "e4m3":
+        cmd += ["--v-layout", args.v_layout]
     p = subprocess.run(cmd, capture_output=True, text=True)
-    row = {"backend": backend, "block_q": bq, "block_k": bk, "pattern": pattern,
+    row = {"backend": backend, "dtype": args.dtype, "block_q": bq, "block_k": bk,
+           "pattern": pattern,
            "cmd": " ".join(cmd), "rc": p.returncode}
     if p.returncode != 0:
         row["error"] = (p.stderr or p.stdout).strip()[-400:]
@@ -56,6 +61,10 @@ def main():
     ap.add_argument("--cli", default="build/sparsek")
     ap.add_argument("--out", default=None, help="JSON lines, one per run")
     ap.add_argument("--seq", type=int, default=131072)
+    ap.add_argument("--dtype", default="bf16", choices=["bf16", "e4m3"],
+                    help="e4m3: the FP8 kernel (the CLI quantizes the bf16 workload)")
+    ap.add_argument("--v-layout", default="rows", choices=["rows", "vt"],
+                    help="e4m3: V as rows (the in-kernel transposer) or V^T")
     ap.add_argument("--density", type=float, default=0.03)
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=3)

@@ -109,7 +109,8 @@
  * anything is enqueued): head_dim 64 or 128; a sequence stride below
  * 2^24 bytes; Sq and Sk below 2^31 - 256; at most 2^31 - 1 tiles
  * (B * Hq * ceil(Sq / block_q)). E4M3 inputs run on the Hopper FP8 kernel
- * alone: compute capability 9.0, 128 x 128 blocks (not SK_BACKEND_CUDA_SM80).
+ * alone: compute capability 9.0, block_q and block_k 64 or 128 (not
+ * SK_BACKEND_CUDA_SM80).
  */
 #ifndef SPARSEK_H
 #define SPARSEK_H

@@ -4,8 +4,8 @@
     o = sparsek.attention_fp8(q8, k8, v8, layout, q_descale=qs, k_descale=ks, v_descale=vs)
 
 e4m3 arrays are torch.float8_e4m3fn tensors (CPU: CPU backend; CUDA: the
-FP8 Hopper kernel, head_dim 64 or 128 and 128 x 128 blocks), or numpy arrays of
-uint8 codes / ml_dtypes float8_e4m3fn (CPU backend). The attention runs on
+FP8 Hopper kernel, head_dim 64 or 128, blocks of 64 or 128 rows and keys), or
+numpy arrays of uint8 codes / ml_dtypes float8_e4m3fn (CPU backend). The attention runs on
 descale x code (sparsek.h, "sk_attention_desc": FlashAttention-3's
 q/k/v_descale), descales float32 [B, Hq] for Q and [B, Hkv] for K and V
 (None: 1). O is bfloat16 or float16 (out_dtype; default bfloat16 for

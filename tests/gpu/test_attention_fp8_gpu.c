@@ -9,9 +9,10 @@
  * tolerance rule with the naive FP8 yardstick (P rounded to e4m3 before
  * P V; its scores summed as the FP8 wgmma sums them, fp8_case.h). Before each run O (0xFFFF, NaN in fp16 and bf16) and LSE (NaN) are
  * poisoned; O's stride padding must stay untouched; two runs must agree
- * bit for bit. Cases the backend does not cover (64-wide blocks,
- * SK_BACKEND_CUDA_SM80) must give SK_STATUS_NOT_SUPPORTED and
- * write nothing. Each failure prints the case (with its seed) and the first
+ * bit for bit. Blocks (block_q x block_k) 128 x 128, 128 x 64 (the _k64
+ * kernel), 64 x 128 and 64 x 64 (the _pair kernels) run; cases the
+ * backend does not cover (head_dim 32, SK_BACKEND_CUDA_SM80) must give
+ * SK_STATUS_NOT_SUPPORTED and write nothing. Each failure prints the case (with its seed) and the first
  * mismatches with their indices.
  *
  * gpu_fp8_smoke runs the eight smallest cases alone, for triage.
@@ -45,9 +46,11 @@
 #include "gpu/cuda_api.h"
 #include "gpu/gpu_util.h"
 
+/* What the FP8 Hopper kernel runs: head_dim 64 or 128, query and key
+ * blocks of 128 or 64 (sk_attention_sm90_fp8_supports). */
 static int covered(const f8_case *c) {
     return gt_opt.backend != SK_BACKEND_CUDA_SM80 && (c->head_dim == 64 || c->head_dim == 128) &&
-           c->block_q == 128 && c->block_k == 128;
+           (c->block_q == 128 || c->block_q == 64) && (c->block_k == 128 || c->block_k == 64);
 }
 
 typedef struct f8_dev {
@@ -104,6 +107,8 @@ static int all_ff(const void *p, size_t bytes) {
 }
 
 static int f8_run = 0, f8_failed = 0, f8_declined = 0;
+static int f8_run_k64 = 0;  /* of f8_run: cases on 64-key blocks */
+static int f8_run_pair = 0; /* of f8_run: cases on 64-row query blocks (pairs) */
 /* Which V layouts run_case runs: 1 rows, 2 V^T, 3 both. */
 static int f8_layouts = 3;
 static int f8_vt_run = 0, f8_vt_failed = 0, f8_vt_equal = 0;
@@ -237,6 +242,8 @@ static int run_case(const f8_case *c) {
         } else {
             rows_ran = 1;
             ++f8_run;
+            f8_run_k64 += c->block_k == 64;
+            f8_run_pair += c->block_q == 64;
             const int64_t errors = f8_inst_compare(&x, o1, c->with_lse ? l1 : NULL, "gpu", 0, 8);
             CHECK(errors == 0, "%s: %lld elements outside the tolerance", desc_text,
                   (long long)errors);
@@ -325,16 +332,18 @@ static void random_case(f8_case *c, tu_rng *rng, int64_t d, int32_t bq, int32_t 
 SK_TEST(gpu_fp8_random) {
     tu_rng rng;
     tu_rng_seed(&rng, tu_base_seed() ^ 0xF8F8);
-    f8_run = f8_failed = f8_declined = 0;
+    f8_run = f8_failed = f8_declined = f8_run_k64 = f8_run_pair = 0;
     f8_vt_run = f8_vt_failed = f8_vt_equal = 0;
-    const int variants = gt_opt.quick ? 1 : 32;
+    const int variants = gt_opt.quick ? 4 : 32;
     for (int causal = 0; causal < 2; ++causal)
         for (int v = 0; v < variants; ++v) {
-            /* D 64 (a quarter) and 128 on 128 x 128 blocks; 64-wide blocks
-             * (every sixth) check the refusal. */
-            const int other = !gt_opt.quick && v % 6 == 5;
-            const int64_t d = v % 4 == 1 ? 64 : 128;
-            const int32_t bq = other ? 64 : 128, bk = other && v % 12 == 11 ? 64 : 128;
+            /* Blocks by v % 4: 128 x 128, 128 x 64, 64 x 128, 64 x 64; D 64
+             * for a quarter of each, else 128; head_dim 32 (v % 16 = 15)
+             * checks the refusal. */
+            const int other = !gt_opt.quick && v % 16 == 15;
+            const int64_t d = other ? 32 : (v / 4) % 4 == 1 ? 64 : 128;
+            const int32_t bq = v % 4 >= 2 ? 64 : 128;
+            const int32_t bk = v % 2 ? 64 : 128;
             for (int rep = 0; rep < (gt_opt.quick ? 1 : 2); ++rep) {
                 f8_case c;
                 random_case(&c, &rng, d, bq, bk, causal,
@@ -342,19 +351,21 @@ SK_TEST(gpu_fp8_random) {
                 run_case(&c);
             }
         }
-    printf("    %d FP8 cases run, %d failed, %d declined as expected\n", f8_run, f8_failed,
-           f8_declined);
+    printf("    %d FP8 cases run (%d with block_k 64, %d with block_q 64), %d failed, %d declined "
+           "as expected\n",
+           f8_run, f8_run_k64, f8_run_pair, f8_failed, f8_declined);
     printf("    V^T: %d cases run, %d failed, %d bitwise equal to rows V\n", f8_vt_run,
            f8_vt_failed, f8_vt_equal);
     if (!gt_opt.quick && gt_opt.backend != SK_BACKEND_CUDA_SM80)
-        CHECK(f8_run >= 100 && f8_vt_run >= 100, "only %d / %d (V^T) cases ran", f8_run,
-              f8_vt_run);
+        CHECK(f8_run >= 100 && f8_vt_run >= 100 && f8_run_k64 >= 50 && f8_run_pair >= 50,
+              "only %d / %d (V^T) cases ran, %d with block_k 64, %d with block_q 64", f8_run,
+              f8_vt_run, f8_run_k64, f8_run_pair);
 }
 
 /* The smallest cases first (run it alone to triage: `sk_gpu_tests
  * fp8_smoke`): one 128 x 128 tile and one block, then two blocks with a key
  * tail, at both head dims, causal or not, no descales, packed. */
-static void smoke_cases(void) {
+static void smoke_cases(int32_t block_q, int32_t block_k) {
     for (int i = 0; i < 8; ++i) {
         f8_case c;
         memset(&c, 0, sizeof c);
@@ -363,7 +374,8 @@ static void smoke_cases(void) {
         c.seq_q = 128;
         c.seq_k = i & 4 ? 200 : 128;
         c.head_dim = i & 1 ? 64 : 128;
-        c.block_q = c.block_k = 128;
+        c.block_q = block_q;
+        c.block_k = block_k;
         c.causal = (i >> 1) & 1;
         c.density = 1.0;
         c.layout_batch = c.layout_heads = 1;
@@ -376,15 +388,100 @@ static void smoke_cases(void) {
 
 SK_TEST(gpu_fp8_smoke) {
     f8_layouts = 1;
-    smoke_cases();
+    smoke_cases(128, 128);
     f8_layouts = 3;
 }
 
 /* The same cases with V^T only (`sk_gpu_tests fp8vt_smoke`). */
 SK_TEST(gpu_fp8vt_smoke) {
     f8_layouts = 2;
-    smoke_cases();
+    smoke_cases(128, 128);
     f8_layouts = 3;
+}
+
+/* A hand-picked shape (gpu_fp8_cases, blocks64_cases): LSE and descales
+ * on, amplitude 2, one layout slice over the batch. */
+typedef struct f8_shape {
+    int64_t b, sq, sk, hq, hkv;
+    int causal;
+    double density;
+    int empty;
+    int32_t lh;
+} f8_shape;
+
+static f8_case shape_case(const f8_shape *sh, uint64_t seed, int64_t d, int32_t bq, int32_t bk,
+                          sk_dtype out) {
+    const f8_case c = {.seed = seed, .batch = sh->b, .seq_q = sh->sq, .seq_k = sh->sk,
+                       .heads_q = sh->hq, .heads_kv = sh->hkv, .head_dim = d, .block_q = bq,
+                       .block_k = bk, .causal = sh->causal, .density = sh->density,
+                       .empty_rows = sh->empty, .layout_batch = 1, .layout_heads = sh->lh,
+                       .with_lse = 1, .with_descale = 1, .out_dtype = out, .amp = 2.0f};
+    return c;
+}
+
+/* The smoke cases on 128 x 64 blocks (the _k64 kernel), both V layouts:
+ * `sk_gpu_tests fp8k64_smoke` triages it. */
+SK_TEST(gpu_fp8k64_smoke) {
+    const int run_before = f8_run;
+    smoke_cases(128, 64);
+    if (gt_opt.backend != SK_BACKEND_CUDA_SM80)
+        CHECK(f8_run - run_before == 8, "only %d of 8 cases ran", f8_run - run_before);
+}
+
+/* The smoke cases on 64 x 128 and 64 x 64 blocks (the _pair kernels), both
+ * V layouts: `sk_gpu_tests fp8pair_smoke`. */
+SK_TEST(gpu_fp8pair_smoke) {
+    const int run_before = f8_run;
+    smoke_cases(64, 128);
+    smoke_cases(64, 64);
+    if (gt_opt.backend != SK_BACKEND_CUDA_SM80)
+        CHECK(f8_run - run_before == 16, "only %d of 16 cases ran", f8_run - run_before);
+}
+
+/* Hand-picked shapes on blocks of 64 (keys: tails of 1 and 36 keys past a
+ * 64-key boundary, one block, the causal diagonal inside a 64-key block,
+ * more blocks than the pipeline has stages; queries in pairs: an odd
+ * number of 64-row blocks, one block without a partner, rows selecting
+ * blocks their partner does not), D 128 and 64, both V layouts (V^T
+ * bitwise equal to rows), a bitwise repeat. */
+static void blocks64_cases(int32_t block_q, int32_t block_k, uint64_t salt) {
+    tu_rng rng;
+    tu_rng_seed(&rng, tu_base_seed() ^ salt);
+    const f8_shape shapes[] = {
+        {1, 128, 64, 2, 1, 0, 1.0, 0, 1},      /* one key block */
+        {1, 128, 65, 2, 2, 0, 1.0, 0, 1},      /* a 1-key tail block */
+        {1, 128, 100, 1, 1, 1, 1.0, 0, 1},     /* causal, Sk < Sq: the diagonal mid-block */
+        {1, 2048, 2048, 2, 2, 1, 1.0, 0, 1},   /* long causal rows: 32 blocks, 4 stages */
+        {1, 1000, 1000, 4, 1, 0, 0.25, 0, 1},  /* random 25 %, GQA 4 */
+        {1, 300, 500, 8, 1, 1, 0.6, 1, 8},     /* GQA 8, per-Hq layout, empty rows, tails */
+        {2, 256, 384, 2, 1, 0, 0.0, 0, 1},     /* every row empty: O = 0, LSE = -inf */
+        {1, 130, 1, 2, 2, 0, 1.0, 0, 1},       /* one key */
+        {1, 700, 200, 2, 1, 1, 1.0, 0, 1},     /* Sq > Sk causal: leading rows see nothing */
+        {1, 192, 300, 2, 1, 0, 0.4, 1, 2},     /* 3 query blocks of 64: an odd one; rows differ */
+        {1, 64, 200, 1, 1, 1, 1.0, 0, 1},      /* one 64-row block: no partner */
+    };
+    const int run_before = f8_run, failed_before = f8_failed;
+    const int n = (int)(sizeof shapes / sizeof shapes[0]);
+    for (int i = 0; i < n; ++i)
+        for (int v = 0; v < 2; ++v) {
+            if (gt_opt.quick && (i > 2 || v > 0)) break;
+            f8_case c = shape_case(&shapes[i], tu_rng_next(&rng), v ? 64 : 128, block_q, block_k,
+                                   (i + v) % 2 ? SK_DTYPE_F16 : SK_DTYPE_BF16);
+            c.scale = i == 4 ? -0.08f : 0.0f; /* a negative scale once */
+            run_case(&c);
+        }
+    printf("    %d x %d FP8 cases: %d run, %d failed\n", (int)block_q, (int)block_k,
+           f8_run - run_before, f8_failed - failed_before);
+    if (gt_opt.backend != SK_BACKEND_CUDA_SM80)
+        CHECK(f8_run - run_before == (gt_opt.quick ? 3 : 2 * n), "only %d cases ran",
+              f8_run - run_before);
+}
+
+SK_TEST(gpu_fp8_k64_cases) { blocks64_cases(128, 64, 0xF864); }
+
+SK_TEST(gpu_fp8_pair_cases) {
+    blocks64_cases(64, 128, 0xF8B0);
+    blocks64_cases(64, 64, 0xF8B6);
 }
 
 /* Hand-picked shapes: the seed shape in small, long rows, every row empty,
@@ -392,13 +489,7 @@ SK_TEST(gpu_fp8vt_smoke) {
 SK_TEST(gpu_fp8_cases) {
     tu_rng rng;
     tu_rng_seed(&rng, tu_base_seed() ^ 0xF8CA);
-    const struct {
-        int64_t b, sq, sk, hq, hkv;
-        int causal;
-        double density;
-        int empty;
-        int32_t lh;
-    } shapes[] = {
+    const f8_shape shapes[] = {
         {1, 1024, 1024, 4, 1, 0, 0.25, 0, 1},  /* random 25 %, as the seed shape */
         {1, 2048, 2048, 2, 2, 1, 1.0, 0, 1},   /* causal, long rows */
         {2, 256, 384, 2, 1, 0, 0.0, 0, 1},     /* every row empty: O = 0, LSE = -inf */
@@ -409,25 +500,9 @@ SK_TEST(gpu_fp8_cases) {
     };
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; ++i) {
         if (gt_opt.quick && i > 2) break;
-        f8_case c;
-        memset(&c, 0, sizeof c);
-        c.seed = tu_rng_next(&rng);
-        c.batch = shapes[i].b;
-        c.seq_q = shapes[i].sq;
-        c.seq_k = shapes[i].sk;
-        c.heads_q = shapes[i].hq;
-        c.heads_kv = shapes[i].hkv;
-        c.head_dim = i + 1 == sizeof shapes / sizeof shapes[0] ? 64 : 128;
-        c.block_q = c.block_k = 128;
-        c.causal = shapes[i].causal;
-        c.density = shapes[i].density;
-        c.empty_rows = shapes[i].empty;
-        c.layout_batch = 1;
-        c.layout_heads = shapes[i].lh;
-        c.with_lse = 1;
-        c.with_descale = 1;
-        c.out_dtype = i % 2 ? SK_DTYPE_F16 : SK_DTYPE_BF16;
-        c.amp = 2.0f;
+        f8_case c = shape_case(&shapes[i], tu_rng_next(&rng),
+                               i + 1 == sizeof shapes / sizeof shapes[0] ? 64 : 128, 128, 128,
+                               i % 2 ? SK_DTYPE_F16 : SK_DTYPE_BF16);
         run_case(&c);
     }
 }

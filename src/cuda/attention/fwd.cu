@@ -72,8 +72,8 @@ static sk_status sk_choose_fp8(const sk_attention_problem *p, int hopper,
     if (!sk_attention_sm90_fp8_supports(p))
         return sk_error(SK_STATUS_NOT_SUPPORTED,
                         "desc->dtype = E4M3: the FP8 Hopper kernel covers head_dim 64 and 128, "
-                        "blocks 128 x 128, strides of 16-byte multiples (this problem: "
-                        "head_dim %lld, blocks %d x %d)",
+                        "block_q and block_k 64 or 128, strides of 16-byte multiples (this "
+                        "problem: head_dim %lld, blocks %d x %d)",
                         (long long)p->head_dim, (int)p->block_q, (int)p->block_k);
     *choice = SK_KERNEL_SM90_FP8;
     return SK_STATUS_SUCCESS;

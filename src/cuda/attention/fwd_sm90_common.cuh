@@ -130,6 +130,12 @@ struct sk90_smem {
     static constexpr uint32_t kVAbsent = kVTile + 16 * kTileSlots;
     static constexpr uint32_t kVUsed = kVAbsent + 4 * kKStages;
     static constexpr uint32_t kVDynamicBytes = kVUsed + kSwizzleAtom;
+    /* What the P V GEMM reads, under the FP8 layout's names (sk98_smem:
+     * its Vt stages, or V^T in the V stages), for the code both kernels
+     * share (fwd_sm90_pair.cuh): here the V stages. */
+    static constexpr int kPvStages = kVStages;
+    static constexpr uint32_t kPv = kV, kPvBytes = kBlockBytes;
+    static constexpr uint32_t kBarPvFull = kBarVFull, kBarPvEmpty = kBarVEmpty;
 
     static_assert(HD == 64 || HD == 128, "head dim 64 or 128");
     static_assert(BN == 64 || BN == 128, "key blocks of 64 or 128");

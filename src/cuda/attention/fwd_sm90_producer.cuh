@@ -525,7 +525,8 @@ __device__ void sk90_producer(const sk90_params &p, const sk90_vparams &v, uint3
                 if constexpr (L::kTransposeV) v_info[vp.stage] = 0;
                 if constexpr (MODE == kSk90Fixed && L::kVtDirect)
                     sk90_load_vt<L>(&p.tm_v, base + L::kV + vp.stage * L::kBlockBytes,
-                                    base + L::kBarVFull + 8 * vp.stage, hk, c0, t.b);
+                                    base + L::kBarVFull + 8 * vp.stage, hk,
+                                    PAIR ? c0 & kInfoBlock : c0, t.b);
                 else if constexpr (MODE == kSk90Fixed)
                     sk90_load_kv<L>(&p.tm_v, base + L::kV + vp.stage * L::kBlockBytes,
                                     base + L::kBarVFull + 8 * vp.stage, hk,

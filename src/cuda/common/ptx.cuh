@@ -642,6 +642,29 @@ __device__ __forceinline__ void sk_wgmma_m64n64k16_ss_bf16_zero(float d[32], uin
                  : "l"(desc_a), "l"(desc_b));
 }
 
+/* --- FP8 attention on blocks of 64 keys (attention/fwd_sm90_fp8*.cu[h]; after the
+ * SK_WGMMA_D32_OUT above) --- */
+
+/* wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3, A and B from shared memory, both
+ * K-major (the FP8 S = Q K^T on blocks of 64 keys): d = a * b (+ d when scale_d != 0). */
+__device__ __forceinline__ void sk_wgmma_m64n64k32_ss_e4m3(float d[32], uint64_t desc_a,
+                                                           uint64_t desc_b, int scale_d) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 " SK_WGMMA_D32_STR
+                 ", %32, %33, p, 1, 1;\n}\n"
+                 : SK_WGMMA_D32_OPS(d)
+                 : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+}
+
+/* The same with scale-d 0: d = a * b (d written only). */
+__device__ __forceinline__ void sk_wgmma_m64n64k32_ss_e4m3_zero(float d[32], uint64_t desc_a,
+                                                                uint64_t desc_b) {
+    asm volatile("wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 " SK_WGMMA_D32_STR
+                 ", %32, %33, 0, 1, 1;\n"
+                 : SK_WGMMA_D32_OUT(d)
+                 : "l"(desc_a), "l"(desc_b));
+}
+
 /* --- Attention backward, fused dQ (attention/bwd_sm90_dkv_dq.cuh): dQ = dS K with dS stored
  * transposed (MN-major) and K read N-major, both from shared memory; the fp32 adds into dQaccum --- */
 
