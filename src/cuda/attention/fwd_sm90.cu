@@ -144,14 +144,7 @@ __global__ void __launch_bounds__(kThreads, 1) sk_attention_sm90_pair_kernel(con
 int sk_attention_sm90_supports(const sk_attention_problem *p) {
     if (p->dtype != SK_DTYPE_F16 && p->dtype != SK_DTYPE_BF16) return 0;
     if (p->head_dim != 64 && p->head_dim != 128) return 0;
-    /* Query blocks of 128 rows (the tile) or 64 (pairs of them); key blocks
-     * of 128 or 64. Pairs take no carry-in and no part of the order (a part
-     * of a 64-row order would split pairs): context parallel keeps the
-     * portable kernel there (fwd.cu, sk_cuda_attention_carry_supported). */
-    if (p->block_q != kBlockM && p->block_q != 64) return 0;
-    if (p->block_k != kBlockN && p->block_k != 64) return 0;
-    if (p->block_q == 64 && (p->lse_carry != NULL || p->tile_count > 0 || p->reserve_sms > 0))
-        return 0;
+    if (!sk90_blocks_ok(p)) return 0;
     if (!sk90_limits_ok(p, 2, 2)) return 0;
     /* Let the driver judge the geometry, with a placeholder 1024-B aligned address. */
     sk90_params prm;

@@ -446,6 +446,19 @@ static inline bool sk90_stride_ok(int64_t stride, int64_t extent, int64_t es) {
     return stride > 0 && (stride * es) % 16 == 0 && stride * es < kSk90MaxStrideBytes;
 }
 
+/* The block shapes both kernels (fp16/bf16 and FP8) cover: query blocks
+ * of 128 rows (the tile) or 64 (pairs of them: the _pair kernels), key
+ * blocks of 128 or 64 (the _k64 kernels). Pairs take no carry-in and no
+ * part of the order (a part of a 64-row order would split pairs): context
+ * parallel keeps the portable kernel there (fwd.cu,
+ * sk_cuda_attention_carry_supported). */
+static inline bool sk90_blocks_ok(const sk_attention_problem *p) {
+    if (p->block_q != kBlockM && p->block_q != 64) return false;
+    if (p->block_k != kBlockN && p->block_k != 64) return false;
+    const bool pair = p->block_q == 64;
+    return !(pair && (p->lse_carry != NULL || p->tile_count > 0 || p->reserve_sms > 0));
+}
+
 /* The size and stride limits both kernels share; in_es and out_es are the
  * element bytes of Q, K, V and of O. */
 static inline bool sk90_limits_ok(const sk_attention_problem *p, int64_t in_es, int64_t out_es) {

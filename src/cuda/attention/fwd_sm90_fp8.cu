@@ -291,13 +291,7 @@ int sk_attention_sm90_fp8_supports(const sk_attention_problem *p) {
     if (p->dtype != SK_DTYPE_E4M3) return 0;
     if (p->out_dtype != SK_DTYPE_F16 && p->out_dtype != SK_DTYPE_BF16) return 0;
     if (p->head_dim != 64 && p->head_dim != 128) return 0;
-    /* Query blocks of 128 rows or 64 (pairs of them: the _pair kernels);
-     * key blocks of 128 or 64 (the _k64 kernel). Pairs take no part of
-     * the order (a part of a 64-row order would split pairs). */
-    if (p->block_q != kBlockM && p->block_q != 64) return 0;
-    if (p->block_k != kBlockN && p->block_k != 64) return 0;
-    if (p->block_q == 64 && (p->lse_carry != NULL || p->tile_count > 0 || p->reserve_sms > 0))
-        return 0;
+    if (!sk90_blocks_ok(p)) return 0;
     if (!sk90_limits_ok(p, 1, 2)) return 0;
     sk90_params prm;
     const void *dummy = (const void *)(uintptr_t)(1u << 20);
